@@ -1,0 +1,48 @@
+"""oxiwork: an interactive CUDA-graph workbench for Jupyter.
+
+Build a DAG of GPU work with :class:`GraphBuilder`, run the analysis and optimisation
+passes, and turn it into an :class:`ExecutionPlan` that a step-through CPU simulator and
+real CUDA graphs both execute. The seed crate's public names are kept, so its quick start
+transliterates directly.
+
+Example
+-------
+>>> import oxiwork
+>>> oxiwork.GraphBuilder().alloc_buffer("x", 1024)
+BufferId(0)
+"""
+
+from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
+from oxiwork.error import GraphError, GraphResult
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import (
+    Buffer,
+    BufferId,
+    GraphNode,
+    KernelConfig,
+    MemcpyDir,
+    NodeId,
+    NodeKind,
+    StreamId,
+)
+from oxiwork.verify import verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Buffer",
+    "BufferId",
+    "ComputeGraph",
+    "GraphBuilder",
+    "GraphError",
+    "GraphNode",
+    "GraphResult",
+    "GraphWarning",
+    "KernelBuilder",
+    "KernelConfig",
+    "MemcpyDir",
+    "NodeId",
+    "NodeKind",
+    "StreamId",
+    "verify",
+]

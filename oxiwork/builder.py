@@ -1,0 +1,629 @@
+"""Ergonomic builder API for constructing :class:`~oxiwork.graph.ComputeGraph` values.
+
+The builder is the only mutable object of the IR: it collects buffers, nodes and
+dependencies, then :meth:`GraphBuilder.build` infers the data edges, binds unbound copies
+where that is unambiguous, validates everything and returns an immutable graph.
+
+Every mistake is reported as a :class:`~oxiwork.error.GraphError` at the call that made
+it (the seed's builder silently dropped edge errors; this one does not).
+
+Example (the seed's quick start)
+--------------------------------
+>>> from oxiwork import GraphBuilder, MemcpyDir
+>>> b = GraphBuilder()
+>>> buf_in, buf_mid, buf_out = (b.alloc_buffer(n, 4096) for n in ("input", "mid", "output"))
+>>> upload = b.add_memcpy("upload", MemcpyDir.HostToDevice, 4096)
+>>> k0 = b.add_kernel("relu", 4, 256, 0).fusible(True).inputs([buf_in]).outputs([buf_mid]).finish()
+>>> k1 = b.add_kernel("scale", 4, 256, 0).fusible(True).inputs([buf_mid]).outputs([buf_out]).finish()
+>>> download = b.add_memcpy("download", MemcpyDir.DeviceToHost, 4096)
+>>> b.chain([upload, k0, k1, download])
+>>> graph = b.build()
+>>> graph.num_nodes, len(graph.edges)
+(4, 3)
+>>> graph.node(upload).outputs == (buf_in,)   # the upload was bound to 'input'
+True
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from oxiwork.error import CycleError, EmptyGraph, InvalidArgument, UnknownBuffer, UnknownNode
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import (
+    DTYPES,
+    Buffer,
+    BufferId,
+    GraphNode,
+    KernelConfig,
+    MemcpyDir,
+    NodeId,
+    NodeKind,
+    StreamId,
+)
+
+__all__ = ["GraphBuilder", "GraphWarning", "KernelBuilder"]
+
+MAX_NAME_LENGTH = 256
+
+
+class GraphWarning(UserWarning):
+    """Something is suspicious but not wrong (a buffer read before anyone writes it...)."""
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{what} name must be a str, got {type(name).__name__}")
+    if not name.strip():
+        raise InvalidArgument(f"{what} name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidArgument(
+            f"{what} name is {len(name)} characters; keep it under {MAX_NAME_LENGTH}"
+        )
+    if any(ord(c) < 32 for c in name):
+        raise InvalidArgument(f"{what} name {name!r} contains control characters; remove them")
+    return name
+
+
+def _check_positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int, got {value!r}")
+    if value <= 0:
+        raise InvalidArgument(f"{what} must be > 0, got {value}")
+    return value
+
+
+class KernelBuilder:
+    """Fluent configuration of one kernel; :meth:`finish` adds it and returns its id."""
+
+    def __init__(self, owner: GraphBuilder, name: str, config: KernelConfig) -> None:
+        self._owner = owner
+        self._name = name
+        self._config = config
+        self._fusible = False
+        self._inputs: tuple[BufferId, ...] = ()
+        self._outputs: tuple[BufferId, ...] = ()
+        self._stream: StreamId | None = None
+        self._cost: float | None = None
+        self._params: dict[str, Any] = {}
+        self._op: str | None = None
+        self._op_set = False
+        self._finished: NodeId | None = None
+
+    def fusible(self, flag: bool = True) -> KernelBuilder:
+        """Allow the fusion pass to merge this kernel with its neighbours."""
+        self._fusible = bool(flag)
+        return self
+
+    def inputs(self, buffers: Iterable[BufferId]) -> KernelBuilder:
+        """Buffers the kernel reads, in argument order."""
+        self._inputs = tuple(self._owner._check_buffer(b, self._name) for b in buffers)
+        return self
+
+    def outputs(self, buffers: Iterable[BufferId]) -> KernelBuilder:
+        """Buffers the kernel writes, in argument order."""
+        self._outputs = tuple(self._owner._check_buffer(b, self._name) for b in buffers)
+        return self
+
+    def on_stream(self, stream: int) -> KernelBuilder:
+        """Pin the kernel to a stream (the stream pass keeps pins)."""
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+            raise InvalidArgument(f"stream for {self._name!r} must be an int >= 0, got {stream!r}")
+        self._stream = StreamId(stream)
+        return self
+
+    def cost(self, seconds: float) -> KernelBuilder:
+        """Override the cost model's time estimate for this kernel (seconds, > 0)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise InvalidArgument(f"cost of {self._name!r} must be a number, got {seconds!r}")
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise InvalidArgument(f"cost of {self._name!r} must be finite and > 0, got {seconds}")
+        self._cost = float(seconds)
+        return self
+
+    def params(self, **op_params: Any) -> KernelBuilder:
+        """Op parameters (``alpha=0.5`` for ``scale``...); values are numbers, str or bool."""
+        for k, v in op_params.items():
+            if not isinstance(v, (int, float, str, bool)):
+                raise InvalidArgument(
+                    f"parameter {k!r} of {self._name!r} must be a number, str or bool, got {v!r}"
+                )
+        self._params.update(op_params)
+        return self
+
+    def op(self, name: str | None) -> KernelBuilder:
+        """Pick the op this kernel computes (default: the op named like the kernel)."""
+        if name is not None:
+            from oxiwork import ops
+
+            if ops.get(name) is None:
+                known = ", ".join(sorted(ops.REGISTRY))
+                raise InvalidArgument(
+                    f"kernel {self._name!r}: unknown op {name!r}; known ops: {known} "
+                    "(or register a custom op with oxiwork.ops.custom)"
+                )
+        self._op = name
+        self._op_set = True
+        return self
+
+    def finish(self) -> NodeId:
+        """Add the kernel to the builder and return its id."""
+        if self._finished is not None:
+            raise InvalidArgument(f"kernel {self._name!r} was already finished")
+        op = self._op if self._op_set else _op_for_name(self._name)
+        node = GraphNode(
+            id=NodeId(0),  # assigned by the builder
+            name=self._name,
+            kind=NodeKind.KernelLaunch,
+            inputs=self._inputs,
+            outputs=self._outputs,
+            stream=self._stream,
+            cost=self._cost,
+            config=self._config,
+            fusible=self._fusible,
+            op=op,
+            params=tuple(sorted(self._params.items())),
+        )
+        self._finished = self._owner._add(node)
+        self._owner._pending.discard(self)
+        return self._finished
+
+
+def _op_for_name(name: str) -> str | None:
+    from oxiwork import ops
+
+    return name if ops.get(name) is not None else None
+
+
+class GraphBuilder:
+    """Collects buffers, nodes and dependencies; :meth:`build` returns a ComputeGraph."""
+
+    def __init__(self) -> None:
+        self._buffers: list[Buffer] = []
+        self._buffer_names: dict[str, BufferId] = {}
+        self._nodes: list[GraphNode] = []
+        self._deps: dict[tuple[NodeId, NodeId], None] = {}
+        self._succ: dict[NodeId, list[NodeId]] = {}
+        self._pending: set[KernelBuilder] = set()
+        # ids handed out by this builder: an id from another builder is rejected even if
+        # its number happens to be in range here.
+        self._issued_nodes: dict[int, NodeId] = {}
+        self._issued_buffers: dict[int, BufferId] = {}
+        self._node_index: dict[NodeId, int] = {}
+        self._buffer_index: dict[BufferId, int] = {}
+        self.notes: list[str] = []
+        self.warnings: list[str] = []
+
+    @classmethod
+    def from_graph(cls, graph: ComputeGraph) -> GraphBuilder:
+        """A builder holding ``graph``'s buffers, nodes and edges, for editing.
+
+        Ids of ``graph`` are accepted by the new builder.
+        """
+        b = cls()
+        for buf in graph.buffers:
+            b._buffer_index[buf.id] = len(b._buffers)
+            b._buffers.append(buf)
+            b._buffer_names[buf.name] = buf.id
+            b._issued_buffers[int(buf.id)] = buf.id
+        for n in graph.nodes:
+            b._node_index[n.id] = len(b._nodes)
+            b._nodes.append(n)
+            b._issued_nodes[int(n.id)] = n.id
+            b._succ.setdefault(n.id, [])
+        for a, c in graph.edges:
+            b._deps[(a, c)] = None
+            b._succ[a].append(c)
+        b._next_node = int(graph.next_node_id())
+        b._next_buffer = int(graph.next_buffer_id())
+        return b
+
+    # ------------------------------------------------------------------ buffers
+    _next_node = 0
+    _next_buffer = 0
+
+    def alloc_buffer(
+        self,
+        name: str,
+        size_bytes: int,
+        dtype: str = "float32",
+        shape: Sequence[int] | None = None,
+        alignment: int = 256,
+        *,
+        external: bool = False,
+    ) -> BufferId:
+        """Declare a device buffer of ``size_bytes`` bytes and return its id."""
+        _check_name(name, "buffer")
+        if name in self._buffer_names:
+            raise InvalidArgument(f"a buffer named {name!r} already exists; pick another name")
+        _check_positive_int(size_bytes, f"size of buffer {name!r}")
+        if dtype not in DTYPES:
+            raise InvalidArgument(
+                f"buffer {name!r}: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}"
+            )
+        itemsize = DTYPES[dtype]
+        if size_bytes % itemsize:
+            raise InvalidArgument(
+                f"buffer {name!r}: {size_bytes} bytes is not a whole number of {dtype} "
+                f"elements ({itemsize} bytes each)"
+            )
+        shape_t: tuple[int, ...] | None = None
+        if shape is not None:
+            shape_t = tuple(_check_positive_int(s, f"shape of {name!r}") for s in shape)
+            if math.prod(shape_t) * itemsize != size_bytes:
+                raise InvalidArgument(
+                    f"buffer {name!r}: shape {shape_t} holds {math.prod(shape_t) * itemsize} "
+                    f"bytes of {dtype}, but size_bytes is {size_bytes}"
+                )
+        _check_positive_int(alignment, f"alignment of {name!r}")
+        if alignment & (alignment - 1):
+            raise InvalidArgument(f"buffer {name!r}: alignment {alignment} is not a power of two")
+        bid = BufferId(self._next_buffer)
+        self._next_buffer += 1
+        self._buffer_index[bid] = len(self._buffers)
+        self._buffers.append(
+            Buffer(bid, name, size_bytes, dtype, shape_t, alignment, external=external)
+        )
+        self._buffer_names[name] = bid
+        self._issued_buffers[int(bid)] = bid
+        return bid
+
+    def alloc_external_buffer(
+        self,
+        name: str,
+        size_bytes: int,
+        dtype: str = "float32",
+        shape: Sequence[int] | None = None,
+        alignment: int = 256,
+    ) -> BufferId:
+        """Declare a user-owned buffer: bound at run time, never placed in the arena."""
+        return self.alloc_buffer(name, size_bytes, dtype, shape, alignment, external=True)
+
+    # ------------------------------------------------------------------ nodes
+    def add_kernel(self, name: str, blocks: int, threads: int, smem: int = 0) -> KernelBuilder:
+        """Start a 1-D kernel launch of ``blocks`` x ``threads`` with ``smem`` bytes."""
+        _check_name(name, "kernel")
+        kb = KernelBuilder(self, name, KernelConfig.linear(blocks, threads, smem))
+        self._pending.add(kb)
+        return kb
+
+    def add_kernel_3d(
+        self,
+        name: str,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        smem: int = 0,
+    ) -> KernelBuilder:
+        """Start a kernel launch with 3-D ``grid`` and ``block``."""
+        _check_name(name, "kernel")
+        kb = KernelBuilder(self, name, KernelConfig(grid, block, smem))
+        self._pending.add(kb)
+        return kb
+
+    def add_memcpy(
+        self,
+        name: str,
+        direction: MemcpyDir,
+        size_bytes: int,
+        src: BufferId | None = None,
+        dst: BufferId | None = None,
+    ) -> NodeId:
+        """A copy of ``size_bytes``. Host sides have no buffer; device sides may be bound
+        now or inferred by :meth:`build` from the neighbours."""
+        _check_name(name, "memcpy")
+        if not isinstance(direction, MemcpyDir):
+            raise InvalidArgument(f"memcpy {name!r}: direction must be a MemcpyDir")
+        _check_positive_int(size_bytes, f"size of memcpy {name!r}")
+        host_src = direction is MemcpyDir.HostToDevice
+        host_dst = direction is MemcpyDir.DeviceToHost
+        if host_src and src is not None:
+            raise InvalidArgument(f"memcpy {name!r} is HostToDevice: its source is the host")
+        if host_dst and dst is not None:
+            raise InvalidArgument(f"memcpy {name!r} is DeviceToHost: its destination is the host")
+        ins = () if src is None else (self._check_buffer(src, name),)
+        outs = () if dst is None else (self._check_buffer(dst, name),)
+        for bid in (*ins, *outs):
+            buf = self._buffers[self._buffer_pos(bid)]
+            if size_bytes > buf.size_bytes:
+                raise InvalidArgument(
+                    f"memcpy {name!r} copies {size_bytes} bytes but buffer {buf.name!r} "
+                    f"holds {buf.size_bytes}"
+                )
+        return self._add(
+            GraphNode(
+                NodeId(0),
+                name,
+                NodeKind.Memcpy,
+                inputs=ins,
+                outputs=outs,
+                memcpy_dir=direction,
+                size_bytes=size_bytes,
+            )
+        )
+
+    def add_memset(
+        self, name: str, size_bytes: int, value: int, dst: BufferId | None = None
+    ) -> NodeId:
+        """Fill ``size_bytes`` bytes with the byte ``value`` (0..255)."""
+        _check_name(name, "memset")
+        _check_positive_int(size_bytes, f"size of memset {name!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
+            raise InvalidArgument(f"memset {name!r}: value must be a byte 0..255, got {value!r}")
+        outs = () if dst is None else (self._check_buffer(dst, name),)
+        for bid in outs:
+            buf = self._buffers[self._buffer_pos(bid)]
+            if size_bytes > buf.size_bytes:
+                raise InvalidArgument(
+                    f"memset {name!r} sets {size_bytes} bytes but buffer {buf.name!r} "
+                    f"holds {buf.size_bytes}"
+                )
+        return self._add(
+            GraphNode(
+                NodeId(0),
+                name,
+                NodeKind.Memset,
+                outputs=outs,
+                size_bytes=size_bytes,
+                memset_value=value,
+            )
+        )
+
+    def add_event_record(self, name: str) -> NodeId:
+        """Record an event (waits on it are ordered after this node)."""
+        _check_name(name, "event record")
+        return self._add(GraphNode(NodeId(0), name, NodeKind.EventRecord))
+
+    def add_event_wait(self, name: str, record: NodeId) -> NodeId:
+        """Wait for the event recorded by node ``record``."""
+        _check_name(name, "event wait")
+        rec = self._check_node(record)
+        if self._node(rec).kind is not NodeKind.EventRecord:
+            raise InvalidArgument(
+                f"event wait {name!r} must wait for an event record, but "
+                f"{self._node(rec).name!r} is a {self._node(rec).kind.value}"
+            )
+        nid = self._add(GraphNode(NodeId(0), name, NodeKind.EventWait, event=rec))
+        self.dep(rec, nid)
+        return nid
+
+    def add_host_callback(self, label: str, fn: Callable[[], Any] | None = None) -> NodeId:
+        """A host function run when its dependencies are done (``fn`` may be None)."""
+        _check_name(label, "host callback")
+        if fn is not None and not callable(fn):
+            raise InvalidArgument(f"host callback {label!r}: fn must be callable")
+        return self._add(GraphNode(NodeId(0), label, NodeKind.HostCallback, label=label, fn=fn))
+
+    def add_barrier(self, name: str = "barrier") -> NodeId:
+        """A node that only orders: everything before it finishes before anything after."""
+        _check_name(name, "barrier")
+        return self._add(GraphNode(NodeId(0), name, NodeKind.Barrier))
+
+    # ------------------------------------------------------------------ dependencies
+    def dep(self, before: NodeId, after: NodeId) -> None:
+        """``after`` depends on ``before``; rejects self-loops and edges closing a cycle."""
+        a, b = self._check_node(before), self._check_node(after)
+        if a == b:
+            raise CycleError(
+                f"node {self._node(a).name!r} cannot depend on itself", (self._node(a).name,)
+            )
+        if (a, b) in self._deps:
+            return
+        path = self._path(b, a)
+        if path is not None:
+            names = tuple(self._node(n).name for n in path)
+            shown = " -> ".join(repr(x) for x in (*names, names[0]))
+            raise CycleError(
+                f"dependency {self._node(a).name!r} -> {self._node(b).name!r} would close the "
+                f"cycle {shown}; drop it or reverse it",
+                names,
+            )
+        self._deps[(a, b)] = None
+        self._succ[a].append(b)
+
+    def chain(self, nodes: Sequence[NodeId]) -> None:
+        """Each node depends on the one before it."""
+        nodes = list(nodes)
+        for a, b in zip(nodes, nodes[1:], strict=False):
+            self.dep(a, b)
+
+    def fan_in(self, sources: Iterable[NodeId], sink: NodeId) -> None:
+        """``sink`` depends on every node of ``sources``."""
+        for s in sources:
+            self.dep(s, sink)
+
+    def fan_out(self, source: NodeId, sinks: Iterable[NodeId]) -> None:
+        """Every node of ``sinks`` depends on ``source``."""
+        for s in sinks:
+            self.dep(source, s)
+
+    # ------------------------------------------------------------------ build
+    def build(self) -> ComputeGraph:
+        """Infer data edges, bind unbound copies, validate, and return the graph.
+
+        Data edges follow program order (the explicit dependencies, ties broken by
+        creation order): read-after-write, write-after-read and write-after-write on the
+        same buffer each add an edge, so every ordering the buffers need is explicit.
+        """
+        if self._pending:
+            names = ", ".join(sorted(repr(k._name) for k in self._pending))
+            raise InvalidArgument(
+                f"kernel(s) {names} were started but never finished: call .finish()"
+            )
+        if not self._nodes:
+            raise EmptyGraph("the graph has no nodes; add at least one kernel, copy or memset")
+        self.notes = []
+        self.warnings = []
+        nodes = self._bind_copies()
+        explicit = ComputeGraph(tuple(nodes), tuple(self._buffers), tuple(self._deps))
+        edges = dict(self._deps)
+        last_writer: dict[BufferId, NodeId] = {}
+        readers_since: dict[BufferId, list[NodeId]] = {}
+        written: set[BufferId] = set()
+        for nid in explicit.topological_order():
+            n = explicit.node(nid)
+            for bid in n.inputs:
+                w = last_writer.get(bid)
+                if w is not None and w != nid:
+                    edges[(w, nid)] = None
+                readers_since.setdefault(bid, []).append(nid)
+            for bid in n.outputs:
+                for r in readers_since.pop(bid, []):
+                    if r != nid:
+                        edges[(r, nid)] = None
+                w = last_writer.get(bid)
+                if w is not None and w != nid:
+                    edges[(w, nid)] = None
+                last_writer[bid] = nid
+                written.add(bid)
+        for n in nodes:
+            for bid in n.inputs:
+                buf = explicit.buffer(bid)
+                if bid not in written and not buf.external:
+                    self._warn(
+                        f"buffer {buf.name!r} is read by {n.name!r} but nothing writes it; "
+                        "add a HostToDevice copy into it or allocate it with "
+                        "alloc_external_buffer"
+                    )
+        graph = explicit.with_changes(edges=tuple(edges))
+        from oxiwork.verify import verify
+
+        verify(graph)
+        return graph
+
+    # ------------------------------------------------------------------ internals
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        warnings.warn(message, GraphWarning, stacklevel=3)
+
+    def _bind_copies(self) -> list[GraphNode]:
+        """Bind copies without a device buffer where exactly one buffer fits.
+
+        A HostToDevice copy with no destination feeds the one buffer of matching size
+        that its direct successors read and that nothing writes; a DeviceToHost copy
+        with no source drains the one buffer of matching size that its direct
+        predecessors write and that nothing reads. This is what makes the seed's quick
+        start (whose copies name no buffers) compute real values. Ambiguous copies stay
+        unbound (timing only) and are reported in ``warnings``.
+        """
+        nodes = list(self._nodes)
+        pred: dict[NodeId, list[NodeId]] = {n.id: [] for n in nodes}
+        for a, b in self._deps:
+            pred[b].append(a)
+        by_id = {n.id: i for i, n in enumerate(nodes)}
+        written = {b for n in nodes for b in n.outputs}
+        read = {b for n in nodes for b in n.inputs}
+        sizes = {b.id: b.size_bytes for b in self._buffers}
+        for i, n in enumerate(nodes):
+            if n.kind is not NodeKind.Memcpy:
+                continue
+            if n.memcpy_dir is MemcpyDir.HostToDevice and not n.outputs:
+                cands = {
+                    bid
+                    for s in self._succ[n.id]
+                    for bid in nodes[by_id[s]].inputs
+                    if bid not in written and sizes[bid] == n.size_bytes
+                }
+                if len(cands) == 1:
+                    (bid,) = cands
+                    nodes[i] = replace(n, outputs=(bid,))
+                    written.add(bid)
+                    self.notes.append(f"{n.name!r} writes {self._buf_name(bid)!r} (inferred)")
+                else:
+                    self._warn(
+                        f"copy {n.name!r} names no destination and {len(cands)} buffers could "
+                        "be it; pass dst= to bind it (it runs for timing only)"
+                    )
+            elif n.memcpy_dir is MemcpyDir.DeviceToHost and not n.inputs:
+                cands = {
+                    bid
+                    for p in pred[n.id]
+                    for bid in nodes[by_id[p]].outputs
+                    if bid not in read and sizes[bid] == n.size_bytes
+                }
+                if len(cands) == 1:
+                    (bid,) = cands
+                    nodes[i] = replace(n, inputs=(bid,))
+                    read.add(bid)
+                    self.notes.append(f"{n.name!r} reads {self._buf_name(bid)!r} (inferred)")
+                else:
+                    self._warn(
+                        f"copy {n.name!r} names no source and {len(cands)} buffers could be "
+                        "it; pass src= to bind it (it runs for timing only)"
+                    )
+        return nodes
+
+    def _buf_name(self, bid: BufferId) -> str:
+        return self._buffers[self._buffer_pos(bid)].name
+
+    def _add(self, node: GraphNode) -> NodeId:
+        nid = NodeId(self._next_node)
+        self._next_node += 1
+        self._node_index[nid] = len(self._nodes)
+        self._nodes.append(replace(node, id=nid))
+        self._issued_nodes[int(nid)] = nid
+        self._succ[nid] = []
+        return nid
+
+    def _node(self, nid: NodeId) -> GraphNode:
+        return self._nodes[self._node_pos(nid)]
+
+    def _node_pos(self, nid: NodeId) -> int:
+        return self._node_index[nid]
+
+    def _buffer_pos(self, bid: BufferId) -> int:
+        return self._buffer_index[bid]
+
+    def _check_node(self, nid: Any) -> NodeId:
+        if not isinstance(nid, NodeId):
+            hint = " (that is a BufferId)" if isinstance(nid, BufferId) else ""
+            raise InvalidArgument(
+                f"expected a NodeId returned by add_*(), got {nid!r}{hint}"
+                + ("; did you forget .finish()?" if isinstance(nid, KernelBuilder) else "")
+            )
+        issued = self._issued_nodes.get(int(nid))
+        if issued is None:
+            raise UnknownNode(
+                f"{nid!r} is not a node of this builder (it has {len(self._nodes)} nodes); "
+                "use the id returned by this builder's add_* call"
+            )
+        if issued is not nid:
+            raise UnknownNode(
+                f"{nid!r} was not issued by this builder (it comes from another builder or "
+                "was constructed by hand); use the id returned by this builder's add_* call"
+            )
+        return nid
+
+    def _check_buffer(self, bid: Any, user: str) -> BufferId:
+        if not isinstance(bid, BufferId):
+            hint = " (that is a NodeId)" if isinstance(bid, NodeId) else ""
+            raise InvalidArgument(
+                f"{user!r}: expected a BufferId returned by alloc_buffer(), got {bid!r}{hint}"
+            )
+        issued = self._issued_buffers.get(int(bid))
+        if issued is None or issued is not bid:
+            raise UnknownBuffer(
+                f"{user!r} uses {bid!r}, which is not a buffer of this builder; use the id "
+                "returned by this builder's alloc_buffer()"
+            )
+        return bid
+
+    def _path(self, start: NodeId, goal: NodeId) -> list[NodeId] | None:
+        """A path start -> ... -> goal over explicit dependencies, or None (DFS)."""
+        parent: dict[NodeId, NodeId | None] = {start: None}
+        stack = [start]
+        while stack:
+            v = stack.pop()
+            if v == goal:
+                path = [v]
+                while parent[path[-1]] is not None:
+                    path.append(parent[path[-1]])  # type: ignore[arg-type]
+                return path[::-1]
+            for w in self._succ[v]:
+                if w not in parent:
+                    parent[w] = v
+                    stack.append(w)
+        return None

@@ -1,0 +1,333 @@
+"""Core node types of the computation graph: ids, kinds, kernel configs, buffers, nodes.
+
+Everything here is immutable (frozen, slotted dataclasses and enums), so a pass that
+changes a graph returns a new one and the old one stays valid: every pass yields a
+before/after pair for free.
+
+Ids are ``int`` subclasses: they hash and compare at C speed (analyses of 100k-node
+graphs key dicts by them) and serialise as plain numbers, while the type still tells a
+node id from a buffer id.
+
+Example
+-------
+>>> from oxiwork.node import KernelConfig
+>>> KernelConfig.linear(4, 256).total_threads
+1024
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from oxiwork.error import InvalidArgument
+
+__all__ = [
+    "DTYPES",
+    "MAX_BLOCK_DIM",
+    "MAX_BLOCK_THREADS",
+    "MAX_GRID_X",
+    "MAX_GRID_YZ",
+    "MAX_SHARED_MEM_BYTES",
+    "Buffer",
+    "BufferId",
+    "FusedProgram",
+    "FusedStep",
+    "GraphNode",
+    "KernelConfig",
+    "MemcpyDir",
+    "NodeId",
+    "NodeKind",
+    "StreamId",
+]
+
+# CUDA limits (compute capability 7.0 and newer; Hopper allows 227 KiB of dynamic smem).
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK_DIM = (1024, 1024, 64)
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
+MAX_SHARED_MEM_BYTES = 227 * 1024
+
+# numpy dtype name -> bytes per element. One place defines what a buffer may hold.
+DTYPES: Mapping[str, int] = {
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+}
+
+
+class NodeId(int):
+    """Identifier of a node in a :class:`~oxiwork.graph.ComputeGraph`.
+
+    >>> NodeId(3)
+    NodeId(3)
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"NodeId({int(self)})"
+
+
+class BufferId(int):
+    """Identifier of a device buffer.
+
+    >>> BufferId(0)
+    BufferId(0)
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"BufferId({int(self)})"
+
+
+class StreamId(int):
+    """Identifier of a CUDA stream (0 is the first stream the plan uses).
+
+    >>> StreamId(1)
+    StreamId(1)
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"StreamId({int(self)})"
+
+
+class NodeKind(enum.Enum):
+    """What a node does. Member names follow the seed (``NodeKind::KernelLaunch``...)."""
+
+    KernelLaunch = "kernel"
+    Memcpy = "memcpy"
+    Memset = "memset"
+    EventRecord = "event_record"
+    EventWait = "event_wait"
+    HostCallback = "host_callback"
+    Barrier = "barrier"
+
+
+class MemcpyDir(enum.Enum):
+    """Direction of a copy, as in the seed's ``MemcpyDir``."""
+
+    HostToDevice = "h2d"
+    DeviceToHost = "d2h"
+    DeviceToDevice = "d2d"
+    PeerToPeer = "p2p"
+
+
+def _dim3(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be an int or a tuple of up to 3 ints, not a bool")
+    if isinstance(value, int):
+        value = (value,)
+    try:
+        dims = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(
+            f"{what} must be an int or a tuple of up to 3 ints, got {value!r}"
+        ) from None
+    if not 1 <= len(dims) <= 3:
+        raise InvalidArgument(f"{what} must have 1 to 3 dimensions, got {len(dims)}: {dims!r}")
+    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    """Launch configuration: grid and block as 3-tuples, dynamic shared memory in bytes.
+
+    Validated against CUDA's limits on construction.
+
+    >>> KernelConfig((2, 2, 1), (16, 16, 1)).total_blocks
+    4
+    >>> KernelConfig((2, 2, 1), (16, 16, 1)).total_threads
+    1024
+    """
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        grid = _dim3(self.grid, "grid")
+        block = _dim3(self.block, "block")
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "block", block)
+        for axis, g in zip("xyz", grid, strict=True):
+            if g <= 0:
+                raise InvalidArgument(f"grid.{axis} is {g}; every grid dimension must be >= 1")
+        if grid[0] > MAX_GRID_X:
+            raise InvalidArgument(f"grid.x is {grid[0]}; CUDA allows at most {MAX_GRID_X}")
+        for axis, g in zip("yz", grid[1:], strict=True):
+            if g > MAX_GRID_YZ:
+                raise InvalidArgument(
+                    f"grid.{axis} is {g}; CUDA allows at most {MAX_GRID_YZ}: "
+                    "move the extra work to grid.x or loop inside the kernel"
+                )
+        for axis, b, cap in zip("xyz", block, MAX_BLOCK_DIM, strict=True):
+            if b <= 0:
+                raise InvalidArgument(f"block.{axis} is {b}; every block dimension must be >= 1")
+            if b > cap:
+                raise InvalidArgument(f"block.{axis} is {b}; CUDA allows at most {cap}")
+        threads = block[0] * block[1] * block[2]
+        if threads > MAX_BLOCK_THREADS:
+            raise InvalidArgument(
+                f"block {block} has {threads} threads; CUDA allows at most "
+                f"{MAX_BLOCK_THREADS} per block: use more blocks instead"
+            )
+        smem = self.shared_mem_bytes
+        if isinstance(smem, bool) or not isinstance(smem, int) or smem < 0:
+            raise InvalidArgument(f"shared_mem_bytes must be an int >= 0, got {smem!r}")
+        if smem > MAX_SHARED_MEM_BYTES:
+            raise InvalidArgument(
+                f"shared_mem_bytes is {smem}; at most {MAX_SHARED_MEM_BYTES} (227 KiB) "
+                "per block is available"
+            )
+
+    @classmethod
+    def linear(cls, blocks: int, threads: int, smem: int = 0) -> KernelConfig:
+        """A 1-D launch of ``blocks`` x ``threads``."""
+        return cls((blocks, 1, 1), (threads, 1, 1), smem)
+
+    @property
+    def total_blocks(self) -> int:
+        """Number of blocks in the grid."""
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    @property
+    def threads_per_block(self) -> int:
+        """Threads in one block."""
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def total_threads(self) -> int:
+        """Threads in the whole launch."""
+        return self.total_blocks * self.threads_per_block
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A named device buffer.
+
+    ``offset`` is ``None`` until the memory pass places the buffer in the arena.
+    ``external`` buffers are owned by the user (bound at run time, never placed in the
+    arena, never reused); an external buffer may be read without being written.
+    """
+
+    id: BufferId
+    name: str
+    size_bytes: int
+    dtype: str = "float32"
+    shape: tuple[int, ...] | None = None
+    alignment: int = 256
+    external: bool = False
+    offset: int | None = None
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of ``dtype``."""
+        return DTYPES[self.dtype]
+
+    @property
+    def num_elements(self) -> int:
+        """Elements the buffer holds (``size_bytes // itemsize``)."""
+        return self.size_bytes // self.itemsize
+
+    @property
+    def array_shape(self) -> tuple[int, ...]:
+        """``shape`` if given, else a flat ``(num_elements,)``."""
+        return self.shape if self.shape is not None else (self.num_elements,)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedStep:
+    """One op application inside a fused kernel.
+
+    ``args`` refer to the fused kernel's inputs (``("in", k)``) or to the result of an
+    earlier step (``("step", j)``).
+    """
+
+    op: str
+    params: tuple[tuple[str, Any], ...]
+    args: tuple[tuple[str, int], ...]
+    node: NodeId  # the original node this step came from
+
+
+@dataclass(frozen=True, slots=True)
+class FusedProgram:
+    """The body of a fused kernel: steps in order and which step feeds which output.
+
+    ``outputs[k]`` is the step whose result is written to the kernel's k-th output.
+    """
+
+    steps: tuple[FusedStep, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A node of the DAG. ``kind`` says which of the optional fields are meaningful.
+
+    - kernels: ``config``, ``fusible``, ``op`` (a registered op name, or ``None`` for an
+      opaque kernel), ``params``, ``fused`` (set on kernels made by the fusion pass),
+      ``fused_from`` (the original nodes a fused kernel replaces);
+    - copies: ``memcpy_dir``, ``size_bytes``;
+    - memsets: ``size_bytes``, ``memset_value`` (a byte value 0..255);
+    - event record/wait: ``event`` (the node id of the record a wait waits for);
+    - host callbacks: ``label``, ``fn`` (not serialised, not compared).
+
+    ``inputs``/``outputs`` are the buffers read and written. ``stream`` is a pin or,
+    after the stream pass, the assigned stream. ``cost`` overrides the cost model.
+    """
+
+    id: NodeId
+    name: str
+    kind: NodeKind
+    inputs: tuple[BufferId, ...] = ()
+    outputs: tuple[BufferId, ...] = ()
+    stream: StreamId | None = None
+    cost: float | None = None
+    config: KernelConfig | None = None
+    fusible: bool = False
+    op: str | None = None
+    params: tuple[tuple[str, Any], ...] = ()
+    fused: FusedProgram | None = None
+    fused_from: tuple[NodeId, ...] = ()
+    memcpy_dir: MemcpyDir | None = None
+    size_bytes: int = 0
+    memset_value: int = 0
+    event: NodeId | None = None
+    label: str = ""
+    fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_kernel(self) -> bool:
+        """True for kernel launches."""
+        return self.kind is NodeKind.KernelLaunch
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        """``params`` as a dict."""
+        return dict(self.params)
+
+    @property
+    def function_name(self) -> str:
+        """Name of the CUDA function this node launches (kernels only)."""
+        return self.op if self.fused is None and self.op else _c_ident(self.name)
+
+    def replace(self, **changes: Any) -> GraphNode:
+        """A copy with ``changes`` applied."""
+        return replace(self, **changes)
+
+
+def _c_ident(name: str) -> str:
+    """A valid C identifier derived from an arbitrary (possibly hostile) node name."""
+    out = "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "_" for c in name)
+    if not out or out[0].isdigit():
+        out = "k_" + out
+    return out

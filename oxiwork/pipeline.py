@@ -1,0 +1,154 @@
+"""The pass pipeline: optimisation passes listed once, run in order, each one traced.
+
+A pass is a function ``graph -> PassResult``. :class:`Pipeline` runs a list of them,
+verifies the graph after each one (``verify=True``), and records a :class:`TraceEntry`
+per pass: the graph before and after, the nodes and buffers created and removed, the
+pass's artefacts and the time it took. The widget and the renderers only read traces;
+passes never import UI code (the pattern of torch.fx's pass manager and tinygrad's
+tracked graph rewrites).
+
+Example
+-------
+>>> from oxiwork import GraphBuilder
+>>> from oxiwork.pipeline import Pipeline, PassResult
+>>> b = GraphBuilder()
+>>> x = b.alloc_buffer("x", 64)
+>>> _ = b.add_memset("zero", 64, 0, dst=x)
+>>> def rename(graph):
+...     return PassResult(graph.with_changes(nodes=[n.replace(name="z") for n in graph.nodes]))
+>>> run = Pipeline([("rename", rename)]).run(b.build())
+>>> run.trace[0].name, run.graph.nodes[0].name
+('rename', 'z')
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oxiwork.error import GraphError
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import BufferId, NodeId
+
+__all__ = ["PassFn", "PassResult", "PassSpec", "Pipeline", "PipelineRun", "TraceEntry"]
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """What a pass returns: the new graph and named artefacts (plain data or reports)."""
+
+    graph: ComputeGraph
+    artefacts: Mapping[str, Any] = field(default_factory=dict)
+
+
+PassFn = Callable[..., PassResult]
+
+
+@dataclass(frozen=True, slots=True)
+class PassSpec:
+    """A pass in a pipeline: its name, function and keyword options."""
+
+    name: str
+    fn: PassFn
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """What one pass did; the workbench's pass slider reads these."""
+
+    name: str
+    before: ComputeGraph
+    after: ComputeGraph
+    created_nodes: tuple[NodeId, ...]
+    removed_nodes: tuple[NodeId, ...]
+    created_buffers: tuple[BufferId, ...]
+    removed_buffers: tuple[BufferId, ...]
+    changed_nodes: tuple[NodeId, ...]
+    artefacts: Mapping[str, Any]
+    seconds: float
+
+    def summary(self) -> str:
+        """One line: counts of what changed and the time taken."""
+        return (
+            f"{self.name}: +{len(self.created_nodes)}/-{len(self.removed_nodes)} nodes, "
+            f"+{len(self.created_buffers)}/-{len(self.removed_buffers)} buffers, "
+            f"{len(self.changed_nodes)} changed, {self.seconds * 1e3:.2f} ms"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRun:
+    """The final graph and the trace of every pass, in order."""
+
+    graph: ComputeGraph
+    trace: tuple[TraceEntry, ...]
+
+    def artefact(self, pass_name: str, key: str) -> Any:
+        """The artefact ``key`` of the pass named ``pass_name``."""
+        for t in self.trace:
+            if t.name == pass_name:
+                return t.artefacts[key]
+        raise KeyError(f"no pass named {pass_name!r} in this run")
+
+
+class PassFailed(GraphError):
+    """A pass raised or produced an invalid graph; names it and the passes before it."""
+
+
+class Pipeline:
+    """Runs passes in order and traces each one."""
+
+    def __init__(self, passes: Iterable[PassSpec | tuple[str, PassFn]]) -> None:
+        self.passes: tuple[PassSpec, ...] = tuple(
+            p if isinstance(p, PassSpec) else PassSpec(p[0], p[1]) for p in passes
+        )
+
+    def run(self, graph: ComputeGraph, *, verify: bool = True) -> PipelineRun:
+        """Run every pass on ``graph``; verify after each one if ``verify``."""
+        from oxiwork.verify import verify as verify_graph
+
+        trace: list[TraceEntry] = []
+        current = graph
+        for spec in self.passes:
+            t0 = time.perf_counter()
+            try:
+                result = spec.fn(current, **spec.options)
+                if not isinstance(result, PassResult):
+                    raise TypeError(f"returned {type(result).__name__}, not PassResult")
+                if verify:
+                    verify_graph(result.graph)
+            except GraphError as e:
+                done = ", ".join(t.name for t in trace) or "none"
+                raise type(e)(f"pass {spec.name!r} failed (passes before it: {done}): {e}") from e
+            except Exception as e:  # a bug in a pass: still say which pass
+                done = ", ".join(t.name for t in trace) or "none"
+                raise PassFailed(
+                    f"pass {spec.name!r} raised {type(e).__name__}: {e} (passes before it: {done})"
+                ) from e
+            seconds = time.perf_counter() - t0
+            trace.append(_diff(spec.name, current, result, seconds))
+            current = result.graph
+        return PipelineRun(current, tuple(trace))
+
+
+def _diff(name: str, before: ComputeGraph, result: PassResult, seconds: float) -> TraceEntry:
+    after = result.graph
+    bn = {n.id: n for n in before.nodes}
+    an = {n.id: n for n in after.nodes}
+    bb = {b.id for b in before.buffers}
+    ab = {b.id for b in after.buffers}
+    return TraceEntry(
+        name=name,
+        before=before,
+        after=after,
+        created_nodes=tuple(sorted(an.keys() - bn.keys())),
+        removed_nodes=tuple(sorted(bn.keys() - an.keys())),
+        created_buffers=tuple(sorted(ab - bb)),
+        removed_buffers=tuple(sorted(bb - ab)),
+        changed_nodes=tuple(sorted(k for k in an.keys() & bn.keys() if an[k] != bn[k])),
+        artefacts=dict(result.artefacts),
+        seconds=seconds,
+    )

@@ -1,0 +1,171 @@
+"""One ``verify`` for graphs and plans: every IR invariant, checked in one place.
+
+Tests and debug runs call it after every pass (the pipeline does, with ``verify=True``).
+Its messages name the node and show its neighbourhood, in the spirit of torch.fx's
+``Graph.lint`` and JAX's ``check_jaxpr``.
+
+Example
+-------
+>>> from oxiwork import GraphBuilder, verify
+>>> b = GraphBuilder()
+>>> x = b.alloc_buffer("x", 64)
+>>> _ = b.add_memset("zero", 64, 0, dst=x)
+>>> verify(b.build())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oxiwork.error import InvalidArgument
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import DTYPES, GraphNode, MemcpyDir, NodeId, NodeKind
+
+__all__ = ["context", "verify"]
+
+
+def context(graph: ComputeGraph, nid: NodeId) -> str:
+    """A one-line description of a node and its neighbours, for error messages."""
+    n = graph.node(nid)
+
+    def names(ids: tuple[NodeId, ...]) -> str:
+        shown = [repr(graph.node(i).name) for i in ids[:5]]
+        return ", ".join(shown) + (f", … (+{len(ids) - 5})" if len(ids) > 5 else "") or "none"
+
+    return (
+        f"node {n.name!r} (id {int(n.id)}, {n.kind.value}); after: "
+        f"{names(graph.predecessors(nid))}; before: {names(graph.successors(nid))}"
+    )
+
+
+def verify(obj: Any) -> None:
+    """Check every invariant of a :class:`ComputeGraph` or an ``ExecutionPlan``.
+
+    Raises a :class:`~oxiwork.error.GraphError` subclass naming what is wrong; returns
+    ``None`` when everything holds.
+    """
+    if isinstance(obj, ComputeGraph):
+        _verify_graph(obj)
+        return
+    from oxiwork.executor.plan import ExecutionPlan, verify_plan
+
+    if isinstance(obj, ExecutionPlan):
+        verify_plan(obj)
+        return
+    raise InvalidArgument(f"verify() takes a ComputeGraph or an ExecutionPlan, not {type(obj)}")
+
+
+def _verify_graph(g: ComputeGraph) -> None:
+    # Structure (ids, references, acyclicity) was checked when the graph was made.
+    for b in g.buffers:
+        where = f"buffer {b.name!r} (id {int(b.id)})"
+        if b.size_bytes <= 0:
+            raise InvalidArgument(f"{where}: size must be > 0, got {b.size_bytes}")
+        if b.dtype not in DTYPES:
+            raise InvalidArgument(f"{where}: unknown dtype {b.dtype!r}")
+        if b.size_bytes % DTYPES[b.dtype]:
+            raise InvalidArgument(f"{where}: size is not a whole number of {b.dtype}")
+        if b.shape is not None:
+            count = 1
+            for s in b.shape:
+                count *= s
+            if any(s <= 0 for s in b.shape) or count != b.num_elements:
+                raise InvalidArgument(f"{where}: shape {b.shape} does not match its size")
+        if b.alignment <= 0 or b.alignment & (b.alignment - 1):
+            raise InvalidArgument(f"{where}: alignment {b.alignment} is not a power of two")
+        if b.offset is not None:
+            if b.external:
+                raise InvalidArgument(f"{where}: external buffers are never placed in the arena")
+            if b.offset < 0 or b.offset % b.alignment:
+                raise InvalidArgument(
+                    f"{where}: offset {b.offset} is not a non-negative multiple of its "
+                    f"alignment {b.alignment}"
+                )
+    edge_set = set(g.edges)
+    for n in g.nodes:
+        _RULES[n.kind](g, n, edge_set)
+        if n.stream is not None and n.stream < 0:
+            raise InvalidArgument(f"{context(g, n.id)}: stream {n.stream} is negative")
+        if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
+            raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
+
+
+def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if n.config is None:
+        raise InvalidArgument(f"{context(g, n.id)}: a kernel needs a KernelConfig")
+    if n.fused is not None:
+        p = n.fused
+        if not n.fused_from:
+            raise InvalidArgument(f"{context(g, n.id)}: fused kernel lists no original nodes")
+        for j, step in enumerate(p.steps):
+            for kind, i in step.args:
+                ok = (kind == "in" and 0 <= i < len(n.inputs)) or (kind == "step" and 0 <= i < j)
+                if not ok:
+                    raise InvalidArgument(
+                        f"{context(g, n.id)}: fused step {j} ({step.op}) reads {kind} {i}, "
+                        "which does not exist at that point"
+                    )
+        if len(p.outputs) != len(n.outputs) or any(not 0 <= s < len(p.steps) for s in p.outputs):
+            raise InvalidArgument(
+                f"{context(g, n.id)}: fused program has {len(p.outputs)} outputs for "
+                f"{len(n.outputs)} output buffers"
+            )
+
+
+def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if n.memcpy_dir is None:
+        raise InvalidArgument(f"{context(g, n.id)}: a memcpy needs a direction")
+    if n.size_bytes <= 0:
+        raise InvalidArgument(f"{context(g, n.id)}: copy size must be > 0")
+    if len(n.inputs) > 1 or len(n.outputs) > 1:
+        raise InvalidArgument(f"{context(g, n.id)}: a memcpy has at most one source and one dest")
+    if n.memcpy_dir is MemcpyDir.HostToDevice and n.inputs:
+        raise InvalidArgument(f"{context(g, n.id)}: a HostToDevice copy reads the host")
+    if n.memcpy_dir is MemcpyDir.DeviceToHost and n.outputs:
+        raise InvalidArgument(f"{context(g, n.id)}: a DeviceToHost copy writes the host")
+    for bid in (*n.inputs, *n.outputs):
+        if g.buffer(bid).size_bytes < n.size_bytes:
+            raise InvalidArgument(
+                f"{context(g, n.id)}: copies {n.size_bytes} bytes but buffer "
+                f"{g.buffer(bid).name!r} holds {g.buffer(bid).size_bytes}"
+            )
+
+
+def _check_memset(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if not 0 <= n.memset_value <= 255:
+        raise InvalidArgument(f"{context(g, n.id)}: memset value must be a byte 0..255")
+    if n.size_bytes <= 0 or n.inputs or len(n.outputs) > 1:
+        raise InvalidArgument(f"{context(g, n.id)}: a memset writes > 0 bytes into one buffer")
+    for bid in n.outputs:
+        if g.buffer(bid).size_bytes < n.size_bytes:
+            raise InvalidArgument(
+                f"{context(g, n.id)}: sets {n.size_bytes} bytes of a "
+                f"{g.buffer(bid).size_bytes}-byte buffer"
+            )
+
+
+def _check_wait(g: ComputeGraph, n: GraphNode, edges: set[Any]) -> None:
+    rec = g.node(n.event) if n.event is not None else None
+    if rec is None or rec.kind is not NodeKind.EventRecord:
+        raise InvalidArgument(f"{context(g, n.id)}: an event wait must name an event record")
+    if (rec.id, n.id) not in edges:
+        raise InvalidArgument(
+            f"{context(g, n.id)}: waits for {rec.name!r} but does not depend on it"
+        )
+
+
+def _check_plain(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if n.inputs or n.outputs:
+        raise InvalidArgument(f"{context(g, n.id)}: a {n.kind.value} node touches no buffers")
+
+
+# One rule per node kind (rule tables, not if-chains).
+_RULES = {
+    NodeKind.KernelLaunch: _check_kernel,
+    NodeKind.Memcpy: _check_memcpy,
+    NodeKind.Memset: _check_memset,
+    NodeKind.EventRecord: _check_plain,
+    NodeKind.EventWait: _check_wait,
+    NodeKind.HostCallback: _check_plain,
+    NodeKind.Barrier: _check_plain,
+}
