@@ -1,0 +1,698 @@
+"""Static memory planning: give every buffer an offset in one arena.
+
+Buffers whose lifetimes overlap in time must not overlap in space; the arena is as small as
+possible. This is two-dimensional strip packing with fixed x positions (NP-hard), so two modes:
+
+* ``"heuristic"`` (default): best-fit / first-fit placement over several orderings, keeping
+  the smallest arena. TFLite's greedy-by-size is one of the candidates, so the result is never
+  worse than it by construction.
+* ``"exact"``: MiniMalloc's canonical branch-and-bound search (see
+  :mod:`oxiwork.optimizer._minimalloc`), starting from the heuristic's arena and tightening
+  toward the lower bound (or aiming straight for a given ``capacity``) within a time limit.
+
+Lifetimes are half-open ``[start, end)`` step intervals, as the liveness analysis produces.
+
+References
+----------
+* TFLite Micro ``GreedyMemoryPlanner`` (greedy by size, first fit).
+* XLA ``GlobalDecreasingSizeBestFitHeap`` (spatial and temporal orderings, best fit).
+* Y. Pisarchyk and J. Lee, "Efficient Memory Management for Deep Neural Net Inference",
+  arXiv:2001.03288, 2020 (greedy by size; offset calculation).
+* M. D. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated Machine
+  Learning", ASPLOS 2023.
+
+Example
+-------
+>>> plan = plan_intervals([(0, 2, 64), (1, 3, 32), (2, 4, 64)])
+>>> plan.arena_bytes, plan.lower_bound, plan.optimal
+(96, 96, True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from oxiwork.error import InvalidArgument
+
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "DEFAULT_TIME_LIMIT",
+    "MODES",
+    "IntervalPlan",
+    "MemoryPlan",
+    "greedy_by_size",
+    "lower_bound",
+    "plan_buffers",
+    "plan_intervals",
+]
+
+DEFAULT_ALIGNMENT = 256
+"""Per-buffer alignment used by :func:`plan_buffers` when a buffer names none (cudaMalloc
+returns 256-byte aligned pointers, and coalesced access wants at least that)."""
+
+DEFAULT_TIME_LIMIT = 60.0
+"""Seconds the exact mode searches when no ``time_limit`` is given."""
+
+MODES = ("heuristic", "exact")
+
+# Above this many intervals the heuristic runs only the cheapest candidates: each ordering is
+# a full O(n * overlap) pass in Python, and on huge inputs the extra orderings rarely pay.
+_MANY_INTERVALS = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalPlan:
+    """Result of :func:`plan_intervals`: one offset per interval, in input order.
+
+    Attributes
+    ----------
+    offsets : tuple of int
+        Byte offset of each interval's buffer in the arena.
+    arena_bytes : int
+        ``max(offset + size)`` (sizes rounded up to the alignment); 0 for no intervals.
+    lower_bound : int
+        Largest number of (rounded) bytes live at one time: no plan can beat it.
+    optimal : bool
+        True only when the arena is proved minimal (it meets ``lower_bound``, or an exhaustive
+        search showed that one byte less is infeasible).
+    ratio : float
+        ``arena_bytes / lower_bound`` (1.0 when both are 0).
+    seconds : float
+        Wall-clock time spent planning.
+    strategy : str
+        The ordering or method whose plan won, e.g. ``"best_fit_size"`` or ``"minimalloc"``.
+    fits : bool or None
+        None without a ``capacity``; else whether ``arena_bytes <= capacity``.
+    message : str or None
+        Why the plan falls short (capacity not met, time limit hit), else None.
+    nodes : int
+        Search nodes visited by the exact mode (0 in heuristic mode).
+    """
+
+    offsets: tuple[int, ...]
+    arena_bytes: int
+    lower_bound: int
+    optimal: bool
+    ratio: float
+    seconds: float
+    strategy: str
+    fits: bool | None = None
+    message: str | None = None
+    nodes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """Report-friendly memory plan over named buffers (what :func:`plan_buffers` returns).
+
+    Attributes
+    ----------
+    offsets : Mapping[int, int]
+        Buffer id -> byte offset in the arena.
+    sizes : Mapping[int, int]
+        Buffer id -> bytes reserved (size rounded up to the buffer's alignment).
+    lifetimes : Mapping[int, tuple[int, int]]
+        Buffer id -> half-open ``[start, end)`` step interval.
+    arena_bytes, lower_bound, optimal, ratio, seconds, strategy, fits, message, mode
+        As in :class:`IntervalPlan`; ``mode`` is the mode asked for.
+    """
+
+    offsets: Mapping[int, int]
+    sizes: Mapping[int, int]
+    lifetimes: Mapping[int, tuple[int, int]]
+    arena_bytes: int
+    lower_bound: int
+    optimal: bool
+    ratio: float
+    seconds: float
+    strategy: str
+    mode: str
+    fits: bool | None = None
+    message: str | None = None
+    nodes: int = field(default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data for the widget and reports.
+
+        >>> plan = plan_buffers({0: 100, 1: 100}, {}, {0: (0, 2), 1: (1, 3)})
+        >>> d = plan.to_dict()
+        >>> d["arena_bytes"], [b["offset"] for b in d["buffers"]]
+        (512, [0, 256])
+        """
+        return {
+            "arena_bytes": int(self.arena_bytes),
+            "lower_bound": int(self.lower_bound),
+            "optimal": bool(self.optimal),
+            "ratio": float(self.ratio),
+            "seconds": float(self.seconds),
+            "strategy": self.strategy,
+            "mode": self.mode,
+            "fits": self.fits,
+            "message": self.message,
+            "nodes": int(self.nodes),
+            "buffers": [
+                {
+                    "id": int(bid),
+                    "offset": int(self.offsets[bid]),
+                    "size": int(self.sizes[bid]),
+                    "start": int(self.lifetimes[bid][0]),
+                    "end": int(self.lifetimes[bid][1]),
+                }
+                for bid in sorted(self.offsets)
+            ],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and problem set-up
+# --------------------------------------------------------------------------------------------
+
+
+def _is_int(x: object) -> bool:
+    # bool is an int subclass but a True size is surely a mistake; numpy integers are fine.
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_alignment(alignment: object, what: str) -> int:
+    if not _is_int(alignment) or int(alignment) < 1 or (int(alignment) & (int(alignment) - 1)):
+        raise InvalidArgument(
+            f"{what} must be a power of two >= 1 (1, 2, 4, ..., 256), got {alignment!r}"
+        )
+    return int(alignment)
+
+
+def _interval_error(k: int, iv: object, label: Callable[[int], str]) -> InvalidArgument | None:
+    """The error for one bad interval, or None when it is fine (the slow, precise path)."""
+    try:
+        start, end, size = iv  # type: ignore[misc]
+    except (TypeError, ValueError):
+        return InvalidArgument(f"{label(k)} must be a (start, end, size) triple, got {iv!r}")
+    if not (_is_int(start) and _is_int(end) and _is_int(size)):
+        return InvalidArgument(
+            f"{label(k)} {(start, end, size)!r}: start, end and size must be integers"
+        )
+    if int(size) <= 0:
+        return InvalidArgument(
+            f"{label(k)} {(start, end, size)!r}: size must be > 0 bytes (drop empty buffers "
+            "before planning)"
+        )
+    if int(end) <= int(start):
+        return InvalidArgument(
+            f"{label(k)} {(start, end, size)!r}: end must be > start (lifetimes are half-open "
+            "[start, end); a buffer used only at step t lives over (t, t + 1))"
+        )
+    return None
+
+
+def _validate_intervals(
+    intervals: Iterable[Sequence[int]],
+    label: Callable[[int], str] = lambda k: f"interval {k}",
+) -> np.ndarray:
+    """Check every interval and return them as an ``(n, 3)`` int64 array.
+
+    Vectorised for large inputs; on any failure the per-interval path finds the first bad one
+    and names it through ``label``.
+    """
+    items = list(intervals)
+    if not items:
+        return np.zeros((0, 3), dtype=np.int64)
+    try:
+        arr = np.array(items)
+        kinds_ok = arr.ndim == 2 and arr.shape[1] == 3 and arr.dtype.kind in "iu"
+        # np.array turns a stray bool into 1 and an int past 2**63 into an object array.
+        types_ok = kinds_ok and not ({type(v) for v in chain.from_iterable(items)} & _BOOLS)
+        if types_ok:
+            arr = arr.astype(np.int64)
+            if (arr[:, 2] > 0).all() and (arr[:, 1] > arr[:, 0]).all():
+                return arr
+    except (TypeError, ValueError, OverflowError):
+        pass
+    for k, iv in enumerate(items):
+        err = _interval_error(k, iv, label)
+        if err is not None:
+            raise err
+    # Every item passed one by one (e.g. integers too large for int64).
+    raise InvalidArgument("interval values must fit in 64-bit integers")
+
+
+_BOOLS = frozenset({bool, np.bool_})
+
+
+def _check_options(mode: str, capacity: object, time_limit: object) -> None:
+    if mode not in MODES:
+        raise InvalidArgument(f"mode must be one of {MODES}, got {mode!r}")
+    if capacity is not None and (not _is_int(capacity) or int(capacity) <= 0):
+        raise InvalidArgument(f"capacity must be a positive integer of bytes, got {capacity!r}")
+    if time_limit is not None and (
+        isinstance(time_limit, bool)
+        or not isinstance(time_limit, (int, float))
+        or not time_limit > 0
+    ):
+        raise InvalidArgument(
+            f"time_limit must be a positive number of seconds, got {time_limit!r}"
+        )
+
+
+def _round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """Validated intervals as numpy arrays; sizes already rounded up to each alignment."""
+
+    start: np.ndarray
+    end: np.ndarray
+    size: np.ndarray
+    align: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.size)
+
+
+def _make_problem(arr: np.ndarray, aligns: Sequence[int] | np.ndarray) -> _Problem:
+    n = len(arr)
+    align = np.broadcast_to(np.asarray(aligns, dtype=np.int64), (n,))
+    size = -(-arr[:, 2] // align) * align
+    return _Problem(arr[:, 0].copy(), arr[:, 1].copy(), size, align)
+
+
+def _live_profile(p: _Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compress time to event points; return (times, live bytes per segment, segment ranges).
+
+    Segment ``k`` is ``[times[k], times[k+1])``; an interval covers segments
+    ``[seg_lo[i], seg_hi[i])``.
+    """
+    times = np.unique(np.concatenate([p.start, p.end]))
+    lo = np.searchsorted(times, p.start)
+    hi = np.searchsorted(times, p.end)
+    delta = np.zeros(len(times) + 1, dtype=np.int64)
+    np.add.at(delta, lo, p.size)
+    np.add.at(delta, hi, -p.size)
+    live = np.cumsum(delta)[: max(len(times) - 1, 0)]
+    return live, lo, hi
+
+
+def lower_bound(intervals: Iterable[Sequence[int]], alignment: int = 1) -> int:
+    """Largest number of bytes live at one time (sizes rounded up to ``alignment``).
+
+    No placement can use a smaller arena, so a plan that meets it is optimal.
+
+    >>> lower_bound([(0, 2, 10), (1, 3, 10), (2, 4, 10)])
+    20
+    >>> lower_bound([(0, 1, 10)], alignment=256)
+    256
+    """
+    triples = _validate_intervals(intervals)
+    align = _check_alignment(alignment, "alignment")
+    if not len(triples):
+        return 0
+    live, _, _ = _live_profile(_make_problem(triples, align))
+    return int(live.max()) if len(live) else 0
+
+
+def _overlaps(p: _Problem) -> tuple[list[int], list[int]]:
+    """Time-overlap graph in CSR form: neighbours of i are ``cols[ptr[i]:ptr[i+1]]``.
+
+    Built with numpy: sorted by start, interval i overlaps exactly the later-starting j with
+    ``start[j] < end[i]`` (their start is >= start[i], and end[j] > start[j] >= start[i]).
+    """
+    n = p.n
+    order = np.argsort(p.start, kind="stable")
+    s_sorted = p.start[order]
+    stop = np.searchsorted(s_sorted, p.end[order], side="left")
+    first = np.arange(1, n + 1)
+    count = np.maximum(stop - first, 0)
+    total = int(count.sum())
+    if total == 0:
+        return [0] * (n + 1), []
+    # Pair (a, b) positions in sorted order: a repeated count[a] times, b = a+1 .. stop[a]-1.
+    a_pos = np.repeat(np.arange(n), count)
+    offs = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    b_pos = a_pos + 1 + offs
+    u = order[a_pos]
+    v = order[b_pos]
+    rows = np.concatenate([u, v])
+    cols = np.concatenate([v, u])
+    rows = rows.astype(np.int32) if n < 2**31 else rows
+    srt = np.argsort(rows, kind="stable")  # timsort: faster here than quicksort
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return ptr.tolist(), cols[srt].tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# Heuristic placement
+# --------------------------------------------------------------------------------------------
+
+
+def _place(
+    order: Sequence[int],
+    size: list[int],
+    align: list[int],
+    ptr: list[int],
+    cols: list[int],
+    best_fit: bool,
+) -> tuple[list[int], int]:
+    """Place intervals in ``order``; each goes into a gap between already placed neighbours.
+
+    First fit takes the lowest gap that is large enough (TFLite); best fit the smallest such
+    gap (XLA), lowest on ties; with no gap the interval goes on top of its neighbours. Only the
+    time-overlapping neighbours are scanned, so a placement costs O(d log d) for d neighbours.
+    """
+    n = len(size)
+    # (offset, top) of each placed interval, None while unplaced: filter(None, map(...)) then
+    # collects the placed neighbours at C speed, which dominates on large inputs.
+    placed_at: list[tuple[int, int] | None] = [None] * n
+    off = [0] * n
+    arena = 0
+    get = placed_at.__getitem__
+    for i in order:
+        sz = size[i]
+        a = align[i]
+        placed = sorted(filter(None, map(get, cols[ptr[i] : ptr[i + 1]])))
+        cand = 0
+        if best_fit:
+            best = -1
+            best_gap = 0
+            for o, t in placed:
+                gap = o - cand
+                if gap >= sz and (best < 0 or gap < best_gap):
+                    best, best_gap = cand, gap
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+            if best >= 0:
+                cand = best
+        else:
+            for o, t in placed:
+                if o - cand >= sz:
+                    break
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+        off[i] = cand
+        placed_at[i] = (cand, cand + sz)
+        if cand + sz > arena:
+            arena = cand + sz
+    return off, arena
+
+
+def _section_total(p: _Problem) -> np.ndarray:
+    """Per interval: the most bytes live at any moment of its lifetime (MiniMalloc's "total")."""
+    live, lo, hi = _live_profile(p)
+    if len(live) == 0:
+        return np.zeros(p.n, dtype=np.int64)
+    # Sparse table for range-maximum queries over the live profile, all in numpy.
+    table = [live]
+    k = 1
+    while 2 * k <= len(live):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-k], prev[k:]))
+        k *= 2
+    length = hi - lo
+    lvl = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+    out = np.zeros(p.n, dtype=np.int64)
+    for j, row in enumerate(table):
+        sel = lvl == j
+        if sel.any():
+            w = 1 << j
+            out[sel] = np.maximum(row[lo[sel]], row[hi[sel] - w])
+    return out
+
+
+# Candidate orderings: name -> (sort keys, most significant last as np.lexsort wants; best_fit).
+# All keys are descending (negated); the input index breaks ties, so results are deterministic.
+_Keys = Callable[[_Problem, np.ndarray], list[np.ndarray]]
+_ORDERINGS: dict[str, tuple[_Keys, bool]] = {
+    # TFLite's greedy by size (arena planner, GPU delegate): size descending, best fit.
+    "greedy_by_size": (lambda p, tot: [-p.size], True),
+    # TFLite Micro's GreedyMemoryPlanner: size descending, first fit.
+    "first_fit_size": (lambda p, tot: [-p.size], False),
+    # XLA "spatial": size then lifetime length, best fit.
+    "best_fit_size": (lambda p, tot: [-(p.end - p.start), -p.size], True),
+    # XLA "temporal": lifetime length then size, best fit.
+    "best_fit_length": (lambda p, tot: [-p.size, -(p.end - p.start)], True),
+    # Area (bytes x steps), the order MiniMalloc uses to break ties.
+    "best_fit_area": (lambda p, tot: [-(p.end - p.start) * p.size], True),
+    "first_fit_area": (lambda p, tot: [-(p.end - p.start) * p.size], False),
+    # MiniMalloc's static preorder: the most crowded moment a buffer lives through, then area.
+    "best_fit_total": (lambda p, tot: [-(p.end - p.start) * p.size, -tot], True),
+    "first_fit_total": (lambda p, tot: [-(p.end - p.start) * p.size, -tot], False),
+}
+_CHEAP = ("greedy_by_size", "best_fit_length")
+
+
+def _order(p: _Problem, name: str, tot: np.ndarray) -> list[int]:
+    keys, _ = _ORDERINGS[name]
+    return np.lexsort([np.arange(p.n), *keys(p, tot)]).tolist()
+
+
+def _heuristic(p: _Problem, names: Sequence[str] | None = None) -> tuple[list[int], int, str]:
+    if p.n == 0:
+        return [], 0, "empty"
+    ptr, cols = _overlaps(p)
+    size = p.size.tolist()
+    align = p.align.tolist()
+    if names is None:
+        names = tuple(_ORDERINGS) if p.n <= _MANY_INTERVALS else _CHEAP
+    needs_total = any(n.endswith("_total") for n in names)
+    tot = _section_total(p) if needs_total else np.zeros(0, dtype=np.int64)
+    best: tuple[list[int], int, str] | None = None
+    for name in names:
+        off, arena = _place(_order(p, name, tot), size, align, ptr, cols, _ORDERINGS[name][1])
+        if best is None or arena < best[1]:
+            best = (off, arena, name)
+    assert best is not None
+    return best
+
+
+def greedy_by_size(intervals: Iterable[Sequence[int]], alignment: int = 1) -> IntervalPlan:
+    """TFLite's greedy-by-size planner: largest first, each into the smallest gap that fits.
+
+    Buffers are sorted by size, descending (stable, so ties keep input order). Each goes into
+    the smallest gap, between the already placed buffers that overlap it in time, that holds
+    it (the lowest such gap on ties), or on top of them when none does. This is the baseline
+    every heuristic plan must match or beat; it reproduces the TFLite numbers published with
+    the MiniMalloc benchmarks (e.g. 1,374,208 bytes on instance A). TFLite Micro's variant
+    takes the lowest gap instead (first fit); it is candidate ``"first_fit_size"``.
+
+    References
+    ----------
+    Y. Pisarchyk and J. Lee, "Efficient Memory Management for Deep Neural Net Inference",
+    arXiv:2001.03288 (2020), "greedy by size for offset calculation"; TFLite
+    ``SimpleMemoryArena``; TFLite Micro ``GreedyMemoryPlanner``.
+
+    >>> greedy_by_size([(0, 2, 32), (1, 3, 64), (2, 4, 32)]).offsets
+    (64, 0, 64)
+    """
+    t0 = time.perf_counter()
+    triples = _validate_intervals(intervals)
+    align = _check_alignment(alignment, "alignment")
+    p = _make_problem(triples, align)
+    off, arena, _ = _heuristic(p, ("greedy_by_size",))
+    return _result(p, off, arena, "greedy_by_size", None, t0)
+
+
+def _result(
+    p: _Problem,
+    off: Sequence[int],
+    arena: int,
+    strategy: str,
+    capacity: int | None,
+    t0: float,
+    *,
+    proved: bool = False,
+    message: str | None = None,
+    nodes: int = 0,
+    lb: int | None = None,
+) -> IntervalPlan:
+    if lb is None:
+        live, _, _ = _live_profile(p) if p.n else (np.zeros(0, dtype=np.int64), None, None)
+        lb = int(live.max()) if len(live) else 0
+    fits = None if capacity is None else arena <= capacity
+    if fits is False and message is None:
+        message = (
+            f"no plan within capacity {capacity} bytes found: best arena is {arena} bytes "
+            f"(lower bound {lb}); raise the capacity or use mode='exact' with a longer time_limit"
+        )
+    return IntervalPlan(
+        offsets=tuple(int(o) for o in off),
+        arena_bytes=int(arena),
+        lower_bound=lb,
+        optimal=bool(proved or arena == lb),
+        ratio=(arena / lb) if lb else 1.0,
+        seconds=time.perf_counter() - t0,
+        strategy=strategy,
+        fits=fits,
+        message=message,
+        nodes=nodes,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------------
+
+
+def plan_intervals(
+    intervals: Iterable[Sequence[int]],
+    *,
+    mode: str = "heuristic",
+    alignment: int = 1,
+    capacity: int | None = None,
+    time_limit: float | None = None,
+) -> IntervalPlan:
+    """Assign arena offsets to ``(start, end, size)`` intervals with half-open lifetimes.
+
+    Parameters
+    ----------
+    intervals : iterable of (int, int, int)
+        ``[start, end)`` lifetime in steps and size in bytes of each buffer.
+    mode : {"heuristic", "exact"}
+        ``"heuristic"``: best of several greedy orderings (fast; never worse than TFLite's
+        greedy-by-size). ``"exact"``: MiniMalloc's branch-and-bound from the heuristic plan.
+    alignment : int
+        Power of two; sizes are rounded up to it and every offset is a multiple of it.
+    capacity : int, optional
+        Arena size the plan must fit in. The exact mode then searches for any plan that fits;
+        without it, it minimises the arena toward the lower bound. When no fitting plan is found
+        (heuristic mode, or the time limit ran out) the best plan is still returned, with
+        ``fits=False`` and a ``message`` saying so: nothing is raised.
+    time_limit : float, optional
+        Seconds the exact mode may search (default :data:`DEFAULT_TIME_LIMIT`).
+
+    Returns
+    -------
+    IntervalPlan
+
+    Raises
+    ------
+    InvalidArgument
+        A size <= 0, ``end <= start``, a non-integer field (naming the interval's index), an
+        alignment that is not a power of two, an unknown mode, or a bad capacity/time limit.
+
+    References
+    ----------
+    See the module docstring (TFLite, XLA, MiniMalloc).
+
+    Examples
+    --------
+    >>> plan = plan_intervals([(0, 4, 100), (2, 6, 50)], alignment=64)
+    >>> plan.offsets, plan.arena_bytes
+    ((0, 128), 192)
+    >>> plan_intervals([(0, 2, 3), (1, 3, 3), (0, 3, 2)], mode="exact").optimal
+    True
+    """
+    triples = _validate_intervals(intervals)
+    align = _check_alignment(alignment, "alignment")
+    return _plan(triples, align, mode, capacity, time_limit)
+
+
+def _plan(
+    triples: np.ndarray,
+    aligns: Sequence[int] | int,
+    mode: str,
+    capacity: int | None,
+    time_limit: float | None,
+) -> IntervalPlan:
+    _check_options(mode, capacity, time_limit)
+    t0 = time.perf_counter()
+    p = _make_problem(triples, aligns)
+    off, arena, strategy = _heuristic(p)
+    if mode == "heuristic":
+        return _result(p, off, arena, strategy, capacity, t0)
+    from oxiwork.optimizer import _minimalloc
+
+    limit = DEFAULT_TIME_LIMIT if time_limit is None else float(time_limit)
+    return _minimalloc.improve(p, off, arena, strategy, capacity, t0, t0 + limit)
+
+
+def plan_buffers(
+    sizes: Mapping[int, int],
+    alignments: Mapping[int, int],
+    lifetimes: Mapping[int, tuple[int, int]],
+    *,
+    mode: str = "heuristic",
+    time_limit: float | None = None,
+    capacity: int | None = None,
+) -> MemoryPlan:
+    """Plan the buffers named in ``lifetimes``, honouring each one's alignment.
+
+    The graph-level memory pass calls this with the liveness analysis' intervals. Each buffer's
+    size is rounded up to its alignment and its offset is a multiple of it; with mixed
+    alignments a buffer goes at the next aligned offset above its neighbours.
+
+    Parameters
+    ----------
+    sizes : Mapping[int, int]
+        Buffer id -> size in bytes (> 0). Must contain every id in ``lifetimes``.
+    alignments : Mapping[int, int]
+        Buffer id -> alignment (power of two); missing ids get :data:`DEFAULT_ALIGNMENT`.
+    lifetimes : Mapping[int, tuple[int, int]]
+        Buffer id -> half-open ``[start, end)`` step interval. Only these buffers are planned
+        (dead buffers have no lifetime and need no memory).
+    mode, time_limit, capacity
+        As in :func:`plan_intervals`.
+
+    Returns
+    -------
+    MemoryPlan
+
+    Raises
+    ------
+    InvalidArgument
+        A buffer with no size, a bad size or lifetime, or an alignment that is not a power of
+        two (the message names the buffer id).
+
+    References
+    ----------
+    See the module docstring.
+
+    Examples
+    --------
+    >>> plan = plan_buffers({1: 1000, 2: 10}, {2: 64}, {1: (0, 2), 2: (1, 3)})
+    >>> dict(plan.offsets), plan.arena_bytes
+    ({1: 0, 2: 1024}, 1088)
+    """
+    ids = list(lifetimes)
+    aligns: list[int] = []
+    rows: list[object] = []
+    for bid in ids:
+        if bid not in sizes:
+            raise InvalidArgument(
+                f"buffer {bid} has a lifetime but no size; pass its size in bytes in `sizes`"
+            )
+        align = alignments.get(bid, DEFAULT_ALIGNMENT)
+        aligns.append(_check_alignment(align, f"alignment of buffer {bid}"))
+        lt = lifetimes[bid]
+        try:
+            start, end = lt
+        except (TypeError, ValueError):
+            raise InvalidArgument(
+                f"lifetime of buffer {bid} must be a (start, end) pair, got {lt!r}"
+            ) from None
+        rows.append((start, end, sizes[bid]))
+    triples = _validate_intervals(rows, label=lambda k: f"buffer {ids[k]}")
+    plan = _plan(triples, aligns, mode, capacity, time_limit)
+    rounded = [_round_up(int(t[2]), a) for t, a in zip(triples, aligns, strict=True)]
+    return MemoryPlan(
+        offsets=dict(zip(ids, plan.offsets, strict=True)),
+        sizes=dict(zip(ids, rounded, strict=True)),
+        lifetimes={bid: (int(t[0]), int(t[1])) for bid, t in zip(ids, triples, strict=True)},
+        arena_bytes=plan.arena_bytes,
+        lower_bound=plan.lower_bound,
+        optimal=plan.optimal,
+        ratio=plan.ratio,
+        seconds=plan.seconds,
+        strategy=plan.strategy,
+        mode=mode,
+        fits=plan.fits,
+        message=plan.message,
+        nodes=plan.nodes,
+    )
