@@ -26,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -427,7 +428,7 @@ class GraphBuilder:
     def chain(self, nodes: Sequence[NodeId]) -> None:
         """Each node depends on the one before it."""
         nodes = list(nodes)
-        for a, b in zip(nodes, nodes[1:], strict=False):
+        for a, b in itertools.pairwise(nodes):
             self.dep(a, b)
 
     def fan_in(self, sources: Iterable[NodeId], sink: NodeId) -> None:

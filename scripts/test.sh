@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything oxiwork's tests need on a fresh Debian machine (Python 3.10+, Node 20)
+# and runs the whole test suite: lint, JS unit tests, Python tests (browser tests included,
+# GPU tests skipped without a GPU). This is the README's test command; .ci/run calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian's Chromium drives the widget's browser tests (never a downloaded browser).
+if ! command -v chromium >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# The editable install builds the widget bundle (widget_js -> oxiwork/static) with npm.
+.venv/bin/python -m pip install -q -e ".[test]"
+
+echo "== lint"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+
+echo "== JS unit tests"
+(cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npm test)
+
+echo "== Python tests"
+.venv/bin/python -m pytest "$@"
