@@ -1,0 +1,43 @@
+"""Ops: the op table, kernel programs and CUDA code generation.
+
+>>> from oxiwork import ops
+>>> ops.get("gelu").fusion_class
+<FusionClass.ELEMENTWISE: 'elementwise'>
+"""
+
+from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
+from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
+from oxiwork.ops.table import (
+    BUILTIN_OPS,
+    REGISTRY,
+    FusionClass,
+    OpDef,
+    Shape,
+    bind_params,
+    custom,
+    get,
+    infer_shape,
+    register,
+)
+
+__all__ = [
+    "BUILTIN_OPS",
+    "REGISTRY",
+    "BoundProgram",
+    "BoundStep",
+    "FusionClass",
+    "KernelSource",
+    "OpDef",
+    "Shape",
+    "bind",
+    "bind_params",
+    "custom",
+    "describe",
+    "function_name",
+    "get",
+    "infer_shape",
+    "kernel_source",
+    "program_of",
+    "register",
+    "run",
+]

@@ -1,0 +1,346 @@
+"""CUDA C for kernel nodes: single ops and fused programs.
+
+Every generated kernel follows one convention, so the GPU backend needs no per-op code::
+
+    extern "C" __global__ void NAME(const float* __restrict__ in0, ...,
+                                    float* __restrict__ out0, ..., <scalar args>)
+
+``in<k>`` are ``node.inputs`` in order, ``out<k>`` are ``node.outputs`` in order, and
+``scalar_args`` lists the remaining arguments as ``(ctype, name, value)`` with ctype in
+``"float"``, ``"size_t"``, ``"int"``: sizes and op parameters are arguments (not
+constants baked into the source) so a CUDA graph can update them without recompiling.
+
+Kernels use the x dimension of the launch only. Element-wise kernels (and fused
+element-wise chains) are grid-stride loops (Harris, "CUDA Pro Tip: Write Flexible Kernels
+with Grid-Stride Loops", NVIDIA blog 2013), so any launch configuration covers the data.
+Reductions over the last axis (sum, max, softmax, layer_norm) run one row per block with a
+shared-memory tree reduction (Harris, "Optimizing Parallel Reduction in CUDA", 2007);
+element-wise prologue steps are recomputed in each pass over the row and epilogue steps
+run on the row's result, so a fused group is still one kernel.
+
+The source is a pure function of the node and its buffers' shapes: the same graph always
+gives the same text, so compiled kernels can be cached by its hash.
+
+Example
+-------
+>>> from oxiwork.examples import quick_start
+>>> g = quick_start()
+>>> ks = kernel_source(g, next(n for n in g.nodes if n.name == "scale"))
+>>> ks.function_name, ks.scalar_args
+('scale_2', (('size_t', 'n', 1024), ('float', 'alpha', 2.0)))
+>>> "(t0 * alpha)" in ks.source
+False
+>>> "(in0[i] * alpha)" in ks.source
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from oxiwork.error import InvalidArgument, UnsupportedOp
+from oxiwork.node import GraphNode, _c_ident
+from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
+
+if TYPE_CHECKING:
+    from oxiwork.graph import ComputeGraph
+
+__all__ = ["KernelSource", "function_name", "kernel_source"]
+
+MAX_IDENT = 48  # keep generated names readable; the node id keeps them unique
+
+ScalarArg = tuple[str, str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSource:
+    """The CUDA C of one kernel node.
+
+    ``scalar_args`` follow the pointer arguments, in order, as ``(ctype, name, value)``.
+    """
+
+    function_name: str
+    source: str
+    scalar_args: tuple[ScalarArg, ...]
+
+
+def function_name(node: GraphNode) -> str:
+    """A valid, per-graph unique C identifier for ``node``'s kernel.
+
+    Derived from the (possibly hostile) node name by keeping ASCII letters, digits and
+    ``_``, and suffixed with the node id so two nodes never collide.
+
+    >>> from oxiwork.node import GraphNode, NodeId, NodeKind
+    >>> function_name(GraphNode(NodeId(7), "<img src=x onerror=alert(1)>", NodeKind.KernelLaunch))
+    'k_img_src_x_onerror_alert_1___7'
+    """
+    ident = _c_ident(node.name)[:MAX_IDENT]
+    if ident.startswith("_"):  # leading underscores are reserved in C
+        ident = "k" + ident
+    return f"{ident}_{int(node.id)}"
+
+
+def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
+    """The CUDA C source of kernel ``node`` of ``graph`` (a single op or a fused program).
+
+    Raises :class:`~oxiwork.error.UnsupportedOp` for opaque kernels and ops without CUDA
+    code, :class:`~oxiwork.error.InvalidArgument` for shape errors.
+
+    >>> from oxiwork.examples import quick_start
+    >>> from oxiwork.optimizer.fusion import fuse
+    >>> g = fuse(quick_start()).graph
+    >>> k = next(n for n in g.nodes if n.fused is not None)
+    >>> src = kernel_source(g, k).source
+    >>> "float t1 = (t0 * alpha)" in src or "float t1 = (t0 * s1_alpha)" in src
+    True
+    """
+    if not node.is_kernel:
+        raise InvalidArgument(f"{describe(node)} is not a kernel; only kernels have CUDA source")
+    bound = bind(graph, node)
+    fname = function_name(node)
+    if len(bound.steps) == 1:
+        op = bound.steps[0].op
+        if op.kernel is not None:
+            src, scalars = op.kernel(
+                fname, bound.in_shapes, bound.steps[0].shape, bound.steps[0].params
+            )
+            return KernelSource(fname, src, tuple(scalars))
+        if op.source is not None:
+            assert op.function_name is not None
+            n = math.prod(bound.out_shapes[0])
+            scalars = [("size_t", "n", n)]
+            scalars += [("float", p, v) for p, v in bound.steps[0].params.items()]
+            return KernelSource(op.function_name, op.source, tuple(scalars))
+    for j, st in enumerate(bound.steps):
+        if st.op.expr is None and st.op.row is None:
+            raise UnsupportedOp(
+                f"{bound.where}: op {st.op.name!r} (step {j}) has no CUDA code that can be "
+                "composed; give it an expr= (element-wise) or run it as its own kernel"
+            )
+    rows = [j for j, st in enumerate(bound.steps) if st.op.row is not None]
+    if len(rows) > 1:
+        raise UnsupportedOp(
+            f"{bound.where}: a fused kernel may hold at most one reduction, this one has "
+            f"{len(rows)}; split it"
+        )
+    gen = _Gen(bound, node, graph)
+    if rows:
+        return gen.row_kernel(fname, rows[0])
+    return gen.elementwise_kernel(fname)
+
+
+_BLOCK_REDUCE = """#ifndef OXIWORK_BLOCK_REDUCE
+#define OXIWORK_BLOCK_REDUCE
+// Tree reduction in shared memory; works for any blockDim.x <= 1024.
+__device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = 1; s < blockDim.x; s <<= 1) {
+        if ((threadIdx.x % (2 * s)) == 0 && threadIdx.x + s < blockDim.x) {
+            float o = red[threadIdx.x + s];
+            red[threadIdx.x] = is_max ? fmaxf(red[threadIdx.x], o) : red[threadIdx.x] + o;
+        }
+        __syncthreads();
+    }
+    float r = red[0];
+    __syncthreads();
+    return r;
+}
+#endif
+"""
+
+_NEG_INF = "__int_as_float(0xff800000)"
+
+
+class _Gen:
+    """Source builder for one bound program (one instance per kernel_source call)."""
+
+    def __init__(self, bound: BoundProgram, node: GraphNode, graph: ComputeGraph) -> None:
+        self.b = bound
+        self.node = node
+        self.sizes: dict[str, int] = {}  # size_t scalar args in order of first use
+        self.moduli: dict[int, int] = {}  # input k -> its element count when broadcast
+        self.single = len(bound.steps) == 1
+        # In-place kernels alias an input and an output: __restrict__ would be a lie.
+        self.restrict = "" if set(node.inputs) & set(node.outputs) else " __restrict__"
+
+    # ---------------------------------------------------------------- pieces
+    def param_name(self, j: int, p: str) -> str:
+        return p if self.single else f"s{j}_{p}"
+
+    def arg(self, kind: str, i: int, var: str, space: int) -> str:
+        if kind == "step":
+            return f"t{i}"
+        m = math.prod(self.b.in_shapes[i])
+        if m == space:
+            return f"in{i}[{var}]"
+        if m == 0 or space % m:
+            raise UnsupportedOp(
+                f"{self.b.where}: input {i} has {m} elements, which does not tile the "
+                f"{space} elements it is combined with"
+            )
+        self.moduli[i] = m
+        return f"in{i}[{var} % m{i}]"
+
+    def step_line(self, j: int, var: str, space: int) -> str:
+        st = self.b.steps[j]
+        assert st.op.expr is not None
+        args = [self.arg(kind, i, var, space) for kind, i in st.args]
+        names = {p: self.param_name(j, p) for p in st.params}
+        return f"float t{j} = {st.op.expr.format(*args, **names)};"
+
+    def signature(
+        self, fname: str, sizes: list[tuple[str, int]]
+    ) -> tuple[str, tuple[ScalarArg, ...]]:
+        r = self.restrict
+        ptrs = [f"const float*{r} in{k}" for k in range(len(self.b.in_shapes))]
+        ptrs += [f"float*{r} out{k}" for k in range(len(self.b.out_shapes))]
+        scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
+        scalars += [("size_t", f"m{k}", m) for k, m in sorted(self.moduli.items())]
+        for j, st in enumerate(self.b.steps):
+            scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
+        args = ptrs + [f"{c} {n}" for c, n, _ in scalars]
+        ops = " -> ".join(st.op.name for st in self.b.steps)
+        head = f'// generated by oxiwork: {ops}\nextern "C" __global__ void {fname}(\n    '
+        return head + ",\n    ".join(args) + ")\n", tuple(scalars)
+
+    def check_space(self, steps: list[int], space: int, what: str) -> None:
+        for j in steps:
+            if math.prod(self.b.steps[j].shape) != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: step {j} ({self.b.steps[j].op.name}) has shape "
+                    f"{self.b.steps[j].shape}, but the {what} works on {space} elements"
+                )
+
+    # ---------------------------------------------------------------- element-wise
+    def elementwise_kernel(self, fname: str) -> KernelSource:
+        n = math.prod(self.b.steps[self.b.outputs[0]].shape)
+        self.check_space(list(range(len(self.b.steps))), n, "element-wise kernel")
+        body = [self.step_line(j, "i", n) for j in range(len(self.b.steps))]
+        body += [f"out{k}[i] = t{s};" for k, s in enumerate(self.b.outputs)]
+        sig, scalars = self.signature(fname, [("n", n)])
+        loop = (
+            "{\n"
+            "    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+            "         i += (size_t)gridDim.x * blockDim.x) {\n"
+            + "".join(f"        {line}\n" for line in body)
+            + "    }\n}\n"
+        )
+        return KernelSource(fname, sig + loop, scalars)
+
+    # ---------------------------------------------------------------- row kernels
+    def row_kernel(self, fname: str, r: int) -> KernelSource:
+        steps = self.b.steps
+        red: BoundStep = steps[r]
+        pre = list(range(r))
+        post = list(range(r + 1, len(steps)))
+        cols = red.in_shapes[0][-1]
+        full = math.prod(red.in_shapes[0])
+        rows = full // cols
+        out_space = math.prod(red.shape)
+        self.check_space(pre, full, f"prologue of {red.op.name}")
+        self.check_space(post, out_space, f"epilogue of {red.op.name}")
+        for j in post:
+            for kind, i in steps[j].args:
+                if kind == "step" and i < r:
+                    raise UnsupportedOp(
+                        f"{self.b.where}: epilogue step {j} reads prologue step {i}; a fused "
+                        "reduction kernel cannot do that, keep them in separate kernels"
+                    )
+        for k, s in enumerate(self.b.outputs):
+            if s < r:
+                raise UnsupportedOp(
+                    f"{self.b.where}: output {k} is prologue step {s}; a fused reduction "
+                    "kernel writes only the reduction and its epilogue"
+                )
+        kind, i = red.args[0]
+        pre_lines = [self.step_line(j, "i", full) for j in pre]
+        value = self.arg(kind, i, "i", full)
+        out_var = "i" if out_space == full else "row"
+        post_lines = [self.step_line(j, out_var, out_space) for j in post]
+        writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
+        recipe = _ROW_RECIPES.get(red.op.row or "")
+        if recipe is None:
+            raise UnsupportedOp(f"{self.b.where}: no row recipe named {red.op.row!r}")
+        params = {p: self.param_name(r, p) for p in red.params}
+        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params))
+        sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
+        src = (
+            _BLOCK_REDUCE
+            + sig
+            + "{\n    __shared__ float red[1024];\n"
+            + "    for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {\n"
+            + "".join(f"        {line}\n" for line in body)
+            + "        __syncthreads();\n    }\n}\n"
+        )
+        return KernelSource(fname, src, scalars)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowParts:
+    """What a row recipe stitches together: prologue lines computing ``value`` at index
+    ``i`` of the row, and tail lines (epilogue + writes) run once the result ``t{r}`` is
+    known."""
+
+    r: int
+    pre: list[str]
+    value: str
+    tail: list[str]
+    params: dict[str, str]
+
+
+def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
+    lines = [
+        "for (size_t col = threadIdx.x; col < cols; col += blockDim.x) {",
+        "    size_t i = row * cols + col;",
+    ]
+    lines += [f"    {x}" for x in (*parts.pre, *inner)]
+    return [*lines, "}"]
+
+
+def _reduce_recipe(init: str, combine: str, is_max: int) -> Callable[[_RowParts], list[str]]:
+    def recipe(p: _RowParts) -> list[str]:
+        lines = [f"float acc = {init};"]
+        lines += _row_loop(p, [f"acc = {combine.format(acc='acc', v=p.value)};"])
+        lines += [f"acc = ox_block_reduce(acc, red, {is_max});", "if (threadIdx.x == 0) {"]
+        lines += [f"    float t{p.r} = acc;"] + [f"    {x}" for x in p.tail]
+        return [*lines, "}"]
+
+    return recipe
+
+
+def _softmax_recipe(p: _RowParts) -> list[str]:
+    lines = [f"float mx = {_NEG_INF};"]
+    lines += _row_loop(p, [f"mx = fmaxf(mx, {p.value});"])
+    lines += ["mx = ox_block_reduce(mx, red, 1);", "float sm = 0.0f;"]
+    lines += _row_loop(p, [f"sm += expf({p.value} - mx);"])
+    lines += ["sm = ox_block_reduce(sm, red, 0);"]
+    lines += _row_loop(p, [f"float t{p.r} = expf({p.value} - mx) / sm;", *p.tail])
+    return lines
+
+
+def _layer_norm_recipe(p: _RowParts) -> list[str]:
+    eps = p.params["eps"]
+    lines = ["float mean = 0.0f;"]
+    lines += _row_loop(p, [f"mean += {p.value};"])
+    lines += ["mean = ox_block_reduce(mean, red, 0) / (float)cols;", "float var = 0.0f;"]
+    lines += _row_loop(p, [f"float d = {p.value} - mean;", "var += d * d;"])
+    lines += [
+        "var = ox_block_reduce(var, red, 0) / (float)cols;",
+        f"float den = sqrtf(var + {eps});",
+    ]
+    lines += _row_loop(p, [f"float t{p.r} = ({p.value} - mean) / den;", *p.tail])
+    return lines
+
+
+# Row recipe per OpDef.row: how a row of the (prologue-transformed) input becomes t{r}.
+_ROW_RECIPES: dict[str, Callable[[_RowParts], list[str]]] = {
+    "sum": _reduce_recipe("0.0f", "{acc} + {v}", 0),
+    "max": _reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1),
+    "softmax": _softmax_recipe,
+    "layer_norm": _layer_norm_recipe,
+}

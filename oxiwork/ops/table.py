@@ -1,0 +1,606 @@
+"""The op table: every op oxiwork knows, defined once.
+
+One :class:`OpDef` per op carries everything the rest of the engine needs: how the fusion
+pass may treat it (:class:`FusionClass`, after TVM's operator patterns), its numpy
+reference, its CUDA C (an expression template for element-wise ops so that fused kernels
+compose them, a row recipe for reductions, or a full-kernel generator), its output shape
+rule and its cost. Adding an op is adding one entry (``register`` or ``custom``); no
+``if op == ...`` chains elsewhere.
+
+All values are float32: references take and return float32 arrays, CUDA code is ``float``.
+
+Example
+-------
+>>> import numpy as np
+>>> from oxiwork import ops
+>>> relu = ops.get("relu")
+>>> relu.fusion_class.name, relu.expr
+('ELEMENTWISE', 'fmaxf({0}, 0.0f)')
+>>> relu.reference([np.array([-1.0, 2.0], np.float32)])
+array([0., 2.], dtype=float32)
+
+References
+----------
+T. Chen et al., "TVM: An Automated End-to-End Optimizing Compiler for Deep Learning",
+OSDI 2018, section 4.1 (operator fusion: injective, reduction, complex-out-fusable and
+opaque operators).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import string
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oxiwork.error import InvalidArgument
+
+__all__ = [
+    "REGISTRY",
+    "FusionClass",
+    "OpDef",
+    "Shape",
+    "bind_params",
+    "custom",
+    "get",
+    "infer_shape",
+    "register",
+]
+
+Shape = tuple[int, ...]
+F32 = np.float32
+
+
+class FusionClass(enum.Enum):
+    """How the fusion pass may combine an op with its neighbours (TVM, OSDI 2018, 4.1).
+
+    - ``ELEMENTWISE``: output element i depends on input element i only (relu, add...);
+    - ``BROADCAST``: like element-wise, but some input is indexed modulo its size
+      (``bias_add``'s bias is broadcast over the leading axes);
+    - ``INJECTIVE``: each output element reads one input element, at another index
+      (transpose); not fused here;
+    - ``REDUCTION``: a row of the input becomes one value (sum, max) or a row again
+      (softmax, layer_norm); element-wise prologues and epilogues fuse into it;
+    - ``OPAQUE``: never fused (matmul, custom kernels).
+    """
+
+    ELEMENTWISE = "elementwise"
+    BROADCAST = "broadcast"
+    INJECTIVE = "injective"
+    REDUCTION = "reduction"
+    OPAQUE = "opaque"
+
+
+class _ShapeProblem(ValueError):
+    """Raised by shape rules; :func:`infer_shape` adds the node and buffer names."""
+
+
+def _numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+# ----------------------------------------------------------------------------- shape rules
+def _same_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    first = shapes[0]
+    for k, s in enumerate(shapes[1:], start=1):
+        if s != first:
+            raise _ShapeProblem(
+                f"input 0 has shape {first} but input {k} has shape {s}; element-wise ops "
+                "need equal shapes (use bias_add to broadcast over the last axis)"
+            )
+    return first
+
+
+def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, b = shapes
+    if _numel(b) != x[-1]:
+        raise _ShapeProblem(
+            f"bias_add needs a bias of {x[-1]} elements (the last axis of x {x}), got shape {b}"
+        )
+    return x
+
+
+def _row_reduce_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    return shapes[0][:-1] or (1,)
+
+
+def _matmul_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    a, b = shapes
+    if len(a) < 2 or len(b) != 2:
+        raise _ShapeProblem(
+            f"matmul needs a of shape [..., M, K] and b of shape [K, N], got {a} and {b}; "
+            "give the buffers a shape= when allocating them"
+        )
+    if a[-1] != b[0]:
+        raise _ShapeProblem(f"matmul inner dimensions differ: a {a} and b {b}")
+    return (*a[:-1], b[1])
+
+
+def _transpose_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    (a,) = shapes
+    if len(a) != 2:
+        raise _ShapeProblem(f"transpose needs a 2-D input, got shape {a}")
+    return (a[1], a[0])
+
+
+# ----------------------------------------------------------------------------- references
+def _gelu(x: np.ndarray) -> np.ndarray:
+    # tanh approximation (Hendrycks & Gimpel 2016, eq. 2); the CUDA expression below uses
+    # the same constants so numpy and GPU agree to float32 rounding.
+    c = F32(0.7978845608)
+    return F32(0.5) * x * (F32(1.0) + np.tanh(c * (x + F32(0.044715) * x * x * x)))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _layer_norm(x: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True, dtype=F32)
+    d = x - mean
+    var = (d * d).mean(axis=-1, keepdims=True, dtype=F32)
+    return d / np.sqrt(var + F32(eps))
+
+
+def _as_rows(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1, x.shape[-1])
+
+
+# ----------------------------------------------------------------------------- costs
+CostFn = Callable[[Sequence[Shape], Shape], tuple[float, float]]
+
+
+def _matmul_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    k = ins[0][-1]
+    return 2.0 * _numel(out) * k, 4.0 * (_numel(ins[0]) + _numel(ins[1]) + _numel(out))
+
+
+@dataclass(frozen=True, slots=True)
+class OpDef:
+    """One op: fusion class, numpy reference, CUDA C, shape rule and cost.
+
+    Parameters
+    ----------
+    name
+        The op name; a kernel named like a registered op computes it.
+    fusion_class
+        How fusion treats the op (:class:`FusionClass`).
+    arity
+        Number of inputs (the op has exactly one output).
+    reference
+        ``reference(inputs: list[np.ndarray], **params) -> np.ndarray`` in float32, or
+        ``None`` if the op has no reference (then its values cannot be computed on CPU).
+    params
+        ``(name, default)`` pairs; every parameter is a float passed to the kernel as an
+        argument, so a GPU graph can update it without recompiling.
+    expr
+        CUDA expression template for element-wise and broadcast ops: ``{0}``, ``{1}`` are
+        the inputs, ``{alpha}`` a parameter. Fused kernels compose these.
+    row
+        Row recipe name for reductions over the last axis (``"sum"``, ``"max"``,
+        ``"softmax"``, ``"layer_norm"``); see :mod:`oxiwork.ops.codegen`.
+    kernel
+        Full-kernel generator ``kernel(function_name, in_shapes, out_shape, params) ->
+        (source, scalar_args)`` for ops that are neither (matmul, transpose).
+    source, function_name
+        Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.
+    shape
+        Output shape rule ``shape(in_shapes, params) -> out_shape``.
+    flops_per_element
+        Floating-point operations per output element (used when ``cost`` is None).
+    cost
+        ``cost(in_shapes, out_shape) -> (flops, bytes)``; default: ``flops_per_element``
+        per output element and every input and output element moved once.
+
+    Examples
+    --------
+    >>> OpDef("twice", FusionClass.ELEMENTWISE, 1, lambda xs: xs[0] * 2, expr="({0} * 2.0f)")
+    OpDef(name='twice', fusion_class=<FusionClass.ELEMENTWISE: 'elementwise'>, arity=1)
+    """
+
+    name: str
+    fusion_class: FusionClass
+    arity: int
+    reference: Callable[..., np.ndarray] | None = field(default=None, repr=False)
+    params: tuple[tuple[str, float], ...] = field(default=(), repr=False)
+    expr: str | None = field(default=None, repr=False)
+    row: str | None = field(default=None, repr=False)
+    kernel: Callable[..., tuple[str, list[tuple[str, str, Any]]]] | None = field(
+        default=None, repr=False
+    )
+    source: str | None = field(default=None, repr=False)
+    function_name: str | None = field(default=None, repr=False)
+    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = field(
+        default=_same_shape, repr=False
+    )
+    flops_per_element: float = field(default=1.0, repr=False)
+    cost: CostFn | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise InvalidArgument(
+                f"op name {self.name!r} must be a Python/C identifier (letters, digits, _)"
+            )
+        if not isinstance(self.fusion_class, FusionClass):
+            raise InvalidArgument(f"op {self.name!r}: fusion_class must be a FusionClass")
+        if isinstance(self.arity, bool) or not isinstance(self.arity, int) or self.arity < 1:
+            raise InvalidArgument(f"op {self.name!r}: arity must be an int >= 1")
+        for p, v in self.params:
+            if not p.isidentifier() or isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidArgument(
+                    f"op {self.name!r}: parameter {p!r} needs an identifier name and a "
+                    f"numeric default, got {v!r}"
+                )
+        if self.expr is not None:
+            self._check_expr()
+        if self.fusion_class in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST) and not (
+            self.expr
+        ):
+            raise InvalidArgument(
+                f"op {self.name!r} is {self.fusion_class.name} but has no expr; element-wise "
+                "ops need a CUDA expression template such as 'fmaxf({0}, 0.0f)'"
+            )
+        if self.fusion_class is FusionClass.REDUCTION and self.row is None:
+            raise InvalidArgument(f"op {self.name!r} is a REDUCTION but names no row recipe")
+
+    def _check_expr(self) -> None:
+        assert self.expr is not None
+        names = {p for p, _ in self.params}
+        for _, fname, _, _ in string.Formatter().parse(self.expr):
+            if fname is None:
+                continue
+            if fname.isdigit():
+                if int(fname) >= self.arity:
+                    raise InvalidArgument(
+                        f"op {self.name!r}: expr uses {{{fname}}} but the op has only "
+                        f"{self.arity} input(s)"
+                    )
+            elif fname not in names:
+                raise InvalidArgument(
+                    f"op {self.name!r}: expr uses {{{fname}}}, which is neither an input "
+                    f"index nor a parameter ({', '.join(sorted(names)) or 'none'})"
+                )
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        """Parameter defaults as a dict."""
+        return {p: float(v) for p, v in self.params}
+
+    @property
+    def has_cuda(self) -> bool:
+        """True if :func:`oxiwork.ops.kernel_source` can generate this op's kernel."""
+        return any(x is not None for x in (self.expr, self.row, self.kernel, self.source))
+
+    def op_cost(self, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[float, float]:
+        """``(flops, bytes)`` of one application on float32 data."""
+        if self.cost is not None:
+            return self.cost(in_shapes, out_shape)
+        moved = sum(_numel(s) for s in in_shapes) + _numel(out_shape)
+        return self.flops_per_element * _numel(out_shape), 4.0 * moved
+
+
+# ----------------------------------------------------------------------------- registry
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(op: OpDef, *, replace: bool = False) -> OpDef:
+    """Add ``op`` to the registry and return it.
+
+    Raises :class:`~oxiwork.error.InvalidArgument` if the name is taken (pass
+    ``replace=True`` to override on purpose).
+
+    >>> import numpy as np
+    >>> _ = register(OpDef("halve", FusionClass.ELEMENTWISE, 1,
+    ...                    lambda xs: xs[0] * np.float32(0.5), expr="({0} * 0.5f)"))
+    >>> get("halve").name
+    'halve'
+    """
+    if not isinstance(op, OpDef):
+        raise InvalidArgument(f"register() needs an OpDef, got {type(op).__name__}")
+    if op.name in REGISTRY and not replace:
+        raise InvalidArgument(
+            f"an op named {op.name!r} is already registered; pick another name or pass replace=True"
+        )
+    REGISTRY[op.name] = op
+    return op
+
+
+def get(name: str | None) -> OpDef | None:
+    """The op named ``name``, or ``None`` if there is none.
+
+    >>> get("relu").arity, get("no_such_op")
+    (1, None)
+    """
+    if not isinstance(name, str):
+        return None
+    return REGISTRY.get(name)
+
+
+def custom(
+    name: str,
+    *,
+    reference: Callable[..., np.ndarray] | None = None,
+    source: str | None = None,
+    function_name: str | None = None,
+    expr: str | None = None,
+    arity: int = 1,
+    params: Mapping[str, float] | None = None,
+    fusion_class: FusionClass | None = None,
+    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] | None = None,
+    flops_per_element: float = 1.0,
+    replace: bool = False,
+) -> OpDef:
+    """Register a user op: its own CUDA C and/or numpy reference.
+
+    A custom kernel with ``source`` must define ``extern "C" __global__ void
+    <function_name>(const float* in0, ..., float* out0, size_t n, float <param>...)``
+    (``function_name`` defaults to ``name``; ``n`` is the output's element count). With
+    ``expr`` instead, the op is element-wise and fuses like a built-in one. Without
+    ``reference`` its values cannot be computed on the CPU (the evaluator raises
+    :class:`~oxiwork.error.UnsupportedOp`).
+
+    >>> import numpy as np
+    >>> op = custom("cube", expr="({0} * {0} * {0})", reference=lambda xs: xs[0] ** 3)
+    >>> op.fusion_class.name
+    'ELEMENTWISE'
+    >>> _ = REGISTRY.pop("cube")
+    """
+    if reference is None and source is None and expr is None:
+        raise InvalidArgument(
+            f"custom op {name!r} needs a numpy reference, a CUDA source or an expr; "
+            "without any of them nothing can run it"
+        )
+    if source is not None and expr is not None:
+        raise InvalidArgument(f"custom op {name!r}: give either source= or expr=, not both")
+    if fusion_class is None:
+        fusion_class = FusionClass.ELEMENTWISE if expr is not None else FusionClass.OPAQUE
+    if source is not None:
+        function_name = function_name or name
+        if f"{function_name}(" not in source.replace(" (", "("):
+            raise InvalidArgument(
+                f"custom op {name!r}: the source does not define function "
+                f'{function_name!r}; pass function_name= naming its extern "C" kernel'
+            )
+    op = OpDef(
+        name,
+        fusion_class,
+        arity,
+        reference=reference,
+        params=tuple((k, float(v)) for k, v in (params or {}).items()),
+        expr=expr,
+        source=source,
+        function_name=function_name,
+        shape=shape or _same_shape,
+        flops_per_element=flops_per_element,
+    )
+    return register(op, replace=replace)
+
+
+def bind_params(
+    op: OpDef, given: Mapping[str, Any] | Sequence[tuple[str, Any]], where: str
+) -> dict[str, float]:
+    """``op``'s defaults updated with ``given``; unknown names and non-numbers raise.
+
+    ``where`` names the node for the message.
+
+    >>> bind_params(get("scale"), {"alpha": 3}, "kernel 'k'")
+    {'alpha': 3.0}
+    >>> bind_params(get("scale"), {"beta": 1}, "kernel 'k'")
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.InvalidArgument: kernel 'k': op 'scale' has no parameter 'beta'; its parameters are: alpha
+    """
+    out = op.defaults
+    items = given.items() if isinstance(given, Mapping) else given
+    for k, v in items:
+        if k not in out:
+            known = ", ".join(sorted(out)) or "none"
+            raise InvalidArgument(
+                f"{where}: op {op.name!r} has no parameter {k!r}; its parameters are: {known}"
+            )
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgument(
+                f"{where}: parameter {k!r} of op {op.name!r} must be a number, got {v!r}"
+            )
+        out[k] = float(v)
+    return out
+
+
+def infer_shape(
+    op: OpDef, in_shapes: Sequence[Shape], params: Mapping[str, float], where: str
+) -> Shape:
+    """The output shape of ``op`` on ``in_shapes``, or a clear error naming ``where``.
+
+    >>> infer_shape(get("bias_add"), [(2, 3), (3,)], {}, "kernel 'b'")
+    (2, 3)
+    >>> infer_shape(get("add"), [(2, 3), (3, 2)], {}, "kernel 'a'")
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.InvalidArgument: kernel 'a' (op 'add'): input 0 has shape (2, 3) but input 1 has shape (3, 2); element-wise ops need equal shapes (use bias_add to broadcast over the last axis)
+    """
+    if len(in_shapes) != op.arity:
+        raise InvalidArgument(
+            f"{where} (op {op.name!r}) has {len(in_shapes)} input(s) but the op takes "
+            f"{op.arity}; pass exactly {op.arity} buffer(s) to .inputs([...])"
+        )
+    try:
+        return tuple(op.shape(list(in_shapes), params))
+    except _ShapeProblem as e:
+        raise InvalidArgument(f"{where} (op {op.name!r}): {e}") from None
+
+
+# ----------------------------------------------------------------------------- full kernels
+def _matmul_kernel(
+    fname: str, ins: Sequence[Shape], out: Shape, params: Mapping[str, float]
+) -> tuple[str, list[tuple[str, str, Any]]]:
+    # One thread per output element, grid-stride; batch dims fold into M because b is 2-D.
+    k = ins[0][-1]
+    n = out[-1]
+    m = _numel(out) // n
+    src = f"""extern "C" __global__ void {fname}(const float* __restrict__ in0,
+    const float* __restrict__ in1, float* __restrict__ out0, size_t m, size_t n, size_t k)
+{{
+    size_t total = m * n;
+    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+         o += (size_t)gridDim.x * blockDim.x) {{
+        size_t row = o / n;
+        size_t col = o % n;
+        float acc = 0.0f;
+        for (size_t j = 0; j < k; ++j) {{
+            acc += in0[row * k + j] * in1[j * n + col];
+        }}
+        out0[o] = acc;
+    }}
+}}
+"""
+    return src, [("size_t", "m", m), ("size_t", "n", n), ("size_t", "k", k)]
+
+
+def _transpose_kernel(
+    fname: str, ins: Sequence[Shape], out: Shape, params: Mapping[str, float]
+) -> tuple[str, list[tuple[str, str, Any]]]:
+    rows, cols = ins[0]
+    src = f"""extern "C" __global__ void {fname}(const float* __restrict__ in0,
+    float* __restrict__ out0, size_t rows, size_t cols)
+{{
+    size_t total = rows * cols;
+    for (size_t o = (size_t)blockIdx.x * blockDim.x + threadIdx.x; o < total;
+         o += (size_t)gridDim.x * blockDim.x) {{
+        size_t r = o / cols;
+        size_t c = o % cols;
+        out0[c * rows + r] = in0[o];
+    }}
+}}
+"""
+    return src, [("size_t", "rows", rows), ("size_t", "cols", cols)]
+
+
+# ----------------------------------------------------------------------------- the table
+def _ew(
+    name: str,
+    arity: int,
+    ref: Callable[..., np.ndarray],
+    expr: str,
+    flops: float = 1.0,
+    params: tuple[tuple[str, float], ...] = (),
+    fusion_class: FusionClass = FusionClass.ELEMENTWISE,
+    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _same_shape,
+) -> OpDef:
+    return OpDef(
+        name,
+        fusion_class,
+        arity,
+        reference=ref,
+        params=params,
+        expr=expr,
+        shape=shape,
+        flops_per_element=flops,
+    )
+
+
+_BUILTINS: tuple[OpDef, ...] = (
+    _ew("relu", 1, lambda xs: np.maximum(xs[0], F32(0)), "fmaxf({0}, 0.0f)"),
+    # alpha defaults to 2.0 so that the quick start's relu -> scale visibly changes the
+    # values (1.0 would make scale an identity).
+    _ew(
+        "scale",
+        1,
+        lambda xs, alpha: xs[0] * F32(alpha),
+        "({0} * {alpha})",
+        params=(("alpha", 2.0),),
+    ),
+    _ew("add", 2, lambda xs: xs[0] + xs[1], "({0} + {1})"),
+    _ew("sub", 2, lambda xs: xs[0] - xs[1], "({0} - {1})"),
+    _ew("mul", 2, lambda xs: xs[0] * xs[1], "({0} * {1})"),
+    _ew("div", 2, lambda xs: xs[0] / xs[1], "({0} / {1})"),
+    _ew("neg", 1, lambda xs: -xs[0], "(-{0})", flops=1.0),
+    _ew("exp", 1, lambda xs: np.exp(xs[0]), "expf({0})", flops=4.0),
+    _ew("log", 1, lambda xs: np.log(xs[0]), "logf({0})", flops=4.0),
+    _ew("tanh", 1, lambda xs: np.tanh(xs[0]), "tanhf({0})", flops=6.0),
+    _ew(
+        "sigmoid",
+        1,
+        lambda xs: F32(1) / (F32(1) + np.exp(-xs[0])),
+        "(1.0f / (1.0f + expf(-{0})))",
+        flops=6.0,
+    ),
+    _ew(
+        "gelu",
+        1,
+        lambda xs: _gelu(xs[0]),
+        "(0.5f * {0} * (1.0f + tanhf(0.7978845608f * ({0} + 0.044715f * {0} * {0} * {0}))))",
+        flops=12.0,
+    ),
+    _ew("copy", 1, lambda xs: xs[0].copy(), "{0}", flops=0.0),
+    _ew(
+        "bias_add",
+        2,
+        lambda xs: xs[0] + xs[1].reshape(-1),
+        "({0} + {1})",
+        fusion_class=FusionClass.BROADCAST,
+        shape=_bias_shape,
+    ),
+    OpDef(
+        "sum",
+        FusionClass.REDUCTION,
+        1,
+        reference=lambda xs: _as_rows(xs[0]).sum(axis=-1, dtype=F32),
+        row="sum",
+        shape=_row_reduce_shape,
+        cost=lambda ins, out: (float(_numel(ins[0])), 4.0 * (_numel(ins[0]) + _numel(out))),
+    ),
+    OpDef(
+        "max",
+        FusionClass.REDUCTION,
+        1,
+        reference=lambda xs: _as_rows(xs[0]).max(axis=-1),
+        row="max",
+        shape=_row_reduce_shape,
+        cost=lambda ins, out: (float(_numel(ins[0])), 4.0 * (_numel(ins[0]) + _numel(out))),
+    ),
+    OpDef(
+        "softmax",
+        FusionClass.REDUCTION,
+        1,
+        reference=lambda xs: _softmax(xs[0]),
+        row="softmax",
+        flops_per_element=8.0,
+    ),
+    OpDef(
+        "layer_norm",
+        FusionClass.REDUCTION,
+        1,
+        reference=lambda xs, eps: _layer_norm(xs[0], eps),
+        params=(("eps", 1e-5),),
+        row="layer_norm",
+        flops_per_element=8.0,
+    ),
+    OpDef(
+        "matmul",
+        FusionClass.OPAQUE,
+        2,
+        reference=lambda xs: np.matmul(xs[0], xs[1]).astype(F32, copy=False),
+        kernel=_matmul_kernel,
+        shape=_matmul_shape,
+        cost=_matmul_cost,
+    ),
+    OpDef(
+        "transpose",
+        FusionClass.INJECTIVE,
+        1,
+        reference=lambda xs: np.ascontiguousarray(xs[0].T),
+        kernel=_transpose_kernel,
+        shape=_transpose_shape,
+        flops_per_element=0.0,
+    ),
+)
+
+for _op in _BUILTINS:
+    register(_op)
+
+BUILTIN_OPS: frozenset[str] = frozenset(op.name for op in _BUILTINS)
