@@ -1,0 +1,10 @@
+"""The oxiwork workbench widget (anywidget) and its kernel-side view-model.
+
+>>> from oxiwork.widget import Workbench
+>>> Workbench.__name__
+'Workbench'
+"""
+
+from oxiwork.widget.workbench import Workbench
+
+__all__ = ["Workbench"]

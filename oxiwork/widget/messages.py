@@ -1,0 +1,219 @@
+"""Typed requests from the workbench frontend and their validation.
+
+Every message is checked against :data:`SCHEMAS` (one entry per message type: its fields,
+their types and limits) before any handler runs, so a malformed request (unknown type,
+missing or extra fields, wrong types, oversized payloads) is refused with a
+:class:`~oxiwork.error.MessageError` that names the problem, and nothing changes.
+
+Example
+-------
+>>> validate({"type": "select", "request_id": "r1", "node": 3})
+{'type': 'select', 'request_id': 'r1', 'node': 3}
+>>> try:
+...     validate({"type": "teleport"})
+... except MessageError as e:
+...     print(e)
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, rename, select, set_memory_mode, set_pass, sim
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from oxiwork.error import MessageError
+
+__all__ = ["MAX_LIST", "MAX_MESSAGE_BYTES", "MAX_STRING", "SCHEMAS", "Field", "validate"]
+
+# Limits: a request from a form is tiny; anything bigger is a bug or an attack.
+MAX_MESSAGE_BYTES = 64 * 1024
+MAX_STRING = 256
+MAX_LIST = 64
+MAX_INT = 2**62
+
+SIM_ACTIONS = ("step", "back", "run", "reset")
+DIRECTIONS = ("h2d", "d2h", "d2d")
+DTYPE_NAMES = ("float32", "float64", "float16", "int32", "int64", "uint8")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One field of a message: its kind, whether it is required, allowed values."""
+
+    kind: str  # "int", "str", "int_or_name", "list_ids", "dims", "params"
+    required: bool = True
+    nullable: bool = False
+    choices: tuple[str, ...] = ()
+
+
+SCHEMAS: dict[str, dict[str, Field]] = {
+    "select": {"node": Field("int", nullable=True)},
+    "set_pass": {"index": Field("int")},
+    "sim": {
+        "action": Field("str", choices=SIM_ACTIONS),
+        "breakpoint": Field("int", required=False, nullable=True),
+    },
+    "inspect": {"buffer": Field("int")},
+    "set_memory_mode": {"mode": Field("str", choices=("heuristic", "exact"))},
+    "add_buffer": {
+        "name": Field("str"),
+        "size_bytes": Field("int"),
+        "dtype": Field("str", required=False, choices=DTYPE_NAMES),
+    },
+    "add_kernel": {
+        "name": Field("str"),
+        "op": Field("str", required=False, nullable=True),
+        "inputs": Field("list_ids"),
+        "outputs": Field("list_ids"),
+        "grid": Field("dims"),
+        "block": Field("dims"),
+        "params": Field("params", required=False),
+    },
+    "add_memcpy": {
+        "name": Field("str"),
+        "src": Field("int_or_name", required=False, nullable=True),
+        "dst": Field("int_or_name", required=False, nullable=True),
+        "direction": Field("str", choices=DIRECTIONS),
+        "size_bytes": Field("int", required=False),
+    },
+    "add_dependency": {"src": Field("int"), "dst": Field("int")},
+    "delete": {"node": Field("int", required=False), "buffer": Field("int", required=False)},
+    "rename": {
+        "node": Field("int", required=False),
+        "buffer": Field("int", required=False),
+        "name": Field("str"),
+    },
+}
+
+# Messages that name exactly one target among these fields.
+_ONE_OF = {"delete": ("node", "buffer"), "rename": ("node", "buffer")}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -MAX_INT <= v <= MAX_INT
+
+
+def _check_str(where: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise MessageError(f"{where} must be a string, got {type(v).__name__}")
+    if len(v) > MAX_STRING:
+        raise MessageError(f"{where} is {len(v)} characters; at most {MAX_STRING} are allowed")
+    return v
+
+
+def _check_field(mtype: str, name: str, f: Field, v: Any) -> Any:
+    where = f"{mtype}.{name}"
+    if v is None:
+        if f.nullable:
+            return None
+        raise MessageError(f"{where} must not be null")
+    if f.kind == "int":
+        if not _is_int(v):
+            raise MessageError(f"{where} must be an integer, got {v!r:.60}")
+        return v
+    if f.kind == "str":
+        s = _check_str(where, v)
+        if f.choices and s not in f.choices:
+            raise MessageError(f"{where} is {s!r}; expected one of: {', '.join(f.choices)}")
+        return s
+    if f.kind == "int_or_name":
+        if _is_int(v):
+            return v
+        return _check_str(where, v)
+    if f.kind in ("list_ids", "dims"):
+        if not isinstance(v, list):
+            raise MessageError(f"{where} must be a list, got {type(v).__name__}")
+        limit = 3 if f.kind == "dims" else MAX_LIST
+        if len(v) > limit:
+            raise MessageError(f"{where} has {len(v)} entries; at most {limit} are allowed")
+        if f.kind == "dims":
+            if not v or not all(_is_int(x) for x in v):
+                raise MessageError(f"{where} must be 1 to 3 integers, got {v!r:.80}")
+            return v
+        for i, x in enumerate(v):
+            if not _is_int(x):
+                _check_str(f"{where}[{i}]", x)
+        return v
+    if f.kind == "params":
+        if not isinstance(v, dict):
+            raise MessageError(f"{where} must be an object of name: value")
+        if len(v) > MAX_LIST:
+            raise MessageError(f"{where} has {len(v)} entries; at most {MAX_LIST} are allowed")
+        for k, x in v.items():
+            _check_str(f"{where} key", k)
+            if isinstance(x, str):
+                _check_str(f"{where}.{k}", x)
+            elif not isinstance(x, (int, float, bool)):
+                raise MessageError(f"{where}.{k} must be a number, string or boolean")
+        return v
+    raise AssertionError(f"unknown field kind {f.kind}")  # a bug in SCHEMAS
+
+
+def validate(content: Any, buffers: list[Any] | None = None) -> dict[str, Any]:
+    """Check a frontend message against :data:`SCHEMAS`; return it (normalised) or raise.
+
+    Parameters
+    ----------
+    content
+        The decoded JSON content of the comm message.
+    buffers
+        Binary buffers attached to the message; no request carries any.
+
+    Raises
+    ------
+    MessageError
+        Naming the message type and the offending field, with what was expected.
+
+    Examples
+    --------
+    >>> validate({"type": "set_pass", "index": 1, "request_id": "r7"})["index"]
+    1
+    >>> try:
+    ...     validate({"type": "set_pass", "index": "1"})
+    ... except MessageError as e:
+    ...     print(e)
+    set_pass.index must be an integer, got '1'
+    """
+    if buffers:
+        raise MessageError("requests carry no binary buffers; send plain JSON")
+    if not isinstance(content, dict):
+        raise MessageError(f"a message must be a JSON object, got {type(content).__name__}")
+    try:
+        size = len(json.dumps(content, default=str))
+    except (TypeError, ValueError, RecursionError):
+        raise MessageError("the message is not plain JSON") from None
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageError(
+            f"the message is {size} bytes; requests are limited to {MAX_MESSAGE_BYTES} bytes"
+        )
+    mtype = content.get("type")
+    if not isinstance(mtype, str) or mtype not in SCHEMAS:
+        shown = repr(mtype)[:60]
+        raise MessageError(
+            f"unknown message type {shown}; expected one of: {', '.join(sorted(SCHEMAS))}"
+        )
+    rid = content.get("request_id", "")
+    if not isinstance(rid, str) or len(rid) > 64:
+        raise MessageError(f"{mtype}.request_id must be a string of at most 64 characters")
+    schema = SCHEMAS[mtype]
+    extra = sorted(set(content) - set(schema) - {"type", "request_id"})
+    if extra:
+        raise MessageError(
+            f"{mtype} has unexpected field(s) {', '.join(repr(e)[:40] for e in extra)}; "
+            f"allowed: {', '.join(schema) or 'none'}"
+        )
+    out: dict[str, Any] = {"type": mtype, "request_id": rid}
+    for name, f in schema.items():
+        if name not in content:
+            if f.required:
+                raise MessageError(f"{mtype} is missing the field {name!r}")
+            continue
+        out[name] = _check_field(mtype, name, f, content[name])
+    if mtype in _ONE_OF:
+        given = [k for k in _ONE_OF[mtype] if k in out]
+        if len(given) != 1:
+            raise MessageError(
+                f"{mtype} needs exactly one of {' or '.join(_ONE_OF[mtype])}, got {len(given)}"
+            )
+    return out

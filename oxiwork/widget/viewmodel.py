@@ -1,0 +1,612 @@
+"""The workbench view-model: plain JSON-able dicts computed kernel-side, one section per view.
+
+The frontend (``widget_js/src``) is a pure function of these sections, so everything the
+user sees comes from the engine, and a section the engine cannot provide yet is an explicit
+``{"available": False, "reason": ...}`` that the view shows instead of data. The TypeScript
+mirror of these shapes is ``widget_js/src/types.ts``.
+
+Sections (keys of :func:`view_model`):
+
+``dag``
+    Per-node columns for the DAG view. Names, kinds and ops travel as JSON lists; the numeric
+    columns (ids, ASAP levels, streams, critical flags, fusion groups, dominator parents,
+    slack, cost) travel as one binary buffer packed by :func:`pack_dag` so that 10k-node
+    graphs stay cheap.
+``passes``
+    One entry per point of the pass slider: the input graph, then the graph after each pass.
+``memory``
+    The memory Gantt chart: one rectangle per planned buffer (steps x arena bytes), the arena
+    size and the liveness lower bound.
+``streams``
+    The stream timeline: one bar per step on its stream's lane, from the cost model, and the
+    event arrows between lanes.
+``sim``
+    The simulator's steps, position, race reports, and what to highlight in the other views.
+
+Example
+-------
+>>> from oxiwork.examples import quick_start
+>>> meta, blob = dag_section(quick_start())
+>>> meta["num_nodes"], meta["names"]
+(4, ['upload', 'relu', 'scale', 'download'])
+>>> unpack_dag(blob)["level"]
+[0, 1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
+
+__all__ = [
+    "FLOAT_COLUMNS",
+    "INT_COLUMNS",
+    "KINDS",
+    "MAGIC",
+    "STATE_CREATED",
+    "STATE_NORMAL",
+    "STATE_REMOVED",
+    "buffers_section",
+    "dag_section",
+    "inspector_section",
+    "memory_section",
+    "node_details",
+    "ops_section",
+    "pack_dag",
+    "streams_section",
+    "unavailable",
+    "unpack_dag",
+]
+
+# Binary layout shared with widget_js/src/dagdata.ts (keep both in step).
+MAGIC = 0x4F584457  # "OXDW"
+VERSION = 1
+INT_COLUMNS = ("id", "level", "kind", "stream", "critical", "group", "idom", "ipdom", "state")
+FLOAT_COLUMNS = ("slack", "cost", "asap")
+STATE_NORMAL, STATE_CREATED, STATE_REMOVED = 0, 1, 2
+KINDS: tuple[str, ...] = tuple(k.value for k in NodeKind)
+_KIND_CODE = {k: i for i, k in enumerate(NodeKind)}
+
+# Histogram bins and the number of values shipped to the buffer inspector.
+HIST_BINS = 24
+INSPECT_VALUES = 4096
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    """A section the engine cannot provide; the view shows ``reason`` instead of data.
+
+    >>> unavailable("no simulator yet")
+    {'available': False, 'reason': 'no simulator yet'}
+    """
+    return {"available": False, "reason": reason}
+
+
+def pack_dag(
+    n: int,
+    ints: Mapping[str, Sequence[int] | np.ndarray],
+    src: Sequence[int] | np.ndarray,
+    dst: Sequence[int] | np.ndarray,
+    floats: Mapping[str, Sequence[float] | np.ndarray],
+) -> bytes:
+    """Pack the DAG columns: an Int32 header, Int32 columns, the edges, Float32 columns.
+
+    Missing columns default to the same values as the TypeScript encoder.
+
+    >>> blob = pack_dag(2, {"level": [0, 1]}, [0], [1], {})
+    >>> unpack_dag(blob)["dst"]
+    [1]
+    """
+    defaults = {"id": None, "level": 0, "kind": 0, "stream": -1, "critical": 0, "group": -1,
+                "idom": -1, "ipdom": -1, "state": 0}  # fmt: skip
+    m = len(src)
+    parts = [np.array([MAGIC, VERSION, n, m, len(INT_COLUMNS), len(FLOAT_COLUMNS), 0, 0], "<i4")]
+    for c in INT_COLUMNS:
+        if c in ints:
+            col = np.asarray(ints[c], dtype="<i4")
+        elif c == "id":
+            col = np.arange(n, dtype="<i4")
+        else:
+            col = np.full(n, defaults[c], dtype="<i4")
+        if col.shape != (n,):
+            raise ValueError(f"column {c!r} has {col.shape[0]} entries, expected {n}")
+        parts.append(col)
+    parts.append(np.asarray(src, dtype="<i4").reshape(m))
+    parts.append(np.asarray(dst, dtype="<i4").reshape(m))
+    for c in FLOAT_COLUMNS:
+        col = np.asarray(floats[c], dtype="<f4") if c in floats else np.zeros(n, "<f4")
+        parts.append(col.reshape(n))
+    return b"".join(p.tobytes() for p in parts)
+
+
+def unpack_dag(blob: bytes) -> dict[str, list[Any]]:
+    """Inverse of :func:`pack_dag` (for tests and debugging).
+
+    >>> unpack_dag(pack_dag(1, {}, [], [], {"slack": [0.5]}))["slack"]
+    [0.5]
+    """
+    magic, version, n, m, ni, nf, _, _ = struct.unpack_from("<8i", blob, 0)
+    if magic != MAGIC or version != VERSION or ni != len(INT_COLUMNS) or nf != len(FLOAT_COLUMNS):
+        raise ValueError("not an oxiwork DAG blob of this version")
+    off = 32
+    out: dict[str, list[Any]] = {}
+    for c in INT_COLUMNS:
+        out[c] = np.frombuffer(blob, "<i4", n, off).tolist()
+        off += 4 * n
+    out["src"] = np.frombuffer(blob, "<i4", m, off).tolist()
+    off += 4 * m
+    out["dst"] = np.frombuffer(blob, "<i4", m, off).tolist()
+    off += 4 * m
+    for c in FLOAT_COLUMNS:
+        out[c] = np.frombuffer(blob, "<f4", n, off).tolist()
+        off += 4 * n
+    return out
+
+
+def _levels(graph: ComputeGraph) -> list[int]:
+    """ASAP level (longest path in edges from a source) per dense position."""
+    d = graph.dense()
+    level = [0] * len(d.ids)
+    for v in d.topo:
+        for u in d.pred[v]:
+            if level[u] + 1 > level[v]:
+                level[v] = level[u] + 1
+    return level
+
+
+def _try_topo(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> Any:
+    try:
+        from oxiwork.analysis import topo
+    except ImportError:
+        return None
+    return topo.analyze(graph, costs=costs)
+
+
+def _try_dominance(graph: ComputeGraph) -> tuple[Any, Any] | None:
+    try:
+        from oxiwork.analysis import dominance
+    except ImportError:
+        return None
+    return dominance.dominators(graph), dominance.post_dominators(graph)
+
+
+def _costs(graph: ComputeGraph) -> dict[NodeId, float] | None:
+    try:
+        from oxiwork import cost
+    except ImportError:
+        return None
+    return cost.node_costs(graph)
+
+
+def dag_section(
+    graph: ComputeGraph,
+    *,
+    before: ComputeGraph | None = None,
+    created: Iterable[NodeId] = (),
+    removed: Iterable[NodeId] = (),
+    title: str = "",
+    pass_index: int = 0,
+) -> tuple[dict[str, Any], bytes]:
+    """The DAG view's columns for ``graph`` (and ghosts of the nodes a pass removed).
+
+    Parameters
+    ----------
+    graph
+        The graph to draw.
+    before
+        The graph before the pass (needed to draw the ``removed`` nodes as ghosts).
+    created, removed
+        Node ids the pass created (in ``graph``) and removed (from ``before``).
+    title, pass_index
+        Shown in the header; which slider position this is.
+
+    Returns
+    -------
+    (meta, blob)
+        ``meta`` is the JSON part (names, kinds, ops, counts, anchors), ``blob`` the packed
+        numeric columns (:func:`pack_dag`). Positions ``0..n-1`` are ``graph``'s nodes in id
+        order; removed ghosts follow.
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> meta, blob = dag_section(quick_start())
+    >>> meta["has_topo"], unpack_dag(blob)["src"]
+    (True, [0, 1, 2])
+    """
+    d = graph.dense()
+    ids = list(d.ids)
+    pos = dict(d.pos)
+    nodes = [graph.node(i) for i in ids]
+    level = _levels(graph)
+    costs = _costs(graph)
+    info = _try_topo(graph, costs)
+    doms = _try_dominance(graph)
+    created_set = set(created)
+    state = [STATE_CREATED if i in created_set else STATE_NORMAL for i in ids]
+
+    # Fusion groups: one colour per fused kernel; its ghosts (the originals) share it.
+    group_of_fused: dict[NodeId, int] = {}
+    for n in nodes:
+        if n.fused is not None or n.fused_from:
+            group_of_fused[n.id] = len(group_of_fused)
+    group = [group_of_fused.get(i, -1) for i in ids]
+    anchors = [[pos[n.id], [int(x) for x in n.fused_from]] for n in nodes if n.fused_from]
+
+    names = [n.name for n in nodes]
+    kinds = [_KIND_CODE[n.kind] for n in nodes]
+    ops = [n.op or ("fused" if n.fused is not None else "") for n in nodes]
+    streams = [int(n.stream) if n.stream is not None else -1 for n in nodes]
+    src = [pos[a] for a, _ in graph.edges]
+    dst = [pos[b] for _, b in graph.edges]
+    cost_col = [costs[i] if costs else (nodes[k].cost or 1.0) for k, i in enumerate(ids)]
+    if info is not None:
+        critical_set = info.critical_nodes
+        critical = [1 if i in critical_set else 0 for i in ids]
+        slack = [info.slack[i] for i in ids]
+        asap = [info.asap[i] for i in ids]
+    else:
+        critical, slack, asap = [0] * len(ids), [0.0] * len(ids), [0.0] * len(ids)
+    if doms is not None:
+        dom, post = doms
+        idom = [pos[p] if (p := dom.idom.get(i)) is not None else -1 for i in ids]
+        ipdom = [pos[p] if (p := post.idom.get(i)) is not None else -1 for i in ids]
+    else:
+        idom, ipdom = [-1] * len(ids), [-1] * len(ids)
+
+    # Ghosts: removed nodes of `before`, at their old level, with no edges.
+    if before is not None:
+        blevel = _levels(before)
+        bpos = before.dense().pos
+        for rid in sorted(set(removed)):
+            if not before.has_node(rid):
+                continue
+            rn = before.node(rid)
+            ids.append(rid)
+            names.append(rn.name)
+            kinds.append(_KIND_CODE[rn.kind])
+            ops.append(rn.op or "")
+            streams.append(int(rn.stream) if rn.stream is not None else -1)
+            level.append(blevel[bpos[rid]])
+            state.append(STATE_REMOVED)
+            fused_into = next(
+                (g for f, g in group_of_fused.items() if rid in graph.node(f).fused_from), -1
+            )
+            group.append(fused_into)
+            critical.append(0)
+            slack.append(0.0)
+            asap.append(0.0)
+            cost_col.append(0.0)
+            idom.append(-1)
+            ipdom.append(-1)
+
+    n = len(ids)
+    blob = pack_dag(
+        n,
+        {"id": [int(i) for i in ids], "level": level, "kind": kinds, "stream": streams,
+         "critical": critical, "group": group, "idom": idom, "ipdom": ipdom, "state": state},
+        src,
+        dst,
+        {"slack": slack, "cost": cost_col, "asap": asap},
+    )  # fmt: skip
+    notes = {}
+    if all(s < 0 for s in streams[: len(d.ids)]):
+        notes["stream"] = "no stream assigned at this point of the pipeline"
+    if not group_of_fused:
+        notes["group"] = "no fused kernels at this point of the pipeline"
+    if info is None:
+        notes["slack"] = notes["critical"] = "topological analysis not available yet"
+    if doms is None:
+        notes["dominator"] = notes["postdominator"] = "dominance analysis not available yet"
+    meta = {
+        "available": True,
+        "names": names,
+        "kinds": list(KINDS),
+        "ops": ops,
+        "num_nodes": len(d.ids),
+        "num_edges": len(graph.edges),
+        "num_streams": len({s for s in streams[: len(d.ids)] if s >= 0}),
+        "num_groups": len(group_of_fused),
+        "has_topo": info is not None,
+        "has_dominance": doms is not None,
+        "title": title,
+        "anchors": anchors,
+        "pass_index": pass_index,
+        "notes": notes,
+    }
+    return meta, blob
+
+
+def buffers_section(graph: ComputeGraph) -> list[dict[str, Any]]:
+    """The buffer list for the build panel and the inspector.
+
+    >>> from oxiwork.examples import quick_start
+    >>> [b["name"] for b in buffers_section(quick_start())]
+    ['input', 'mid', 'output']
+    """
+    return [
+        {
+            "id": int(b.id),
+            "name": b.name,
+            "size_bytes": int(b.size_bytes),
+            "dtype": b.dtype,
+            "shape": list(b.shape) if b.shape is not None else None,
+            "external": bool(b.external),
+        }
+        for b in graph.buffers
+    ]
+
+
+def ops_section() -> list[dict[str, Any]]:
+    """The op library for the "add kernel" form: name, arity, default params, fusion class.
+
+    >>> any(o["name"] == "relu" for o in ops_section())
+    True
+    """
+    try:
+        from oxiwork import ops
+    except ImportError:
+        return []
+    out = []
+    for name in sorted(ops.REGISTRY):
+        op = ops.REGISTRY[name]
+        params = {k: _jsonable(v) for k, v in dict(getattr(op, "defaults", {}) or {}).items()}
+        fc = getattr(op, "fusion_class", None)
+        out.append(
+            {
+                "name": name,
+                "arity": int(getattr(op, "arity", 1) or 0),
+                "params": params,
+                "fusion_class": getattr(fc, "value", str(fc)),
+            }
+        )
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def node_details(
+    graph: ComputeGraph, nid: NodeId, costs: Mapping[NodeId, float] | None = None
+) -> dict[str, Any]:
+    """Everything the details panel shows about one node.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> d = node_details(g, g.nodes[1].id)
+    >>> d["name"], d["inputs"], d["successors"]
+    ('relu', ['input'], ['scale'])
+    """
+    n = graph.node(nid)
+    info = _try_topo(graph, costs if costs is not None else _costs(graph))
+    bname = {b.id: b.name for b in graph.buffers}
+    cfg = None
+    if n.config is not None:
+        c = n.config
+        cfg = f"grid {c.grid} · block {c.block}" + (
+            f" · smem {c.shared_mem_bytes} B" if c.shared_mem_bytes else ""
+        )
+    fused_from = []
+    for f in n.fused_from:
+        fused_from.append(f"#{int(f)}")
+    if n.fused is not None:
+        fused_from = [f"{s.op} (#{int(s.node)})" for s in n.fused.steps]
+    return {
+        "id": int(n.id),
+        "name": n.name,
+        "kind": n.kind.value,
+        "op": n.op or ("fused" if n.fused is not None else None),
+        "stream": int(n.stream) if n.stream is not None else None,
+        "inputs": [bname.get(b, f"#{int(b)}") for b in n.inputs],
+        "outputs": [bname.get(b, f"#{int(b)}") for b in n.outputs],
+        "predecessors": [graph.node(p).name for p in graph.predecessors(n.id)],
+        "successors": [graph.node(s).name for s in graph.successors(n.id)],
+        "config": cfg,
+        "params": [[k, str(v)] for k, v in n.params],
+        "fused_from": fused_from,
+        "cost": info.cost[n.id] if info is not None else n.cost,
+        "asap": info.asap[n.id] if info is not None else None,
+        "alap": info.alap[n.id] if info is not None else None,
+        "slack": info.slack[n.id] if info is not None else None,
+        "critical": (n.id in info.critical_nodes) if info is not None else None,
+    }
+
+
+def memory_section(
+    graph: ComputeGraph,
+    order: Sequence[NodeId] | None = None,
+    *,
+    mode: str = "heuristic",
+    plan: Any = None,
+    time_limit: float = 2.0,
+) -> dict[str, Any]:
+    """The memory Gantt chart of ``graph`` executed in ``order``.
+
+    Uses the plan's own memory plan when it was made in ``mode`` (so the chart shows the
+    offsets the plan runs with); otherwise plans the liveness intervals with
+    :func:`oxiwork.optimizer.memory.plan_buffers` in ``mode``. External buffers are user-owned
+    and not in the arena, so they are not drawn.
+
+    >>> from oxiwork.examples import quick_start
+    >>> m = memory_section(quick_start())
+    >>> len(m["buffers"]), m["arena_bytes"] >= m["lower_bound_bytes"]
+    (3, True)
+    """
+    try:
+        from oxiwork.analysis import liveness
+        from oxiwork.optimizer import memory
+    except ImportError as e:
+        return unavailable(f"memory planning not available yet ({e.name} missing)")
+    live = liveness.analyze(graph, order)
+    num_steps = len(live.order)
+    names = {b.id: b.name for b in graph.buffers}
+    mp = getattr(plan, "memory", None) if plan is not None else None
+    if mp is None or getattr(mp, "mode", None) != mode or not hasattr(mp, "to_dict"):
+        planned = {
+            bid: iv
+            for bid, iv in live.intervals.items()
+            if not graph.buffer(bid).external and bid not in live.dead
+        }
+        mp = memory.plan_buffers(
+            {bid: graph.buffer(bid).size_bytes for bid in planned},
+            {bid: graph.buffer(bid).alignment for bid in planned},
+            planned,
+            mode=mode,
+            time_limit=time_limit if mode == "exact" else None,
+        )
+    d = mp.to_dict()
+    rects = [
+        {
+            "id": r["id"],
+            "name": names.get(BufferId(r["id"]), f"#{r['id']}"),
+            "start": r["start"],
+            "end": r["end"],
+            "offset": r["offset"],
+            "size": r["size"],
+        }
+        for r in d["buffers"]
+    ]
+    for r in rects:
+        num_steps = max(num_steps, r["end"])
+    return {
+        "available": True,
+        "mode": mode,
+        "modes": list(getattr(memory, "MODES", ("heuristic", "exact"))),
+        "arena_bytes": int(d["arena_bytes"]),
+        "lower_bound_bytes": int(d["lower_bound"]),
+        "num_steps": int(num_steps),
+        "buffers": rects,
+        "strategy": d.get("strategy", ""),
+        "optimal": bool(d.get("optimal", False)),
+    }
+
+
+def streams_section(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> dict[str, Any]:
+    """The stream timeline: nodes list-scheduled on their assigned streams with the cost model.
+
+    A step starts when its stream is free and every predecessor has finished (the ordering
+    the stream pass' events enforce); an event wait draws an arrow from its record's lane.
+    ``serial_total`` is the time on one stream, ``stream_total`` the makespan on the
+    assigned streams, ``critical_path`` the dependency-only lower bound.
+
+    >>> from oxiwork.examples import quick_start
+    >>> streams_section(quick_start())["available"]
+    False
+    """
+    if not any(n.stream is not None for n in graph.nodes):
+        return unavailable("no stream assignment yet: move the pass slider past the stream pass")
+    costs = _costs(graph) or {n.id: n.cost or 1.0 for n in graph.nodes}
+    order = list(order) if order is not None else list(graph.topological_order())
+    finish: dict[NodeId, float] = {}
+    stream_free: dict[int, float] = {}
+    bars = []
+    events = []
+    serial = 0.0
+    crit: dict[NodeId, float] = {}
+    for nid in order:
+        n = graph.node(nid)
+        s = int(n.stream) if n.stream is not None else 0
+        c = float(costs.get(nid, 0.0))
+        ready = max((finish[p] for p in graph.predecessors(nid) if p in finish), default=0.0)
+        start = max(ready, stream_free.get(s, 0.0))
+        end = start + c
+        finish[nid] = end
+        stream_free[s] = end
+        serial += c
+        crit[nid] = max((crit[p] for p in graph.predecessors(nid) if p in crit), default=0.0) + c
+        bars.append({"node": int(nid), "name": n.name, "stream": s, "start": start, "end": end,
+                     "kind": n.kind.value})  # fmt: skip
+        if n.kind is NodeKind.EventWait and n.event is not None and graph.has_node(n.event):
+            rec = graph.node(n.event)
+            events.append(
+                {
+                    "from_stream": int(rec.stream) if rec.stream is not None else 0,
+                    "to_stream": s,
+                    "time": finish.get(rec.id, start),
+                    "name": n.name,
+                }
+            )
+    num_streams = max(stream_free, default=0) + 1
+    return {
+        "available": True,
+        "num_streams": num_streams,
+        "bars": bars,
+        "events": events,
+        "serial_total": serial,
+        "stream_total": max(finish.values(), default=0.0),
+        "critical_path": max(crit.values(), default=0.0),
+        "time_unit": "s",
+    }
+
+
+def inspector_section(
+    name: str, buffer_id: int, dtype: str, value: np.ndarray | None
+) -> tuple[dict[str, Any], bytes]:
+    """Statistics and a value sample of one buffer for the inspector.
+
+    Returns the JSON part and the first :data:`INSPECT_VALUES` values as float64 bytes.
+
+    >>> info, raw = inspector_section("x", 0, "float32", np.array([1.0, np.nan, 3.0]))
+    >>> info["min"], info["max"], info["nan_count"], len(raw)
+    (1.0, 3.0, 1, 24)
+    """
+    if value is None:
+        return (
+            {"available": True, "buffer": int(buffer_id), "name": name, "dtype": dtype,
+             "shape": [], "count": 0, "shown": 0, "min": None, "max": None, "mean": None,
+             "nan_count": 0, "hist": [], "hist_lo": 0.0, "hist_hi": 0.0, "written": False},
+            b"",
+        )  # fmt: skip
+    arr = np.asarray(value)
+    flat = arr.astype(np.float64, copy=False).ravel()
+    finite = flat[np.isfinite(flat)]
+    nan_count = int(np.isnan(flat).sum())
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        hist, _ = np.histogram(finite, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))
+        mean = float(finite.mean())
+    else:
+        lo = hi = 0.0
+        hist = np.zeros(HIST_BINS, dtype=int)
+        mean = None
+    shown = flat[:INSPECT_VALUES]
+    info = {
+        "available": True,
+        "buffer": int(buffer_id),
+        "name": name,
+        "dtype": str(arr.dtype) if dtype == "" else dtype,
+        "shape": [int(s) for s in arr.shape],
+        "count": int(flat.size),
+        "shown": int(shown.size),
+        "min": lo if finite.size else None,
+        "max": hi if finite.size else None,
+        "mean": mean,
+        "nan_count": nan_count,
+        "hist": [int(h) for h in hist],
+        "hist_lo": lo,
+        "hist_hi": hi,
+        "written": True,
+    }
+    return info, shown.astype("<f8").tobytes()
+
+
+def fused_origin(graph: ComputeGraph, node: GraphNode) -> tuple[NodeId, ...]:
+    """Ids a node stands for: itself, plus the originals if it is a fused kernel.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> fused_origin(g, g.nodes[0])
+    (NodeId(0),)
+    """
+    return (node.id, *node.fused_from)

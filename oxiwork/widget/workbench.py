@@ -1,0 +1,442 @@
+"""The workbench widget: one :class:`anywidget.AnyWidget` over the engine.
+
+Small state is synced in traitlets (the view-model, selection, pass index, simulator
+position, errors); the DAG's numeric columns and the inspector's values travel as binary
+buffers; requests from the frontend are typed messages, validated by
+:mod:`oxiwork.widget.messages`, and their errors come back as ``{"type": "error", ...}``
+messages and in the ``errors`` trait, never lost in the kernel log.
+
+Example
+-------
+>>> from oxiwork.examples import quick_start
+>>> w = Workbench(quick_start())
+>>> w.view["dag"]["num_nodes"], w.selection
+(4, -1)
+>>> w.handle_message({"type": "select", "request_id": "r1", "node": 1})
+{'type': 'ok', 'request_id': 'r1', 'message': 'selected relu'}
+>>> w.selection
+1
+"""
+
+from __future__ import annotations
+
+import pathlib
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import anywidget
+import numpy as np
+import traitlets
+
+from oxiwork.builder import GraphBuilder, GraphWarning
+from oxiwork.error import GraphError, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import BufferId, NodeId
+from oxiwork.widget import viewmodel as vm
+from oxiwork.widget.edits import EDITS, apply_edit
+from oxiwork.widget.messages import validate
+from oxiwork.widget.session import Session
+
+__all__ = ["Workbench"]
+
+STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
+MAX_ERRORS = 20
+COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
+
+
+class Workbench(anywidget.AnyWidget):
+    """Interactive workbench for a compute graph: DAG, passes, memory, streams, simulator.
+
+    Parameters
+    ----------
+    graph_or_builder
+        A :class:`~oxiwork.graph.ComputeGraph`, or a :class:`~oxiwork.builder.GraphBuilder`
+        (built on the spot).
+    max_streams
+        Streams for the execution plan.
+    memory_mode
+        ``"heuristic"`` or ``"exact"`` for the memory chart.
+
+    Attributes
+    ----------
+    graph
+        The current input graph; assigning a new one redraws every view.
+    session
+        The engine state (:class:`~oxiwork.widget.session.Session`).
+    """
+
+    _esm = STATIC / "widget.js"
+    _css = STATIC / "widget.css"
+
+    view = traitlets.Dict().tag(sync=True)
+    dag = traitlets.Bytes(b"").tag(sync=True)
+    selection = traitlets.Int(-1).tag(sync=True)
+    details = traitlets.Dict().tag(sync=True)
+    pass_index = traitlets.Int(0).tag(sync=True)
+    sim_position = traitlets.Int(-1).tag(sync=True)
+    color_mode = traitlets.Unicode("kind").tag(sync=True)
+    memory_mode = traitlets.Unicode("heuristic").tag(sync=True)
+    errors = traitlets.List(traitlets.Dict()).tag(sync=True)
+    inspector = traitlets.Dict().tag(sync=True)
+    inspector_values = traitlets.Bytes(b"").tag(sync=True)
+
+    def __init__(
+        self,
+        graph_or_builder: ComputeGraph | GraphBuilder,
+        *,
+        max_streams: int = 4,
+        memory_mode: str = "heuristic",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._max_streams = max_streams
+        self.memory_mode = memory_mode
+        self._graph = self._coerce(graph_or_builder)
+        self.session = Session(self._graph, max_streams, memory_mode)
+        self._dag_cache: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._memory_cache: dict[str, dict[str, Any]] = {}
+        self.on_msg(self._on_msg)
+        self._refresh(reset=True)
+
+    # ------------------------------------------------------------------ public API
+    @staticmethod
+    def _coerce(obj: Any) -> ComputeGraph:
+        if isinstance(obj, GraphBuilder):
+            return obj.build()
+        if isinstance(obj, ComputeGraph):
+            return obj
+        raise TypeError(
+            f"Workbench needs a ComputeGraph or a GraphBuilder, got {type(obj).__name__}"
+        )
+
+    @property
+    def graph(self) -> ComputeGraph:
+        """The current input graph (edits in the UI replace it)."""
+        return self._graph
+
+    @graph.setter
+    def graph(self, value: ComputeGraph | GraphBuilder) -> None:
+        self._set_graph(self._coerce(value))
+
+    @property
+    def plan(self) -> Any:
+        """The execution plan of the current graph, or ``None`` if not available."""
+        return self.session.plan
+
+    def _set_graph(self, graph: ComputeGraph) -> None:
+        session = Session(graph, self._max_streams, self.memory_mode)
+        # Commit only after the engine accepted the graph.
+        self._graph = graph
+        self.session = session
+        self._dag_cache.clear()
+        self._memory_cache.clear()
+        self._refresh(reset=True)
+
+    # ------------------------------------------------------------------ view-model
+    def _stage_index(self) -> int:
+        return max(0, min(self.pass_index, len(self.session.stages) - 1))
+
+    def _dag_for(self, index: int) -> tuple[dict[str, Any], bytes]:
+        if index not in self._dag_cache:
+            st = self.session.stages[index]
+            title = "input graph" if index == 0 else f"after {st.name}"
+            self._dag_cache[index] = vm.dag_section(
+                st.graph, before=st.before, created=st.created, removed=st.removed,
+                title=title, pass_index=index,
+            )  # fmt: skip
+        return self._dag_cache[index]
+
+    def _passes(self) -> dict[str, Any]:
+        stages = self.session.stages
+        entries = []
+        for i, st in enumerate(stages):
+            entries.append(
+                {
+                    "name": st.name,
+                    "nodes_before": st.before.num_nodes
+                    if st.before is not None
+                    else st.graph.num_nodes,
+                    "nodes_after": st.graph.num_nodes,
+                    "created": len(st.created),
+                    "removed": len(st.removed),
+                    "removed_names": [st.before.node(r).name for r in st.removed[:50]]
+                    if st.before is not None
+                    else [],
+                    "seconds": st.seconds,
+                }
+            )
+            del i
+        out: dict[str, Any] = {"available": True, "entries": entries}
+        if "passes" in self.session.notes:
+            out["note"] = self.session.notes["passes"]
+        return out
+
+    def _memory(self) -> dict[str, Any]:
+        mode = self.memory_mode
+        if mode not in self._memory_cache:
+            s = self.session
+            try:
+                self._memory_cache[mode] = vm.memory_section(
+                    s.final_graph, s.step_order, mode=mode, plan=s.plan
+                )
+            except GraphError as e:
+                self._memory_cache[mode] = vm.unavailable(f"memory planning failed: {e}")
+        return self._memory_cache[mode]
+
+    def _streams(self) -> dict[str, Any]:
+        s = self.session
+        # The timeline shows the graph at the slider (stream lanes appear after the stream
+        # pass), scheduled in the plan's order when it shows the plan's graph.
+        g = s.stages[self._stage_index()].graph
+        order = s.step_order if s.plan is not None and g is s.final_graph else None
+        try:
+            return vm.streams_section(g, order)
+        except GraphError as e:
+            return vm.unavailable(f"stream timeline failed: {e}")
+
+    def _sim(self) -> dict[str, Any]:
+        s = self.session
+        if s.sim is None or s.plan is None:
+            return vm.unavailable(s.notes.get("sim", "simulator not available yet"))
+        steps = [
+            {"index": i, "node": int(st.node), "name": st.name, "kind": st.kind.value,
+             "stream": int(st.stream)}
+            for i, st in enumerate(s.plan.steps)
+        ]  # fmt: skip
+        pos = self.sim_position
+        shown = s.stages[self._stage_index()].graph
+        highlight: list[int] = []
+        live: list[int] = []
+        if 0 <= pos < len(s.plan.steps):
+            step = s.plan.steps[pos]
+            for nid in (step.node, *step.fused_nodes):
+                if shown.has_node(nid) and int(nid) not in highlight:
+                    highlight.append(int(nid))
+        races = [
+            {"step": int(getattr(r, "step", -1)), "node": int(getattr(r, "node", -1)),
+             "buffer": int(getattr(r, "buffer", -1)), "message": str(r)}
+            for r in _sim_races(s.sim)
+        ]  # fmt: skip
+        return {
+            "available": True,
+            "steps": steps,
+            "position": pos,
+            "finished": pos >= len(steps) - 1,
+            "races": races,
+            "message": self._sim_message,
+            "highlight": highlight,
+            "live_buffers": live,
+        }
+
+    _sim_message = ""
+
+    def _refresh(self, *, reset: bool = False) -> None:
+        if reset:
+            last = len(self.session.stages) - 1
+            self.pass_index = min(self.pass_index, last)
+            if self.selection >= 0 and not self._graph_shown().has_node(self.selection):
+                self.selection = -1
+            self.sim_position = -1
+            self._sim_message = ""
+            self.inspector = {}
+            self.inspector_values = b""
+        meta, blob = self._dag_for(self._stage_index())
+        view = {
+            "version": 1,
+            "dag": meta,
+            "passes": self._passes(),
+            "memory": self._memory(),
+            "streams": self._streams(),
+            "sim": self._sim(),
+            "buffers": vm.buffers_section(self._graph),
+            "ops": vm.ops_section(),
+            "editable": self._stage_index() == 0,
+            "edit_reason": "" if self._stage_index() == 0 else
+            "Edits apply to the input graph: move the pass slider back to 'input' to build.",
+        }  # fmt: skip
+        with self.hold_sync():
+            self.dag = blob
+            self.view = view
+            self._update_details()
+
+    def _graph_shown(self) -> ComputeGraph:
+        return self.session.stages[self._stage_index()].graph
+
+    def _update_details(self) -> None:
+        g = self._graph_shown()
+        if self.selection >= 0 and g.has_node(self.selection):
+            self.details = vm.node_details(g, NodeId(self.selection))
+        else:
+            self.details = {}
+
+    # ------------------------------------------------------------------ messages
+    def _on_msg(self, _widget: Any, content: Any, buffers: list[Any]) -> None:
+        reply = self.handle_message(content, buffers)
+        self.send(reply)
+
+    def handle_message(self, content: Any, buffers: list[Any] | None = None) -> dict[str, Any]:
+        """Validate and execute one frontend request; return the reply message.
+
+        Errors (malformed requests, unknown ids, invalid edits) leave every trait except
+        ``errors`` unchanged and come back as ``{"type": "error", "request_id", "message"}``.
+        """
+        rid = content.get("request_id", "") if isinstance(content, dict) else ""
+        rid = rid if isinstance(rid, str) else ""
+        try:
+            msg = validate(content, buffers)
+            text = _HANDLERS[msg["type"]](self, msg)
+        except GraphError as e:
+            return self._error(rid[:64], e)
+        except Exception as e:  # a bug: still report it in the widget, never lose it
+            return self._error(rid[:64], e, internal=True)
+        return {"type": "ok", "request_id": rid, "message": text}
+
+    def _error(self, rid: str, e: Exception, internal: bool = False) -> dict[str, Any]:
+        kind = type(e).__name__
+        message = str(e) if not internal else f"internal error ({kind}): {e}; please report it"
+        self.errors = [*self.errors, {"request_id": rid, "message": message, "kind": kind}][
+            -MAX_ERRORS:
+        ]
+        return {"type": "error", "request_id": rid, "message": message, "kind": kind}
+
+    def _h_select(self, m: dict[str, Any]) -> str:
+        nid = m["node"]
+        if nid is None or nid < 0:
+            self.selection = -1
+            self._update_details()
+            return "selection cleared"
+        g = self._graph_shown()
+        if not g.has_node(nid):
+            raise UnknownNode(f"there is no node with id {nid} in the graph on screen")
+        with self.hold_sync():
+            self.selection = nid
+            self._update_details()
+        return f"selected {g.node(NodeId(nid)).name}"
+
+    def _h_set_pass(self, m: dict[str, Any]) -> str:
+        i = m["index"]
+        n = len(self.session.stages)
+        if not 0 <= i < n:
+            raise MessageError(f"set_pass.index is {i}; the pipeline has positions 0..{n - 1}")
+        self.pass_index = i
+        self._refresh()
+        return f"showing {self.session.stages[i].name}"
+
+    def _h_set_memory_mode(self, m: dict[str, Any]) -> str:
+        old = self.memory_mode
+        self.memory_mode = m["mode"]
+        try:
+            self._memory()
+        except Exception:
+            self.memory_mode = old
+            raise
+        self._refresh()
+        return f"memory planner: {m['mode']}"
+
+    def _h_edit(self, m: dict[str, Any]) -> str:
+        if self._stage_index() != 0:
+            raise MessageError(
+                "edits apply to the input graph: move the pass slider back to 'input' first"
+            )
+        # Builder warnings (a buffer read before any write...) are shown in the widget.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GraphWarning)
+            new = apply_edit(self._graph, m)
+        self._set_graph(new)
+        notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
+        done = f"{m['type'].replace('_', ' ')}: done"
+        return f"{done} (warning: {notes})" if notes else done
+
+    def _h_sim(self, m: dict[str, Any]) -> str:
+        s = self.session
+        if s.sim is None or s.plan is None:
+            raise MessageError(s.notes.get("sim", "the simulator is not available yet"))
+        n = len(s.plan.steps)
+        action = m["action"]
+        pos = self.sim_position
+        if action == "reset":
+            _sim_reset(s.sim)
+            pos = -1
+        elif action == "step":
+            if pos + 1 >= n:
+                raise MessageError("the simulation is finished; reset to start again")
+            _sim_step(s.sim)
+            pos += 1
+        elif action == "back":
+            if pos < 0:
+                raise MessageError("already at the start; nothing to step back over")
+            # Deterministic replay: reset and run to one step earlier.
+            _sim_reset(s.sim)
+            for _ in range(pos):
+                _sim_step(s.sim)
+            pos -= 1
+        else:  # run (to a breakpoint node, or to the end)
+            bp = m.get("breakpoint")
+            if bp is not None and not any(
+                st.node == bp or bp in st.fused_nodes for st in s.plan.steps
+            ):
+                raise UnknownNode(f"breakpoint: no step of the plan runs node id {bp}")
+            while pos + 1 < n:
+                _sim_step(s.sim)
+                pos += 1
+                st = s.plan.steps[pos]
+                if bp is not None and (st.node == bp or bp in st.fused_nodes):
+                    break
+        self.sim_position = pos
+        self._sim_message = ""
+        self._refresh()
+        if self.inspector.get("buffer") is not None:
+            self._inspect(int(self.inspector["buffer"]))
+        return f"at step {pos + 1} of {n}"
+
+    def _h_inspect(self, m: dict[str, Any]) -> str:
+        self._inspect(m["buffer"])
+        return f"inspecting {self.inspector.get('name', '')}"
+
+    def _inspect(self, bid: int) -> None:
+        g = self.session.final_graph if self.session.plan is not None else self._graph
+        if not any(b.id == bid for b in g.buffers):
+            raise UnknownBuffer(f"there is no buffer with id {bid} in the plan's graph")
+        buf = g.buffer(BufferId(bid))
+        value = _sim_value(self.session.sim, buf) if self.session.sim is not None else None
+        info, raw = vm.inspector_section(buf.name, bid, buf.dtype, value)
+        with self.hold_sync():
+            self.inspector = info
+            self.inspector_values = raw
+
+
+_HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
+    "select": Workbench._h_select,
+    "set_pass": Workbench._h_set_pass,
+    "set_memory_mode": Workbench._h_set_memory_mode,
+    "sim": Workbench._h_sim,
+    "inspect": Workbench._h_inspect,
+    **dict.fromkeys(EDITS, Workbench._h_edit),
+}
+
+
+# ---------------------------------------------------------------------- simulator adapter
+# The simulator is stepped only through these helpers, so the widget depends on a small
+# surface of it: reset(), step(), the races it found and the value of a buffer.
+def _sim_reset(sim: Any) -> None:
+    sim.reset()
+
+
+def _sim_step(sim: Any) -> None:
+    sim.step()
+
+
+def _sim_races(sim: Any) -> list[Any]:
+    return list(getattr(sim, "races", ()) or ())
+
+
+def _sim_value(sim: Any, buf: Any) -> np.ndarray | None:
+    getter = getattr(sim, "buffer_value", None) or getattr(sim, "value", None)
+    if getter is None:
+        return None
+    try:
+        v = getter(buf.id)
+    except (KeyError, GraphError):
+        return None
+    return None if v is None else np.asarray(v)

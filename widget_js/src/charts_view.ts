@@ -1,0 +1,413 @@
+// Canvas drawing of the memory Gantt chart, the stream timeline and the dominator trees.
+// Geometry comes from charts.ts; each view records how many shapes it drew in data-
+// attributes (data-rects, data-bars...) so the browser test can count them.
+
+import {
+  formatBytes,
+  formatTime,
+  ganttGeometry,
+  niceTicks,
+  timelineGeometry,
+  treeGeometry,
+  type Rect,
+} from "./charts";
+import { PALETTE } from "./colors";
+import { fitCanvas, fitText, h } from "./dom";
+import type { MemorySection, StreamsSection } from "./types";
+
+const FONT = `11px system-ui, -apple-system, "Segoe UI", sans-serif`;
+
+/** A canvas with a DOM tooltip for hovering rectangles. */
+abstract class CanvasChart {
+  readonly root: HTMLDivElement;
+  readonly canvas: HTMLCanvasElement;
+  protected tooltip: HTMLDivElement;
+  protected rects: Rect[] = [];
+  protected hover = -1;
+  private frame = 0;
+  private ro: ResizeObserver | null = null;
+
+  constructor(cls: string) {
+    this.canvas = h("canvas", { class: "ow-chart-canvas" });
+    this.tooltip = h("div", { class: "ow-tooltip" });
+    this.tooltip.style.display = "none";
+    this.root = h("div", { class: `ow-chart ${cls}` }, this.canvas, this.tooltip);
+    this.canvas.addEventListener("pointermove", (e) => {
+      const r = this.canvas.getBoundingClientRect();
+      const x = e.clientX - r.left;
+      const y = e.clientY - r.top;
+      let hit = -1;
+      for (let i = this.rects.length - 1; i >= 0; i--) {
+        const q = this.rects[i];
+        if (x >= q.x && x <= q.x + q.w && y >= q.y && y <= q.y + q.h) {
+          hit = i;
+          break;
+        }
+      }
+      if (hit !== this.hover) {
+        this.hover = hit;
+        this.schedule();
+      }
+      if (hit < 0) this.tooltip.style.display = "none";
+      else {
+        this.tooltip.replaceChildren(...this.describe(this.rects[hit].index));
+        this.tooltip.style.display = "block";
+        this.tooltip.style.left = `${Math.min(x + 14, r.width - 180)}px`;
+        this.tooltip.style.top = `${y + 14}px`;
+      }
+    });
+    this.canvas.addEventListener("pointerleave", () => {
+      this.tooltip.style.display = "none";
+      this.hover = -1;
+      this.schedule();
+    });
+    this.canvas.addEventListener("click", () => {
+      if (this.hover >= 0) this.clicked(this.rects[this.hover].index);
+    });
+    if (typeof ResizeObserver !== "undefined") {
+      this.ro = new ResizeObserver(() => this.schedule());
+      this.ro.observe(this.root);
+    }
+  }
+
+  destroy(): void {
+    this.ro?.disconnect();
+  }
+
+  schedule(): void {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      if (this.canvas.clientWidth > 0) this.draw();
+    });
+  }
+
+  protected clicked(_index: number): void {}
+  protected abstract describe(index: number): Node[];
+  protected abstract draw(): void;
+}
+
+function message(ctx: CanvasRenderingContext2D, w: number, hh: number, text: string): void {
+  ctx.fillStyle = "#7a8494";
+  ctx.font = "13px system-ui, sans-serif";
+  ctx.textAlign = "center";
+  ctx.textBaseline = "middle";
+  ctx.fillText(text, w / 2, hh / 2);
+}
+
+function axes(ctx: CanvasRenderingContext2D, left: number, top: number, right: number, bottom: number): void {
+  ctx.strokeStyle = "#aab3c0";
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  ctx.moveTo(left + 0.5, top);
+  ctx.lineTo(left + 0.5, bottom + 0.5);
+  ctx.lineTo(right, bottom + 0.5);
+  ctx.stroke();
+}
+
+export class MemoryChart extends CanvasChart {
+  private mem: MemorySection | null = null;
+  private reason = "";
+  private simStep = -1;
+  private highlightBuffer = -1;
+
+  constructor() {
+    super("ow-memory");
+    this.root.dataset.rects = "0";
+  }
+
+  set(mem: MemorySection | null, reason: string, simStep: number, highlightBuffer: number): void {
+    this.mem = mem;
+    this.reason = reason;
+    this.simStep = simStep;
+    this.highlightBuffer = highlightBuffer;
+    // The count is part of the data, not of the drawing, so it is right even while hidden.
+    this.root.dataset.rects = String(mem ? mem.buffers.length : 0);
+    this.root.dataset.available = String(!!mem);
+    this.schedule();
+  }
+
+  protected describe(index: number): Node[] {
+    const b = this.mem!.buffers[index];
+    return [
+      h("div", { class: "ow-tt-name", text: b.name }),
+      h("div", { class: "ow-tt-sub", text: `${formatBytes(b.size)} at offset ${formatBytes(b.offset)}` }),
+      h("div", { class: "ow-tt-sub", text: `live steps [${b.start}, ${b.end})` }),
+    ];
+  }
+
+  protected draw(): void {
+    const { ctx, w, h: hh } = fitCanvas(this.canvas);
+    const mem = this.mem;
+    if (!mem) {
+      this.rects = [];
+      message(ctx, w, hh, this.reason || "memory plan not available yet");
+      return;
+    }
+    const g = ganttGeometry(mem, w, hh);
+    this.rects = g.rects;
+    const { box } = g;
+    const bottom = hh - box.bottom;
+    ctx.font = FONT;
+    // Grid and y labels (bytes).
+    ctx.textAlign = "right";
+    ctx.textBaseline = "middle";
+    for (const v of niceTicks(0, g.yMax, 5)) {
+      const y = g.yOf(v);
+      ctx.strokeStyle = "#eef1f5";
+      ctx.beginPath();
+      ctx.moveTo(box.left, y);
+      ctx.lineTo(w - box.right, y);
+      ctx.stroke();
+      ctx.fillStyle = "#5a687d";
+      ctx.fillText(formatBytes(v), box.left - 6, y);
+    }
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    for (const v of niceTicks(0, mem.num_steps, 8)) {
+      if (v !== Math.round(v)) continue;
+      ctx.fillText(String(v), g.xOf(v), bottom + 5);
+    }
+    ctx.fillText("step", (box.left + w - box.right) / 2, bottom + 15);
+    // Current simulator step as a band.
+    if (this.simStep >= 0) {
+      ctx.fillStyle = "rgba(255,159,28,0.18)";
+      ctx.fillRect(g.xOf(this.simStep), box.top, g.xOf(this.simStep + 1) - g.xOf(this.simStep), bottom - box.top);
+    }
+    g.rects.forEach((r, i) => {
+      const b = mem.buffers[r.index];
+      const live = this.simStep >= b.start && this.simStep < b.end;
+      ctx.fillStyle = PALETTE[b.id % PALETTE.length];
+      ctx.globalAlpha = i === this.hover || b.id === this.highlightBuffer || live ? 0.95 : 0.72;
+      ctx.fillRect(r.x, r.y, r.w, r.h);
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = i === this.hover || b.id === this.highlightBuffer ? "#1b2430" : "rgba(255,255,255,0.9)";
+      ctx.lineWidth = i === this.hover || b.id === this.highlightBuffer ? 2 : 1;
+      ctx.strokeRect(r.x + 0.5, r.y + 0.5, r.w - 1, r.h - 1);
+      if (r.w > 40 && r.h > 13) {
+        ctx.fillStyle = "#fff";
+        ctx.textAlign = "left";
+        ctx.textBaseline = "middle";
+        ctx.fillText(fitText(ctx, b.name, r.w - 8), r.x + 4, r.y + r.h / 2);
+      }
+    });
+    const line = (y: number, color: string, dash: number[], label: string) => {
+      ctx.strokeStyle = color;
+      ctx.setLineDash(dash);
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      ctx.moveTo(box.left, y);
+      ctx.lineTo(w - box.right, y);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      ctx.fillStyle = color;
+      ctx.textAlign = "right";
+      ctx.textBaseline = "bottom";
+      ctx.fillText(label, w - box.right - 4, y - 2);
+    };
+    line(g.arenaY, "#1b2430", [], `arena ${formatBytes(mem.arena_bytes)} (${mem.mode})`);
+    line(g.lowerY, "#d62728", [6, 4], `lower bound ${formatBytes(mem.lower_bound_bytes)}`);
+    axes(ctx, box.left, box.top, w - box.right, bottom);
+  }
+}
+
+export class StreamChart extends CanvasChart {
+  private st: StreamsSection | null = null;
+  private reason = "";
+  private simNode = -1;
+  private selectedNode = -1;
+  onPick: (node: number) => void = () => {};
+
+  constructor() {
+    super("ow-streams");
+    this.root.dataset.bars = "0";
+  }
+
+  set(st: StreamsSection | null, reason: string, simNode: number, selectedNode: number): void {
+    this.st = st;
+    this.reason = reason;
+    this.simNode = simNode;
+    this.selectedNode = selectedNode;
+    this.root.dataset.bars = String(st ? st.bars.length : 0);
+    this.root.dataset.events = String(st ? st.events.length : 0);
+    this.root.dataset.available = String(!!st);
+    this.schedule();
+  }
+
+  protected clicked(index: number): void {
+    if (this.st) this.onPick(this.st.bars[index].node);
+  }
+
+  protected describe(index: number): Node[] {
+    const b = this.st!.bars[index];
+    return [
+      h("div", { class: "ow-tt-name", text: b.name }),
+      h("div", { class: "ow-tt-sub", text: `${b.kind} on stream ${b.stream}` }),
+      h("div", { class: "ow-tt-sub", text: `${formatTime(b.start)} → ${formatTime(b.end)}` }),
+    ];
+  }
+
+  protected draw(): void {
+    const { ctx, w, h: hh } = fitCanvas(this.canvas);
+    const st = this.st;
+    if (!st) {
+      this.rects = [];
+      message(ctx, w, hh, this.reason || "stream assignment not available yet");
+      return;
+    }
+    const g = timelineGeometry(st, w, hh);
+    this.rects = g.rects;
+    const { box } = g;
+    const bottom = hh - box.bottom;
+    ctx.font = FONT;
+    for (let s = 0; s < Math.max(1, st.num_streams); s++) {
+      const y = g.laneY(s);
+      ctx.fillStyle = s % 2 ? "#f6f8fb" : "#fdfdfe";
+      ctx.fillRect(box.left, y, w - box.left - box.right, g.laneH);
+      ctx.fillStyle = "#3b4656";
+      ctx.textAlign = "right";
+      ctx.textBaseline = "middle";
+      ctx.fillText(`stream ${s}`, box.left - 6, y + g.laneH / 2);
+    }
+    ctx.textAlign = "center";
+    ctx.textBaseline = "top";
+    ctx.fillStyle = "#5a687d";
+    for (const v of niceTicks(0, g.tMax, 6)) ctx.fillText(formatTime(v), g.xOf(v), bottom + 5);
+    g.rects.forEach((r, i) => {
+      const b = st.bars[r.index];
+      const hot = b.node === this.simNode;
+      const sel = b.node === this.selectedNode;
+      ctx.fillStyle = PALETTE[b.stream >= 0 ? b.stream % PALETTE.length : 9];
+      ctx.globalAlpha = i === this.hover || hot || sel ? 1 : 0.8;
+      ctx.fillRect(r.x, r.y, r.w, r.h);
+      ctx.globalAlpha = 1;
+      if (hot || sel || i === this.hover) {
+        ctx.strokeStyle = hot ? "#ff9f1c" : "#1b2430";
+        ctx.lineWidth = hot ? 3 : 2;
+        ctx.strokeRect(r.x - 1, r.y - 1, r.w + 2, r.h + 2);
+      }
+      if (r.w > 36) {
+        ctx.fillStyle = "#fff";
+        ctx.textAlign = "left";
+        ctx.textBaseline = "middle";
+        ctx.fillText(fitText(ctx, b.name, r.w - 6), r.x + 3, r.y + r.h / 2);
+      }
+    });
+    // Event arrows between lanes (record -> wait).
+    ctx.strokeStyle = "#d62728";
+    ctx.fillStyle = "#d62728";
+    ctx.lineWidth = 1.5;
+    for (const a of g.arrows) {
+      ctx.beginPath();
+      ctx.moveTo(a.x0, a.y0);
+      ctx.lineTo(a.x1, a.y1);
+      ctx.stroke();
+      const dir = a.y1 > a.y0 ? 1 : -1;
+      ctx.beginPath();
+      ctx.moveTo(a.x1, a.y1);
+      ctx.lineTo(a.x1 - 4, a.y1 - 7 * dir);
+      ctx.lineTo(a.x1 + 4, a.y1 - 7 * dir);
+      ctx.fill();
+    }
+    axes(ctx, box.left, box.top, w - box.right, bottom);
+  }
+}
+
+export class TreeChart extends CanvasChart {
+  private parent: ArrayLike<number> = [];
+  private names: string[] = [];
+  private include: ArrayLike<number> | undefined;
+  private selected = -1;
+  private simNode = -1;
+  private reason = "";
+  private dotX = new Float64Array(0);
+  private dotY = new Float64Array(0);
+  onPick: (pos: number) => void = () => {};
+
+  constructor(private word: string) {
+    super(`ow-tree ow-tree-${word}`);
+    this.root.dataset.nodes = "0";
+  }
+
+  set(parent: ArrayLike<number> | null, names: string[], include: ArrayLike<number> | undefined, selected: number, simNode: number, reason: string): void {
+    this.parent = parent ?? [];
+    this.names = names;
+    this.include = include;
+    this.selected = selected;
+    this.simNode = simNode;
+    this.reason = parent ? "" : reason;
+    let count = 0;
+    for (let i = 0; i < this.parent.length; i++) if (!include || include[i]) count++;
+    this.root.dataset.nodes = String(count);
+    this.schedule();
+  }
+
+  protected clicked(index: number): void {
+    this.onPick(index);
+  }
+
+  protected describe(index: number): Node[] {
+    const p = this.parent[index];
+    return [
+      h("div", { class: "ow-tt-name", text: this.names[index] ?? "?" }),
+      h("div", {
+        class: "ow-tt-sub",
+        text: p >= 0 ? `immediate ${this.word}: ${this.names[p] ?? "?"}` : `root of the ${this.word} tree`,
+      }),
+    ];
+  }
+
+  protected draw(): void {
+    const { ctx, w, h: hh } = fitCanvas(this.canvas);
+    if (this.reason) {
+      this.rects = [];
+      message(ctx, w, hh, this.reason);
+      return;
+    }
+    const g = treeGeometry(this.parent, this.include);
+    const n = this.parent.length;
+    const left = 20;
+    const right = 130;
+    const top = 16;
+    const bottom = 16;
+    const sxs = (w - left - right) / Math.max(1, g.depth);
+    const sys = (hh - top - bottom) / Math.max(1, g.leaves - 1);
+    this.dotX = new Float64Array(n);
+    this.dotY = new Float64Array(n);
+    for (let i = 0; i < n; i++) {
+      this.dotX[i] = left + g.x[i] * sxs;
+      this.dotY[i] = top + (g.leaves > 1 ? g.y[i] * sys : (hh - top - bottom) / 2);
+    }
+    ctx.strokeStyle = "#b9c2cf";
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    for (let i = 0; i < n; i++) {
+      const p = this.parent[i];
+      if (Number.isNaN(g.x[i]) || p < 0 || Number.isNaN(g.x[p])) continue;
+      const mx = (this.dotX[p] + this.dotX[i]) / 2;
+      ctx.moveTo(this.dotX[p], this.dotY[p]);
+      ctx.bezierCurveTo(mx, this.dotY[p], mx, this.dotY[i], this.dotX[i], this.dotY[i]);
+    }
+    ctx.stroke();
+    const r = Math.max(2, Math.min(5, sys / 3));
+    const labels = sys >= 11;
+    ctx.font = FONT;
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    this.rects = [];
+    for (let i = 0; i < n; i++) {
+      if (Number.isNaN(g.x[i])) continue;
+      const x = this.dotX[i];
+      const y = this.dotY[i];
+      ctx.fillStyle = i === this.selected ? "#d62728" : i === this.simNode ? "#ff9f1c" : "#4e79a7";
+      ctx.beginPath();
+      ctx.arc(x, y, i === this.selected || i === this.simNode ? r + 2 : r, 0, Math.PI * 2);
+      ctx.fill();
+      this.rects.push({ x: x - r - 2, y: y - r - 2, w: 2 * r + 4, h: 2 * r + 4, index: i });
+      if (labels || i === this.selected) {
+        ctx.fillStyle = "#3b4656";
+        ctx.fillText(fitText(ctx, this.names[i] ?? "", 120), x + r + 4, y);
+      }
+    }
+  }
+}

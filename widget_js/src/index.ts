@@ -1,0 +1,409 @@
+// The oxiwork workbench frontend: an anywidget ESM module. Everything drawn is a function of
+// the kernel-side view-model (the `view` trait plus the binary `dag` columns); local state is
+// limited to zoom, open tabs and the layout cache that keeps nodes in place across passes.
+// Requests go to Python as typed messages; their errors come back as messages and traits.
+
+import { COLOR_MODES, type LegendItem } from "./colors";
+import { decodeDag, STATE_REMOVED, type DagArrays } from "./dagdata";
+import { DagView } from "./dagview";
+import { clear, h } from "./dom";
+import { remember, stableLayout, type Layout, type Placed } from "./layout";
+import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
+import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
+import { formatTime } from "./charts";
+import { asBytes } from "./dagdata";
+import { isAvailable, type DagMeta, type ErrorEntry, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
+
+/** The part of the anywidget model API this widget uses. */
+export interface Model {
+  get(key: string): any;
+  set(key: string, value: unknown): void;
+  save_changes(): void;
+  on(event: string, cb: (...args: any[]) => void): void;
+  off(event?: string, cb?: (...args: any[]) => void): void;
+  send(content: unknown, callbacks?: unknown, buffers?: ArrayBuffer[]): void;
+}
+
+type SideTab = "details" | "build" | "sim";
+type BottomTab = "memory" | "streams" | "dom" | "postdom" | "passes";
+
+export class App {
+  readonly root: HTMLDivElement;
+  private dagView: DagView;
+  private memory = new MemoryChart();
+  private streams = new StreamChart();
+  private domTree = new TreeChart("dominator");
+  private postTree = new TreeChart("post-dominator");
+  private vm!: ViewModel;
+  private dag: DagArrays = decodeDag(null);
+  private layout!: Layout;
+  private cache = new Map<number, Placed>();
+  private posOf = new Map<number, number>();
+  private side: SideTab = "details";
+  private bottom: BottomTab = "memory";
+  private counter = 0;
+  private status: HTMLDivElement;
+  private sideBody: HTMLDivElement;
+  private bottomBody: HTMLDivElement;
+  private bottomTools: HTMLDivElement;
+  private errorsBox: HTMLDivElement;
+  private header: HTMLDivElement;
+  private passbar: HTMLDivElement;
+  private legend: HTMLDivElement;
+  private colorSel: HTMLSelectElement;
+  private sideTabs: HTMLDivElement;
+  private bottomTabs: HTMLDivElement;
+  private dismissed = 0;
+  private handlers: [string, (...a: any[]) => void][] = [];
+  /** Time of the first DAG draw after construction, in ms (read by the benchmark). */
+  firstDrawMs = -1;
+
+  constructor(private model: Model, el: HTMLElement) {
+    const t0 = performance.now();
+    this.dagView = new DagView({
+      onSelect: (pos) => this.send("select", { node: pos >= 0 ? this.dag.int.id[pos] : null }),
+      onLink: (a, b) => this.send("add_dependency", { src: this.dag.int.id[a], dst: this.dag.int.id[b] }),
+      onLegend: (items) => this.showLegend(items),
+    });
+    this.colorSel = h("select", { class: "ow-input ow-color-mode", "aria-label": "colour nodes by" });
+    for (const [k, v] of Object.entries(COLOR_MODES)) this.colorSel.append(h("option", { value: k, text: v.label }));
+    this.colorSel.addEventListener("change", () => {
+      this.model.set("color_mode", this.colorSel.value);
+      this.model.save_changes();
+    });
+    this.legend = h("div", { class: "ow-legend" });
+    this.header = h("div", { class: "ow-header" });
+    this.passbar = h("div", { class: "ow-passbar" });
+    this.errorsBox = h("div", { class: "ow-errors" });
+    this.status = h("div", { class: "ow-status", role: "status" });
+    this.sideTabs = h("div", { class: "ow-tabs" });
+    this.sideBody = h("div", { class: "ow-side-body" });
+    this.bottomTabs = h("div", { class: "ow-tabs" });
+    this.bottomTools = h("div", { class: "ow-bottom-tools" });
+    this.bottomBody = h("div", { class: "ow-bottom-body" });
+    this.root = h(
+      "div",
+      { class: "ow-root" },
+      this.header,
+      this.passbar,
+      this.errorsBox,
+      h(
+        "div",
+        { class: "ow-main" },
+        this.dagView.root,
+        h("div", { class: "ow-side" }, this.sideTabs, this.status, this.sideBody),
+      ),
+      h("div", { class: "ow-bottom" }, h("div", { class: "ow-bottom-head" }, this.bottomTabs, this.bottomTools), this.bottomBody),
+    );
+    this.streams.onPick = (id) => this.send("select", { node: id });
+    this.domTree.onPick = (pos) => this.send("select", { node: this.dag.int.id[pos] });
+    this.postTree.onPick = (pos) => this.send("select", { node: this.dag.int.id[pos] });
+    el.append(this.root);
+
+    this.listen("change:view change:dag", () => this.refresh(true));
+    this.listen("change:selection change:details change:color_mode change:sim_position change:pass_index", () => this.refresh(false));
+    this.listen("change:inspector change:inspector_values", () => this.renderSide());
+    this.listen("change:errors", () => this.renderErrors());
+    this.listen("msg:custom", (msg: { type?: string; message?: string; request_id?: string }) => this.onMessage(msg));
+    this.refresh(true);
+    this.dagView.drawNow();
+    this.firstDrawMs = performance.now() - t0;
+    this.root.dataset.firstDrawMs = this.firstDrawMs.toFixed(1);
+  }
+
+  private listen(events: string, cb: (...a: any[]) => void): void {
+    for (const ev of events.split(" ")) {
+      this.model.on(ev, cb);
+      this.handlers.push([ev, cb]);
+    }
+  }
+
+  destroy(): void {
+    for (const [ev, cb] of this.handlers) this.model.off(ev, cb);
+    this.dagView.destroy();
+    this.memory.destroy();
+    this.streams.destroy();
+    this.domTree.destroy();
+    this.postTree.destroy();
+  }
+
+  /** Sends a typed request; returns its request id. */
+  send(type: string, payload: Record<string, unknown>): string {
+    const request_id = `r${++this.counter}`;
+    this.model.send({ type, request_id, ...payload });
+    this.status.textContent = "…";
+    this.status.className = "ow-status ow-pending";
+    return request_id;
+  }
+
+  private onMessage(msg: { type?: string; message?: string; request_id?: string }): void {
+    if (msg.type === "error") {
+      this.status.textContent = `✗ ${msg.message ?? "error"}`;
+      this.status.className = "ow-status ow-bad";
+    } else if (msg.type === "ok") {
+      this.status.textContent = msg.message ? `✓ ${msg.message}` : "✓";
+      this.status.className = "ow-status ow-good";
+    }
+  }
+
+  private get selectedPos(): number {
+    const id = this.model.get("selection");
+    return typeof id === "number" && id >= 0 ? (this.posOf.get(id) ?? -1) : -1;
+  }
+
+  private refresh(data: boolean): void {
+    const vm = this.model.get("view") as ViewModel | undefined;
+    if (!vm || typeof vm !== "object" || !("dag" in vm)) return;
+    this.vm = vm;
+    if (data) {
+      this.dag = decodeDag(this.model.get("dag"));
+      this.posOf = new Map();
+      const dm = isAvailable(vm.dag) ? vm.dag : null;
+      const names = dm?.names ?? [];
+      for (let i = 0; i < this.dag.n; i++) if (this.dag.int.state[i] !== STATE_REMOVED || !this.posOf.has(this.dag.int.id[i])) this.posOf.set(this.dag.int.id[i], i);
+      const anchors = new Map<number, number[]>(dm?.anchors ?? []);
+      const hadCache = this.cache.size > 0;
+      this.layout = stableLayout(
+        { n: this.dag.n, ids: this.dag.int.id, names, level: this.dag.int.level, src: this.dag.src, dst: this.dag.dst, anchors },
+        this.cache,
+      );
+      remember(this.cache, this.dag.int.id, names, this.layout);
+      if (!hadCache || this.layout.reused === 0) this.dagView.fit();
+    }
+    const dm = isAvailable(vm.dag) ? vm.dag : null;
+    const mode = String(this.model.get("color_mode") || "kind");
+    this.colorSel.value = mode in COLOR_MODES ? mode : "kind";
+    const sim = isAvailable(vm.sim) ? vm.sim : null;
+    const simNodes = (sim?.highlight ?? []).map((id) => this.posOf.get(id) ?? -1).filter((p) => p >= 0);
+    const sel = this.selectedPos;
+    this.dagView.setState({
+      dag: this.dag,
+      layout: this.layout,
+      names: dm?.names ?? [],
+      kinds: dm?.kinds ?? [],
+      ops: dm?.ops ?? [],
+      colorMode: this.colorSel.value,
+      selected: sel,
+      simNodes,
+      hasTopo: !!dm?.has_topo,
+    });
+    this.renderHeader(dm);
+    this.renderPassbar();
+    this.renderSide();
+    this.renderBottom();
+    this.renderErrors();
+    this.root.dataset.passIndex = String(this.model.get("pass_index") ?? 0);
+    this.root.dataset.simPosition = String(this.model.get("sim_position") ?? -1);
+  }
+
+  private showLegend(items: LegendItem[]): void {
+    const key = items.map((i) => i.label + i.color).join("|");
+    if (this.legend.dataset.key === key) return;
+    this.legend.dataset.key = key;
+    clear(this.legend);
+    for (const it of items.slice(0, 8)) {
+      const sw = h("span", { class: "ow-swatch" });
+      sw.style.background = it.color;
+      this.legend.append(h("span", { class: "ow-legend-item" }, sw, it.label));
+    }
+  }
+
+  private renderHeader(dm: DagMeta | null): void {
+    clear(this.header);
+    const stats = dm
+      ? `${dm.num_nodes} nodes · ${dm.num_edges} edges · ${this.vm.buffers.length} buffers${dm.num_streams ? ` · ${dm.num_streams} streams` : ""}`
+      : (this.vm.dag as { reason: string }).reason;
+    const note = dm?.notes?.[this.colorSel.value];
+    this.header.append(
+      h("div", { class: "ow-title" }, h("span", { class: "ow-logo", text: "◆" }), h("span", { text: "oxiwork" }), h("span", { class: "ow-subtitle", text: dm?.title ?? "" })),
+      h("div", { class: "ow-stats", text: stats }),
+      h("div", { class: "ow-spacer" }),
+      h("label", { class: "ow-inline" }, h("span", { text: "colour by" }), this.colorSel),
+      note ? h("span", { class: "ow-note", text: note }) : "",
+      this.legend,
+      h("button", { class: "ow-btn ow-small", text: "−", title: "zoom out", onclick: () => this.dagView.zoomBy(1 / 1.4) }),
+      h("button", { class: "ow-btn ow-small", text: "+", title: "zoom in", onclick: () => this.dagView.zoomBy(1.4) }),
+      h("button", { class: "ow-btn ow-small ow-fit", text: "Fit", title: "fit the graph", onclick: () => this.dagView.fit() }),
+    );
+  }
+
+  private renderPassbar(): void {
+    const passes = this.vm.passes;
+    clear(this.passbar);
+    if (!isAvailable(passes) || passes.entries.length === 0) {
+      this.passbar.append(h("span", { class: "ow-muted", text: isAvailable(passes) ? "no passes" : passes.reason }));
+      return;
+    }
+    const idx = Math.min(Number(this.model.get("pass_index") ?? 0), passes.entries.length - 1);
+    const slider = h("input", { class: "ow-pass-slider", type: "range", min: 0, max: passes.entries.length - 1, step: 1, value: idx, "aria-label": "pipeline position" });
+    slider.addEventListener("change", () => this.send("set_pass", { index: Number(slider.value) }));
+    const ticks = h("div", { class: "ow-pass-ticks" });
+    passes.entries.forEach((e, i) => {
+      const t = h("button", { class: i === idx ? "ow-pass-tick ow-current" : "ow-pass-tick", text: e.name });
+      t.addEventListener("click", () => this.send("set_pass", { index: i }));
+      ticks.append(t);
+    });
+    const e = passes.entries[idx];
+    const delta = idx === 0 ? "input graph" : `after ${e.name}: ${e.nodes_before} → ${e.nodes_after} nodes`;
+    this.passbar.append(
+      h("span", { class: "ow-passlabel", text: "Pipeline" }),
+      h("div", { class: "ow-pass-track" }, slider, ticks),
+      h(
+        "span",
+        { class: "ow-pass-delta" },
+        delta,
+        e.created ? h("span", { class: "ow-plus", text: ` +${e.created} created` }) : null,
+        e.removed ? h("span", { class: "ow-minus", text: ` −${e.removed} removed` }) : null,
+      ),
+    );
+  }
+
+  private renderSide(): void {
+    if (!this.vm) return;
+    clear(this.sideTabs);
+    const tabs: [SideTab, string][] = [
+      ["details", "Details"],
+      ["build", "Build"],
+      ["sim", "Simulator"],
+    ];
+    for (const [k, label] of tabs) {
+      const b = h("button", { class: k === this.side ? "ow-tab ow-active" : "ow-tab", text: label, "data-tab": k });
+      b.addEventListener("click", () => {
+        this.side = k;
+        this.renderSide();
+      });
+      this.sideTabs.append(b);
+    }
+    // Keep focus and typed text in the build form across redraws caused by other traits.
+    const active = document.activeElement;
+    if (this.side === "build" && active && this.sideBody.contains(active) && this.sideBody.dataset.kind === "build" && this.sideBody.dataset.key === this.buildKey()) return;
+    clear(this.sideBody);
+    this.sideBody.dataset.kind = this.side;
+    const send = (t: string, p: Record<string, unknown>) => this.send(t, p);
+    if (this.side === "details") {
+      const d = this.model.get("details") as NodeDetails | Record<string, never>;
+      this.sideBody.append(detailsPanel(d && "id" in d ? (d as NodeDetails) : null, this.vm.editable, send));
+    } else if (this.side === "build") {
+      this.sideBody.dataset.key = this.buildKey();
+      this.sideBody.append(buildPanel(this.vm, send));
+    } else {
+      const sim = isAvailable(this.vm.sim) ? this.vm.sim : null;
+      const ins = this.model.get("inspector") as InspectorSection | Record<string, never>;
+      const raw = asBytes(this.model.get("inspector_values"));
+      const values = raw && raw.byteLength >= 8 ? new Float64Array(raw.slice().buffer) : new Float64Array(0);
+      const sel = this.model.get("selection");
+      this.sideBody.append(
+        simPanel(
+          sim,
+          sim ? "" : (this.vm.sim as { reason: string }).reason,
+          ins && "buffer" in ins ? (ins as InspectorSection) : null,
+          values,
+          this.vm.buffers,
+          typeof sel === "number" && sel >= 0 ? sel : null,
+          send,
+          (id) => this.send("select", { node: id }),
+        ),
+      );
+    }
+  }
+
+  private buildKey(): string {
+    return `${this.vm.buffers.map((b) => b.id + b.name).join()}|${this.vm.ops.length}|${this.vm.editable}`;
+  }
+
+  private renderBottom(): void {
+    clear(this.bottomTabs);
+    const tabs: [BottomTab, string][] = [
+      ["memory", "Memory"],
+      ["streams", "Streams"],
+      ["dom", "Dominator tree"],
+      ["postdom", "Post-dominator tree"],
+      ["passes", "Passes"],
+    ];
+    for (const [k, label] of tabs) {
+      const b = h("button", { class: k === this.bottom ? "ow-tab ow-active" : "ow-tab", text: label, "data-tab": k });
+      b.addEventListener("click", () => {
+        this.bottom = k;
+        this.renderBottom();
+      });
+      this.bottomTabs.append(b);
+    }
+    const vm = this.vm;
+    const sim = isAvailable(vm.sim) ? vm.sim : null;
+    const simStep = sim ? sim.position : -1;
+    const simNode = sim && sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position].node : -1;
+    const selId = Number(this.model.get("selection") ?? -1);
+    const ins = this.model.get("inspector") as { buffer?: number } | undefined;
+    this.memory.set(isAvailable(vm.memory) ? vm.memory : null, isAvailable(vm.memory) ? "" : vm.memory.reason, simStep, ins?.buffer ?? -1);
+    this.streams.set(isAvailable(vm.streams) ? vm.streams : null, isAvailable(vm.streams) ? "" : vm.streams.reason, simNode, selId);
+    const dm = isAvailable(vm.dag) ? vm.dag : null;
+    const live = Int32Array.from(this.dag.int.state, (s) => (s === STATE_REMOVED ? 0 : 1));
+    const simPos = simNode >= 0 ? (this.posOf.get(simNode) ?? -1) : -1;
+    this.domTree.set(dm?.has_dominance ? this.dag.int.idom : null, dm?.names ?? [], live, this.selectedPos, simPos, "dominator analysis not available yet");
+    this.postTree.set(dm?.has_dominance ? this.dag.int.ipdom : null, dm?.names ?? [], live, this.selectedPos, simPos, "post-dominator analysis not available yet");
+
+    clear(this.bottomTools);
+    const body = this.bottomBody;
+    const want: Record<BottomTab, HTMLElement> = {
+      memory: this.memory.root,
+      streams: this.streams.root,
+      dom: this.domTree.root,
+      postdom: this.postTree.root,
+      passes: passesTable(vm, Number(this.model.get("pass_index") ?? 0), (i) => this.send("set_pass", { index: i })),
+    };
+    // Charts stay attached (hidden) so that their data- counts are always readable.
+    for (const k of Object.keys(want) as BottomTab[]) {
+      const elx = want[k];
+      if (k === "passes") continue;
+      if (elx.parentElement !== body) body.append(elx);
+      elx.classList.toggle("ow-hidden", k !== this.bottom);
+    }
+    body.querySelector(".ow-passes")?.remove();
+    if (this.bottom === "passes") body.append(want.passes);
+    if (this.bottom === "memory" && isAvailable(vm.memory)) {
+      const modeSel = h("select", { class: "ow-input ow-memory-mode", "aria-label": "memory planner" });
+      for (const m of vm.memory.modes) modeSel.append(h("option", { value: m, text: m }));
+      modeSel.value = vm.memory.mode;
+      modeSel.addEventListener("change", () => this.send("set_memory_mode", { mode: modeSel.value }));
+      const m = vm.memory;
+      this.bottomTools.append(
+        h("span", { class: "ow-muted", text: `${m.buffers.length} buffers · ${m.num_steps} steps · arena / lower bound = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)}` }),
+        h("label", { class: "ow-inline" }, h("span", { text: "planner" }), modeSel),
+      );
+    }
+    if (this.bottom === "streams" && isAvailable(vm.streams)) {
+      const s = vm.streams;
+      this.bottomTools.append(
+        h("span", { class: "ow-muted ow-stream-totals", text: `one stream ${formatTime(s.serial_total)} · ${s.num_streams} streams ${formatTime(s.stream_total)} (×${(s.serial_total / Math.max(1e-15, s.stream_total)).toFixed(2)}) · critical path ${formatTime(s.critical_path)}` }),
+      );
+    }
+    this.memory.schedule();
+    this.streams.schedule();
+    this.domTree.schedule();
+    this.postTree.schedule();
+  }
+
+  private renderErrors(): void {
+    const errs = (this.model.get("errors") as ErrorEntry[] | undefined) ?? [];
+    clear(this.errorsBox);
+    const shown = errs.slice(this.dismissed);
+    this.errorsBox.dataset.count = String(shown.length);
+    if (!shown.length) return;
+    for (const e of shown.slice(-3)) {
+      this.errorsBox.append(h("div", { class: "ow-error", "data-request": e.request_id }, h("span", { class: "ow-error-kind", text: e.kind || "error" }), h("span", { class: "ow-error-msg", text: e.message })));
+    }
+    const dismiss = h("button", { class: "ow-btn ow-small ow-dismiss", text: "Dismiss" });
+    dismiss.addEventListener("click", () => {
+      this.dismissed = errs.length;
+      this.renderErrors();
+    });
+    this.errorsBox.append(dismiss);
+  }
+}
+
+function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
+  const app = new App(model, el);
+  return () => app.destroy();
+}
+
+export default { render };

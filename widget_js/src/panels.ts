@@ -1,0 +1,314 @@
+// Side panels: node details, building (edit forms) and the simulator with its buffer
+// inspector. Each panel is rebuilt from the view-model; user data only ever reaches the DOM
+// through textContent (see dom.ts).
+
+import { formatBytes } from "./charts";
+import { clear, fitCanvas, h } from "./dom";
+import type { InspectorSection, NodeDetails, SimSection, ViewModel } from "./types";
+import { isAvailable } from "./types";
+
+export type Send = (type: string, payload: Record<string, unknown>) => string;
+
+function row(label: string, value: string | null | undefined): HTMLElement | null {
+  if (value === null || value === undefined || value === "") return null;
+  return h("div", { class: "ow-kv" }, h("span", { class: "ow-k", text: label }), h("span", { class: "ow-v", text: value }));
+}
+
+function num(v: number | null | undefined): string | null {
+  return v === null || v === undefined ? null : Number.isInteger(v) ? String(v) : v.toPrecision(4);
+}
+
+export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send): HTMLElement {
+  if (!d) {
+    return h("div", { class: "ow-panel ow-details" }, h("p", { class: "ow-hint", text: "Click a node in the graph to see its details. Shift-drag from one node to another to add a dependency; double-click the background to fit." }));
+  }
+  const rename = h("input", { class: "ow-input ow-rename-input", value: d.name, "aria-label": "new name" });
+  const actions = editable
+    ? h(
+        "div",
+        { class: "ow-actions" },
+        rename,
+        h("button", { class: "ow-btn ow-rename", text: "Rename", onclick: () => send("rename", { node: d.id, name: rename.value }) }),
+        h("button", { class: "ow-btn ow-danger ow-delete", text: "Delete", onclick: () => send("delete", { node: d.id }) }),
+      )
+    : null;
+  return h(
+    "div",
+    { class: "ow-panel ow-details", "data-node": d.id },
+    h("div", { class: "ow-detail-name", text: d.name }),
+    h("div", { class: "ow-detail-kind", text: d.op ? `${d.kind} · ${d.op}` : d.kind }),
+    row("id", String(d.id)),
+    row("stream", d.stream === null ? null : String(d.stream)),
+    row("reads", d.inputs.join(", ")),
+    row("writes", d.outputs.join(", ")),
+    row("after", d.predecessors.join(", ")),
+    row("before", d.successors.join(", ")),
+    row("launch", d.config),
+    row("params", d.params.map(([k, v]) => `${k}=${v}`).join(", ")),
+    row("fused from", d.fused_from.join(", ")),
+    row("cost", num(d.cost)),
+    row("asap", num(d.asap)),
+    row("alap", num(d.alap)),
+    row("slack", num(d.slack)),
+    row("critical", d.critical === null ? null : d.critical ? "yes" : "no"),
+    actions,
+  );
+}
+
+function field(label: string, input: HTMLElement): HTMLElement {
+  return h("label", { class: "ow-field" }, h("span", { text: label }), input);
+}
+
+function select(cls: string, options: [string, string][], value?: string): HTMLSelectElement {
+  const s = h("select", { class: `ow-input ${cls}` });
+  for (const [v, label] of options) s.append(h("option", { value: v, text: label }));
+  if (value !== undefined) s.value = value;
+  return s;
+}
+
+const ints = (s: string) =>
+  s
+    .split(/[,x× ]+/)
+    .filter(Boolean)
+    .map((t) => Number(t));
+const names = (s: string) =>
+  s
+    .split(",")
+    .map((t) => t.trim())
+    .filter(Boolean);
+
+/** Parses "k=v, k2=v2" into an object; numbers become numbers. */
+export function parseParams(s: string): Record<string, string | number> {
+  const out: Record<string, string | number> = {};
+  for (const part of s.split(",")) {
+    const t = part.trim();
+    if (!t) continue;
+    const eq = t.indexOf("=");
+    const k = (eq < 0 ? t : t.slice(0, eq)).trim();
+    const v = eq < 0 ? "" : t.slice(eq + 1).trim();
+    out[k] = v !== "" && Number.isFinite(Number(v)) ? Number(v) : v;
+  }
+  return out;
+}
+
+export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
+  if (!vm.editable) {
+    return h("div", { class: "ow-panel ow-build" }, h("p", { class: "ow-hint", text: vm.edit_reason || "editing is not available" }));
+  }
+  const bufNames = vm.buffers.map((b) => b.name);
+  // Buffer
+  const bName = h("input", { class: "ow-input ow-buf-name", placeholder: "name" });
+  const bSize = h("input", { class: "ow-input ow-buf-size", value: "4096", type: "number", min: 1 });
+  const bType = select("ow-buf-dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"].map((d) => [d, d]));
+  // Kernel
+  const kName = h("input", { class: "ow-input ow-k-name", placeholder: "name" });
+  const kOp = select("ow-k-op", [["", "(opaque kernel)"], ...vm.ops.map((o) => [o.name, `${o.name}  (${o.arity} in)`] as [string, string])]);
+  const kIn = h("input", { class: "ow-input ow-k-inputs", placeholder: bufNames.slice(0, 2).join(", ") || "a, b" });
+  const kOut = h("input", { class: "ow-input ow-k-outputs", placeholder: "out" });
+  const kGrid = h("input", { class: "ow-input ow-k-grid", value: "1" });
+  const kBlock = h("input", { class: "ow-input ow-k-block", value: "256" });
+  const kParams = h("input", { class: "ow-input ow-k-params", placeholder: "alpha=2.0" });
+  kOp.addEventListener("change", () => {
+    const op = vm.ops.find((o) => o.name === kOp.value);
+    if (op) {
+      kParams.value = Object.entries(op.params)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(", ");
+      if (!kName.value) kName.value = op.name;
+    }
+  });
+  // Memcpy
+  const cName = h("input", { class: "ow-input ow-c-name", placeholder: "name" });
+  const bufOpts: [string, string][] = bufNames.map((n) => [n, n]);
+  const cSrc = select("ow-c-src", bufOpts);
+  const cDst = select("ow-c-dst", bufOpts, bufNames[1]);
+  const cDir = select("ow-c-dir", [["d2d", "device → device"], ["h2d", "host → device"], ["d2h", "device → host"]]);
+  const buffers = h(
+    "div",
+    { class: "ow-buflist" },
+    ...vm.buffers.map((b) => {
+      const ren = h("input", { class: "ow-input ow-small", value: b.name, "aria-label": `rename ${b.name}` });
+      return h(
+        "div",
+        { class: "ow-bufrow", "data-buffer": b.id },
+        h("span", { class: "ow-bufname", text: b.name }),
+        h("span", { class: "ow-muted", text: `${formatBytes(b.size_bytes)} ${b.dtype}${b.external ? " · external" : ""}` }),
+        ren,
+        h("button", { class: "ow-btn ow-small", text: "Rename", onclick: () => send("rename", { buffer: b.id, name: ren.value }) }),
+        h("button", { class: "ow-btn ow-small ow-danger", text: "✕", title: "delete buffer", onclick: () => send("delete", { buffer: b.id }) }),
+      );
+    }),
+  );
+  return h(
+    "div",
+    { class: "ow-panel ow-build" },
+    h("h4", { text: "Kernel" }),
+    field("name", kName),
+    field("op", kOp),
+    field("reads", kIn),
+    field("writes", kOut),
+    h("div", { class: "ow-row2" }, field("grid", kGrid), field("block", kBlock)),
+    field("params", kParams),
+    h("button", {
+      class: "ow-btn ow-primary ow-add-kernel",
+      text: "Add kernel",
+      onclick: () =>
+        send("add_kernel", {
+          name: kName.value,
+          op: kOp.value || null,
+          inputs: names(kIn.value),
+          outputs: names(kOut.value),
+          grid: ints(kGrid.value),
+          block: ints(kBlock.value),
+          params: parseParams(kParams.value),
+        }),
+    }),
+    h("h4", { text: "Buffer" }),
+    h("div", { class: "ow-row2" }, field("name", bName), field("bytes", bSize)),
+    field("dtype", bType),
+    h("button", {
+      class: "ow-btn ow-add-buffer",
+      text: "Add buffer",
+      onclick: () => send("add_buffer", { name: bName.value, size_bytes: Number(bSize.value), dtype: bType.value }),
+    }),
+    h("h4", { text: "Copy" }),
+    field("name", cName),
+    h("div", { class: "ow-row2" }, field("from", cSrc), field("to", cDst)),
+    field("direction", cDir),
+    h("button", {
+      class: "ow-btn ow-add-memcpy",
+      text: "Add copy",
+      onclick: () => send("add_memcpy", { name: cName.value, src: cSrc.value, dst: cDst.value, direction: cDir.value }),
+    }),
+    h("p", { class: "ow-hint", text: "Dependencies: shift-drag from one node to another in the graph." }),
+    h("h4", { text: `Buffers (${vm.buffers.length})` }),
+    buffers,
+  );
+}
+
+export function simPanel(
+  sim: SimSection | null,
+  reason: string,
+  inspector: InspectorSection | null,
+  values: Float64Array,
+  buffers: ViewModel["buffers"],
+  selectedId: number | null,
+  send: Send,
+  onPickNode: (id: number) => void,
+): HTMLElement {
+  if (!sim) return h("div", { class: "ow-panel ow-sim" }, h("p", { class: "ow-hint", text: reason || "simulator not available yet" }));
+  const cur = sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position] : null;
+  const btn = (cls: string, text: string, action: string, extra: Record<string, unknown> = {}, disabled = false) =>
+    h("button", { class: `ow-btn ${cls}`, text, disabled, onclick: () => send("sim", { action, ...extra }) });
+  const controls = h(
+    "div",
+    { class: "ow-sim-controls" },
+    btn("ow-sim-reset", "⏮ Reset", "reset"),
+    btn("ow-sim-back", "◀ Back", "back", {}, sim.position < 0),
+    btn("ow-sim-step", "Step ▶", "step", {}, sim.finished),
+    btn("ow-sim-run", selectedId !== null ? "Run to selected ⏭" : "Run ⏭", "run", selectedId !== null ? { breakpoint: selectedId } : {}, sim.finished),
+  );
+  const status = h(
+    "div",
+    { class: "ow-sim-status", "data-position": sim.position },
+    cur ? `step ${sim.position + 1} / ${sim.steps.length}: ` : `${sim.finished ? "finished" : "not started"} · ${sim.steps.length} steps`,
+    cur ? h("b", { text: cur.name }) : null,
+  );
+  const list = h("ol", { class: "ow-steps", start: 1 });
+  const lo = Math.max(0, sim.position - 6);
+  const hi = Math.min(sim.steps.length, lo + 14);
+  for (let i = lo; i < hi; i++) {
+    const s = sim.steps[i];
+    const li = h("li", { class: i === sim.position ? "ow-step ow-current" : i < sim.position ? "ow-step ow-done" : "ow-step", value: i + 1, "data-node": s.node }, h("span", { text: s.name }), h("span", { class: "ow-muted", text: ` ${s.kind} · s${s.stream}` }));
+    li.addEventListener("click", () => onPickNode(s.node));
+    list.append(li);
+  }
+  const races = h(
+    "div",
+    { class: "ow-races", "data-count": sim.races.length },
+    h("h4", { text: sim.races.length ? `Races (${sim.races.length})` : "No races detected" }),
+    ...sim.races.map((r) => {
+      const d = h("div", { class: "ow-race" }, h("span", { text: r.message }));
+      d.addEventListener("click", () => onPickNode(r.node));
+      return d;
+    }),
+  );
+  const msg = sim.message ? h("div", { class: "ow-sim-msg", text: sim.message }) : null;
+  return h("div", { class: "ow-panel ow-sim" }, controls, status, msg, list, races, inspectorPanel(inspector, values, buffers, send));
+}
+
+function inspectorPanel(ins: InspectorSection | null, values: Float64Array, buffers: ViewModel["buffers"], send: Send): HTMLElement {
+  const pick = select("ow-insp-buffer", [["", "inspect a buffer…"], ...buffers.map((b) => [String(b.id), b.name] as [string, string])], ins ? String(ins.buffer) : "");
+  pick.addEventListener("change", () => {
+    if (pick.value !== "") send("inspect", { buffer: Number(pick.value) });
+  });
+  const box = h("div", { class: "ow-inspector" }, h("h4", { text: "Buffer inspector" }), pick);
+  if (!ins) return box;
+  if (!ins.written) {
+    box.append(h("p", { class: "ow-hint", text: `${ins.name} has not been written yet at this step.` }));
+    return box;
+  }
+  const stat = (k: string, v: string) => h("div", { class: "ow-stat" }, h("span", { class: "ow-k", text: k }), h("span", { class: "ow-v", text: v }));
+  const f = (v: number | null) => (v === null ? "—" : v.toPrecision(5));
+  box.append(
+    h(
+      "div",
+      { class: "ow-stats" },
+      stat("shape", `[${ins.shape.join(", ")}] ${ins.dtype}`),
+      stat("min", f(ins.min)),
+      stat("max", f(ins.max)),
+      stat("mean", f(ins.mean)),
+      stat("NaN", String(ins.nan_count)),
+    ),
+  );
+  const hist = h("canvas", { class: "ow-hist" });
+  box.append(hist);
+  requestAnimationFrame(() => drawHist(hist, ins));
+  const cells = h("div", { class: "ow-values" });
+  const shown = Math.min(values.length, 48);
+  for (let i = 0; i < shown; i++) cells.append(h("span", { text: Number.isNaN(values[i]) ? "NaN" : +values[i].toPrecision(4) + "" }));
+  box.append(h("div", { class: "ow-muted", text: `first ${shown} of ${ins.count} values` }), cells);
+  return box;
+}
+
+function drawHist(c: HTMLCanvasElement, ins: InspectorSection): void {
+  if (!c.isConnected || c.clientWidth === 0) return;
+  const { ctx, w, h: hh } = fitCanvas(c);
+  const max = Math.max(1, ...ins.hist);
+  const bw = w / Math.max(1, ins.hist.length);
+  ctx.fillStyle = "#4e79a7";
+  ins.hist.forEach((v, i) => {
+    const bh = (v / max) * (hh - 14);
+    ctx.fillRect(i * bw + 1, hh - 12 - bh, bw - 2, bh);
+  });
+  ctx.fillStyle = "#5a687d";
+  ctx.font = "10px system-ui, sans-serif";
+  ctx.textBaseline = "bottom";
+  ctx.textAlign = "left";
+  ctx.fillText(String(+ins.hist_lo.toPrecision(4)), 0, hh);
+  ctx.textAlign = "right";
+  ctx.fillText(String(+ins.hist_hi.toPrecision(4)), w, hh);
+}
+
+export function passesTable(vm: ViewModel, index: number, onPick: (i: number) => void): HTMLElement {
+  if (!isAvailable(vm.passes)) return h("div", { class: "ow-panel ow-passes" }, h("p", { class: "ow-hint", text: vm.passes.reason }));
+  const tbl = h("table", { class: "ow-table" });
+  tbl.append(h("tr", {}, ...["#", "pass", "nodes", "created", "removed", "time"].map((t) => h("th", { text: t }))));
+  vm.passes.entries.forEach((e, i) => {
+    const tr = h(
+      "tr",
+      { class: i === index ? "ow-current" : "" },
+      h("td", { text: String(i) }),
+      h("td", { text: e.name }),
+      h("td", { text: i === 0 ? String(e.nodes_after) : `${e.nodes_before} → ${e.nodes_after}` }),
+      h("td", { class: e.created ? "ow-plus" : "", text: e.created ? `+${e.created}` : "" }),
+      h("td", { class: e.removed ? "ow-minus" : "", text: e.removed ? `−${e.removed}` : "" }),
+      h("td", { text: i === 0 ? "" : `${(e.seconds * 1e3).toFixed(1)} ms` }),
+    );
+    tr.addEventListener("click", () => onPick(i));
+    tbl.append(tr);
+  });
+  return h("div", { class: "ow-panel ow-passes" }, tbl);
+}
+
+export { clear };

@@ -1,0 +1,206 @@
+// The view-model: plain JSON computed kernel-side by oxiwork/widget/viewmodel.py.
+// The frontend is a pure function of it (plus local UI state such as zoom and tab).
+// Keep these types in step with the Python docstrings in viewmodel.py.
+
+/** A section that the engine may not provide (yet): views show `reason` instead of data. */
+export interface Unavailable {
+  available: false;
+  reason: string;
+}
+
+export interface DagMeta {
+  available: true;
+  /** Node names by position, the same order as the binary columns. */
+  names: string[];
+  /** Kind names; the binary `kind` column indexes this list. */
+  kinds: string[];
+  /** Op name per position ("" when none). */
+  ops: string[];
+  num_nodes: number;
+  num_edges: number;
+  num_streams: number;
+  num_groups: number;
+  /** Whether topo / dominance analyses were available for this graph. */
+  has_topo: boolean;
+  has_dominance: boolean;
+  title: string;
+  /** Fused nodes: [position, ids of the original nodes it replaces], for a stable layout. */
+  anchors: [number, number[]][];
+  /** Which trace entry this DAG shows (0 = the input graph). */
+  pass_index: number;
+  /** Why a colour mode has no data ("" when it has), e.g. {stream: "no stream pass yet"}. */
+  notes: Record<string, string>;
+}
+
+export interface PassEntry {
+  name: string;
+  nodes_before: number;
+  nodes_after: number;
+  created: number;
+  removed: number;
+  removed_names: string[];
+  seconds: number;
+}
+
+export interface PassesSection {
+  available: true;
+  /** entries[0] is the input graph ("input"); entries[k] is the graph after pass k. */
+  entries: PassEntry[];
+}
+
+export interface MemoryRect {
+  id: number;
+  name: string;
+  start: number;
+  end: number;
+  offset: number;
+  size: number;
+}
+
+export interface MemorySection {
+  available: true;
+  mode: string;
+  modes: string[];
+  arena_bytes: number;
+  lower_bound_bytes: number;
+  num_steps: number;
+  buffers: MemoryRect[];
+  strategy?: string;
+  optimal?: boolean;
+}
+
+export interface StreamBar {
+  node: number;
+  name: string;
+  stream: number;
+  start: number;
+  end: number;
+  kind: string;
+}
+
+export interface StreamEvent {
+  from_stream: number;
+  to_stream: number;
+  time: number;
+  name: string;
+}
+
+export interface StreamsSection {
+  available: true;
+  num_streams: number;
+  bars: StreamBar[];
+  events: StreamEvent[];
+  /** Time on one stream (sum of costs), makespan on the assigned streams, dependency-only bound. */
+  serial_total: number;
+  stream_total: number;
+  critical_path: number;
+  time_unit: string;
+}
+
+export interface SimStep {
+  index: number;
+  node: number;
+  name: string;
+  kind: string;
+  stream: number;
+}
+
+export interface RaceReport {
+  step: number;
+  node: number;
+  buffer: number;
+  message: string;
+}
+
+export interface SimSection {
+  available: true;
+  steps: SimStep[];
+  /** Index of the last executed step; -1 before the first step. */
+  position: number;
+  finished: boolean;
+  races: RaceReport[];
+  message: string;
+  /** Node ids of the displayed graph that the current step executes (fused originals too). */
+  highlight: number[];
+  /** Buffer ids live at the current step. */
+  live_buffers: number[];
+}
+
+export interface InspectorSection {
+  available: true;
+  buffer: number;
+  name: string;
+  dtype: string;
+  shape: number[];
+  count: number;
+  shown: number;
+  min: number | null;
+  max: number | null;
+  mean: number | null;
+  nan_count: number;
+  hist: number[];
+  hist_lo: number;
+  hist_hi: number;
+  written: boolean;
+}
+
+export interface BufferInfo {
+  id: number;
+  name: string;
+  size_bytes: number;
+  dtype: string;
+  shape: number[] | null;
+  external: boolean;
+}
+
+export interface OpInfo {
+  name: string;
+  arity: number;
+  params: Record<string, number | string | boolean>;
+  fusion_class: string;
+}
+
+export interface NodeDetails {
+  id: number;
+  name: string;
+  kind: string;
+  op: string | null;
+  stream: number | null;
+  inputs: string[];
+  outputs: string[];
+  predecessors: string[];
+  successors: string[];
+  config: string | null;
+  params: [string, string][];
+  fused_from: string[];
+  cost: number | null;
+  asap: number | null;
+  alap: number | null;
+  slack: number | null;
+  critical: boolean | null;
+}
+
+export type Section<T> = T | Unavailable;
+
+export interface ViewModel {
+  version: number;
+  dag: Section<DagMeta>;
+  passes: Section<PassesSection>;
+  memory: Section<MemorySection>;
+  streams: Section<StreamsSection>;
+  sim: Section<SimSection>;
+  buffers: BufferInfo[];
+  ops: OpInfo[];
+  editable: boolean;
+  edit_reason: string;
+}
+
+export interface ErrorEntry {
+  request_id: string;
+  message: string;
+  kind: string;
+}
+
+export function isAvailable<T extends { available: true }>(s: Section<T> | undefined): s is T {
+  return !!s && (s as { available: boolean }).available === true;
+}
