@@ -1,0 +1,33 @@
+"""Analyses of a ComputeGraph: pure functions returning plain data keyed by id.
+
+- :mod:`~oxiwork.analysis.topo`: levels, ASAP/ALAP, slack, critical path, priorities;
+- :mod:`~oxiwork.analysis.liveness`: buffer lifetimes over an order, peak live bytes;
+- :mod:`~oxiwork.analysis.dominance`: dominator and post-dominator trees.
+
+Example
+-------
+>>> from oxiwork import GraphBuilder
+>>> from oxiwork import analysis
+>>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
+>>> g = b.build()
+>>> analysis.topo.analyze(g).makespan, analysis.dominators(g).idom[y]
+(2.0, NodeId(0))
+"""
+
+from oxiwork.analysis import dominance, liveness, topo
+from oxiwork.analysis.dominance import DomTree, dominators, post_dominators
+from oxiwork.analysis.liveness import LivenessInfo
+from oxiwork.analysis.topo import TopoInfo, critical_path, levels
+
+__all__ = [
+    "DomTree",
+    "LivenessInfo",
+    "TopoInfo",
+    "critical_path",
+    "dominance",
+    "dominators",
+    "levels",
+    "liveness",
+    "post_dominators",
+    "topo",
+]

@@ -1,0 +1,317 @@
+"""Dominator and post-dominator trees of a computation DAG.
+
+``a`` dominates ``b`` when every path from the graph's entry to ``b`` passes through
+``a``. A DAG may have many sources, so the entry is a virtual root connected to every
+source (and, for post-dominators, a virtual exit reached from every sink). A node whose
+immediate dominator is that virtual root has ``idom`` ``None``.
+
+The fusion pass uses dominance to find single-entry regions, the stream pass to find
+fork/join points.
+
+Algorithm: SEMI-NCA (L. Georgiadis, R. E. Tarjan, R. F. Werneck, "Finding dominators in
+practice", Journal of Graph Algorithms and Applications 10(1), 2006; the semidominator
+phase is that of T. Lengauer, R. E. Tarjan, "A fast algorithm for finding dominators in a
+flowgraph", ACM TOPLAS 1(1), 1979, with simple path compression). Everything is
+iterative (no recursion, so 100k-node chains are fine) and works on lists of ints.
+
+Example
+-------
+>>> from oxiwork import GraphBuilder
+>>> from oxiwork.analysis import dominance
+>>> b = GraphBuilder()
+>>> top, left, right, bottom = (b.add_barrier(n) for n in ("top", "left", "right", "bottom"))
+>>> b.fan_out(top, [left, right]); b.fan_in([left, right], bottom)
+>>> tree = dominance.dominators(b.build())
+>>> tree.idom[bottom], tree.idom[top]
+(NodeId(0), None)
+>>> dominance.post_dominators(b.build()).idom[top]
+NodeId(3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oxiwork.analysis._util import paused_gc
+from oxiwork.error import UnknownNode
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import NodeId
+
+__all__ = ["DomTree", "dominators", "post_dominators"]
+
+_EMPTY: tuple[NodeId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DomTree:
+    """A dominator (or post-dominator) tree over a virtual root.
+
+    Attributes
+    ----------
+    idom
+        Immediate dominator of each node; ``None`` when it is the virtual root.
+    children
+        Nodes each node immediately dominates, ascending by id.
+    roots
+        Children of the virtual root, ascending by id.
+    depth
+        Depth in the tree; children of the virtual root have depth 0.
+    post
+        True for a post-dominator tree.
+    """
+
+    idom: dict[NodeId, NodeId | None]
+    children: dict[NodeId, tuple[NodeId, ...]]
+    roots: tuple[NodeId, ...]
+    depth: dict[NodeId, int]
+    post: bool
+    _ids: tuple[NodeId, ...]
+    _pos: dict[NodeId, int]
+    _enter: list[int]
+    _exit: list[int]
+    _parent: list[int]
+    _depth: list[int]
+
+    def _p(self, nid: NodeId) -> int:
+        p = self._pos.get(nid)
+        if p is None:
+            raise UnknownNode(f"no node with id {nid!r} in this dominator tree's graph")
+        return p
+
+    def dominates(self, a: NodeId, b: NodeId) -> bool:
+        """True if ``a`` dominates ``b`` (every node dominates itself); O(1).
+
+        Uses the entry/exit numbers of a depth-first walk of the tree: ``a`` is an
+        ancestor of ``b`` iff its interval encloses ``b``'s.
+
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
+        >>> t = dominators(b.build())
+        >>> t.dominates(x, y), t.dominates(y, x), t.dominates(x, x)
+        (True, False, True)
+        """
+        pa, pb = self._p(a), self._p(b)
+        return self._enter[pa] <= self._enter[pb] and self._exit[pb] <= self._exit[pa]
+
+    def strictly_dominates(self, a: NodeId, b: NodeId) -> bool:
+        """True if ``a`` dominates ``b`` and ``a != b``."""
+        return a != b and self.dominates(a, b)
+
+    def lca(self, a: NodeId, b: NodeId) -> NodeId | None:
+        """The nearest common dominator of ``a`` and ``b`` (``None``: the virtual root).
+
+        Climbs from the deeper node; O(depth).
+
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> r, x, y = b.add_barrier("r"), b.add_barrier("x"), b.add_barrier("y")
+        >>> b.fan_out(r, [x, y])
+        >>> dominators(b.build()).lca(x, y)
+        NodeId(0)
+        """
+        pa, pb = self._p(a), self._p(b)
+        parent, depth = self._parent, self._depth
+        while depth[pa] > depth[pb]:
+            pa = parent[pa]
+        while depth[pb] > depth[pa]:
+            pb = parent[pb]
+        while pa != pb:
+            pa, pb = parent[pa], parent[pb]
+            if pa < 0:
+                return None
+        return self._ids[pa]
+
+
+def _semi_nca(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]:
+    """Immediate dominators (as positions, -1 for the virtual root) of a DAG.
+
+    The virtual root is vertex 0 of the DFS numbering; its children are the nodes
+    without predecessors, visited in position order.
+    """
+    # 1. Iterative DFS from the virtual root: preorder numbers (1-based; 0 is the root)
+    #    and the DFS-tree parent of every vertex, in preorder-number space.
+    num = [0] * n  # position -> preorder number (0: not visited yet)
+    vertex = [-1]  # preorder number -> position (-1 for the root)
+    parent = [0]
+    nxt = [0] * n  # next successor index to try, per position (no per-frame objects)
+    for s in range(n):
+        if pred[s] or num[s]:
+            continue
+        num[s] = len(vertex)
+        vertex.append(s)
+        parent.append(0)
+        stack = [s]
+        while stack:
+            v = stack[-1]
+            sv = succ[v]
+            i = nxt[v]
+            k = len(sv)
+            while i < k and num[sv[i]]:
+                i += 1
+            if i < k:
+                w = sv[i]
+                nxt[v] = i + 1
+                num[w] = len(vertex)
+                vertex.append(w)
+                parent.append(num[v])
+                stack.append(w)
+            else:
+                nxt[v] = k
+                stack.pop()
+    total = len(vertex)
+
+    # 2. Semidominators in reverse preorder (Lengauer-Tarjan). ``label`` holds the
+    #    smallest semidominator on the compressed ancestor path; ``anc`` is the forest
+    #    of already-processed vertices (-1: a tree root of that forest).
+    semi = list(range(total))
+    label = list(range(total))
+    anc = [-1] * total
+    for w in range(total - 1, 0, -1):
+        s = parent[w]
+        for pv in pred[vertex[w]]:
+            v = num[pv]
+            if v < w:
+                # v is not processed yet, so eval(v) is v itself (and v < w).
+                if v < s:
+                    s = v
+                continue
+            # eval(v) with path compression, iteratively: collect the path up to the
+            # forest root's child, then fold labels top-down.
+            if anc[anc[v]] >= 0:
+                path = []
+                x = v
+                while anc[anc[x]] >= 0:
+                    path.append(x)
+                    x = anc[x]
+                for x in reversed(path):
+                    a = anc[x]
+                    if label[a] < label[x]:
+                        label[x] = label[a]
+                    anc[x] = anc[a]
+            if label[v] < s:
+                s = label[v]
+        semi[w] = s
+        label[w] = s
+        anc[w] = parent[w]
+
+    # 3. NCA phase (Georgiadis et al.): in preorder, idom(w) is the nearest common
+    #    ancestor of parent(w) and semi(w) in the tree built so far. semi(w) is a DFS
+    #    ancestor of w, and preorder numbers decrease going up, so climb from parent(w)
+    #    while the number is larger than semi(w).
+    idom = parent[:]
+    for w in range(1, total):
+        x = idom[w]
+        s = semi[w]
+        while x > s:
+            x = idom[x]
+        idom[w] = x
+
+    out = [-1] * n
+    for w in range(1, total):
+        i = idom[w]
+        out[vertex[w]] = vertex[i] if i else -1
+    return out
+
+
+def _tree(ids: tuple[NodeId, ...], pos: dict[NodeId, int], idom: list[int], post: bool) -> DomTree:
+    n = len(ids)
+    # Children in CSR form (counting sort by parent): two flat int lists instead of n
+    # small lists. Position n stands for the virtual root.
+    start = [0] * (n + 2)
+    for i in idom:
+        start[i + 1 if i >= 0 else n + 1] += 1
+    for k in range(1, n + 2):
+        start[k] += start[k - 1]
+    fill = start[:]
+    flat = [0] * n
+    for p in range(n):  # ascending position, so children come out sorted by id
+        i = idom[p]
+        k = i if i >= 0 else n
+        flat[fill[k]] = p
+        fill[k] += 1
+    roots = flat[start[n] : start[n + 1]]
+    # Iterative DFS over the tree: entry/exit numbers for O(1) ancestor tests, depths.
+    enter = [0] * n
+    exit_ = [0] * n
+    depth = [0] * n
+    clock = 0
+    stack = roots[::-1]
+    while stack:
+        v = stack.pop()
+        if v >= 0:
+            enter[v] = clock
+            clock += 1
+            stack.append(~v)
+            a, b = start[v], start[v + 1]
+            if a < b:
+                dv = depth[v] + 1
+                kv = flat[a:b]
+                for c in kv:
+                    depth[c] = dv
+                stack.extend(kv)
+        else:
+            exit_[~v] = clock
+            clock += 1
+    children = dict.fromkeys(ids, _EMPTY)
+    for p in range(n):
+        a, b = start[p], start[p + 1]
+        if a < b:
+            children[ids[p]] = tuple([ids[c] for c in flat[a:b]])
+    return DomTree(
+        idom=dict(zip(ids, [ids[i] if i >= 0 else None for i in idom], strict=True)),
+        children=children,
+        roots=tuple([ids[r] for r in roots]),
+        depth=dict(zip(ids, depth, strict=True)),
+        post=post,
+        _ids=ids,
+        _pos=pos,
+        _enter=enter,
+        _exit=exit_,
+        _parent=idom,
+        _depth=depth,
+    )
+
+
+def dominators(graph: ComputeGraph) -> DomTree:
+    """The dominator tree of ``graph`` rooted at a virtual entry before every source.
+
+    Parameters
+    ----------
+    graph
+        The DAG.
+
+    Returns
+    -------
+    DomTree
+
+    Notes
+    -----
+    SEMI-NCA (Georgiadis, Tarjan, Werneck 2006) with Lengauer–Tarjan semidominators
+    (TOPLAS 1979): O(m log n) for the semidominators, and a nearest-common-ancestor
+    climb per vertex that is short on real task graphs.
+
+    Examples
+    --------
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
+    >>> dominators(b.build()).idom
+    {NodeId(0): None, NodeId(1): NodeId(0)}
+    """
+    d = graph.dense()
+    with paused_gc():
+        return _tree(d.ids, d.pos, _semi_nca(len(d.ids), d.succ, d.pred), post=False)
+
+
+def post_dominators(graph: ComputeGraph) -> DomTree:
+    """The post-dominator tree: dominators of the reversed graph from a virtual exit.
+
+    Examples
+    --------
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
+    >>> post_dominators(b.build()).idom
+    {NodeId(0): NodeId(1), NodeId(1): None}
+    """
+    d = graph.dense()
+    with paused_gc():
+        return _tree(d.ids, d.pos, _semi_nca(len(d.ids), d.pred, d.succ), post=True)
