@@ -1,0 +1,163 @@
+"""The simulated device memory: one byte arena of ``plan.pool_bytes``, every buffer a view.
+
+The simulator must exercise the memory plan, not bypass it: every planned buffer is a
+typed numpy view at its planned offset into a single ``uint8`` array, so two buffers the
+plan puts on the same bytes really share them, and a wrong plan shows up as wrong numbers.
+External buffers (owned by the user, never placed) and buffers the plan left unplaced get
+arrays of their own.
+
+Example
+-------
+>>> import numpy as np
+>>> from oxiwork.executor.plan import BufferArg
+>>> from oxiwork.node import BufferId
+>>> a = BufferArg(BufferId(0), "a", 0, 16, "float32", (4,), False)
+>>> b = BufferArg(BufferId(1), "b", 8, 8, "float32", (2,), False)
+>>> arena = Arena(16, [a, b])
+>>> arena.view(a)[:] = [1, 2, 3, 4]
+>>> arena.view(b)          # b lives on a's last 8 bytes
+array([3., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from oxiwork.error import InvalidPlan
+from oxiwork.executor.plan import BufferArg, ExecutionPlan
+from oxiwork.node import DTYPES, BufferId
+
+__all__ = ["Arena", "Region", "overlapping_pairs", "plan_buffers"]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Where a buffer's bytes are: ``arena`` (the pool) or its own ``private`` array.
+
+    ``start``/``stop`` are byte offsets into the pool for arena buffers.
+    """
+
+    buffer: BufferId
+    name: str
+    in_arena: bool
+    start: int
+    stop: int
+
+
+def plan_buffers(plan: ExecutionPlan) -> dict[BufferId, BufferArg]:
+    """Every buffer a plan's steps touch, as the steps see it (first occurrence wins).
+
+    >>> from oxiwork.examples import quick_start
+    >>> from oxiwork.executor.plan import ExecutionPlan
+    >>> sorted(a.name for a in plan_buffers(ExecutionPlan.build(quick_start())).values())
+    ['input', 'output']
+    """
+    out: dict[BufferId, BufferArg] = {}
+    for step in plan.steps:
+        for arg in (*step.inputs, *step.outputs):
+            if arg.buffer not in out:
+                out[arg.buffer] = arg
+    return out
+
+
+class Arena:
+    """One ``uint8`` pool plus private arrays; typed and raw views of every buffer.
+
+    Parameters
+    ----------
+    pool_bytes
+        Size of the pool (``plan.pool_bytes``).
+    buffers
+        The buffers to map. A non-external buffer with an ``offset`` becomes a view of the
+        pool; external buffers and unplaced ones (``offset is None``) get private arrays.
+
+    Raises
+    ------
+    InvalidPlan
+        A buffer lies (partly) outside the pool, or its dtype/shape does not match its size.
+    """
+
+    def __init__(self, pool_bytes: int, buffers: Iterable[BufferArg]) -> None:
+        if pool_bytes < 0:
+            raise InvalidPlan(f"pool_bytes is {pool_bytes}; it must be >= 0")
+        self.pool = np.zeros(pool_bytes, np.uint8)
+        self._raw: dict[BufferId, np.ndarray] = {}
+        self._typed: dict[BufferId, np.ndarray] = {}
+        self.regions: dict[BufferId, Region] = {}
+        self.by_name: dict[str, BufferId] = {}
+        for arg in buffers:
+            self._map(arg)
+
+    def _map(self, arg: BufferArg) -> None:
+        where = f"buffer {arg.name!r} (id {int(arg.buffer)})"
+        if arg.dtype not in DTYPES:
+            raise InvalidPlan(f"{where} has unknown dtype {arg.dtype!r}")
+        itemsize = DTYPES[arg.dtype]
+        count = 1
+        for s in arg.shape:
+            count *= s
+        if count * itemsize != arg.size_bytes:
+            raise InvalidPlan(
+                f"{where} has shape {arg.shape} of {arg.dtype} ({count * itemsize} bytes) but "
+                f"size_bytes {arg.size_bytes}; rebuild the plan from a verified graph"
+            )
+        in_arena = not arg.external and arg.offset is not None
+        if in_arena:
+            assert arg.offset is not None
+            start, stop = arg.offset, arg.offset + arg.size_bytes
+            if start < 0 or stop > self.pool.size:
+                raise InvalidPlan(
+                    f"{where} occupies bytes [{start}, {stop}) but the arena has "
+                    f"{self.pool.size} bytes; the memory plan is wrong (re-run the memory pass)"
+                )
+            raw = self.pool[start:stop]
+        else:
+            start, stop = 0, arg.size_bytes
+            raw = np.zeros(arg.size_bytes, np.uint8)
+        self._raw[arg.buffer] = raw
+        self._typed[arg.buffer] = raw.view(arg.dtype).reshape(arg.shape)
+        self.regions[arg.buffer] = Region(arg.buffer, arg.name, in_arena, start, stop)
+        self.by_name[arg.name] = arg.buffer
+
+    def view(self, arg: BufferArg | BufferId) -> np.ndarray:
+        """The typed, shaped view of a buffer (writes go to the arena)."""
+        return self._typed[arg.buffer if isinstance(arg, BufferArg) else arg]
+
+    def raw(self, arg: BufferArg | BufferId) -> np.ndarray:
+        """The buffer's bytes as a ``uint8`` view."""
+        return self._raw[arg.buffer if isinstance(arg, BufferArg) else arg]
+
+    def clear(self) -> None:
+        """Zero the pool and every private array (a fresh device)."""
+        self.pool.fill(0)
+        for bid, region in self.regions.items():
+            if not region.in_arena:
+                self._raw[bid].fill(0)
+
+
+def overlapping_pairs(buffers: Iterable[BufferArg]) -> list[tuple[BufferId, BufferId, int, int]]:
+    """Pairs of distinct arena buffers sharing bytes, with the shared ``[lo, hi)`` range.
+
+    External and unplaced buffers have memory of their own and never overlap. A sweep over
+    the regions sorted by start (Shamos & Hoey, "Geometric intersection problems", FOCS
+    1976): O(n log n + pairs).
+
+    >>> mk = lambda i, off: BufferArg(BufferId(i), f"b{i}", off, 8, "float32", (2,), False)
+    >>> overlapping_pairs([mk(0, 0), mk(1, 4), mk(2, 16)])
+    [(BufferId(0), BufferId(1), 4, 8)]
+    """
+    regs = sorted(
+        (a.offset, a.offset + a.size_bytes, a.buffer)
+        for a in buffers
+        if not a.external and a.offset is not None
+    )
+    out: list[tuple[BufferId, BufferId, int, int]] = []
+    active: list[tuple[int, int, BufferId]] = []
+    for lo, hi, bid in regs:
+        active = [r for r in active if r[1] > lo]
+        out.extend((abid, bid, lo, min(ahi, hi)) for _, ahi, abid in active)
+        active.append((lo, hi, bid))
+    return out
