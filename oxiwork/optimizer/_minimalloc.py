@@ -1,0 +1,398 @@
+"""Exact memory planning: MiniMalloc's canonical branch-and-bound search, in Python.
+
+The search decides whether the intervals fit in a capacity ``C``. It places one buffer per
+level, always at the lowest offset its already placed time-neighbours allow (its *minimum
+offset*), so offsets only ever sit on the skyline those neighbours form. Moffitt shows that
+restricting the search this way loses no solutions, and adds the rules that make it fast:
+
+* **Canonical order**: the placed offsets never decrease, and buffers placed at the same offset
+  go in preorder; every solution is then reached by exactly one path.
+* **Dominance**: a buffer is never placed at or above the lowest height some other unplaced
+  buffer could reach, because that buffer could always drop into the gap below.
+* **Dynamic ordering**: candidates are tried by minimum offset, then by a static preorder (by
+  width/area/"total", round-robin over three preorders with doubling node limits).
+* **Section inference**: time is cut into sections (between consecutive start/end points); in
+  each, the unplaced buffers must stack above the section's floor, so ``floor + unplaced bytes``
+  may not exceed ``C``. The floor is the higher of the current offset (offsets never decrease),
+  the top of the placed buffers, and the smallest minimum offset of the unplaced ones.
+* **Dynamic decomposition**: once no unplaced buffer spans a cut between two sections, the two
+  sides are solved independently.
+
+References
+----------
+M. D. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated Machine
+Learning", ASPLOS 2023 (and google/minimalloc, whose solver this follows in outline).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from itertools import pairwise
+
+import numpy as np
+
+from oxiwork.optimizer.memory import IntervalPlan, _live_profile, _overlaps, _Problem, _result
+
+__all__ = ["MAX_EXACT_INTERVALS", "Status", "improve", "search"]
+
+MAX_EXACT_INTERVALS = 5000
+"""Above this the exact mode keeps the heuristic plan: the search recurses once per buffer."""
+
+# Static preorders tried round-robin (MiniMalloc's defaults): W = lifetime width, A = area,
+# T = the most bytes live in any section the buffer spans. Descending on every key.
+_PREORDERS = ("WAT", "TAW", "TWA")
+
+# Check the clock every this many nodes: perf_counter is cheap but not free.
+_CLOCK_EVERY = 512
+
+
+class Status:
+    """Outcome of one search: a plan, a proof that none exists, or out of nodes/time."""
+
+    FOUND = "found"
+    INFEASIBLE = "infeasible"
+    ABORTED = "aborted"  # node limit of this round-robin turn spent
+    TIMEOUT = "timeout"
+
+
+class _Abort(Exception):
+    """Unwinds the recursion when the node limit or the deadline is reached."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Solver:
+    """Search state for one problem; :meth:`solve` answers one capacity."""
+
+    def __init__(self, p: _Problem) -> None:
+        n = p.n
+        self.n = n
+        live, lo, hi = _live_profile(p)
+        self.num_sections = len(live)
+        self.lo = lo.tolist()
+        self.hi = hi.tolist()
+        self.size = p.size.tolist()
+        self.align = p.align.tolist()
+        ptr, cols = _overlaps(p)
+        self.nbrs = [cols[ptr[i] : ptr[i + 1]] for i in range(n)]
+        width = (p.end - p.start).tolist()
+        area = ((p.end - p.start) * p.size).tolist()
+        # "Total": the largest live bytes over the sections the buffer spans.
+        total = [int(live[a:b].max()) for a, b in zip(self.lo, self.hi, strict=True)]
+        keys = {"W": width, "A": area, "T": total}
+        self.preorders = [
+            sorted(range(n), key=lambda i, h=h: (*(-keys[c][i] for c in h), i)) for h in _PREORDERS
+        ]
+        # Sections' totals when nothing is placed, and how many buffers span each cut between
+        # section s and s + 1 (a zero cut splits the problem).
+        delta = np.zeros(self.num_sections + 1, dtype=np.int64)
+        np.add.at(delta, lo, p.size)
+        np.add.at(delta, hi, -p.size)
+        self.total0 = np.cumsum(delta)[: self.num_sections]
+        cut = np.zeros(max(self.num_sections, 1), dtype=np.int64)
+        np.add.at(cut, lo, 1)
+        np.add.at(cut, np.maximum(hi - 1, 0), -1)
+        self.cuts0 = np.cumsum(cut)[: max(self.num_sections - 1, 0)]
+        self.nodes = 0
+
+    # ----------------------------------------------------------------------------------------
+
+    def solve(
+        self, capacity: int, deadline: float, order: Sequence[int], node_limit: float
+    ) -> tuple[str, list[int] | None]:
+        """Search with one preorder; FOUND with offsets (original indices), or a failure."""
+        n = self.n
+        rank = [0] * n
+        for r, i in enumerate(order):
+            rank[i] = r
+        # Relabel buffers by preorder rank so that "lower index" means "earlier in preorder".
+        self.C = capacity
+        self.deadline = deadline
+        self.node_budget = node_limit
+        self.sz = [self.size[i] for i in order]
+        self.al = [self.align[i] for i in order]
+        self.slo = [self.lo[i] for i in order]
+        self.shi = [self.hi[i] for i in order]
+        self.nb = [[rank[j] for j in self.nbrs[i]] for i in order]
+        self.off = [-1] * n
+        self.sol = [-1] * n
+        self.minoff = [0] * n
+        self.height = list(self.sz)  # minoff + size
+        self.total = self.total0.copy()
+        self.floor = np.zeros(self.num_sections, dtype=np.int64)
+        self.cuts = self.cuts0.copy()
+        # V[j, s]: minimum offset of unplaced buffer j if it lives in section s, else C (an
+        # unplaced buffer's minimum offset never usefully exceeds C: it is pruned first).
+        self.V = np.full((n, max(self.num_sections, 1)), capacity, dtype=np.int64)
+        for j in range(n):
+            self.V[j, self.slo[j] : self.shi[j]] = 0
+        if max(self.sz, default=0) > capacity or (
+            self.num_sections and int(self.total.max()) > capacity
+        ):
+            return Status.INFEASIBLE, None
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, 4 * n + 1000))
+        try:
+            zero = np.flatnonzero(self.cuts == 0) + 1
+            ok = self._split(list(range(n)), [0, *zero.tolist(), self.num_sections])
+        except _Abort as e:
+            return e.status, None
+        finally:
+            sys.setrecursionlimit(old_limit)
+        if not ok:
+            return Status.INFEASIBLE, None
+        return Status.FOUND, [self.sol[rank[i]] for i in range(n)]
+
+    def _sub(self, bufs: list[int], slo: int, shi: int) -> bool:
+        """Solve one partition: ``bufs`` (unplaced, in preorder) over sections [slo, shi)."""
+        key = self.minoff
+        ordering = sorted(bufs, key=key.__getitem__)  # stable: ties stay in preorder
+        return self._search(ordering, slo, shi, 0, 0)
+
+    def _split(self, bufs: list[int], points: list[int]) -> bool:
+        """Solve the pieces of ``bufs`` between consecutive section ``points`` independently."""
+        slo_l, shi_l = self.slo, self.shi
+        for lo_s, hi_s in pairwise(points):
+            part = [j for j in bufs if slo_l[j] < hi_s and lo_s < shi_l[j]]
+            if part and not self._sub(sorted(part), lo_s, hi_s):
+                return False
+        return True
+
+    def _search(self, ordering: list[int], slo: int, shi: int, last_off: int, last: int) -> bool:
+        self.nodes += 1
+        self.node_budget -= 1
+        if self.node_budget < 0:
+            raise _Abort(Status.ABORTED)
+        if not self.nodes % _CLOCK_EVERY and time.perf_counter() > self.deadline:
+            raise _Abort(Status.TIMEOUT)
+        if not ordering:
+            return True
+        minoff = self.minoff
+        height = self.height
+        min_height = min(map(height.__getitem__, ordering))
+        # Section inference. With offsets never decreasing, every section's unplaced buffers
+        # stack above max(m, floor), so placing any buffer at offset m needs
+        # max(m, floor_s) + total_s <= C in every section s: for buffers of s the new floor
+        # is m + size and the total drops by size, which cancels. So the test depends on m
+        # alone: m <= C - max(total), and the floors must hold already.
+        if shi > slo:
+            seg_total = self.total[slo:shi]
+            if int((self.floor[slo:shi] + seg_total).max()) > self.C:
+                return False
+            max_m = self.C - int(seg_total.max())
+        else:
+            max_m = self.C
+        if max_m < min_height:
+            min_height = max_m + 1
+        off = self.off
+        sz = self.sz
+        al = self.al
+        nb = self.nb
+        C = self.C
+        total = self.total
+        floor = self.floor
+        V = self.V
+        INF = C  # absent entries: min(F, C) keeps empty sections harmless, no overflow
+        slo_l, shi_l = self.slo, self.shi
+        for k, i in enumerate(ordering):
+            m = minoff[i]
+            # Dominance: everything from here on would sit at or above some buffer's lowest
+            # possible top, leaving a gap that buffer could fill; such plans are never needed.
+            if m >= min_height:
+                break
+            # Canonical order: offsets never decrease; equal offsets go in preorder.
+            if m < last_off or (m == last_off and i < last):
+                continue
+            top = m + sz[i]
+            off[i] = m
+            self.sol[i] = m
+            # Raise the minimum offset of every unplaced neighbour above the new buffer.
+            changed: list[tuple[int, int]] = []
+            feasible = True
+            for j in nb[i]:
+                if off[j] < 0:
+                    mj = minoff[j]
+                    if mj < top:
+                        a = al[j]
+                        t = top if a == 1 else -(-top // a) * a
+                        changed.append((j, mj))
+                        minoff[j] = t
+                        height[j] = t + sz[j]
+                        if t + sz[j] > C:
+                            feasible = False
+            a, b = self.slo[i], self.shi[i]
+            total[a:b] -= sz[i]
+            saved_floor = floor[a:b].copy()
+            floor[a:b] = top
+            V[i, a:b] = INF
+            if feasible and changed:
+                # Unallocated floor: a section's unplaced buffers all sit at or above the
+                # smallest of their minimum offsets, which the bumps above may have raised.
+                lo_u, hi_u = a, b
+                for j, _ in changed:
+                    ja, jb = slo_l[j], shi_l[j]
+                    V[j, ja:jb] = minoff[j]
+                    if ja < lo_u:
+                        lo_u = ja
+                    if jb > hi_u:
+                        hi_u = jb
+                low = V[:, lo_u:hi_u].min(axis=0)
+                np.maximum(low, floor[lo_u:hi_u], out=low)
+                low += total[lo_u:hi_u]
+                feasible = int(low.max()) <= C
+            if feasible:
+                rest = ordering[:k] + ordering[k + 1 :]
+                rest.sort(key=minoff.__getitem__)
+                found = self._decompose(rest, i, slo, shi, m)
+            else:
+                found = False
+            floor[a:b] = saved_floor
+            total[a:b] += sz[i]
+            V[i, a:b] = m
+            for j, mj in reversed(changed):
+                minoff[j] = mj
+                height[j] = mj + sz[j]
+                V[j, slo_l[j] : shi_l[j]] = mj
+            off[i] = -1
+            if found:
+                return True
+        return False
+
+    def _decompose(self, rest: list[int], i: int, slo: int, shi: int, m: int) -> bool:
+        """Recurse, splitting the partition where buffer ``i`` was the last to span a cut."""
+        a, b = self.slo[i], self.shi[i]
+        cuts = self.cuts
+        if b - a > 1:
+            seg = cuts[a : b - 1]
+            seg -= 1
+            zero = np.flatnonzero(seg == 0)
+        else:
+            zero = ()
+        try:
+            if len(zero) == 0:
+                return self._search(rest, slo, shi, m, i)
+            points = [slo, *(int(z) + a + 1 for z in zero if slo < int(z) + a + 1 < shi), shi]
+            return self._split(rest, points)
+        finally:
+            if b - a > 1:
+                cuts[a : b - 1] += 1
+
+
+def search(
+    p: _Problem, capacity: int, deadline: float, solver: _Solver | None = None
+) -> tuple[str, list[int] | None, int]:
+    """Decide whether ``p`` fits in ``capacity`` bytes before ``deadline`` (perf_counter).
+
+    Round-robins over the static preorders with a node limit that doubles each round, as
+    MiniMalloc does, so one unlucky preorder cannot stall the search. Returns the status, the
+    offsets (when FOUND) and the number of search nodes visited.
+    """
+    s = solver or _Solver(p)
+    s.nodes = 0
+    if s.n == 0:
+        return Status.FOUND, [], 0
+    limit = float(max(s.n, 16))
+    while True:
+        limit *= 2
+        for order in s.preorders:
+            status, offsets = s.solve(capacity, deadline, order, limit)
+            if status != Status.ABORTED:
+                return status, offsets, s.nodes
+
+
+def improve(
+    p: _Problem,
+    off: Sequence[int],
+    arena: int,
+    strategy: str,
+    capacity: int | None,
+    t0: float,
+    deadline: float,
+) -> IntervalPlan:
+    """Exact mode: from the heuristic plan, search for a fit (or the minimum arena)."""
+    live, _, _ = _live_profile(p)
+    lb = int(live.max()) if len(live) else 0
+    if arena == lb:
+        return _result(p, off, arena, strategy, capacity, t0, lb=lb)
+    if capacity is not None and arena <= capacity:
+        return _result(p, off, arena, strategy, capacity, t0, lb=lb)
+    if p.n > MAX_EXACT_INTERVALS:
+        return _result(
+            p,
+            off,
+            arena,
+            strategy,
+            capacity,
+            t0,
+            lb=lb,
+            message=f"exact search skipped: {p.n} intervals is more than "
+            f"{MAX_EXACT_INTERVALS}; kept the heuristic plan",
+        )
+    solver = _Solver(p)
+    nodes = 0
+    if capacity is not None:
+        status, sol, nodes = search(p, capacity, deadline, solver)
+        if status == Status.FOUND and sol is not None:
+            a = max(o + s for o, s in zip(sol, p.size.tolist(), strict=True))
+            return _result(p, sol, a, "minimalloc", capacity, t0, lb=lb, nodes=nodes)
+        why = (
+            f"proved that no plan fits in capacity {capacity} bytes"
+            if status == Status.INFEASIBLE
+            else f"time limit reached before a plan within capacity {capacity} bytes was found"
+        )
+        return _result(
+            p,
+            off,
+            arena,
+            strategy,
+            capacity,
+            t0,
+            lb=lb,
+            nodes=nodes,
+            message=f"{why}; returning the heuristic plan of {arena} bytes "
+            f"(lower bound {lb}); raise the capacity or the time_limit",
+        )
+    # Minimise: aim for the lower bound first (often met on real models), then tighten the
+    # best arena one step at a time; an exhausted search proves the incumbent optimal.
+    best_off, best, best_strategy = list(off), arena, strategy
+    lo = lb
+    target = lb
+    proved = False
+    message = None
+    while True:
+        # The lower bound may be out of reach and slow to refute: give it a third of the time.
+        now = time.perf_counter()
+        until = now + (deadline - now) / 3 if target == lb else deadline
+        status, sol, n_nodes = search(p, target, until, solver)
+        nodes += n_nodes
+        if status == Status.FOUND and sol is not None:
+            best_off = sol
+            best = max(o + s for o, s in zip(sol, p.size.tolist(), strict=True))
+            best_strategy = "minimalloc"
+        elif status == Status.INFEASIBLE:
+            lo = target + 1
+        elif target == lb and time.perf_counter() < deadline:
+            pass  # gave up on the lower bound; tighten from above instead
+        else:
+            message = f"time limit reached; best arena {best} bytes, lower bound {lo} bytes"
+            break
+        if lo >= best:
+            proved = True
+            break
+        target = best - 1
+    return _result(
+        p,
+        best_off,
+        best,
+        best_strategy,
+        None,
+        t0,
+        lb=lb,
+        proved=proved,
+        message=message,
+        nodes=nodes,
+    )
