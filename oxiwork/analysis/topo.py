@@ -239,7 +239,13 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
 
     finish = [a + c for a, c in zip(asap, cost, strict=True)]
     makespan = max(finish, default=0.0)
-    last = finish.index(makespan) if n else -1
+    # End the critical path at a sink: with zero-cost nodes an inner node may finish at
+    # the makespan too, but finish times never decrease along edges, so some sink does.
+    last = -1
+    for p in range(n):
+        if not succ[p] and finish[p] == makespan:
+            last = p
+            break
 
     alap = [0.0] * n
     for v in reversed(topo):

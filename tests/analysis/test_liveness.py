@@ -1,0 +1,123 @@
+"""Buffer liveness: intervals contain every access; peak equals a brute-force sum."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork import ComputeGraph, GraphBuilder, MemcpyDir, NodeId
+from oxiwork.analysis import liveness
+from oxiwork.error import InvalidArgument
+from tests.strategies import any_dags, build_dag, dag_edges
+
+
+@st.composite
+def _graph_and_order(draw: st.DrawFn) -> tuple[ComputeGraph, list[NodeId]]:
+    """A graph and a random topological order of it (random Kahn tie-breaking)."""
+    g = draw(any_dags(max_nodes=50))
+    rng = random.Random(draw(st.integers(0, 2**16)))
+    indeg = {v: len(g.predecessors(v)) for v in g.node_ids}
+    ready = [v for v, d in indeg.items() if d == 0]
+    order = []
+    while ready:
+        v = ready.pop(rng.randrange(len(ready)))
+        order.append(v)
+        for w in g.successors(v):
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                ready.append(w)
+    return g, order
+
+
+class TestAnalyze:
+    def test_raises_unknown_node_in_order(self) -> None:
+        g = build_dag(*dag_edges("chain", 2), data=False)
+        with pytest.raises(InvalidArgument, match=r"order names NodeId\(5\)"):
+            liveness.analyze(g, [NodeId(0), NodeId(5)])
+
+    def test_raises_missing_node_in_order(self) -> None:
+        g = build_dag(*dag_edges("chain", 3), data=False)
+        with pytest.raises(InvalidArgument, match=r"order has 2 entries .* graph has 3 nodes"):
+            liveness.analyze(g, [NodeId(0), NodeId(1)])
+
+    def test_raises_duplicate_in_order(self) -> None:
+        g = build_dag(*dag_edges("chain", 2), data=False)
+        with pytest.raises(InvalidArgument, match=r"\(1 distinct\)"):
+            liveness.analyze(g, [NodeId(0), NodeId(0)])
+
+    def test_raises_non_topological_order(self) -> None:
+        g = build_dag(*dag_edges("chain", 2), data=False)
+        with pytest.raises(InvalidArgument, match=r"runs 'k1' .* before its dependency 'k0'"):
+            liveness.analyze(g, [NodeId(1), NodeId(0)])
+
+    def test_quick_start_shape(self) -> None:
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 64)
+        y, z, spare = b.alloc_buffer("y", 128), b.alloc_buffer("z", 32), b.alloc_buffer("s", 8)
+        k0 = b.add_kernel("k0", 1, 32).inputs([x]).outputs([y]).finish()
+        k1 = b.add_kernel("k1", 1, 32).inputs([y]).outputs([z]).finish()
+        down = b.add_memcpy("down", MemcpyDir.DeviceToHost, 32, src=z)
+        info = liveness.analyze(b.build())
+        assert info.order == (k0, k1, down)
+        assert info.intervals == {x: (0, 1), y: (0, 2), z: (1, 3)}
+        assert info.unused == {spare} and info.dead == frozenset()
+        assert info.live_bytes == (128, 160, 32)  # external x is not counted
+        assert info.max_live_bytes == 160 and info.peak_step == 1
+        assert info.live_at(1) == {y, z}
+
+    def test_dead_buffer(self) -> None:
+        b = GraphBuilder()
+        x = b.alloc_buffer("x", 64)
+        b.add_memset("zero", 64, 0, dst=x)
+        info = liveness.analyze(b.build())
+        assert info.dead == {x} and info.intervals[x] == (0, 1) and info.max_live_bytes == 64
+
+    @settings(max_examples=300, deadline=None)
+    @given(go=_graph_and_order())
+    def test_intervals_contain_every_access(self, go: tuple[ComputeGraph, list[NodeId]]) -> None:
+        g, order = go
+        info = liveness.analyze(g, order)
+        assert info.order == tuple(order)
+        accessed: dict = {}
+        for step, nid in enumerate(order):
+            n = g.node(nid)
+            for bid in (*n.inputs, *n.outputs):
+                accessed.setdefault(bid, []).append(step)
+        assert set(info.intervals) == set(accessed)
+        assert info.unused == {b.id for b in g.buffers} - set(accessed)
+        for bid, steps in accessed.items():
+            start, end = info.intervals[bid]
+            # tight: from the first access to just after the last one
+            assert (start, end) == (min(steps), max(steps) + 1)
+        read = {bid for n in g.nodes for bid in n.inputs}
+        written = {bid for n in g.nodes for bid in n.outputs}
+        expected_dead = {
+            b.id for b in g.buffers if b.id in written and b.id not in read and not b.external
+        }
+        assert info.dead == expected_dead
+
+    @settings(max_examples=300, deadline=None)
+    @given(go=_graph_and_order())
+    def test_max_live_bytes_is_brute_force_peak(
+        self, go: tuple[ComputeGraph, list[NodeId]]
+    ) -> None:
+        g, order = go
+        info = liveness.analyze(g, order)
+        brute = tuple(
+            sum(
+                g.buffer(bid).size_bytes
+                for bid, (s, e) in info.intervals.items()
+                if s <= step < e and not g.buffer(bid).external
+            )
+            for step in range(len(order))
+        )
+        assert info.live_bytes == brute
+        assert info.max_live_bytes == max(brute, default=0)
+        assert info.live_bytes[info.peak_step] == info.max_live_bytes
+
+    def test_default_order_is_topological_order(self) -> None:
+        g = build_dag(*dag_edges("layered", 40, seed=5), seed=5)
+        assert liveness.analyze(g) == liveness.analyze(g, g.topological_order())
