@@ -146,6 +146,7 @@ export class MemoryChart extends CanvasChart {
     }
     const g = ganttGeometry(mem, w, hh);
     this.rects = g.rects;
+    this.root.dataset.drawnRects = String(g.rects.length);
     const { box } = g;
     const bottom = hh - box.bottom;
     ctx.font = FONT;
@@ -191,7 +192,7 @@ export class MemoryChart extends CanvasChart {
         ctx.fillText(fitText(ctx, b.name, r.w - 8), r.x + 4, r.y + r.h / 2);
       }
     });
-    const line = (y: number, color: string, dash: number[], label: string) => {
+    const line = (y: number, color: string, dash: number[], label: string, atLeft: boolean) => {
       ctx.strokeStyle = color;
       ctx.setLineDash(dash);
       ctx.lineWidth = 1.5;
@@ -200,13 +201,20 @@ export class MemoryChart extends CanvasChart {
       ctx.lineTo(w - box.right, y);
       ctx.stroke();
       ctx.setLineDash([]);
+      ctx.font = `600 ${FONT}`;
+      const tw = ctx.measureText(label).width;
+      const x = atLeft ? box.left + 6 : w - box.right - 6 - tw;
+      // A white backing so the label stays legible over the buffers.
+      ctx.fillStyle = "rgba(255,255,255,0.85)";
+      ctx.fillRect(x - 3, y - 15, tw + 6, 14);
       ctx.fillStyle = color;
-      ctx.textAlign = "right";
+      ctx.textAlign = "left";
       ctx.textBaseline = "bottom";
-      ctx.fillText(label, w - box.right - 4, y - 2);
+      ctx.fillText(label, x, y - 2);
+      ctx.font = FONT;
     };
-    line(g.arenaY, "#1b2430", [], `arena ${formatBytes(mem.arena_bytes)} (${mem.mode})`);
-    line(g.lowerY, "#d62728", [6, 4], `lower bound ${formatBytes(mem.lower_bound_bytes)}`);
+    line(g.arenaY, "#1b2430", [], `arena ${formatBytes(mem.arena_bytes)} (${mem.mode})`, false);
+    line(g.lowerY, "#d62728", [6, 4], `lower bound ${formatBytes(mem.lower_bound_bytes)}`, true);
     axes(ctx, box.left, box.top, w - box.right, bottom);
   }
 }
@@ -257,6 +265,7 @@ export class StreamChart extends CanvasChart {
     }
     const g = timelineGeometry(st, w, hh);
     this.rects = g.rects;
+    this.root.dataset.drawnBars = String(g.rects.length);
     const { box } = g;
     const bottom = hh - box.bottom;
     ctx.font = FONT;
@@ -395,8 +404,10 @@ export class TreeChart extends CanvasChart {
     ctx.textBaseline = "middle";
     ctx.textAlign = "left";
     this.rects = [];
+    let drawn = 0;
     for (let i = 0; i < n; i++) {
       if (Number.isNaN(g.x[i])) continue;
+      drawn++;
       const x = this.dotX[i];
       const y = this.dotY[i];
       ctx.fillStyle = i === this.selected ? "#d62728" : i === this.simNode ? "#ff9f1c" : "#4e79a7";
@@ -409,5 +420,6 @@ export class TreeChart extends CanvasChart {
         ctx.fillText(fitText(ctx, this.names[i] ?? "", 120), x + r + 4, y);
       }
     }
+    this.root.dataset.drawnNodes = String(drawn);
   }
 }

@@ -45,6 +45,9 @@ export class DagView {
   private tx = 0;
   private ty = 0;
   private fitted = false;
+  /** Canvas size at the last fit; the view refits on resize until the user pans or zooms. */
+  private fitSize = "";
+  private userMoved = false;
   private frame = 0;
   private hover = -1;
   private drag: { mode: "pan" | "link"; x: number; y: number; tx: number; ty: number; src: number; moved: boolean } | null =
@@ -108,6 +111,7 @@ export class DagView {
 
   fit(): void {
     this.fitted = false;
+    this.userMoved = false;
     this.schedule();
   }
 
@@ -118,6 +122,7 @@ export class DagView {
   }
 
   private zoomAt(sx: number, sy: number, f: number): void {
+    this.userMoved = true;
     const k = Math.min(8, Math.max(0.01, this.k * f));
     const wx = (sx - this.tx) / this.k;
     const wy = (sy - this.ty) / this.k;
@@ -135,6 +140,7 @@ export class DagView {
     this.tx = w / 2 - ((L.minX + L.maxX) / 2) * this.k;
     this.ty = hh / 2 - ((L.minY + L.maxY) / 2) * this.k;
     this.fitted = true;
+    this.fitSize = `${w}x${hh}`;
   }
 
   private local(cx: number, cy: number): { x: number; y: number } {
@@ -182,6 +188,7 @@ export class DagView {
       if (d) {
         if (Math.abs(e.clientX - d.x) + Math.abs(e.clientY - d.y) > 3) d.moved = true;
         if (d.mode === "pan") {
+          if (d.moved) this.userMoved = true;
           this.tx = d.tx + (e.clientX - d.x);
           this.ty = d.ty + (e.clientY - d.y);
         } else this.linkTo = this.local(e.clientX, e.clientY);
@@ -246,6 +253,8 @@ export class DagView {
   private draw(): void {
     const s = this.state;
     const t0 = performance.now();
+    // Not laid out yet (not in the document, or a hidden tab): the ResizeObserver draws later.
+    if (this.canvas.clientWidth === 0 || this.canvas.clientHeight === 0) return;
     const { ctx, w, h: hh } = fitCanvas(this.canvas);
     ctx.fillStyle = "#fbfcfe";
     ctx.fillRect(0, 0, w, hh);
@@ -257,7 +266,7 @@ export class DagView {
       this.root.dataset.drawn = "0";
       return;
     }
-    if (!this.fitted) this.doFit(w, hh);
+    if (!this.fitted || (!this.userMoved && this.fitSize !== `${w}x${hh}`)) this.doFit(w, hh);
     const { dag, layout: L } = s;
     const { colors, legend } = colorNodes(s.colorMode, { dag, kinds: s.kinds, selected: s.selected });
     this.cb.onLegend(legend);

@@ -1,0 +1,258 @@
+// End-to-end check of the workbench in JupyterLab, driven by playwright-core and Debian's
+// Chromium (no downloaded browser). Started by test_workbench_browser.py, which runs the
+// Jupyter server; this script opens notebooks/workbench.ipynb, runs it and checks what the
+// user sees against what the kernel holds. Prints one JSON line of results; exits 1 on the
+// first failed check (its message says which).
+//
+// Usage: node workbench_e2e.mjs <lab url of the notebook> <artifacts dir>
+
+import { createRequire } from "node:module";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = dirname(fileURLToPath(import.meta.url));
+// playwright-core is a dev dependency of the widget package.
+const require = createRequire(resolve(here, "../../widget_js/package.json"));
+const { chromium } = require("playwright-core");
+
+const [url, artifacts] = process.argv.slice(2);
+mkdirSync(artifacts, { recursive: true });
+const results = { checks: [], console_errors: [], dialogs: 0, skipped: [] };
+const t0 = Date.now();
+const log = (msg) => process.stderr.write(`[e2e ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
+
+function check(name, ok, detail = "") {
+  results.checks.push({ name, ok: !!ok, detail: String(detail) });
+  if (!ok) throw new Error(`check failed: ${name}: ${detail}`);
+  log(`ok  ${name}${detail ? ` (${detail})` : ""}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.OXIWORK_CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+});
+const page = await browser.newPage({ viewport: { width: 1500, height: 1100 }, deviceScaleFactor: 1 });
+page.on("console", (m) => {
+  if (m.type() === "error") results.console_errors.push(m.text());
+});
+page.on("pageerror", (e) => results.console_errors.push(`pageerror: ${e.message}`));
+page.on("dialog", async (d) => {
+  results.dialogs++;
+  await d.dismiss();
+});
+
+/** Runs Python in the notebook's kernel and returns its stdout (and any error). */
+async function py(code) {
+  return page.evaluate(async (code) => {
+    const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+    let out = "";
+    const future = kernel.requestExecute({ code, store_history: false });
+    future.onIOPub = (msg) => {
+      if (msg.header.msg_type === "stream") out += msg.content.text;
+      if (msg.header.msg_type === "error") out += `PYERROR ${msg.content.ename}: ${msg.content.evalue}`;
+    };
+    await future.done;
+    return out.trim();
+  }, code);
+}
+
+const roots = page.locator(".ow-root");
+const widget = (i) => roots.nth(i);
+const shot = async (loc, name) => {
+  await loc.scrollIntoViewIfNeeded();
+  await page.waitForTimeout(150); // one animation frame for the canvases
+  await loc.screenshot({ path: join(artifacts, `${name}.png`) });
+};
+/** Clicks node `id` of widget `i` through the DAG's hit-test API. */
+async function clickNode(i, id, opts = {}) {
+  const dag = widget(i).locator(".ow-dag");
+  await dag.scrollIntoViewIfNeeded();
+  const p = await dag.locator("canvas").evaluate((c, id) => c.owClientPos(id), id);
+  if (!p) throw new Error(`node ${id} is not drawn in widget ${i}`);
+  await page.mouse.click(p.x, p.y, opts);
+}
+const waitAttr = (loc, attr, value, timeout = 15000) =>
+  loc.evaluate(
+    (el, [attr, value, timeout]) =>
+      new Promise((res, rej) => {
+        const t = Date.now();
+        const tick = () => {
+          if (el.getAttribute(attr) === value) return res(true);
+          if (Date.now() - t > timeout) return rej(new Error(`${attr} is ${el.getAttribute(attr)}, wanted ${value}`));
+          setTimeout(tick, 25);
+        };
+        tick();
+      }),
+    [attr, String(value), timeout],
+  );
+
+try {
+  log(`open ${url}`);
+  await page.goto(url);
+  await page.waitForFunction(
+    () => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel?.status === "idle",
+    null,
+    { timeout: 60000 },
+  );
+  log("kernel idle; run all");
+  await page.evaluate(() => window.jupyterapp.commands.execute("notebook:run-all-cells"));
+  await page.waitForFunction(() => document.querySelectorAll(".ow-root .ow-dag[data-draws]").length >= 3, null, { timeout: 60000 });
+  log("three widgets drawn");
+
+  // 1. The DAG views drew the graphs' nodes.
+  const expected = (await py("print(w.graph.num_nodes, big.graph.num_nodes, hostile.graph.num_nodes)")).split(/\s+/).map(Number);
+  for (let i = 0; i < 3; i++) {
+    const n = await widget(i).locator(".ow-dag").getAttribute("data-nodes");
+    check(`widget ${i} DAG has the graph's node count`, Number(n) === expected[i], `${n} vs ${expected[i]}`);
+  }
+  const drawnBig = Number(await widget(1).locator(".ow-dag").getAttribute("data-drawn"));
+  check("the fitted transformer DAG draws every node", drawnBig === expected[1], `${drawnBig}`);
+  await shot(widget(0), "quickstart");
+  await shot(widget(1), "transformer");
+
+  // 2. A click on a node reaches Python (selection trait, read by a later cell).
+  const relu = Number(await py("print(int(next(n.id for n in w.graph.nodes if n.name == 'relu')))"));
+  await clickNode(0, relu);
+  await waitAttr(widget(0).locator(".ow-dag"), "data-selected", relu);
+  await page.evaluate(() => {
+    const nb = window.jupyterapp.shell.currentWidget.content;
+    nb.activeCellIndex = nb.widgets.findIndex((c) => c.model.sharedModel.getSource().includes("SELECTED="));
+  });
+  await page.evaluate(() => window.jupyterapp.commands.execute("notebook:run-cell"));
+  const selCell = page.locator(".jp-OutputArea-output", { hasText: "SELECTED=" }).first();
+  await selCell.waitFor({ timeout: 15000 });
+  const selText = await selCell.textContent();
+  check("click selects the node in the kernel", selText.includes(`SELECTED=${relu}`), selText.trim().split("\n")[0]);
+  check("details panel names the selected node", (await widget(0).locator(".ow-detail-name").textContent()) === "relu");
+  await shot(widget(0), "quickstart-selected");
+
+  // 3. Build in the UI: a buffer, then a kernel writing it.
+  await widget(0).locator('.ow-side .ow-tab[data-tab="build"]').click();
+  const build = widget(0).locator(".ow-build");
+  await build.locator(".ow-buf-name").fill("extra");
+  await build.locator(".ow-add-buffer").click();
+  await widget(0).locator(".ow-status.ow-good").waitFor({ timeout: 15000 });
+  await build.locator(".ow-bufrow", { hasText: "extra" }).waitFor({ timeout: 15000 });
+  await build.locator(".ow-k-name").fill("added_k");
+  await build.locator(".ow-k-op").selectOption("relu");
+  await build.locator(".ow-k-inputs").fill("output");
+  await build.locator(".ow-k-outputs").fill("extra");
+  await build.locator(".ow-add-kernel").click();
+  await waitAttr(widget(0).locator(".ow-dag"), "data-nodes", expected[0] + 1);
+  const names = await py("print(','.join(n.name for n in w.graph.nodes))");
+  check("adding a kernel in the UI changes w.graph", names.split(",").includes("added_k"), names);
+  await shot(widget(0), "build-added-kernel");
+
+  // 4. An invalid edit is refused, its error shown, the graph unchanged.
+  await build.locator(".ow-k-name").fill("bad_k");
+  await build.locator(".ow-k-inputs").fill("no_such_buffer");
+  await build.locator(".ow-k-outputs").fill("extra");
+  await build.locator(".ow-add-kernel").click();
+  const err = widget(0).locator(".ow-errors .ow-error-msg").last();
+  await err.waitFor({ timeout: 15000 });
+  const errText = await err.textContent();
+  check("an invalid edit shows its error", errText.includes("no_such_buffer"), errText);
+  const after = await py("print(w.graph.num_nodes)");
+  check("an invalid edit leaves the graph unchanged", Number(after) === expected[0] + 1, after);
+  await shot(widget(0), "invalid-edit-error");
+
+  // 5. Passes: move the transformer to the last pass; the stream timeline then has one bar per step.
+  const big = widget(1);
+  const ticks = big.locator(".ow-pass-tick");
+  const nTicks = await ticks.count();
+  check("the pass slider lists the pipeline", nTicks >= 2, `${nTicks} positions`);
+  await ticks.nth(nTicks - 1).click();
+  await waitAttr(big, "data-pass-index", nTicks - 1);
+  const finalNodes = Number(await py("print(big.session.stages[-1].graph.num_nodes)"));
+  await waitAttr(big.locator(".ow-dag"), "data-nodes", finalNodes);
+  await shot(big, "transformer-last-pass");
+
+  // 6. Memory view: one rectangle per planned buffer.
+  const memCount = Number(await py("print(len(big.view['memory'].get('buffers', [])))"));
+  const indep = Number(
+    await py(
+      "from oxiwork.analysis import liveness as _lv\n_g = big.session.final_graph\n_l = _lv.analyze(_g, big.session.step_order)\n" +
+        "print(sum(1 for b, iv in _l.intervals.items() if not _g.buffer(b).external and b not in _l.dead))",
+    ),
+  );
+  check("memory view plans every live buffer", memCount === indep && memCount > 0, `${memCount} vs ${indep}`);
+  await big.locator('.ow-bottom .ow-tab[data-tab="memory"]').click();
+  await waitAttr(big.locator(".ow-memory"), "data-drawn-rects", memCount);
+  check("memory Gantt drew one rectangle per buffer", true, `${memCount}`);
+  await shot(big.locator(".ow-bottom"), "memory");
+
+  // 7. Stream timeline: one bar per step of the graph on screen.
+  const streamsAvail = (await py("print(big.view['streams']['available'])")) === "True";
+  if (streamsAvail) {
+    await big.locator('.ow-bottom .ow-tab[data-tab="streams"]').click();
+    await waitAttr(big.locator(".ow-streams"), "data-drawn-bars", finalNodes);
+    check("stream timeline drew one bar per step", true, `${finalNodes}`);
+    await shot(big.locator(".ow-bottom"), "streams");
+  } else results.skipped.push("streams: " + (await py("print(big.view['streams']['reason'])")));
+
+  // 8. Dominator trees.
+  for (const [tab, cls] of [["dom", ".ow-tree-dominator"], ["postdom", ".ow-tree-post-dominator"]]) {
+    await big.locator(`.ow-bottom .ow-tab[data-tab="${tab}"]`).click();
+    await waitAttr(big.locator(cls), "data-drawn-nodes", finalNodes);
+    await shot(big.locator(".ow-bottom"), tab === "dom" ? "dominator-tree" : "post-dominator-tree");
+  }
+  check("dominator trees drew every node", true);
+  await big.locator('.ow-bottom .ow-tab[data-tab="passes"]').click();
+  await shot(big.locator(".ow-bottom"), "passes");
+
+  // 9. Simulator: stepping moves the highlight.
+  await big.locator('.ow-side .ow-tab[data-tab="sim"]').click();
+  const simAvail = (await py("print(big.view['sim']['available'])")) === "True";
+  if (simAvail) {
+    await big.locator(".ow-sim-step").click();
+    await waitAttr(big, "data-sim-position", 0);
+    const first = await big.locator(".ow-dag").getAttribute("data-sim");
+    await big.locator(".ow-sim-step").click();
+    await waitAttr(big, "data-sim-position", 1);
+    const second = await big.locator(".ow-dag").getAttribute("data-sim");
+    check("stepping the simulator moves the highlight", first !== second && second !== "", `${first} -> ${second}`);
+    const pos = await py("print(big.sim_position)");
+    check("the kernel's simulator position follows", pos === "1", pos);
+    await shot(big, "simulator");
+  } else {
+    results.skipped.push("simulator: " + (await py("print(big.view['sim']['reason'])")));
+    await shot(big.locator(".ow-side"), "simulator-unavailable");
+  }
+
+  // 10. A hostile name is shown literally, never parsed as HTML.
+  const hostileName = "<img src=x onerror=alert(1)>";
+  const hid = Number(await py(`print(int(next(n.id for n in hostile.graph.nodes if n.name == ${JSON.stringify(hostileName)})))`));
+  await clickNode(2, hid);
+  await waitAttr(widget(2).locator(".ow-dag"), "data-selected", hid);
+  const shown = await widget(2).locator(".ow-detail-name").textContent();
+  check("the hostile name is shown literally", shown === hostileName, shown);
+  const imgs = await page.locator(".ow-root img").count();
+  check("no element was created from a name", imgs === 0, `${imgs} img elements`);
+  check("no script ran from a name", results.dialogs === 0, `${results.dialogs} dialogs`);
+  await shot(widget(2), "hostile-name");
+
+  const bad = results.console_errors.filter((e) => /oxiwork|widget\.js|ow-|anywidget/i.test(e));
+  check("no widget errors in the browser console", bad.length === 0, bad.join(" | "));
+  results.ok = true;
+} catch (e) {
+  results.ok = false;
+  results.error = String(e?.stack || e);
+  try {
+    await page.screenshot({ path: join(artifacts, "failure.png"), fullPage: false });
+  } catch {
+    /* the page may be gone */
+  }
+} finally {
+  try {
+    await page.evaluate(() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.shutdown());
+  } catch {
+    /* best effort */
+  }
+  await browser.close();
+  results.seconds = (Date.now() - t0) / 1000;
+  writeFileSync(join(artifacts, "results.json"), JSON.stringify(results, null, 2));
+  process.stdout.write(JSON.stringify(results) + "\n");
+  process.exit(results.ok ? 0 : 1);
+}
