@@ -624,6 +624,7 @@ class Simulator:
         self._dropped = 0
         self._pending: int | None = None
         self._rr = -1
+        self._chooser_state: Any = -1
         self._rng = random.Random(self.seed)
         self.races: list[Any] = []
         self.error: ExecutionError | None = None
@@ -754,6 +755,8 @@ class Simulator:
             if len(self._executed) < len(self.plan.steps):
                 raise self._deadlock()
             return None
+        # the policy's own state before it chose, so step_back can make it choose again
+        self._chooser_state = self._rng.getstate() if self.policy == "random" else self._rr
         self._pending = _POLICY_RULES[self.policy](self, ready)
         return self._pending
 
@@ -799,7 +802,7 @@ class Simulator:
         if m.values and st.outputs:
             saved = [(m.raws[a.buffer], m.raws[a.buffer].copy()) for a in st.outputs]
             nbytes = sum(a.size_bytes for a in st.outputs)
-        policy_state = self._rng.getstate() if self.policy == "random" else self._rr
+        policy_state = self._chooser_state
         entry = [st, s, saved, nbytes, None, policy_state, len(self.races)]
         try:
             changed = m.execute(st)
