@@ -482,9 +482,9 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
     while True:
         new, removed = _apply(graph, groups)
         new_rank = dict(rank)
-        for n in new.nodes:
-            if n.fused_from:
-                new_rank[n.id] = min(rank[m] for m in n.fused_from)
+        first = int(graph.next_node_id())  # _apply numbers fused nodes from here, in order
+        for k, group in enumerate(groups):
+            new_rank[NodeId(first + k)] = min(rank[m] for m in group)
         after = peak_live_bytes(new, _order_like(new, new_rank))
         if after <= before or not groups:
             break
@@ -493,7 +493,7 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
     artefacts: dict[str, Any] = {
         "groups": groups,
         "fused_nodes": {
-            n.id: n.fused_from for n in new.nodes if n.fused_from and not graph.has_node(n.id)
+            NodeId(int(graph.next_node_id()) + k): tuple(group) for k, group in enumerate(groups)
         },
         "removed_buffers": removed,
         "kernels_before": kernels_before,

@@ -1,0 +1,307 @@
+"""CUDA code generation: conventions, safety, determinism, and NVRTC compiles (no GPU)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import shutil
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from oxiwork import GraphBuilder, MemcpyDir, ops
+from oxiwork.builder import GraphWarning
+from oxiwork.error import InvalidArgument, UnsupportedOp
+from oxiwork.examples import quick_start, random_op_dag, transformer_block
+from oxiwork.ops import kernel_source
+from oxiwork.ops.program import bind, run
+from oxiwork.optimizer.fusion import fuse
+from oxiwork.reference import generated_input
+
+ARCHS = ("sm_80", "sm_90")
+
+# op -> input shapes for a one-kernel graph
+SHAPES = {
+    "relu": [(4, 8)],
+    "scale": [(4, 8)],
+    "add": [(4, 8), (4, 8)],
+    "sub": [(4, 8), (4, 8)],
+    "mul": [(4, 8), (4, 8)],
+    "div": [(4, 8), (4, 8)],
+    "neg": [(4, 8)],
+    "exp": [(4, 8)],
+    "log": [(4, 8)],
+    "tanh": [(4, 8)],
+    "sigmoid": [(4, 8)],
+    "gelu": [(4, 8)],
+    "copy": [(4, 8)],
+    "bias_add": [(4, 8), (8,)],
+    "sum": [(4, 8)],
+    "max": [(4, 8)],
+    "softmax": [(4, 8)],
+    "layer_norm": [(4, 8)],
+    "matmul": [(4, 8), (8, 3)],
+    "transpose": [(4, 8)],
+}
+
+
+def single(op_name: str, name: str | None = None, **params):
+    """A graph with one kernel applying ``op_name`` to external inputs; returns (graph, node)."""
+    op = ops.get(op_name)
+    b = GraphBuilder()
+    ins = [
+        b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
+        for k, s in enumerate(SHAPES[op_name])
+    ]
+    out_shape = ops.infer_shape(op, SHAPES[op_name], op.defaults, "t")
+    out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+    kb = b.add_kernel(name or op_name, 1, 128).op(op_name).inputs(ins).outputs([out])
+    if params:
+        kb.params(**params)
+    kb.finish()
+    g = b.build()
+    return g, g.kernels()[0]
+
+
+def fused_kernels():
+    """Fused nodes from example graphs: chains, diamonds, reduction prologue/epilogue."""
+    out = []
+    for g in [quick_start(), transformer_block(1), *(random_op_dag(s, 40) for s in range(12))]:
+        fg = fuse(g).graph
+        out += [(fg, n) for n in fg.kernels() if n.fused is not None]
+    return out
+
+
+class TestConventions:
+    def test_raises_on_opaque_kernel(self):
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 64)
+        b.add_kernel("mystery", 1, 32).inputs([x]).outputs([x]).finish()
+        g = b.build()
+        with pytest.raises(UnsupportedOp, match=r"kernel 'mystery' \(id 0\) has no op.*\.op\("):
+            kernel_source(g, g.nodes[0])
+
+    def test_raises_on_non_kernel(self):
+        g = quick_start()
+        with pytest.raises(InvalidArgument, match="not a kernel"):
+            kernel_source(g, g.nodes[0])
+
+    def test_raises_on_reference_only_custom_op(self):
+        ops.custom("ref_only_t", reference=lambda xs: xs[0])
+        try:
+            b = GraphBuilder()
+            x = b.alloc_external_buffer("x", 64)
+            y = b.alloc_buffer("y", 64)
+            b.add_kernel("ref_only_t", 1, 32).inputs([x]).outputs([y]).finish()
+            g = b.build()
+            with pytest.raises(UnsupportedOp, match="no CUDA code"):
+                kernel_source(g, g.kernels()[0])
+        finally:
+            ops.REGISTRY.pop("ref_only_t")
+
+    @pytest.mark.parametrize("op_name", sorted(SHAPES))
+    def test_signature_convention(self, op_name):
+        g, node = single(op_name)
+        ks = kernel_source(g, node)
+        head = ks.source[ks.source.index('extern "C"') :]
+        ptrs = re.findall(r"(const float\*|float\*)(?: __restrict__)? (in\d+|out\d+)", head)
+        assert [p[1] for p in ptrs] == [f"in{k}" for k in range(len(node.inputs))] + ["out0"]
+        for ctype, name, value in ks.scalar_args:
+            assert ctype in {"float", "size_t", "int"}
+            assert f"{ctype} {name}" in head
+            assert isinstance(value, (int, float))
+        assert ks.function_name == f"{op_name}_{int(node.id)}"
+
+    def test_params_are_arguments_not_constants(self):
+        g, node = single("scale", alpha=0.125)
+        ks = kernel_source(g, node)
+        assert ("float", "alpha", 0.125) in ks.scalar_args
+        assert "0.125" not in ks.source
+
+    def test_hostile_names_make_valid_identifiers(self):
+        g, node = single("relu", name="<img src=x onerror=alert(1)>")
+        ks = kernel_source(g, node)
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", ks.function_name)
+        assert "<img" not in ks.source and "alert(" not in ks.source
+
+    def test_deterministic(self):
+        a = [kernel_source(g, n).source for g, n in fused_kernels()[:20]]
+        b = [kernel_source(g, n).source for g, n in fused_kernels()[:20]]
+        assert a == b
+
+    def test_function_names_unique_per_graph(self):
+        g = transformer_block(2)
+        names = [kernel_source(g, n).function_name for n in g.kernels()]
+        assert len(set(names)) == len(names)
+
+    def test_fused_quick_start_composes_expressions(self):
+        g = fuse(quick_start()).graph
+        (node,) = [n for n in g.kernels() if n.fused is not None]
+        ks = kernel_source(g, node)
+        assert "float t0 = fmaxf(in0[i], 0.0f);" in ks.source
+        assert "float t1 = (t0 * s1_alpha);" in ks.source
+        assert "out0[i] = t1;" in ks.source
+        assert ("float", "s1_alpha", 2.0) in ks.scalar_args
+
+    def test_broadcast_input_indexed_modulo(self):
+        g, node = single("bias_add")
+        ks = kernel_source(g, node)
+        assert "in1[i % m1]" in ks.source
+        assert ("size_t", "m1", 8) in ks.scalar_args
+
+
+class TestNvrtc:
+    @pytest.mark.parametrize("arch", ARCHS)
+    @pytest.mark.parametrize("op_name", sorted(SHAPES))
+    def test_every_op_compiles(self, nvrtc_compile, op_name, arch):
+        g, node = single(op_name)
+        ks = kernel_source(g, node)
+        assert nvrtc_compile(ks.source, ks.function_name, arch)
+
+    @pytest.mark.parametrize("arch", ARCHS)
+    def test_fused_kernels_compile(self, nvrtc_compile, arch):
+        kernels = fused_kernels()
+        rows = [n for _, n in kernels if any(ops.get(s.op).row for s in n.fused.steps)]
+        assert rows, "the examples should produce fused reduction kernels"
+        seen = set()
+        for g, node in kernels:
+            ks = kernel_source(g, node)
+            shape = tuple(s.op for s in node.fused.steps)
+            if shape in seen and len(seen) > 25:
+                continue
+            seen.add(shape)
+            assert nvrtc_compile(ks.source, ks.function_name, arch)
+
+    def test_custom_source_compiles(self, nvrtc_compile):
+        src = (
+            'extern "C" __global__ void my_twice(const float* in0, float* out0, size_t n)'
+            " { size_t i = blockIdx.x * blockDim.x + threadIdx.x;"
+            " if (i < n) out0[i] = 2.0f * in0[i]; }"
+        )
+        ops.custom("twice_t", source=src, function_name="my_twice", reference=lambda xs: 2 * xs[0])
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", GraphWarning)
+                b = GraphBuilder()
+                x = b.alloc_buffer("x", 64)
+                y = b.alloc_buffer("y", 64)
+                up = b.add_memcpy("up", MemcpyDir.HostToDevice, 64, dst=x)
+                k = b.add_kernel("twice_t", 1, 32).inputs([x]).outputs([y]).finish()
+                b.dep(up, k)
+                g = b.build()
+            ks = kernel_source(g, g.node(k))
+            assert ks.function_name == "my_twice"
+            assert ks.scalar_args == (("size_t", "n", 16),)
+            assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
+        finally:
+            ops.REGISTRY.pop("twice_t")
+
+
+# ---------------------------------------------------------------------------------------
+# Run the generated CUDA C on the CPU and compare with the numpy references.
+#
+# There may be no GPU in CI, but the kernels' arithmetic and indexing can still be
+# checked: with one thread per block, __syncthreads is a no-op and the shared-memory
+# reduction degenerates to a sequential one, so each kernel is valid C++ once a few CUDA
+# keywords are defined away. The grid is emulated by looping over blockIdx.x (three
+# blocks, so grid-stride loops take several trips). Skipped without a C++ compiler.
+CXX = shutil.which("g++") or shutil.which("clang++")
+needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler to emulate kernels")
+
+PRELUDE = """#include <math.h>
+#include <stddef.h>
+#include <string.h>
+struct ox_dim3 { unsigned x, y, z; };
+static ox_dim3 blockIdx, threadIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+#define __syncthreads() ((void)0)
+static inline float __int_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
+"""
+
+GRID = 3
+
+
+def emulate(graph, node, tmp_path, arrays):
+    """Compile ``node``'s kernel as C++ and run it on ``arrays``; returns the outputs."""
+    ks = kernel_source(graph, node)
+    bound = bind(graph, node)
+    n_in, n_out = len(bound.in_shapes), len(bound.out_shapes)
+    casts = [f"({c})sc[{k}]" for k, (c, _, _) in enumerate(ks.scalar_args)]
+    args = [f"in[{k}]" for k in range(n_in)] + [f"out[{k}]" for k in range(n_out)] + casts
+    wrapper = f"""
+extern "C" void ox_launch(const float** in, float** out, const double* sc, unsigned grid)
+{{
+    blockDim = {{1, 1, 1}}; gridDim = {{grid, 1, 1}}; threadIdx = {{0, 0, 0}};
+    for (unsigned b = 0; b < grid; ++b) {{
+        blockIdx = {{b, 0, 0}};
+        {ks.function_name}({", ".join(args)});
+    }}
+}}
+"""
+    src = tmp_path / f"{ks.function_name}.cpp"
+    lib = tmp_path / f"{ks.function_name}.so"
+    src.write_text(PRELUDE + ks.source + wrapper)
+    subprocess.run(
+        [CXX, "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(lib), str(src)],
+        check=True,
+        capture_output=True,
+    )
+    so = ctypes.CDLL(str(lib))
+    ins = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays]
+    outs = [np.full(s, np.nan, dtype=np.float32) for s in bound.out_shapes]
+    fp = ctypes.POINTER(ctypes.c_float)
+    in_ptrs = (fp * max(1, n_in))(*[a.ctypes.data_as(fp) for a in ins])
+    out_ptrs = (fp * n_out)(*[a.ctypes.data_as(fp) for a in outs])
+    sc = (ctypes.c_double * max(1, len(ks.scalar_args)))(*[float(v) for _, _, v in ks.scalar_args])
+    so.ox_launch(in_ptrs, out_ptrs, sc, ctypes.c_uint(GRID))
+    return outs, run(bound, ins)
+
+
+def inputs_for(graph, node):
+    arrays = []
+    for bid in node.inputs:
+        a = generated_input(graph.buffer(bid), seed=int(bid))
+        arrays.append(np.abs(a) + 0.5 if node.op in ("log", "div") else a)
+    return arrays
+
+
+@needs_cxx
+@pytest.mark.parametrize("op_name", sorted(SHAPES))
+def test_single_op_kernels_match_numpy(op_name, tmp_path):
+    params = {"alpha": -1.5} if op_name == "scale" else {}
+    g, node = single(op_name, **params)
+    got, want = emulate(g, node, tmp_path, inputs_for(g, node))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+def _fused_cases():
+    seen = {}
+    for g in [quick_start(), transformer_block(1, tokens=4, d_model=8, d_ff=16)] + [
+        random_op_dag(s, 30, reductions=True) for s in range(8)
+    ]:
+        fg = fuse(g).graph
+        for n in fg.kernels():
+            if n.fused is None:
+                continue
+            key = tuple((s.op, s.args) for s in n.fused.steps)
+            seen.setdefault(key, (fg, n))
+    return list(seen.values())[:30]
+
+
+@needs_cxx
+def test_fused_kernels_match_numpy(tmp_path):
+    cases = _fused_cases()
+    assert any(any(ops.get(s.op).row for s in n.fused.steps) for _, n in cases)
+    for g, node in cases:
+        arrays = [np.abs(a) + 0.5 for a in inputs_for(g, node)]  # keep log/div finite
+        got, want = emulate(g, node, tmp_path, arrays)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=node.name)
