@@ -37,9 +37,7 @@ def inputs_for(plan: ExecutionPlan, seed: int, low: float = 0.5) -> dict[str, np
     rng = np.random.default_rng(seed)
     args = {a.name: a for s in plan.steps for a in (*s.inputs, *s.outputs)}
     # positive values keep log/div mostly finite; NaNs are compared as equal anyway
-    return {
-        n: rng.uniform(low, 2.0, args[n].shape).astype(np.float32) for n in input_names(plan)
-    }
+    return {n: rng.uniform(low, 2.0, args[n].shape).astype(np.float32) for n in input_names(plan)}
 
 
 def assert_matches_reference(plan: ExecutionPlan, outputs: dict[str, np.ndarray], inputs) -> None:
@@ -47,7 +45,11 @@ def assert_matches_reference(plan: ExecutionPlan, outputs: dict[str, np.ndarray]
     assert outputs, "a plan of a random DAG downloads something"
     for name, value in outputs.items():
         np.testing.assert_allclose(
-            value.reshape(-1), ref[name].reshape(-1), rtol=1e-5, atol=1e-5, equal_nan=True,
+            value.reshape(-1),
+            ref[name].reshape(-1),
+            rtol=1e-5,
+            atol=1e-5,
+            equal_nan=True,
             err_msg=f"buffer {name!r}",
         )
 
@@ -85,7 +87,9 @@ class TestSequentialExecutor:
         with pytest.warns(Warning, match="generated from seed 5"):
             stats = SequentialExecutor(plan).run(seed=5)
         assert stats.generated_inputs == ("input",)
-        np.testing.assert_allclose(stats.outputs["output"], evaluate(quick_start(), seed=5)["output"])
+        np.testing.assert_allclose(
+            stats.outputs["output"], evaluate(quick_start(), seed=5)["output"]
+        )
 
     def test_values_false_counts_only(self):
         plan = plan_of(3)
