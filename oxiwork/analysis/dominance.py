@@ -30,7 +30,8 @@ NodeId(3)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from oxiwork.analysis._util import paused_gc
 from oxiwork.error import UnknownNode
@@ -46,37 +47,68 @@ _EMPTY: tuple[NodeId, ...] = ()
 class DomTree:
     """A dominator (or post-dominator) tree over a virtual root.
 
+    ``idom`` is computed eagerly; ``children``, ``roots``, ``depth`` and the numbering
+    behind :meth:`dominates` are derived from it on first use and cached (most callers
+    only need ``idom``, and on 100k nodes the derived tables cost as much as the
+    dominators themselves).
+
     Attributes
     ----------
     idom
         Immediate dominator of each node; ``None`` when it is the virtual root.
-    children
-        Nodes each node immediately dominates, ascending by id.
-    roots
-        Children of the virtual root, ascending by id.
-    depth
-        Depth in the tree; children of the virtual root have depth 0.
     post
         True for a post-dominator tree.
     """
 
     idom: dict[NodeId, NodeId | None]
-    children: dict[NodeId, tuple[NodeId, ...]]
-    roots: tuple[NodeId, ...]
-    depth: dict[NodeId, int]
     post: bool
-    _ids: tuple[NodeId, ...]
-    _pos: dict[NodeId, int]
-    _enter: list[int]
-    _exit: list[int]
-    _parent: list[int]
-    _depth: list[int]
+    _ids: tuple[NodeId, ...] = field(repr=False)
+    _pos: dict[NodeId, int] = field(repr=False)
+    _parent: list[int] = field(repr=False)  # idom by position, -1 for the virtual root
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def _p(self, nid: NodeId) -> int:
         p = self._pos.get(nid)
         if p is None:
             raise UnknownNode(f"no node with id {nid!r} in this dominator tree's graph")
         return p
+
+    def _numbering(self) -> dict[str, Any]:
+        c = self._cache
+        if "enter" not in c:
+            with paused_gc():
+                c.update(_number(self._parent))
+        return c
+
+    @property
+    def children(self) -> dict[NodeId, tuple[NodeId, ...]]:
+        """Nodes each node immediately dominates, ascending by id (every node is a key)."""
+        c = self._numbering()
+        if "children" not in c:
+            ids, start, flat = self._ids, c["start"], c["flat"]
+            with paused_gc():
+                children = dict.fromkeys(ids, _EMPTY)
+                for p in range(len(ids)):
+                    a, b = start[p], start[p + 1]
+                    if a < b:
+                        children[ids[p]] = tuple([ids[k] for k in flat[a:b]])
+            c["children"] = children
+        return c["children"]
+
+    @property
+    def roots(self) -> tuple[NodeId, ...]:
+        """Children of the virtual root, ascending by id."""
+        c = self._numbering()
+        n = len(self._ids)
+        return tuple([self._ids[r] for r in c["flat"][c["start"][n] : c["start"][n + 1]]])
+
+    @property
+    def depth(self) -> dict[NodeId, int]:
+        """Depth in the tree; children of the virtual root have depth 0."""
+        c = self._numbering()
+        if "depth_map" not in c:
+            c["depth_map"] = dict(zip(self._ids, c["depth"], strict=True))
+        return c["depth_map"]
 
     def dominates(self, a: NodeId, b: NodeId) -> bool:
         """True if ``a`` dominates ``b`` (every node dominates itself); O(1).
@@ -91,7 +123,9 @@ class DomTree:
         (True, False, True)
         """
         pa, pb = self._p(a), self._p(b)
-        return self._enter[pa] <= self._enter[pb] and self._exit[pb] <= self._exit[pa]
+        c = self._numbering()
+        enter, exit_ = c["enter"], c["exit"]
+        return enter[pa] <= enter[pb] and exit_[pb] <= exit_[pa]
 
     def strictly_dominates(self, a: NodeId, b: NodeId) -> bool:
         """True if ``a`` dominates ``b`` and ``a != b``."""
@@ -110,7 +144,7 @@ class DomTree:
         NodeId(0)
         """
         pa, pb = self._p(a), self._p(b)
-        parent, depth = self._parent, self._depth
+        parent, depth = self._parent, self._numbering()["depth"]
         while depth[pa] > depth[pb]:
             pa = parent[pa]
         while depth[pb] > depth[pa]:
@@ -213,10 +247,11 @@ def _semi_nca(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]
     return out
 
 
-def _tree(ids: tuple[NodeId, ...], pos: dict[NodeId, int], idom: list[int], post: bool) -> DomTree:
-    n = len(ids)
+def _number(idom: list[int]) -> dict[str, Any]:
+    """Children (CSR), depths and DFS entry/exit numbers of the tree given by ``idom``."""
+    n = len(idom)
     # Children in CSR form (counting sort by parent): two flat int lists instead of n
-    # small lists. Position n stands for the virtual root.
+    # small lists. Slot n stands for the virtual root.
     start = [0] * (n + 2)
     for i in idom:
         start[i + 1 if i >= 0 else n + 1] += 1
@@ -229,13 +264,12 @@ def _tree(ids: tuple[NodeId, ...], pos: dict[NodeId, int], idom: list[int], post
         k = i if i >= 0 else n
         flat[fill[k]] = p
         fill[k] += 1
-    roots = flat[start[n] : start[n + 1]]
     # Iterative DFS over the tree: entry/exit numbers for O(1) ancestor tests, depths.
     enter = [0] * n
     exit_ = [0] * n
     depth = [0] * n
     clock = 0
-    stack = roots[::-1]
+    stack = flat[start[n] : start[n + 1]][::-1]
     while stack:
         v = stack.pop()
         if v >= 0:
@@ -252,23 +286,16 @@ def _tree(ids: tuple[NodeId, ...], pos: dict[NodeId, int], idom: list[int], post
         else:
             exit_[~v] = clock
             clock += 1
-    children = dict.fromkeys(ids, _EMPTY)
-    for p in range(n):
-        a, b = start[p], start[p + 1]
-        if a < b:
-            children[ids[p]] = tuple([ids[c] for c in flat[a:b]])
+    return {"start": start, "flat": flat, "enter": enter, "exit": exit_, "depth": depth}
+
+
+def _tree(ids: tuple[NodeId, ...], pos: dict[NodeId, int], idom: list[int], post: bool) -> DomTree:
     return DomTree(
         idom=dict(zip(ids, [ids[i] if i >= 0 else None for i in idom], strict=True)),
-        children=children,
-        roots=tuple([ids[r] for r in roots]),
-        depth=dict(zip(ids, depth, strict=True)),
         post=post,
         _ids=ids,
         _pos=pos,
-        _enter=enter,
-        _exit=exit_,
         _parent=idom,
-        _depth=depth,
     )
 
 
