@@ -36,6 +36,7 @@ cuda-python, ``cuda_bindings/examples/3_CUDA_Features/simple_cuda_graphs.py``.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -90,7 +91,9 @@ def load_driver_module() -> ModuleType:
     'cuda.bindings.driver'
     """
     try:
-        from cuda.bindings import driver
+        # import_module honours a module blocked in sys.modules (how tests simulate a
+        # machine without cuda-bindings), unlike "from cuda.bindings import driver".
+        driver = importlib.import_module("cuda.bindings.driver")
     except ImportError as e:
         raise BackendUnavailable(
             f"the GPU backend needs cuda-bindings, which is not installed ({e}); "
@@ -335,7 +338,9 @@ class Session:
         """Release one resource now (e.g. an executable graph being replaced)."""
         owned = self._owned[kind]
         for i, h in enumerate(owned):
-            if h is handle:
+            # memory is handed out as plain addresses, so it is matched by value
+            if h is handle or (kind.endswith("memory") and int(h) == int(handle)):
+                handle = h
                 del owned[i]
                 break
         self.drv(_DESTROY[kind], handle)

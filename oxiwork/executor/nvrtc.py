@@ -34,6 +34,7 @@ NVIDIA, "NVRTC: CUDA Runtime Compilation", CUDA Toolkit documentation, version 1
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -135,7 +136,9 @@ def load_nvrtc() -> ModuleType:
     'cuda.bindings.nvrtc'
     """
     try:
-        from cuda.bindings import nvrtc
+        # import_module (not "from cuda.bindings import nvrtc") so that a module
+        # blocked in sys.modules reads as missing, as on a machine without it.
+        nvrtc = importlib.import_module("cuda.bindings.nvrtc")
     except ImportError as e:
         raise BackendUnavailable(
             f"NVRTC is not available ({e}); install it with: pip install 'oxiwork[nvrtc]'"

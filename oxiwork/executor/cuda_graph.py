@@ -1,0 +1,576 @@
+"""Run an ExecutionPlan as a real CUDA graph (``cuda.bindings.driver``), built once and
+replayed.
+
+:class:`CudaGraphExecutor` lowers the plan (:func:`~oxiwork.executor.lowering.lower`),
+compiles every kernel in one NVRTC unit, allocates the arena once (``cuMemAlloc`` of
+``plan.pool_bytes``), pinned staging memory for host copies (``cuMemAllocHost``: host
+pointers are baked into memcpy nodes, so they must never move), builds the ``CUgraph``
+node by node and instantiates it once. :meth:`~CudaGraphExecutor.run` copies inputs into
+the pinned buffers, launches, synchronises and returns the downloaded buffers and CUDA
+event timings; new inputs need no re-instantiation. Kernel parameters are patched in
+place with ``cuGraphExecKernelNodeSetParams``; a whole new plan is applied with
+``cuGraphExecUpdate`` when the topology is unchanged, else the graph is re-instantiated.
+
+Nothing touches the driver before the constructor, so this module imports on machines
+without a GPU; constructing an executor there raises
+:class:`~oxiwork.error.BackendUnavailable` saying what is missing. Every resource is
+released in a safe order by :meth:`~CudaGraphExecutor.close` (also after a failure half-way
+through construction); the executor is a context manager.
+
+Example
+-------
+>>> from oxiwork.examples import quick_start
+>>> from oxiwork.executor.plan import ExecutionPlan
+>>> import numpy as np
+>>> plan = ExecutionPlan.build(quick_start())
+>>> with CudaGraphExecutor(plan) as ex:  # doctest: +SKIP
+...     outputs, timings = ex.run({"input": np.linspace(-1, 1, 1024, dtype=np.float32)})
+>>> float(outputs["output"].max())  # doctest: +SKIP
+2.0
+
+References
+----------
+NVIDIA, "CUDA C++ Programming Guide", "CUDA Graphs" (build once, instantiate, replay;
+updating instantiated graphs). The structure (build and instantiate in the constructor,
+patch only changed parameters, one checked call helper, teardown safe after a partial
+build) follows tinygrad's ``runtime/graph/cuda.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oxiwork.error import ExecutionError, InvalidArgument
+from oxiwork.executor.lowering import (
+    DescNode,
+    GraphDesc,
+    HostBuffer,
+    KernelArg,
+    PackedArgs,
+    Ref,
+    lower,
+    pack_args,
+)
+from oxiwork.executor.nvrtc import KernelCache, ModuleSource, compile_cuda
+
+if TYPE_CHECKING:
+    from oxiwork.executor.driver import Session
+    from oxiwork.executor.plan import ExecutionPlan
+
+__all__ = ["CudaGraphExecutor", "GpuTimings"]
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_LAUNCH_FIELDS = ("grid", "block", "smem")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimings:
+    """Timings of one run: ``gpu_ms`` between CUDA events around the launch, and host
+    wall-clock seconds for staging inputs, launching, waiting and reading outputs."""
+
+    gpu_ms: float
+    wall_s: float
+    stage_s: float
+    launch_s: float
+    sync_s: float
+    read_s: float
+
+
+class DeviceMemory:
+    """The device and pinned host memory of one lowered plan, and pointer resolution."""
+
+    def __init__(self, session: Session, desc: GraphDesc) -> None:
+        self.session = session
+        self.arena = session.alloc(desc.arena_bytes) if desc.arena_bytes else 0
+        self.arena_bytes = desc.arena_bytes
+        self.buffers = {b.name: session.alloc(b.nbytes) for b in desc.device_buffers}
+        self.buffer_info = {b.name: b for b in desc.device_buffers}
+        self.scratch = session.alloc(desc.scratch_bytes) if desc.scratch_bytes else 0
+        self.host = session.alloc_host(desc.host_bytes) if desc.host_bytes else 0
+        self.host_info = {h.name: h for h in desc.host_buffers}
+        self.layout = _layout(desc)
+
+    def resolve(self, ref: Ref) -> int:
+        """The address a reference stands for."""
+        kind, where = ref
+        if kind == "arena":
+            if not self.arena or not 0 <= where < self.arena_bytes:
+                raise InvalidArgument(
+                    f"arena offset {where} is outside the {self.arena_bytes}-byte arena; "
+                    "rebuild the plan (the memory plan and the steps disagree)"
+                )
+            return self.arena + int(where)
+        if kind == "buffer":
+            return self.buffers[where]
+        if kind == "host":
+            return self.host + self.host_info[where].offset
+        if kind == "scratch":
+            return self.scratch + int(where)
+        raise InvalidArgument(f"unknown memory reference {ref!r}")
+
+    def host_bytes(self, hb: HostBuffer) -> np.ndarray:
+        """The bytes of a pinned staging region, as a writable ``uint8`` array."""
+        raw = (ctypes.c_ubyte * hb.nbytes).from_address(self.host + hb.offset)
+        return np.ctypeslib.as_array(raw)
+
+    def host_view(self, hb: HostBuffer) -> np.ndarray:
+        """A numpy view of a pinned staging region (typed and shaped like its buffer)."""
+        flat = self.host_bytes(hb)
+        dtype = np.dtype(hb.dtype)
+        view = flat[: hb.nbytes - hb.nbytes % dtype.itemsize].view(dtype)
+        return view.reshape(hb.shape) if int(np.prod(hb.shape)) == view.size else view
+
+
+def _layout(desc: GraphDesc) -> tuple[Any, ...]:
+    """What a memory allocation depends on: equal layouts can share one DeviceMemory."""
+    return (desc.arena_bytes, desc.scratch_bytes, desc.host_buffers, desc.device_buffers)
+
+
+def load_functions(session: Session, desc: GraphDesc, cache: KernelCache | None) -> dict[str, Any]:
+    """Compile (or fetch from ``cache``) and load every module; ``{function name: CUfunction}``."""
+    smem = {n.function_name: n.smem for n in desc.nodes if n.kind == "kernel"}
+    functions: dict[str, Any] = {}
+    for m in desc.modules:
+        unit = ModuleSource(m.source, m.function_names, m.starts)
+        compiled = compile_cuda(unit, arch=m.arch, exact=desc.exact, cache=cache)
+        module = session.load_module(compiled.cubin)
+        for name in m.function_names:
+            functions[name] = session.function(module, name, smem.get(name, 0))
+    return functions
+
+
+def input_targets(desc: GraphDesc) -> dict[str, tuple[str, tuple[int, ...], int]]:
+    """Buffers that take host data: name -> (dtype, shape, bytes). Uploaded buffers and
+    external device buffers both qualify."""
+    targets: dict[str, tuple[str, tuple[int, ...], int]] = {}
+    for h in desc.host_buffers:
+        if h.direction == "in" and h.buffer is not None:
+            targets[h.buffer] = (h.dtype, h.shape, h.nbytes)
+    for b in desc.device_buffers:
+        if b.external:
+            targets.setdefault(b.name, (b.dtype, b.shape, b.nbytes))
+    return targets
+
+
+def prepare_inputs(
+    plan: ExecutionPlan, desc: GraphDesc, inputs: Mapping[str, Any], seed: int = 0
+) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Every input as flat bytes, and the names that were generated.
+
+    ``inputs`` maps buffer names to arrays (cast to the buffer's dtype; the element count
+    must match). Missing inputs are generated exactly as the simulator and the reference
+    evaluator generate them (:func:`oxiwork.reference.generated_input` with ``seed``), so
+    a GPU run and a simulator run on the same ``inputs`` and ``seed`` see the same data.
+    """
+    from oxiwork.reference import generated_input
+
+    targets = input_targets(desc)
+    unknown = sorted(set(inputs) - set(targets))
+    if unknown:
+        known = ", ".join(sorted(targets)) or "none"
+        raise InvalidArgument(
+            f"input {unknown[0]!r} is not an uploaded or external buffer of this plan; "
+            f"inputs it takes: {known}"
+        )
+    out: dict[str, np.ndarray] = {}
+    generated: list[str] = []
+    for name, (dtype, shape, _) in targets.items():
+        if name in inputs:
+            value = inputs[name]
+        else:
+            value = generated_input(plan.graph.buffer_by_name(name), seed)
+            generated.append(name)
+        arr = np.ascontiguousarray(np.asarray(value).astype(dtype, copy=False)).reshape(-1)
+        want = int(np.prod(shape))
+        if arr.size != want:
+            raise InvalidArgument(
+                f"input {name!r} has {arr.size} elements but the buffer holds {want} "
+                f"({dtype}, shape {shape}); pass an array of that size"
+            )
+        out[name] = arr.view(np.uint8)
+    return out, tuple(generated)
+
+
+def stage_inputs(
+    session: Session, memory: DeviceMemory, desc: GraphDesc, data: Mapping[str, np.ndarray],
+    stream: Any,
+) -> None:  # fmt: skip
+    """Put input bytes where the graph reads them: pinned regions for uploads (copied by
+    the graph's own memcpy nodes) and device buffers directly (an async copy on
+    ``stream``, ordered before the launch; ``data`` must stay alive until it completes)."""
+    for h in desc.host_buffers:
+        if h.direction == "in":
+            region = memory.host_bytes(h)
+            value = data.get(h.buffer) if h.buffer is not None else None
+            if value is None:
+                region[...] = 0
+            else:
+                region[...] = value[: h.nbytes]
+    for b in desc.device_buffers:
+        value = data.get(b.name)
+        if value is not None:
+            session.copy_async("h2d", memory.buffers[b.name], value.ctypes.data, b.nbytes, stream)
+
+
+def read_outputs(memory: DeviceMemory, desc: GraphDesc) -> dict[str, np.ndarray]:
+    """Copies of the downloaded buffers' final values, by buffer name."""
+    return {buf: memory.host_view(memory.host_info[region]).copy() for buf, region in desc.outputs}
+
+
+def host_callbacks(
+    plan: ExecutionPlan, desc: GraphDesc, errors: list[BaseException]
+) -> dict[int, Any]:
+    """C function pointers for host nodes, by description index.
+
+    The wrappers must outlive the graph (the caller keeps the dict). An exception in a
+    callback cannot cross the C boundary: it is stored in ``errors`` and re-raised after
+    synchronisation.
+    """
+    wrappers: dict[int, Any] = {}
+    for n in desc.nodes:
+        if n.kind != "host":
+            continue
+        fn = plan.graph.node(n.node).fn if n.node >= 0 else None
+
+        def call(_user_data: Any, fn: Any = fn) -> None:
+            if fn is None:
+                return
+            try:
+                fn()
+            except BaseException as e:  # must not unwind into the driver
+                errors.append(e)
+
+        wrappers[n.index] = _HOST_FN(call)
+    return wrappers
+
+
+def pack_node(node: DescNode, memory: DeviceMemory) -> PackedArgs:
+    """Packed kernel arguments of a kernel node."""
+    return pack_args(node.args, memory.resolve)
+
+
+class CudaGraphExecutor:
+    """A plan as one instantiated CUDA graph: build once, replay with new inputs.
+
+    Parameters
+    ----------
+    plan : ExecutionPlan
+    device : int
+        CUDA device ordinal.
+    exact : bool
+        Compile with ``--fmad=false`` so results match numpy (the simulator).
+    arch : str, optional
+        NVRTC target; default: the device's (``sm_90`` on an H100/H200).
+    cache : KernelCache, optional
+        Cubin cache (default: the process-wide in-memory cache).
+    driver : module, optional
+        A ``cuda.bindings.driver``-like module; tests pass a fake.
+    opaque : {"noop", "error"}
+        What to do with kernels without an op (see :func:`~oxiwork.executor.lowering.lower`).
+    """
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        *,
+        device: int = 0,
+        exact: bool = True,
+        arch: str | None = None,
+        cache: KernelCache | None = None,
+        driver: Any = None,
+        opaque: str = "noop",
+    ) -> None:
+        from oxiwork.executor.driver import Session
+
+        self.plan = plan
+        self.exact = exact
+        self._cache = cache
+        self._opaque = opaque
+        self._session: Session | None = None
+        self._exec: Any = None
+        # The graph the executable was instantiated from (its node handles are the ones
+        # cuGraphExecKernelNodeSetParams accepts) and the latest template graph (after an
+        # in-place cuGraphExecUpdate the two differ; to_dot shows the latest).
+        self._exec_graph: Any = None
+        self._exec_handles: list[Any] = []
+        self._graph: Any = None
+        self._handles: list[Any] = []
+        self._packed: dict[int, PackedArgs] = {}
+        self._callback_errors: list[BaseException] = []
+        self._callbacks: dict[int, Any] = {}
+        self.instantiations = 0
+        self.generated_inputs: tuple[str, ...] = ()
+        try:
+            self._session = Session(device, driver)
+            self.arch = arch or self._session.device.arch
+            self.desc = lower(plan, arch=self.arch, exact=exact, events="edges", opaque=opaque)
+            self._functions = load_functions(self._session, self.desc, cache)
+            self._memory = DeviceMemory(self._session, self.desc)
+            self._stream = self._session.stream()
+            self._start = self._session.event()
+            self._stop = self._session.event()
+            self._callbacks = host_callbacks(plan, self.desc, self._callback_errors)
+            self._graph, self._handles = self._build_graph(self.desc, self._memory)
+            self._exec = self._session.instantiate(self._graph)
+            self._exec_graph, self._exec_handles = self._graph, self._handles
+            self.instantiations += 1
+            self._session.upload(self._exec, self._stream)
+        except BaseException:
+            self._close_quietly()
+            raise
+
+    # ------------------------------------------------------------------ building
+    def _build_graph(self, desc: GraphDesc, memory: DeviceMemory) -> tuple[Any, list[Any]]:
+        s = self._require()
+        graph = s.create_graph()
+        preds = desc.predecessors()
+        handles: list[Any] = []
+        packed: dict[int, PackedArgs] = {}
+        for n in desc.nodes:
+            deps = [handles[p] for p in preds[n.index]]
+            handles.append(self._add_node(graph, deps, n, memory, packed))
+        self._packed = packed
+        return graph, handles
+
+    def _add_node(
+        self, graph: Any, deps: list[Any], n: DescNode, memory: DeviceMemory,
+        packed: dict[int, PackedArgs],
+    ) -> Any:  # fmt: skip
+        s = self._require()
+        if n.kind == "kernel":
+            args = pack_node(n, memory)
+            packed[n.index] = args  # the driver copies the values, but keep them anyway
+            assert n.function_name is not None and n.grid is not None and n.block is not None
+            params = s.kernel_params(
+                self._functions[n.function_name], n.grid, n.block, n.smem, args.kernel_params
+            )
+            return s.add_kernel_node(graph, deps, params)
+        if n.kind == "memcpy":
+            assert n.src is not None and n.dst is not None and n.direction is not None
+            return s.add_memcpy_node(
+                graph, deps, n.direction, memory.resolve(n.dst), memory.resolve(n.src), n.nbytes
+            )
+        if n.kind == "memset":
+            assert n.dst is not None
+            return s.add_memset_node(
+                graph, deps, memory.resolve(n.dst), n.value, n.element_size, n.width
+            )
+        if n.kind == "host":
+            fn_ptr = ctypes.cast(self._callbacks[n.index], ctypes.c_void_p).value or 0
+            return s.add_host_node(graph, deps, fn_ptr)
+        return s.add_empty_node(graph, deps)
+
+    def _require(self) -> Session:
+        if self._session is None or self._session.closed:
+            raise ExecutionError("this CudaGraphExecutor is closed; create a new one")
+        return self._session
+
+    # ------------------------------------------------------------------ running
+    def run(
+        self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
+    ) -> tuple[dict[str, np.ndarray], GpuTimings]:
+        """Replay the graph on ``inputs`` (buffer name -> array).
+
+        Returns the outputs (by buffer name: every downloaded buffer, and every buffer
+        written but never read, as the simulator's ``outputs``) and :class:`GpuTimings`.
+        Inputs not given are generated from ``seed`` as the simulator does.
+        """
+        s = self._require()
+        t0 = time.perf_counter()
+        data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
+        stage_inputs(s, self._memory, self.desc, data, self._stream)
+        t1 = time.perf_counter()
+        s.record(self._start, self._stream)
+        s.launch_graph(self._exec, self._stream)
+        s.record(self._stop, self._stream)
+        t2 = time.perf_counter()
+        s.synchronize(self._stream)
+        t3 = time.perf_counter()
+        if self._callback_errors:
+            err = self._callback_errors[0]
+            self._callback_errors.clear()
+            raise ExecutionError(f"a host callback raised {err!r}") from err
+        outputs = read_outputs(self._memory, self.desc)
+        t4 = time.perf_counter()
+        gpu_ms = s.elapsed_ms(self._start, self._stop)
+        return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+
+    def launch(self, times: int = 1) -> None:
+        """Launch the graph ``times`` times without staging or waiting (for benchmarks)."""
+        s = self._require()
+        for _ in range(times):
+            s.launch_graph(self._exec, self._stream)
+
+    def synchronize(self) -> None:
+        """Wait for every launch so far."""
+        self._require().synchronize(self._stream)
+
+    def read_buffer(self, name: str) -> np.ndarray:
+        """The current device contents of buffer ``name`` (synchronous copy to the host).
+
+        Buffers that share arena bytes with later ones may have been overwritten; the
+        downloaded buffers returned by :meth:`run` are always safe.
+        """
+        s = self._require()
+        arg = _buffer_arg(self.plan, name)
+        if arg.offset is not None and not arg.external:
+            src = self._memory.resolve(("arena", arg.offset))
+        else:
+            src = self._memory.buffers[name]
+        out = np.empty(arg.size_bytes // np.dtype(arg.dtype).itemsize, dtype=arg.dtype)
+        s.synchronize(self._stream)
+        s.copy_d2h(out.ctypes.data, src, arg.size_bytes)
+        return out.reshape(arg.shape)
+
+    # ------------------------------------------------------------------ updating
+    def update_params(self, node: Any, **params: Any) -> DescNode:
+        """Change one kernel's scalar arguments (by name, e.g. ``alpha=3.0``) or its
+        ``grid``/``block``/``smem`` in the instantiated graph, without re-instantiating.
+
+        ``node`` is the plan's NodeId, the node's name or a description index. Returns
+        the updated description node.
+        """
+        s = self._require()
+        n = self.desc.node_for(node)
+        if n.kind != "kernel":
+            raise InvalidArgument(f"{n.name!r} is a {n.kind} node; only kernels have parameters")
+        scalars = {a.name: a for a in n.args if a.ctype != "ptr"}
+        unknown = sorted(set(params) - set(scalars) - set(_LAUNCH_FIELDS))
+        if unknown:
+            known = ", ".join([*scalars, *_LAUNCH_FIELDS])
+            raise InvalidArgument(
+                f"kernel {n.name!r} has no parameter {', '.join(map(repr, unknown))}; "
+                f"it has: {known}"
+            )
+        args = tuple(
+            KernelArg(a.name, a.ctype, params[a.name]) if a.name in params else a for a in n.args
+        )
+        launch = {k: _launch_value(k, params[k]) for k in _LAUNCH_FIELDS if k in params}
+        new = replace(n, args=args, **launch)
+        packed = pack_node(new, self._memory)
+        assert new.function_name is not None and new.grid is not None and new.block is not None
+        kp = s.kernel_params(
+            self._functions[new.function_name], new.grid, new.block, new.smem,
+            packed.kernel_params,
+        )  # fmt: skip
+        s.exec_kernel_set_params(self._exec, self._exec_handles[n.index], kp)
+        s.kernel_node_set_params(self._handles[n.index], kp)  # keep to_dot in step
+        self._packed[n.index] = packed
+        nodes = list(self.desc.nodes)
+        nodes[n.index] = new
+        self.desc = replace(self.desc, nodes=tuple(nodes))
+        return new
+
+    def update(self, plan: ExecutionPlan) -> str:
+        """Switch to ``plan``: ``"updated"`` in place through ``cuGraphExecUpdate`` when
+        the graph's topology is unchanged, else ``"reinstantiated"``."""
+        s = self._require()
+        desc = lower(plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque)
+        old_memory = self._memory
+        memory = old_memory if _layout(desc) == old_memory.layout else DeviceMemory(s, desc)
+        missing = {m.key for m in desc.modules} - {m.key for m in self.desc.modules}
+        functions = dict(self._functions)
+        if missing:
+            functions.update(load_functions(s, desc, self._cache))
+        old_functions, self._functions = self._functions, functions
+        callbacks = host_callbacks(plan, desc, self._callback_errors)
+        old_callbacks, self._callbacks = self._callbacks, callbacks
+        try:
+            graph, handles = self._build_graph(desc, memory)
+        except BaseException:
+            self._functions, self._callbacks = old_functions, old_callbacks
+            raise
+        s.synchronize(self._stream)
+        if _same_topology(desc, self.desc) and s.exec_update(self._exec, graph):
+            how = "updated"
+            if self._graph is not self._exec_graph:
+                s.destroy("graph", self._graph)
+        else:
+            s.destroy("exec", self._exec)
+            self._exec = None
+            for g in {
+                id(self._graph): self._graph,
+                id(self._exec_graph): self._exec_graph,
+            }.values():
+                s.destroy("graph", g)
+            self._exec = s.instantiate(graph)
+            self._exec_graph, self._exec_handles = graph, handles
+            self.instantiations += 1
+            how = "reinstantiated"
+        if memory is not old_memory:
+            _free_memory(s, old_memory)
+        self._graph, self._handles, self._memory = graph, handles, memory
+        self.plan, self.desc = plan, desc
+        return how
+
+    # ------------------------------------------------------------------ inspection
+    def to_dot(self, path: str) -> None:
+        """Write the driver's own view of the graph (``cuGraphDebugDotPrint``) to ``path``."""
+        self._require().dot_print(self._graph, path)
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` device memory in bytes."""
+        return self._require().memory_info()
+
+    # ------------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Release the executable graph, graph, modules, memory, events, streams and the
+        context, in that order. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._packed.clear()
+        self._callbacks = {}
+
+    def _close_quietly(self) -> None:
+        # The construction error is the one worth reporting.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self) -> CudaGraphExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A last resort only; close() or a with-block is the supported way.
+        if getattr(self, "_session", None) is not None:
+            self._close_quietly()
+
+
+def _launch_value(key: str, value: Any) -> Any:
+    from oxiwork.node import KernelConfig
+
+    if key == "smem":
+        return KernelConfig((1, 1, 1), (1, 1, 1), value).shared_mem_bytes
+    dims = KernelConfig(value, (1, 1, 1)).grid if key == "grid" else KernelConfig(1, value).block
+    return tuple(dims)
+
+
+def _same_topology(a: GraphDesc, b: GraphDesc) -> bool:
+    """Same node kinds in the same order and the same edges (what cuGraphExecUpdate needs)."""
+    return a.edges == b.edges and [n.kind for n in a.nodes] == [n.kind for n in b.nodes]
+
+
+def _free_memory(s: Session, memory: DeviceMemory) -> None:
+    for ptr in (memory.arena, memory.scratch, *memory.buffers.values()):
+        if ptr:
+            s.destroy("device_memory", ptr)
+    if memory.host:
+        s.destroy("host_memory", memory.host)
+
+
+def _buffer_arg(plan: ExecutionPlan, name: str) -> Any:
+    for step in plan.steps:
+        for a in (*step.inputs, *step.outputs):
+            if a.name == name:
+                return a
+    raise InvalidArgument(f"no step of this plan uses a buffer named {name!r}")

@@ -1,0 +1,207 @@
+"""Run an ExecutionPlan kernel by kernel on CUDA streams with real events.
+
+:class:`StreamExecutor` replays the same lowered plan as
+:class:`~oxiwork.executor.cuda_graph.CudaGraphExecutor`, but the classic way: one
+``cuLaunchKernel``/``cuMemcpy*Async``/``cuMemset*Async`` per step on the step's stream, and
+the plan's event pairs as real ``cuEventRecord``/``cuStreamWaitEvent`` calls. Both
+executors share the lowering, the compiled module, the memory layout and the input/output
+handling, so graph mode and stream mode can be compared on exactly the same work (the
+benchmark in ``bench/gpu.py`` does that).
+
+Every run forks from stream 0 (all streams wait for an event recorded after the inputs are
+staged) and joins back into it (stream 0 waits for an event from every other stream), so
+the timing events on stream 0 bracket all the work.
+
+Example
+-------
+>>> from oxiwork.examples import quick_start
+>>> from oxiwork.executor.plan import ExecutionPlan
+>>> with StreamExecutor(ExecutionPlan.build(quick_start())) as ex:  # doctest: +SKIP
+...     outputs, timings = ex.run()
+
+References
+----------
+NVIDIA, "CUDA C++ Programming Guide", "Streams" and "Events" (explicit synchronisation
+with ``cudaStreamWaitEvent``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oxiwork.error import ExecutionError
+from oxiwork.executor.cuda_graph import (
+    DeviceMemory,
+    GpuTimings,
+    host_callbacks,
+    load_functions,
+    pack_node,
+    prepare_inputs,
+    read_outputs,
+    stage_inputs,
+)
+from oxiwork.executor.lowering import DescNode, PackedArgs, lower
+from oxiwork.executor.nvrtc import KernelCache
+
+if TYPE_CHECKING:
+    from oxiwork.executor.driver import Session
+    from oxiwork.executor.plan import ExecutionPlan
+
+__all__ = ["StreamExecutor"]
+
+
+class StreamExecutor:
+    """A plan launched step by step on ``plan.num_streams`` CUDA streams.
+
+    Parameters are those of :class:`~oxiwork.executor.cuda_graph.CudaGraphExecutor`;
+    ``num_streams`` overrides the plan's stream count (at least the plan's).
+    """
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        *,
+        device: int = 0,
+        exact: bool = True,
+        arch: str | None = None,
+        cache: KernelCache | None = None,
+        driver: Any = None,
+        opaque: str = "noop",
+        num_streams: int | None = None,
+    ) -> None:
+        from oxiwork.executor.driver import Session
+
+        self.plan = plan
+        self._session: Session | None = None
+        self._packed: dict[int, PackedArgs] = {}
+        self._callback_errors: list[BaseException] = []
+        self._callbacks: dict[int, Any] = {}
+        self.generated_inputs: tuple[str, ...] = ()
+        try:
+            self._session = s = Session(device, driver)
+            self.arch = arch or s.device.arch
+            self.desc = lower(plan, arch=self.arch, exact=exact, events="nodes", opaque=opaque)
+            used = max((n.stream for n in self.desc.nodes), default=0) + 1
+            self.num_streams = max(1, int(plan.num_streams), used, num_streams or 0)
+            self._functions = load_functions(s, self.desc, cache)
+            self._memory = DeviceMemory(s, self.desc)
+            self._streams = [s.stream() for _ in range(self.num_streams)]
+            self._events = [s.event(timing=False) for _ in range(max(0, self.desc.event_count))]
+            self._fork = s.event(timing=False)
+            self._joins = [s.event(timing=False) for _ in range(self.num_streams)]
+            self._start = s.event()
+            self._stop = s.event()
+            self._callbacks = host_callbacks(plan, self.desc, self._callback_errors)
+            self._fn_ptrs = {
+                i: ctypes.cast(w, ctypes.c_void_p).value or 0 for i, w in self._callbacks.items()
+            }
+            for n in self.desc.nodes:
+                if n.kind == "kernel":
+                    self._packed[n.index] = pack_node(n, self._memory)
+        except BaseException:
+            self._close_quietly()
+            raise
+
+    def _require(self) -> Session:
+        if self._session is None or self._session.closed:
+            raise ExecutionError("this StreamExecutor is closed; create a new one")
+        return self._session
+
+    # ------------------------------------------------------------------ running
+    def enqueue(self) -> None:
+        """Enqueue every step once (fork, steps, join), without staging or waiting."""
+        s = self._require()
+        main = self._streams[0]
+        s.record(self._fork, main)
+        for st in self._streams[1:]:
+            s.wait(st, self._fork)
+        for n in self.desc.nodes:
+            self._issue(s, n)
+        for k, st in enumerate(self._streams[1:], start=1):
+            s.record(self._joins[k], st)
+            s.wait(main, self._joins[k])
+
+    def _issue(self, s: Session, n: DescNode) -> None:
+        stream = self._streams[n.stream]
+        mem = self._memory
+        if n.kind == "kernel":
+            assert n.function_name is not None and n.grid is not None and n.block is not None
+            s.launch_kernel(
+                self._functions[n.function_name], n.grid, n.block, n.smem, stream,
+                self._packed[n.index].kernel_params,
+            )  # fmt: skip
+        elif n.kind == "memcpy":
+            assert n.src is not None and n.dst is not None and n.direction is not None
+            s.copy_async(n.direction, mem.resolve(n.dst), mem.resolve(n.src), n.nbytes, stream)
+        elif n.kind == "memset":
+            assert n.dst is not None
+            s.memset_async(mem.resolve(n.dst), n.value, n.element_size, n.width, stream)
+        elif n.kind == "event_record":
+            s.record(self._events[int(n.event or 0)], stream)
+        elif n.kind == "event_wait":
+            s.wait(stream, self._events[int(n.event or 0)])
+        elif n.kind == "host":
+            s.host_func(stream, self._fn_ptrs[n.index])
+        # "empty" (barriers): stream order already provides the join
+
+    def run(
+        self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
+    ) -> tuple[dict[str, np.ndarray], GpuTimings]:
+        """Run every step once on ``inputs``; same contract as ``CudaGraphExecutor.run``."""
+        s = self._require()
+        main = self._streams[0]
+        t0 = time.perf_counter()
+        data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
+        stage_inputs(s, self._memory, self.desc, data, main)
+        t1 = time.perf_counter()
+        s.record(self._start, main)
+        self.enqueue()
+        s.record(self._stop, main)
+        t2 = time.perf_counter()
+        s.synchronize(main)
+        t3 = time.perf_counter()
+        if self._callback_errors:
+            err = self._callback_errors[0]
+            self._callback_errors.clear()
+            raise ExecutionError(f"a host callback raised {err!r}") from err
+        outputs = read_outputs(self._memory, self.desc)
+        t4 = time.perf_counter()
+        gpu_ms = s.elapsed_ms(self._start, self._stop)
+        return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+
+    def synchronize(self) -> None:
+        """Wait for everything enqueued so far."""
+        self._require().synchronize(self._streams[0])
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` device memory in bytes."""
+        return self._require().memory_info()
+
+    # ------------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Release modules, memory, events, streams and the context. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._packed.clear()
+        self._callbacks = {}
+
+    def _close_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # the construction error is the one to report
+            self.close()
+
+    def __enter__(self) -> StreamExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_session", None) is not None:
+            self._close_quietly()

@@ -1,0 +1,156 @@
+"""Graceful absence: without cuda-bindings, without a driver or without a device,
+oxiwork imports and works up to the first driver call, and constructing a GPU executor
+raises BackendUnavailable saying what is missing. Also the checked-call helper.
+
+These run everywhere: the "no driver" case uses this machine when it has no GPU and a
+fake driver module otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+import subprocess
+import sys
+
+import pytest
+
+from oxiwork.error import BackendUnavailable, ExecutionError, GraphError, InvalidArgument
+from oxiwork.executor.cuda_graph import CudaGraphExecutor
+from oxiwork.executor.driver import Device, Driver, DriverError, check, probe
+from oxiwork.executor.streams import StreamExecutor
+from tests.executor.gpu_fakes import CUresult, DynamicLibNotFoundError, FakeDriver, diamond_plan
+
+EXECUTORS = [CudaGraphExecutor, StreamExecutor]
+
+
+class TestCheck:
+    def test_raises_driver_error_naming_call_and_code(self):
+        with pytest.raises(
+            DriverError, match=r"cuMemAlloc failed with CUDA_ERROR_OUT_OF_MEMORY \(2\)"
+        ) as info:
+            check("cuMemAlloc", (CUresult.CUDA_ERROR_OUT_OF_MEMORY, None))
+        assert isinstance(info.value, GraphError)
+        assert (info.value.call, info.value.code) == ("cuMemAlloc", 2)
+
+    def test_raises_on_a_non_tuple_result(self):
+        with pytest.raises(DriverError, match="returned 5"):
+            check("cuInit", 5)
+
+    def test_unpacks_results(self):
+        assert check("cuInit", (CUresult.CUDA_SUCCESS,)) is None
+        assert check("cuMemAlloc", (CUresult.CUDA_SUCCESS, 256)) == 256
+        assert check("cuMemGetInfo", (CUresult.CUDA_SUCCESS, 1, 2)) == (1, 2)
+
+    def test_plain_int_codes_are_named_through_the_module(self):
+        class Mod:
+            @staticmethod
+            def cuGetErrorName(err):
+                return (0, b"CUDA_ERROR_FAKE")
+
+        with pytest.raises(DriverError, match="CUDA_ERROR_FAKE"):
+            check("cuX", (7,), Mod)
+
+
+class TestImportWithoutGpu:
+    def test_import_touches_no_driver(self):
+        # A fresh interpreter: importing everything must not load libcuda.
+        code = (
+            "import oxiwork, oxiwork.executor.cuda_graph, oxiwork.executor.streams, "
+            "oxiwork.executor.lowering, oxiwork.executor.driver, oxiwork.executor.nvrtc\n"
+            "import sys\n"
+            "print('cuda.bindings.driver' in sys.modules)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="."
+        )
+        assert out.stdout.strip() == "False"
+
+
+class TestMissingBindings:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_raises_with_pip_hint(self, executor, monkeypatch):
+        monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
+        with pytest.raises(BackendUnavailable, match=r"pip install 'oxiwork\[gpu\]'"):
+            executor(diamond_plan())
+
+    def test_probe_reports_it(self, monkeypatch):
+        monkeypatch.setitem(sys.modules, "cuda.bindings.driver", None)
+        assert "oxiwork[gpu]" in probe()
+
+
+class TestMissingDriver:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_fake_library_error_becomes_backend_unavailable(self, executor):
+        fake = FakeDriver(fail={"cuInit": DynamicLibNotFoundError("libcuda.so.1 not found")})
+        with pytest.raises(BackendUnavailable, match=r"no NVIDIA driver found \(libcuda\.so\)"):
+            executor(diamond_plan(), driver=fake)
+        assert fake.live == {}
+
+    @pytest.mark.skipif(probe() is None, reason="this machine has a working GPU")
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_this_machine(self, executor):
+        with pytest.raises(BackendUnavailable) as info:
+            executor(diamond_plan())
+        msg = str(info.value)
+        assert "no NVIDIA driver found (libcuda.so)" in msg or "device" in msg
+
+    def test_old_driver_without_the_symbol(self):
+        fake = FakeDriver(fail={"cuInit": RuntimeError('Function "cuInit" not found')})
+        with pytest.raises(BackendUnavailable, match=r"580\.65\.06"):
+            Device.open(0, Driver(fake))
+
+
+class TestMissingDevice:
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_no_device(self, executor):
+        fake = FakeDriver(devices=0)
+        with pytest.raises(BackendUnavailable, match="no CUDA-capable device"):
+            executor(diamond_plan(), driver=fake)
+        assert fake.live == {}
+
+    def test_cuinit_no_device_code(self):
+        fake = FakeDriver(fail={"cuInit": CUresult.CUDA_ERROR_NO_DEVICE})
+        with pytest.raises(BackendUnavailable, match="CUDA_ERROR_NO_DEVICE"):
+            Device.open(0, Driver(fake))
+
+    def test_ordinal_out_of_range(self):
+        with pytest.raises(BackendUnavailable, match=r"device 2 was requested but only 1"):
+            Device.open(2, Driver(FakeDriver()))
+
+    def test_raises_on_bad_ordinal(self):
+        with pytest.raises(InvalidArgument, match="device must be an int"):
+            Device.open(-1, Driver(FakeDriver()))
+
+    def test_other_driver_errors_are_not_hidden(self):
+        fake = FakeDriver(fail={"cuInit": CUresult.CUDA_ERROR_INVALID_VALUE})
+        with pytest.raises(DriverError, match="cuInit"):
+            Device.open(0, Driver(fake))
+        assert isinstance(DriverError("x"), ExecutionError)
+
+
+class TestDevice:
+    def test_arch_and_release_once(self):
+        fake = FakeDriver(cc=(8, 0))
+        dev = Device.open(0, Driver(fake))
+        assert dev.arch == "sm_80"
+        assert dev.name == "Fake GPU"
+        dev.release()
+        dev.release()
+        assert fake.names().count("cuDevicePrimaryCtxRelease") == 1
+        assert fake.live == {}
+
+    def test_probe_with_a_working_fake(self):
+        fake = FakeDriver()
+        assert probe(0, fake) is None
+        assert fake.live == {}
+
+
+def test_enum_helper():
+    class E(enum.IntEnum):
+        A = 1
+
+    class Mod:
+        pass
+
+    Mod.E = E
+    assert Driver(Mod).enum("E.A") is E.A
