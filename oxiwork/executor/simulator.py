@@ -52,7 +52,6 @@ False
 
 from __future__ import annotations
 
-import random
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -86,6 +85,7 @@ __all__ = [
 
 POLICIES = ("in_order", "round_robin", "random", "adversarial")
 _MISSING: Any = object()
+_NO_CHANGES: list[tuple[str, Any]] = []  # shared, never mutated
 
 
 def input_names(plan: ExecutionPlan) -> tuple[str, ...]:
@@ -213,6 +213,7 @@ class _Machine:
             )
         self.opaque: list[str] = []
         self.kernels: dict[int, Any] = {}
+        self.fast: dict[int, Callable[[list[np.ndarray], np.ndarray], Any]] = {}
         self.arena: Arena | None = None
         self.views: dict[BufferId, np.ndarray] = {}
         self.raws: dict[BufferId, np.ndarray] = {}
@@ -253,6 +254,9 @@ class _Machine:
                 self.opaque.append(f"{st.name!r}: an op has no numpy reference")
             else:
                 self.kernels[st.index] = bound
+                fast = _inplace_form(bound, st)
+                if fast is not None:
+                    self.fast[st.index] = fast
         if self.opaque:
             warnings.warn(
                 f"{len(self.opaque)} kernel(s) cannot be computed on the CPU and run for timing "
@@ -371,6 +375,12 @@ def _error(st: PlanStep, e: BaseException) -> ExecutionError:
 def _kernel(m: _Machine, st: PlanStep) -> None:
     from oxiwork.ops.program import run
 
+    fast = m.fast.get(st.index)
+    if fast is not None:  # a built-in element-wise op, computed straight into the arena
+        out = m.views[st.outputs[0].buffer]
+        with np.errstate(all="ignore"):
+            fast([m.views[a.buffer].reshape(out.shape) for a in st.inputs], out)
+        return
     bound = m.kernels[st.index]
     if bound is None:  # no numpy reference: timing only, outputs left as they are
         return
@@ -387,6 +397,52 @@ def _kernel(m: _Machine, st: PlanStep) -> None:
                 f"the op produced {r.size} elements for {a.name!r}, which holds {out.size}"
             )
         np.copyto(out, r.reshape(out.shape), casting="unsafe")
+
+
+# In-place forms of built-in element-wise ops: they write straight into the arena view
+# (``np.multiply(x, alpha, out=view)``) instead of allocating a result and copying it, a
+# copy that costs as much as a cheap op itself. Each is the same numpy call as the op's
+# reference with ``out=`` added; tests/executor/test_simulator.py checks every entry
+# bit-for-bit against ``oxiwork.ops``. An op replaced by a custom one (its reference is no
+# longer the built-in function recorded here) falls back to the reference.
+_F32 = np.float32
+_INPLACE: dict[str, Callable[[list[np.ndarray], np.ndarray, dict[str, float]], Any]] = {
+    "relu": lambda xs, out, p: np.maximum(xs[0], _F32(0), out=out),
+    "scale": lambda xs, out, p: np.multiply(xs[0], _F32(p["alpha"]), out=out),
+    "add": lambda xs, out, p: np.add(xs[0], xs[1], out=out),
+    "sub": lambda xs, out, p: np.subtract(xs[0], xs[1], out=out),
+    "mul": lambda xs, out, p: np.multiply(xs[0], xs[1], out=out),
+    "div": lambda xs, out, p: np.divide(xs[0], xs[1], out=out),
+    "neg": lambda xs, out, p: np.negative(xs[0], out=out),
+    "exp": lambda xs, out, p: np.exp(xs[0], out=out),
+    "log": lambda xs, out, p: np.log(xs[0], out=out),
+    "tanh": lambda xs, out, p: np.tanh(xs[0], out=out),
+    "copy": lambda xs, out, p: np.copyto(out, xs[0]),
+}
+
+
+def _builtin_refs() -> dict[str, Any]:
+    from oxiwork.ops.table import get
+
+    return {name: getattr(get(name), "reference", None) for name in _INPLACE}
+
+
+_BUILTIN_REFS = _builtin_refs()
+
+
+def _inplace_form(bound: Any, st: PlanStep) -> Callable[[list[np.ndarray], np.ndarray], Any] | None:
+    """The in-place form of a one-op element-wise kernel, or None (use the reference)."""
+    if len(bound.steps) != 1 or len(st.outputs) != 1:
+        return None
+    step = bound.steps[0]
+    form = _INPLACE.get(step.op.name)
+    if form is None or step.op.reference is not _BUILTIN_REFS.get(step.op.name):
+        return None
+    n = st.outputs[0].size_bytes // 4
+    if any(a.size_bytes // 4 != n for a in st.inputs) or st.outputs[0].dtype != "float32":
+        return None
+    params = dict(step.params)
+    return lambda xs, out: form(xs, out, params)
 
 
 def _memcpy(m: _Machine, st: PlanStep) -> None:
@@ -590,6 +646,8 @@ class Simulator:
         for lane in lanes:
             lane.sort(key=lambda s: s.position)
         self._lanes = [[s.index for s in lane] for lane in lanes]
+        self._stream_of = [int(s.stream) for s in steps]
+        self._steps = steps
         self._recorded = {
             s.event for s in steps if s.kind is NodeKind.EventRecord and s.event is not None
         }
@@ -623,9 +681,9 @@ class Simulator:
         self._undo_bytes = 0
         self._dropped = 0
         self._pending: int | None = None
+        self._cursor = 0
         self._rr = -1
         self._chooser_state: Any = -1
-        self._rng = random.Random(self.seed)
         self.races: list[Any] = []
         self.error: ExecutionError | None = None
         self._failed: tuple[Any, ...] | None = None
@@ -750,13 +808,28 @@ class Simulator:
     def _choose(self) -> int | None:
         if self._pending is not None:
             return self._pending
+        if self.policy == "in_order":
+            # Fast path: the earliest unexecuted step is the answer whenever it is at the
+            # head of its stream and ready (always, for a plan whose order is valid).
+            done, k, n = self._done, self._cursor, len(self._stream_of)
+            while k < n and done[k]:
+                k += 1
+            self._cursor = k
+            if k < n:
+                s = self._stream_of[k]
+                lane = self._lanes[s]
+                p = self._pos[s]
+                if p < len(lane) and lane[p] == k and self._ready(self.plan.steps[k]):
+                    self._chooser_state = self._rr
+                    self._pending = s
+                    return s
         ready = self._ready_streams()
         if not ready:
             if len(self._executed) < len(self.plan.steps):
                 raise self._deadlock()
             return None
         # the policy's own state before it chose, so step_back can make it choose again
-        self._chooser_state = self._rng.getstate() if self.policy == "random" else self._rr
+        self._chooser_state = self._rr
         self._pending = _POLICY_RULES[self.policy](self, ready)
         return self._pending
 
@@ -795,37 +868,49 @@ class Simulator:
 
     def _execute(self, s: int) -> PlanStep:
         m = self._machine
-        st = self.plan.steps[self._lanes[s][self._pos[s]]]
+        idx = self._lanes[s][self._pos[s]]
+        st = self._steps[idx]
         self._pending = None
         saved: list[tuple[np.ndarray, np.ndarray]] | None = None
         nbytes = 0
-        if m.values and st.outputs:
-            saved = [(m.raws[a.buffer], m.raws[a.buffer].copy()) for a in st.outputs]
-            nbytes = sum(a.size_bytes for a in st.outputs)
-        policy_state = self._chooser_state
-        entry = [st, s, saved, nbytes, None, policy_state, len(self.races)]
+        if m.values:
+            if st.outputs:
+                saved = [(m.raws[a.buffer], m.raws[a.buffer].copy()) for a in st.outputs]
+                nbytes = sum(a.size_bytes for a in st.outputs)
+            changed = self._run_step(m, st, [st, s, saved, nbytes, None, self._chooser_state])
+        elif st.kind is NodeKind.HostCallback:
+            changed = self._run_step(m, st, [st, s, None, 0, None, self._chooser_state])
+        else:
+            changed = _NO_CHANGES
+        self._pos[s] += 1
+        self._done[idx] = 1
+        self._executed.append(idx)
+        if st.kind is NodeKind.EventRecord:
+            self._fired[st.event] = self._fired.get(st.event, 0) + 1  # type: ignore[index]
+        races = self._race_index.get(idx)
+        nraces = len(self.races)
+        if races:
+            for r in races:
+                other = r.first if r.second == idx else r.second
+                if self._done[other]:
+                    self.races.append(replace(r, observed=(other, idx)))
+        self._undo.append((st, s, saved, nbytes, changed, self._chooser_state, nraces))
+        if nbytes:
+            self._undo_bytes += nbytes
+            if self._undo_bytes > self.max_undo_bytes:
+                self._trim_undo()
+        return st
+
+    def _run_step(self, m: _Machine, st: PlanStep, entry: list[Any]) -> list[tuple[str, Any]]:
         try:
-            changed = m.execute(st)
+            return m.execute(st)
         except ExecutionError as e:
+            entry.append(len(self.races))
             self.error = e
             self._failed = tuple(entry)
             raise
-        entry[4] = changed
-        self._pos[s] += 1
-        self._done[st.index] = 1
-        self._executed.append(st.index)
-        if st.kind is NodeKind.EventRecord and st.event is not None:
-            self._fired[st.event] = self._fired.get(st.event, 0) + 1
-        for r in self._race_index.get(st.index, ()):
-            other = r.first if r.second == st.index else r.second
-            if self._done[other]:
-                self.races.append(replace(r, observed=(other, st.index)))
-        self._push_undo(tuple(entry))
-        return st
 
-    def _push_undo(self, entry: tuple[Any, ...]) -> None:
-        self._undo.append(entry)
-        self._undo_bytes += entry[3]
+    def _trim_undo(self) -> None:
         while self._undo_bytes > self.max_undo_bytes and self._undo:
             old = self._undo.popleft()
             self._undo_bytes -= old[3]
@@ -856,17 +941,16 @@ class Simulator:
         st, s, saved, nbytes, changed, policy_state, nraces = self._undo.pop()
         self._undo_bytes -= nbytes
         self._restore(saved)
-        self._machine.uncapture(st, changed)
+        if self._machine.values:
+            self._machine.uncapture(st, changed)
         self._pos[s] -= 1
         self._done[st.index] = 0
+        self._cursor = min(self._cursor, st.index)
         self._executed.pop()
         if st.kind is NodeKind.EventRecord and st.event is not None:
             self._fired[st.event] -= 1
         del self.races[nraces:]
-        if self.policy == "random":
-            self._rng.setstate(policy_state)
-        else:
-            self._rr = policy_state
+        self._rr = policy_state
         self._pending = None
         return st
 
@@ -988,8 +1072,24 @@ def _round_robin(sim: Simulator, ready: list[int]) -> int:
     raise AssertionError("ready is not empty")
 
 
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    """SplitMix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
+    OOPSLA 2014): a stateless hash, so the k-th choice depends only on (seed, k) and
+    stepping back needs no generator state."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
 def _random(sim: Simulator, ready: list[int]) -> int:
-    return ready[sim._rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
+    if len(ready) == 1:
+        return ready[0]
+    h = _splitmix64((sim.seed * 0x2545F4914F6CDD1D + len(sim._executed)) & _M64)
+    return ready[h % len(ready)]
 
 
 def _adversarial(sim: Simulator, ready: list[int]) -> int:

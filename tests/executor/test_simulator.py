@@ -71,7 +71,7 @@ class TestSequentialExecutor:
             SequentialExecutor(quick_start()).run()  # type: ignore[arg-type]
 
     def test_raises_unknown_input(self):
-        with pytest.raises(UnknownBuffer, match="'nope'.*inputs are: 'input'"):
+        with pytest.raises(UnknownBuffer, match=r"'nope'.*inputs are: 'input'"):
             SequentialExecutor(quick_plan()).run({"nope": np.zeros(3)})
 
     def test_quick_start_values(self):
@@ -165,8 +165,8 @@ def _collide(plan: ExecutionPlan) -> ExecutionPlan | None:
                 continue
             if any(first_write < w < max(rs) for w in ws):
                 # B written while A still has a reader to come: a live overlap
-                def move(arg):
-                    return dataclasses.replace(arg, offset=a.offset) if arg.name == b_name else arg
+                def move(arg, off=a.offset, name=b_name):
+                    return dataclasses.replace(arg, offset=off) if arg.name == name else arg
 
                 steps = tuple(
                     dataclasses.replace(
@@ -252,7 +252,7 @@ class TestUndoLog:
         sim.run()
         sim.step_back()  # the download writes no device bytes: kept
         sim.step_back()  # 4096 bytes: kept
-        with pytest.raises(InvalidArgument, match="cannot step back past step 0.*max_undo_bytes"):
+        with pytest.raises(InvalidArgument, match=r"cannot step back past step 0.*max_undo_bytes"):
             sim.step_back()
 
     def test_raises_bad_arguments(self):
@@ -452,3 +452,23 @@ class TestErrors:
         sim.step()  # the upload is fine
         with pytest.raises(ExecutionError, match=r"'transpose'.*writing buffer 'y': .*shape"):
             sim.step()
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), alpha=st.floats(-4, 4, width=32))
+def test_inplace_forms_equal_the_op_references_bit_for_bit(seed, alpha):
+    from oxiwork import ops
+    from oxiwork.executor.simulator import _INPLACE
+
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(64).astype(np.float32) for _ in range(2)]
+    xs[1][::7] = 0.0  # division by zero and log(0) included
+    for name, form in _INPLACE.items():
+        op = ops.get(name)
+        params = {"alpha": alpha} if name == "scale" else {}
+        args = xs[: op.arity]
+        out = np.empty(64, np.float32)
+        with np.errstate(all="ignore"):
+            form(args, out, params)
+            want = op.reference([a.copy() for a in args], **params)
+        np.testing.assert_array_equal(out, want, err_msg=name)
