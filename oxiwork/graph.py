@@ -357,7 +357,10 @@ class ComputeGraph:
             NodeKind.Barrier: "octagon",
         }
         for n in self.nodes:
-            label = _dot_escape(f"{n.name}\\n{n.kind.value}", keep_newline=True)
+            # Escape name and kind separately: escaping the joined text and then undoing
+            # the escape of the separator would also turn a literal backslash-n in a name
+            # into a line break.
+            label = f"{_dot_escape(n.name)}\\n{_dot_escape(n.kind.value)}"
             lines.append(f'  n{int(n.id)} [label="{label}", shape={shapes[n.kind]}];')
         for a, b in self.edges:
             lines.append(f"  n{int(a)} -> n{int(b)};")
@@ -365,11 +368,8 @@ class ComputeGraph:
         return "\n".join(lines) + "\n"
 
 
-def _dot_escape(text: str, keep_newline: bool = False) -> str:
-    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    if keep_newline:
-        out = out.replace("\\\\n", "\\n")
-    return out
+def _dot_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _find_cycle(succ: list[list[int]], remaining: set[int]) -> list[int]:

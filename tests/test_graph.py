@@ -1,0 +1,235 @@
+"""ComputeGraph: validation, queries, JSON round trip, networkx and DOT export."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+
+from oxiwork import ComputeGraph, GraphBuilder, MemcpyDir, NodeId, NodeKind
+from oxiwork.error import CycleError, InvalidArgument, MalformedFile, UnknownBuffer, UnknownNode
+from oxiwork.node import Buffer, BufferId, GraphNode
+from tests.strategies import any_dags, build_dag, dag_edges, rich_graphs
+
+
+def _small() -> ComputeGraph:
+    b = GraphBuilder()
+    x, y = b.alloc_buffer("x", 64), b.alloc_buffer("y", 64)
+    up = b.add_memcpy("up", MemcpyDir.HostToDevice, 64, dst=x)
+    k = b.add_kernel("relu", 1, 16).inputs([x]).outputs([y]).params(alpha=0.5).finish()
+    down = b.add_memcpy("down", MemcpyDir.DeviceToHost, 64, src=y)
+    b.chain([up, k, down])
+    return b.build()
+
+
+def _dict() -> dict:
+    return _small().to_dict()
+
+
+class TestValidation:
+    def test_raises_cycle_names_it(self) -> None:
+        nodes = [GraphNode(NodeId(i), f"n{i}", NodeKind.Barrier) for i in range(3)]
+        edges = [(NodeId(0), NodeId(1)), (NodeId(1), NodeId(2)), (NodeId(2), NodeId(1))]
+        with pytest.raises(CycleError, match=r"cycle: 'n1' -> 'n2' -> 'n1'") as e:
+            ComputeGraph(tuple(nodes), (), tuple(edges))
+        assert e.value.cycle == ("n1", "n2")
+
+    def test_raises_self_loop(self) -> None:
+        n = GraphNode(NodeId(0), "solo", NodeKind.Barrier)
+        with pytest.raises(CycleError, match=r"'solo' depends on itself"):
+            ComputeGraph((n,), (), ((NodeId(0), NodeId(0)),))
+
+    def test_raises_unknown_edge_end(self) -> None:
+        n = GraphNode(NodeId(0), "a", NodeKind.Barrier)
+        with pytest.raises(UnknownNode, match=r"names node id 5, which is not in this graph"):
+            ComputeGraph((n,), (), ((NodeId(0), NodeId(5)),))
+
+    def test_raises_unknown_buffer(self) -> None:
+        n = GraphNode(NodeId(0), "k", NodeKind.Memset, outputs=(BufferId(3),), size_bytes=4)
+        with pytest.raises(UnknownBuffer, match=r"uses buffer id 3, which is not in this graph"):
+            ComputeGraph((n,), (), ())
+
+    def test_raises_duplicate_node_id(self) -> None:
+        a, b = (GraphNode(NodeId(0), s, NodeKind.Barrier) for s in "ab")
+        with pytest.raises(InvalidArgument, match=r"node id 0 is used twice"):
+            ComputeGraph((a, b), (), ())
+
+    def test_raises_duplicate_buffer_names(self) -> None:
+        bufs = (Buffer(BufferId(0), "x", 4), Buffer(BufferId(1), "x", 4))
+        with pytest.raises(InvalidArgument, match=r"two buffers are named 'x'"):
+            ComputeGraph((), bufs, ())
+
+    def test_raises_unknown_queries(self) -> None:
+        g = _small()
+        with pytest.raises(UnknownNode, match=r"no node with id NodeId\(42\)"):
+            g.node(NodeId(42))
+        with pytest.raises(UnknownBuffer, match=r"no buffer with id BufferId\(9\)"):
+            g.buffer(BufferId(9))
+        with pytest.raises(UnknownBuffer, match=r"no buffer named 'nope'; buffers are: 'x', 'y'"):
+            g.buffer_by_name("nope")
+
+
+class TestQueries:
+    def test_small(self) -> None:
+        g = _small()
+        up, k, down = g.node_ids
+        assert g.sources() == (up,) and g.sinks() == (down,)
+        assert g.successors(up) == (k,) and g.predecessors(down) == (k,)
+        assert g.readers(BufferId(0)) == (k,) and g.writers(BufferId(1)) == (k,)
+        assert g.topological_order() == (up, k, down)
+        assert g.next_node_id() == NodeId(3) and g.next_buffer_id() == BufferId(2)
+        assert [n.name for n in g.kernels()] == ["relu"]
+
+    @settings(max_examples=100, deadline=None)
+    @given(g=any_dags(max_nodes=40))
+    def test_dense_matches_edges(self, g: ComputeGraph) -> None:
+        d = g.dense()
+        assert d.ids == g.node_ids == tuple(n.id for n in g.nodes)
+        assert sorted((d.ids[a], d.ids[b]) for a, s in enumerate(d.succ) for b in s) == list(
+            g.edges
+        )
+        rank = {p: i for i, p in enumerate(d.topo)}
+        assert sorted(rank) == list(range(len(d.ids)))
+        assert all(rank[d.pos[a]] < rank[d.pos[b]] for a, b in g.edges)
+
+
+class TestJson:
+    @settings(max_examples=300, deadline=None)
+    @given(g=rich_graphs())
+    def test_round_trip_rich(self, g: ComputeGraph) -> None:
+        text = g.to_json()
+        back = ComputeGraph.from_json(text)
+        assert back == g
+        assert back.to_json() == text
+
+    @settings(max_examples=100, deadline=None)
+    @given(g=any_dags(max_nodes=40))
+    def test_round_trip_shapes(self, g: ComputeGraph) -> None:
+        assert ComputeGraph.from_json(g.to_json(indent=1)) == g
+
+    def test_raises_not_json(self) -> None:
+        with pytest.raises(MalformedFile, match=r"not valid JSON"):
+            ComputeGraph.from_json("{nodes: [")
+
+    def test_raises_not_an_object(self) -> None:
+        with pytest.raises(MalformedFile, match=r"graph: expected an object, got list"):
+            ComputeGraph.from_json("[]")
+
+    def test_raises_wrong_format(self) -> None:
+        d = _dict() | {"format": "other"}
+        with pytest.raises(MalformedFile, match=r"graph.format is 'other'"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_wrong_version(self) -> None:
+        d = _dict() | {"version": 99}
+        with pytest.raises(
+            MalformedFile, match=r"graph.version is 99; this oxiwork reads version 1"
+        ):
+            ComputeGraph.from_json(json.dumps(d))
+
+    def test_raises_missing_field(self) -> None:
+        d = _dict()
+        del d["nodes"][1]["kind"]
+        with pytest.raises(MalformedFile, match=r"graph.nodes\[1\]: missing field 'kind'"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_wrong_type(self) -> None:
+        d = _dict()
+        d["buffers"][0]["size_bytes"] = "64"
+        with pytest.raises(
+            MalformedFile, match=r"graph.buffers\[0\].size_bytes: expected int, got str"
+        ):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_bool_for_int(self) -> None:
+        d = _dict()
+        d["nodes"][0]["size_bytes"] = True
+        with pytest.raises(
+            MalformedFile, match=r"graph.nodes\[0\].size_bytes: expected int, got bool"
+        ):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_unknown_kind(self) -> None:
+        d = _dict()
+        d["nodes"][1]["kind"] = "teleport"
+        with pytest.raises(MalformedFile, match=r"graph.nodes\[1\].kind: unknown value 'teleport'"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_unknown_memcpy_dir(self) -> None:
+        d = _dict()
+        d["nodes"][0]["memcpy_dir"] = "sideways"
+        with pytest.raises(MalformedFile, match=r"unknown value 'sideways'; expected one of 'h2d'"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_unknown_dtype(self) -> None:
+        d = _dict()
+        d["buffers"][0]["dtype"] = "complex7"
+        with pytest.raises(MalformedFile, match=r"unknown dtype 'complex7'"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_bad_edge(self) -> None:
+        d = _dict()
+        d["edges"].append([0, "1"])
+        with pytest.raises(MalformedFile, match=r"graph.edges\[2\]: expected \[int, int\]"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_bad_config(self) -> None:
+        d = _dict()
+        d["nodes"][1]["config"]["block"] = [2048, 1, 1]
+        with pytest.raises(MalformedFile, match=r"block.x is 2048; CUDA allows at most 1024"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_zero_size(self) -> None:
+        d = _dict()
+        d["buffers"][1]["size_bytes"] = 0
+        with pytest.raises(MalformedFile, match=r"graph.buffers\[1\].size_bytes: must be > 0"):
+            ComputeGraph.from_dict(d)
+
+    def test_raises_bad_param(self) -> None:
+        d = _dict()
+        d["nodes"][1]["params"] = {"alpha": [1, 2]}
+        with pytest.raises(MalformedFile, match=r"params.alpha: expected a number, string or bool"):
+            ComputeGraph.from_dict(d)
+
+    def test_cycle_in_file_is_rejected(self) -> None:
+        d = _dict()
+        d["edges"].append([2, 0])
+        with pytest.raises(CycleError, match=r"cycle"):
+            ComputeGraph.from_dict(d)
+
+
+class TestExport:
+    def test_to_networkx(self) -> None:
+        g = build_dag(*dag_edges("diamond", 9, seed=4), seed=4)
+        h = g.to_networkx()
+        assert isinstance(h, nx.DiGraph) and nx.is_directed_acyclic_graph(h)
+        assert sorted(h.nodes) == list(g.node_ids) and sorted(h.edges) == list(g.edges)
+        for n in g.nodes:
+            assert h.nodes[n.id]["name"] == n.name and h.nodes[n.id]["node"] is n
+            assert h.nodes[n.id]["kind"] == n.kind.value
+
+    @pytest.mark.parametrize(
+        "name",
+        [
+            'say "hi"',
+            "back\\slash",
+            "tricky\\n not a newline",
+            "trailing\\",
+            "<img src=x onerror=alert(1)>",
+            '"]; evil -> node [label="',
+        ],
+    )
+    def test_to_dot_hostile_name(self, name: str) -> None:
+        b = GraphBuilder()
+        b.add_barrier(name)
+        dot = b.build().to_dot()
+        (line,) = [ln for ln in dot.splitlines() if ln.lstrip().startswith("n0 [")]
+        m = re.fullmatch(r'  n0 \[label="((?:[^"\\]|\\.)*)", shape=octagon\];', line)
+        assert m is not None, line
+        # Undo DOT escapes: the label is the name, a line break, and the kind.
+        label = re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), m.group(1))
+        assert label == f"{name}\nbarrier"
+        assert dot.count("->") == 0 or "evil" not in dot.split("{", 1)[1].split("[")[0]
