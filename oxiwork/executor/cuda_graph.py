@@ -274,6 +274,9 @@ class CudaGraphExecutor:
         A ``cuda.bindings.driver``-like module; tests pass a fake.
     opaque : {"noop", "error"}
         What to do with kernels without an op (see :func:`~oxiwork.executor.lowering.lower`).
+    capture : bool
+        Download never-read buffers as the simulator reports them (see ``lower``); turn
+        off for benchmarks, where those copies would be measured too.
     """
 
     def __init__(
@@ -286,6 +289,7 @@ class CudaGraphExecutor:
         cache: KernelCache | None = None,
         driver: Any = None,
         opaque: str = "noop",
+        capture: bool = True,
     ) -> None:
         from oxiwork.executor.driver import Session
 
@@ -293,6 +297,7 @@ class CudaGraphExecutor:
         self.exact = exact
         self._cache = cache
         self._opaque = opaque
+        self._capture = capture
         self._session: Session | None = None
         self._exec: Any = None
         # The graph the executable was instantiated from (its node handles are the ones
@@ -310,7 +315,9 @@ class CudaGraphExecutor:
         try:
             self._session = Session(device, driver)
             self.arch = arch or self._session.device.arch
-            self.desc = lower(plan, arch=self.arch, exact=exact, events="edges", opaque=opaque)
+            self.desc = lower(
+                plan, arch=self.arch, exact=exact, events="edges", opaque=opaque, capture=capture
+            )
             self._functions = load_functions(self._session, self.desc, cache)
             self._memory = DeviceMemory(self._session, self.desc)
             self._stream = self._session.stream()
@@ -412,6 +419,16 @@ class CudaGraphExecutor:
         """Wait for every launch so far."""
         self._require().synchronize(self._stream)
 
+    def timed_launches(self, reps: int) -> float:
+        """GPU milliseconds per replay over ``reps`` back-to-back launches (CUDA events
+        around the whole batch; inputs are not staged)."""
+        s = self._require()
+        s.record(self._start, self._stream)
+        self.launch(reps)
+        s.record(self._stop, self._stream)
+        s.synchronize(self._stream)
+        return s.elapsed_ms(self._start, self._stop) / max(1, reps)
+
     def read_buffer(self, name: str) -> np.ndarray:
         """The current device contents of buffer ``name`` (synchronous copy to the host).
 
@@ -472,7 +489,10 @@ class CudaGraphExecutor:
         """Switch to ``plan``: ``"updated"`` in place through ``cuGraphExecUpdate`` when
         the graph's topology is unchanged, else ``"reinstantiated"``."""
         s = self._require()
-        desc = lower(plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque)
+        desc = lower(
+            plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque,
+            capture=self._capture,
+        )  # fmt: skip
         old_memory = self._memory
         memory = old_memory if _layout(desc) == old_memory.layout else DeviceMemory(s, desc)
         missing = {m.key for m in desc.modules} - {m.key for m in self.desc.modules}

@@ -73,6 +73,7 @@ class StreamExecutor:
         cache: KernelCache | None = None,
         driver: Any = None,
         opaque: str = "noop",
+        capture: bool = True,
         num_streams: int | None = None,
     ) -> None:
         from oxiwork.executor.driver import Session
@@ -86,7 +87,9 @@ class StreamExecutor:
         try:
             self._session = s = Session(device, driver)
             self.arch = arch or s.device.arch
-            self.desc = lower(plan, arch=self.arch, exact=exact, events="nodes", opaque=opaque)
+            self.desc = lower(
+                plan, arch=self.arch, exact=exact, events="nodes", opaque=opaque, capture=capture
+            )
             used = max((n.stream for n in self.desc.nodes), default=0) + 1
             self.num_streams = max(1, int(plan.num_streams), used, num_streams or 0)
             self._functions = load_functions(s, self.desc, cache)
@@ -178,6 +181,17 @@ class StreamExecutor:
     def synchronize(self) -> None:
         """Wait for everything enqueued so far."""
         self._require().synchronize(self._streams[0])
+
+    def timed_launches(self, reps: int) -> float:
+        """GPU milliseconds per replay over ``reps`` back-to-back enqueues of every step."""
+        s = self._require()
+        main = self._streams[0]
+        s.record(self._start, main)
+        for _ in range(reps):
+            self.enqueue()
+        s.record(self._stop, main)
+        s.synchronize(main)
+        return s.elapsed_ms(self._start, self._stop) / max(1, reps)
 
     def memory_info(self) -> tuple[int, int]:
         """``(free, total)`` device memory in bytes."""
