@@ -44,6 +44,9 @@ MAX_EXACT_INTERVALS = 5000
 # T = the most bytes live in any section the buffer spans. Descending on every key.
 _PREORDERS = ("WAT", "TAW", "TWA")
 
+# Remember at most this many failed residual problems (about 1 KiB each).
+_MAX_FAILED = 500_000
+
 # Check the clock every this many nodes: perf_counter is cheap but not free.
 _CLOCK_EVERY = 512
 
@@ -125,11 +128,24 @@ class _Solver:
         self.total = self.total0.copy()
         self.floor = np.zeros(self.num_sections, dtype=np.int64)
         self.cuts = self.cuts0.copy()
-        # V[j, s]: minimum offset of unplaced buffer j if it lives in section s, else C (an
-        # unplaced buffer's minimum offset never usefully exceeds C: it is pruned first).
+        # V[r, s]: minimum offset of the unplaced buffer in row r if it lives in section s, else
+        # C (min(F, C) keeps sections without unplaced buffers harmless, with no overflow; an
+        # unplaced buffer whose minimum offset passes C is pruned before V is read). Rows go
+        # by first section, so the buffers that can live in sections [a, b) of a partition
+        # starting at section p sit in rows row_at[p] .. row_at[b].
+        by_lo = sorted(range(n), key=lambda j: (self.slo[j], j))
+        self.row = [0] * n
+        for r, j in enumerate(by_lo):
+            self.row[j] = r
+        self.row_at = np.searchsorted(
+            np.array([self.slo[j] for j in by_lo], dtype=np.int64),
+            np.arange(self.num_sections + 1),
+        ).tolist()
         self.V = np.full((n, max(self.num_sections, 1)), capacity, dtype=np.int64)
         for j in range(n):
-            self.V[j, self.slo[j] : self.shi[j]] = 0
+            self.V[self.row[j], self.slo[j] : self.shi[j]] = 0
+        self.unit = all(a == 1 for a in self.al)
+        self.failed: set[tuple[object, ...]] = set()
         if max(self.sz, default=0) > capacity or (
             self.num_sections and int(self.total.max()) > capacity
         ):
@@ -172,32 +188,49 @@ class _Solver:
         if not ordering:
             return True
         minoff = self.minoff
+        # Transposition table: different placements often leave the same skyline under the
+        # same unplaced buffers (swap two equal-lifetime buffers); the residual problem is
+        # then the same, so a failure is remembered and not searched again.
+        lows = tuple(map(minoff.__getitem__, ordering))
+        key = (slo, shi, last_off, last if last_off in lows else -1, tuple(ordering), lows)
+        if key in self.failed:
+            return False
+        if self._expand(ordering, slo, shi, last_off, last):
+            return True
+        if len(self.failed) < _MAX_FAILED:
+            self.failed.add(key)
+        return False
+
+    def _expand(self, ordering: list[int], slo: int, shi: int, last_off: int, last: int) -> bool:
+        """Try each admissible buffer at its minimum offset (one search node)."""
+        minoff = self.minoff
         height = self.height
         min_height = min(map(height.__getitem__, ordering))
+        C = self.C
+        total = self.total
+        floor = self.floor
         # Section inference. With offsets never decreasing, every section's unplaced buffers
         # stack above max(m, floor), so placing any buffer at offset m needs
         # max(m, floor_s) + total_s <= C in every section s: for buffers of s the new floor
         # is m + size and the total drops by size, which cancels. So the test depends on m
         # alone: m <= C - max(total), and the floors must hold already.
         if shi > slo:
-            seg_total = self.total[slo:shi]
-            if int((self.floor[slo:shi] + seg_total).max()) > self.C:
+            seg_total = total[slo:shi]
+            if int((floor[slo:shi] + seg_total).max()) > C:
                 return False
-            max_m = self.C - int(seg_total.max())
-        else:
-            max_m = self.C
-        if max_m < min_height:
-            min_height = max_m + 1
+            max_m = C - int(seg_total.max())
+            if max_m < min_height:
+                min_height = max_m + 1
         off = self.off
         sz = self.sz
         al = self.al
         nb = self.nb
-        C = self.C
-        total = self.total
-        floor = self.floor
         V = self.V
-        INF = C  # absent entries: min(F, C) keeps empty sections harmless, no overflow
+        row = self.row
+        row_at = self.row_at
+        unit = self.unit
         slo_l, shi_l = self.slo, self.shi
+        r_first = row_at[slo]
         for k, i in enumerate(ordering):
             m = minoff[i]
             # Dominance: everything from here on would sit at or above some buffer's lowest
@@ -208,39 +241,48 @@ class _Solver:
             if m < last_off or (m == last_off and i < last):
                 continue
             top = m + sz[i]
+            # Raise the minimum offset of every unplaced neighbour above the new buffer.
+            bumped = [j for j in nb[i] if off[j] < 0 and minoff[j] < top]
+            old = [minoff[j] for j in bumped]
+            feasible = True
+            if unit:
+                for j in bumped:
+                    minoff[j] = top
+                    h = top + sz[j]
+                    height[j] = h
+                    if h > C:
+                        feasible = False
+            else:
+                for j in bumped:
+                    a = al[j]
+                    t = -(-top // a) * a
+                    minoff[j] = t
+                    height[j] = t + sz[j]
+                    if t + sz[j] > C:
+                        feasible = False
             off[i] = m
             self.sol[i] = m
-            # Raise the minimum offset of every unplaced neighbour above the new buffer.
-            changed: list[tuple[int, int]] = []
-            feasible = True
-            for j in nb[i]:
-                if off[j] < 0:
-                    mj = minoff[j]
-                    if mj < top:
-                        a = al[j]
-                        t = top if a == 1 else -(-top // a) * a
-                        changed.append((j, mj))
-                        minoff[j] = t
-                        height[j] = t + sz[j]
-                        if t + sz[j] > C:
-                            feasible = False
-            a, b = self.slo[i], self.shi[i]
+            a, b = slo_l[i], shi_l[i]
+            ri = row[i]
             total[a:b] -= sz[i]
             saved_floor = floor[a:b].copy()
             floor[a:b] = top
-            V[i, a:b] = INF
-            if feasible and changed:
+            V[ri, a:b] = C
+            saved_v = None
+            if feasible and bumped:
                 # Unallocated floor: a section's unplaced buffers all sit at or above the
                 # smallest of their minimum offsets, which the bumps above may have raised.
-                lo_u, hi_u = a, b
-                for j, _ in changed:
-                    ja, jb = slo_l[j], shi_l[j]
-                    V[j, ja:jb] = minoff[j]
-                    if ja < lo_u:
-                        lo_u = ja
-                    if jb > hi_u:
-                        hi_u = jb
-                low = V[:, lo_u:hi_u].min(axis=0)
+                lo_u = min(a, min(map(slo_l.__getitem__, bumped)))
+                hi_u = max(b, max(map(shi_l.__getitem__, bumped)))
+                rows = [row[j] for j in bumped]
+                saved_v = V[rows, lo_u:hi_u]
+                # Outside a buffer's own sections its row holds C >= top, so max() keeps it.
+                if unit:
+                    V[rows, lo_u:hi_u] = np.maximum(saved_v, top)
+                else:
+                    new = np.array([minoff[j] for j in bumped], dtype=np.int64)
+                    V[rows, lo_u:hi_u] = np.maximum(saved_v, new[:, None])
+                low = V[r_first : row_at[hi_u], lo_u:hi_u].min(axis=0)
                 np.maximum(low, floor[lo_u:hi_u], out=low)
                 low += total[lo_u:hi_u]
                 feasible = int(low.max()) <= C
@@ -250,13 +292,14 @@ class _Solver:
                 found = self._decompose(rest, i, slo, shi, m)
             else:
                 found = False
+            if saved_v is not None:
+                V[rows, lo_u:hi_u] = saved_v
+            V[ri, a:b] = m
             floor[a:b] = saved_floor
             total[a:b] += sz[i]
-            V[i, a:b] = m
-            for j, mj in reversed(changed):
+            for j, mj in zip(bumped, old, strict=True):
                 minoff[j] = mj
                 height[j] = mj + sz[j]
-                V[j, slo_l[j] : shi_l[j]] = mj
             off[i] = -1
             if found:
                 return True

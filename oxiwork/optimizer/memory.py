@@ -516,6 +516,11 @@ def _result(
         live, _, _ = _live_profile(p) if p.n else (np.zeros(0, dtype=np.int64), None, None)
         lb = int(live.max()) if len(live) else 0
     fits = None if capacity is None else arena <= capacity
+    if fits is False and message is None and capacity is not None and lb > capacity:
+        message = (
+            f"no plan fits in capacity {capacity} bytes: {lb} bytes are live at one time (the "
+            f"lower bound); raise the capacity to at least {lb}"
+        )
     if fits is False and message is None:
         message = (
             f"no plan within capacity {capacity} bytes found: best arena is {arena} bytes "

@@ -1,0 +1,101 @@
+"""Memory planner benchmark: MiniMalloc's challenging instances and random interval sets.
+
+Prints markdown tables. For each MiniMalloc instance (capacity 1,048,576 bytes): lower bound,
+TFLite greedy-by-size arena and ratio, our heuristic's arena, ratio and time, and the exact
+mode's arena, whether it fits the capacity, its search nodes and time. Then heuristic timing on
+random interval sets of 1k/10k/100k intervals (ratios measured in this one run).
+
+Usage::
+
+    python bench/memory_bench.py [--time-limit 120] [--instances A,B,C,D,E] [--sizes 1000,10000,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
+
+DATA = Path("/work/shared/bench-data/minimalloc")
+
+
+def load(path: Path) -> list[tuple[int, int, int]]:
+    with path.open() as f:
+        return [(int(r["lower"]), int(r["upper"]), int(r["size"])) for r in csv.DictReader(f)]
+
+
+def random_intervals(n: int, seed: int = 0) -> list[tuple[int, int, int]]:
+    """Lifetimes like a long op sequence: start anywhere, short geometric-ish lengths, a few
+    long-lived buffers (weights) spanning much of the run."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        start = rng.randrange(n)
+        length = 1 + int(rng.expovariate(1 / 20))
+        if rng.random() < 0.01:
+            length = rng.randrange(n // 4 + 1) + 1
+        out.append((start, start + length, 256 * rng.randint(1, 4096)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=120.0)
+    ap.add_argument("--instances", default="A,B,C,D,E")
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--skip-exact", action="store_true")
+    args = ap.parse_args()
+
+    print("## MiniMalloc challenging instances (capacity 1,048,576 bytes)\n")
+    print(
+        "| instance | buffers | lower bound | greedy-by-size | greedy ratio | heuristic | "
+        "heuristic ratio | heuristic s | strategy | exact arena | fits | nodes | exact s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.instances.split(","):
+        (path,) = DATA.glob(f"{name}.*.csv")
+        capacity = int(path.name.split(".")[1])
+        iv = load(path)
+        g = greedy_by_size(iv)
+        h = plan_intervals(iv)
+        if args.skip_exact:
+            ex = "| - | - | - | - |"
+        else:
+            e = plan_intervals(iv, mode="exact", capacity=capacity, time_limit=args.time_limit)
+            ex = f"| {e.arena_bytes:,} | {e.fits} | {e.nodes:,} | {e.seconds:.1f} |"
+        print(
+            f"| {name} | {len(iv)} | {h.lower_bound:,} | {g.arena_bytes:,} | {g.ratio:.3f} | "
+            f"{h.arena_bytes:,} | {h.ratio:.3f} | {h.seconds:.3f} | {h.strategy} {ex}",
+            flush=True,
+        )
+
+    print("\n## Heuristic on random interval sets (alignment 256)\n")
+    print(
+        "| intervals | lower bound | greedy ratio | greedy s | heuristic ratio | heuristic s | "
+        "strategy |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for n in (int(x) for x in args.sizes.split(",")):
+        iv = random_intervals(n)
+        t = time.perf_counter()
+        g = greedy_by_size(iv, alignment=256)
+        tg = time.perf_counter() - t
+        t = time.perf_counter()
+        h = plan_intervals(iv, alignment=256)
+        th = time.perf_counter() - t
+        print(
+            f"| {n:,} | {h.lower_bound:,} | {g.ratio:.4f} | {tg:.3f} | {h.ratio:.4f} | "
+            f"{th:.3f} | {h.strategy} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,374 @@
+"""Tests for the memory planner: invariants over random inputs, not golden offsets."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork.error import GraphError, InvalidArgument
+from oxiwork.optimizer.memory import (
+    DEFAULT_ALIGNMENT,
+    IntervalPlan,
+    MemoryPlan,
+    greedy_by_size,
+    lower_bound,
+    plan_buffers,
+    plan_intervals,
+)
+
+BENCH = Path("/work/shared/bench-data/minimalloc")
+BENCH_CAPACITY = 1_048_576
+# From the benchmark README: lower bound and TFLite greedy-by-size arena per instance.
+README = {
+    "A": (1_048_576, 1_374_208),
+    "B": (1_048_576, 1_432_576),
+    "C": (1_039_360, 1_417_216),
+    "D": (986_112, 1_339_392),
+    "E": (1_048_576, 1_513_472),
+}
+
+
+def _round(size: int, align: int) -> int:
+    return -(-size // align) * align
+
+
+def assert_valid(intervals, offsets, aligns, arena: int) -> None:
+    """No two time-overlapping buffers share a byte; offsets aligned; arena is the top."""
+    sizes = [_round(z, a) for (_, _, z), a in zip(intervals, aligns, strict=True)]
+    assert len(offsets) == len(intervals)
+    for o, a in zip(offsets, aligns, strict=True):
+        assert o >= 0 and o % a == 0
+    assert arena == max((o + z for o, z in zip(offsets, sizes, strict=True)), default=0)
+    # Sweep by start time: only intervals live at the same moment are compared.
+    order = sorted(range(len(intervals)), key=lambda i: intervals[i][0])
+    live: list[int] = []
+    for i in order:
+        s = intervals[i][0]
+        live = [j for j in live if intervals[j][1] > s]
+        for j in live:
+            lo_i, hi_i = offsets[i], offsets[i] + sizes[i]
+            lo_j, hi_j = offsets[j], offsets[j] + sizes[j]
+            assert hi_i <= lo_j or hi_j <= lo_i, f"intervals {i} and {j} overlap in space"
+        live.append(i)
+
+
+def brute_force(intervals, aligns) -> int:
+    """Optimum by trying every order, each buffer dropped onto the ones placed before it.
+
+    Every optimal plan can be pushed down until each buffer rests on 0 or on a buffer below
+    it; listing those buffers by offset gives an order this enumeration tries.
+    """
+    n = len(intervals)
+    if n == 0:
+        return 0
+    sizes = [_round(z, a) for (_, _, z), a in zip(intervals, aligns, strict=True)]
+    best = None
+    for perm in itertools.permutations(range(n)):
+        off: dict[int, int] = {}
+        for i in perm:
+            top = 0
+            for j, o in off.items():
+                if intervals[j][0] < intervals[i][1] and intervals[i][0] < intervals[j][1]:
+                    top = max(top, o + sizes[j])
+            off[i] = _round(top, aligns[i])
+        arena = max(off[i] + sizes[i] for i in range(n))
+        best = arena if best is None else min(best, arena)
+    return best
+
+
+@st.composite
+def interval_lists(draw, max_n: int = 40, max_size: int = 5000):
+    n = draw(st.integers(0, max_n))
+    out = []
+    for _ in range(n):
+        start = draw(st.integers(0, 30))
+        out.append((start, start + draw(st.integers(1, 15)), draw(st.integers(1, max_size))))
+    return out
+
+
+ALIGNS = st.sampled_from([1, 2, 8, 256])
+
+
+class TestValidation:
+    def test_raises_nonpositive_size(self):
+        with pytest.raises(InvalidArgument, match=r"interval 1 \(0, 2, 0\): size must be > 0"):
+            plan_intervals([(0, 1, 4), (0, 2, 0)])
+
+    def test_raises_end_not_after_start(self):
+        with pytest.raises(InvalidArgument, match=r"interval 0 \(3, 3, 8\): end must be > start"):
+            plan_intervals([(3, 3, 8)])
+
+    @pytest.mark.parametrize("bad", [(0, 1.5, 4), (0, 1, "4"), (True, 2, 4), (0, 2, 4.0)])
+    def test_raises_non_integer(self, bad):
+        with pytest.raises(InvalidArgument, match=r"interval 1 .*must be integers"):
+            plan_intervals([(0, 1, 4), bad])
+
+    @pytest.mark.parametrize("bad", [(0, 1), 5, (0, 1, 2, 3)])
+    def test_raises_not_a_triple(self, bad):
+        with pytest.raises(InvalidArgument, match=r"interval 0 must be a \(start, end, size\)"):
+            plan_intervals([bad])
+
+    @pytest.mark.parametrize("alignment", [0, 3, -4, 2.0, True])
+    def test_raises_bad_alignment(self, alignment):
+        with pytest.raises(InvalidArgument, match="alignment must be a power of two"):
+            plan_intervals([(0, 1, 4)], alignment=alignment)
+
+    def test_raises_bad_mode(self):
+        with pytest.raises(InvalidArgument, match=r"mode must be one of \('heuristic', 'exact'\)"):
+            plan_intervals([(0, 1, 4)], mode="optimal")
+
+    @pytest.mark.parametrize("capacity", [0, -1, 1.5])
+    def test_raises_bad_capacity(self, capacity):
+        with pytest.raises(InvalidArgument, match="capacity must be a positive integer"):
+            plan_intervals([(0, 1, 4)], capacity=capacity)
+
+    @pytest.mark.parametrize("limit", [0, -1.0, "5", True])
+    def test_raises_bad_time_limit(self, limit):
+        with pytest.raises(InvalidArgument, match="time_limit must be a positive number"):
+            plan_intervals([(0, 1, 4)], mode="exact", time_limit=limit)
+
+    def test_errors_are_graph_errors(self):
+        with pytest.raises(GraphError):
+            lower_bound([(0, 1, -1)])
+        with pytest.raises(GraphError):
+            greedy_by_size([(1, 0, 1)])
+
+    def test_plan_buffers_names_the_buffer(self):
+        with pytest.raises(InvalidArgument, match=r"buffer 7 \(2, 1, 8\): end must be > start"):
+            plan_buffers({3: 8, 7: 8}, {}, {3: (0, 1), 7: (2, 1)})
+        with pytest.raises(InvalidArgument, match="buffer 9 has a lifetime but no size"):
+            plan_buffers({}, {}, {9: (0, 1)})
+        with pytest.raises(InvalidArgument, match="alignment of buffer 4 must be a power of two"):
+            plan_buffers({4: 8}, {4: 48}, {4: (0, 1)})
+        with pytest.raises(InvalidArgument, match=r"lifetime of buffer 4 must be a \(start, end\)"):
+            plan_buffers({4: 8}, {}, {4: 3})
+
+
+class TestHeuristic:
+    def test_empty(self):
+        plan = plan_intervals([])
+        assert (plan.offsets, plan.arena_bytes, plan.lower_bound, plan.optimal) == ((), 0, 0, True)
+        assert plan.ratio == 1.0
+
+    @settings(max_examples=300, deadline=None)
+    @given(interval_lists(), ALIGNS)
+    def test_invariants(self, intervals, alignment):
+        plan = plan_intervals(intervals, alignment=alignment)
+        aligns = [alignment] * len(intervals)
+        assert_valid(intervals, plan.offsets, aligns, plan.arena_bytes)
+        assert plan.lower_bound == lower_bound(intervals, alignment)
+        assert plan.arena_bytes >= plan.lower_bound
+        assert plan.optimal == (plan.arena_bytes == plan.lower_bound)
+        assert plan.fits is None and plan.message is None
+
+    @settings(max_examples=300, deadline=None)
+    @given(interval_lists(), ALIGNS)
+    def test_never_worse_than_greedy_by_size(self, intervals, alignment):
+        greedy = greedy_by_size(intervals, alignment)
+        assert_valid(intervals, greedy.offsets, [alignment] * len(intervals), greedy.arena_bytes)
+        plan = plan_intervals(intervals, alignment=alignment)
+        assert plan.arena_bytes <= greedy.arena_bytes
+
+    def test_lower_bound_rounds_sizes(self):
+        assert lower_bound([(0, 2, 10), (1, 3, 10)], alignment=1) == 20
+        assert lower_bound([(0, 2, 10), (1, 3, 10)], alignment=64) == 128
+
+    def test_capacity_not_met_is_reported(self):
+        import random
+
+        rng = random.Random(0)
+        for _ in range(1000):  # find an input where the heuristic misses the lower bound
+            intervals = []
+            for _ in range(12):
+                s = rng.randrange(10)
+                intervals.append((s, s + rng.randint(1, 5), rng.randint(1, 50)))
+            plan = plan_intervals(intervals, capacity=lower_bound(intervals))
+            if plan.arena_bytes > plan.lower_bound:
+                break
+        assert plan.fits is False and not plan.optimal
+        assert f"no plan within capacity {plan.lower_bound} bytes found" in plan.message
+        assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
+
+    def test_capacity_met(self):
+        plan = plan_intervals([(0, 2, 100), (1, 3, 100)], capacity=200)
+        assert plan.fits is True and plan.message is None
+
+    def test_large_input_is_valid(self):
+        import random
+
+        rng = random.Random(7)
+        intervals = []
+        for _ in range(3000):
+            s = rng.randrange(3000)
+            intervals.append((s, s + rng.randint(1, 40), rng.randint(1, 1 << 16)))
+        plan = plan_intervals(intervals, alignment=256)
+        assert_valid(intervals, plan.offsets, [256] * len(intervals), plan.arena_bytes)
+        assert plan.arena_bytes <= greedy_by_size(intervals, 256).arena_bytes
+
+
+class TestExact:
+    @settings(max_examples=150, deadline=None)
+    @given(interval_lists(max_n=6, max_size=40), st.sampled_from([1, 4]))
+    def test_reaches_brute_force_optimum(self, intervals, alignment):
+        best = brute_force(intervals, [alignment] * len(intervals))
+        plan = plan_intervals(intervals, mode="exact", alignment=alignment, time_limit=30)
+        assert_valid(intervals, plan.offsets, [alignment] * len(intervals), plan.arena_bytes)
+        assert plan.arena_bytes == best
+        assert plan.optimal
+        assert plan.message is None
+
+    @settings(max_examples=150, deadline=None)
+    @given(interval_lists(max_n=6, max_size=40))
+    def test_optimal_flag_only_when_optimal(self, intervals):
+        best = brute_force(intervals, [1] * len(intervals))
+        for mode in ("heuristic", "exact"):
+            plan = plan_intervals(intervals, mode=mode, time_limit=30)
+            if plan.optimal:
+                assert plan.arena_bytes == best
+
+    @settings(max_examples=100, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.integers(0, 8),
+                st.integers(1, 5),
+                st.integers(1, 40),
+                st.sampled_from([1, 2, 8, 16]),
+            ),
+            max_size=6,
+        )
+    )
+    def test_mixed_alignments_reach_optimum(self, rows):
+        lifetimes = {10 + k: (s, s + d) for k, (s, d, _, _) in enumerate(rows)}
+        sizes = {10 + k: z for k, (_, _, z, _) in enumerate(rows)}
+        aligns = {10 + k: a for k, (_, _, _, a) in enumerate(rows)}
+        ids = list(lifetimes)
+        intervals = [(*lifetimes[b], sizes[b]) for b in ids]
+        best = brute_force(intervals, [aligns[b] for b in ids])
+        for mode in ("heuristic", "exact"):
+            plan = plan_buffers(sizes, aligns, lifetimes, mode=mode, time_limit=30)
+            offsets = [plan.offsets[b] for b in ids]
+            assert_valid(intervals, offsets, [aligns[b] for b in ids], plan.arena_bytes)
+            assert plan.arena_bytes >= best
+            if mode == "exact":
+                assert plan.arena_bytes == best and plan.optimal
+
+    def test_capacity_below_lower_bound_is_reported(self):
+        for mode in ("heuristic", "exact"):
+            plan = plan_intervals([(0, 2, 100), (1, 3, 100)], mode=mode, capacity=150)
+            assert plan.fits is False
+            assert "no plan fits in capacity 150 bytes: 200 bytes are live" in plan.message
+
+    def test_capacity_proved_infeasible_by_search(self):
+        # Alignment makes the lower bound (10) unreachable: the optimum is 11.
+        lifetimes = {0: (3, 4), 1: (0, 3), 2: (2, 5), 3: (0, 1)}
+        sizes = {0: 3, 1: 1, 2: 6, 3: 8}
+        aligns = {0: 4, 1: 1, 2: 1, 3: 4}
+        ids = sorted(lifetimes)
+        intervals = [(*lifetimes[b], sizes[b]) for b in ids]
+        assert brute_force(intervals, [aligns[b] for b in ids]) == 11
+        plan = plan_buffers(sizes, aligns, lifetimes, mode="exact", capacity=10, time_limit=30)
+        assert plan.lower_bound == 10 and plan.fits is False
+        assert "proved that no plan fits in capacity 10 bytes" in plan.message
+        exact = plan_buffers(sizes, aligns, lifetimes, mode="exact", time_limit=30)
+        assert exact.arena_bytes == 11 and exact.optimal and exact.message is None
+
+    def test_capacity_is_searched_for(self):
+        # Greedy by size stacks the two long buffers and leaves no room for the third;
+        # the search finds the plan that fits exactly.
+        intervals = [(0, 2, 2), (1, 3, 2), (0, 1, 1), (2, 3, 1), (0, 3, 1)]
+        best = brute_force(intervals, [1] * 5)
+        plan = plan_intervals(intervals, mode="exact", capacity=best, time_limit=30)
+        assert plan.fits is True and plan.arena_bytes <= best
+        assert_valid(intervals, plan.offsets, [1] * 5, plan.arena_bytes)
+
+    @pytest.mark.skipif(not BENCH.exists(), reason="MiniMalloc benchmark data not present")
+    def test_time_limit_reached_is_reported(self):
+        intervals = _load("A")
+        plan = plan_intervals(intervals, mode="exact", capacity=BENCH_CAPACITY, time_limit=0.05)
+        assert plan.fits is False
+        assert plan.message.startswith("time limit reached")
+        assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
+
+
+class TestPlanBuffers:
+    def test_default_alignment_and_to_dict(self):
+        plan = plan_buffers({1: 100, 2: 300}, {}, {1: (0, 2), 2: (1, 3)})
+        assert isinstance(plan, MemoryPlan)
+        assert all(o % DEFAULT_ALIGNMENT == 0 for o in plan.offsets.values())
+        d = json.loads(json.dumps(plan.to_dict()))
+        assert d["arena_bytes"] == plan.arena_bytes == 768
+        assert d["lower_bound"] == 768 and d["optimal"] is True and d["mode"] == "heuristic"
+        assert [(b["id"], b["size"], b["start"], b["end"]) for b in d["buffers"]] == [
+            (1, 256, 0, 2),
+            (2, 512, 1, 3),
+        ]
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.integers(0, 20),
+                st.integers(1, 10),
+                st.integers(1, 3000),
+                st.sampled_from([1, 4, 64, 256, 1024]),
+            ),
+            max_size=30,
+        )
+    )
+    def test_mixed_alignment_invariants(self, rows):
+        lifetimes = {k: (s, s + d) for k, (s, d, _, _) in enumerate(rows)}
+        sizes = {k: z for k, (_, _, z, _) in enumerate(rows)}
+        aligns = {k: a for k, (_, _, _, a) in enumerate(rows)}
+        plan = plan_buffers(sizes, aligns, lifetimes)
+        ids = list(lifetimes)
+        intervals = [(*lifetimes[b], sizes[b]) for b in ids]
+        assert_valid(
+            intervals, [plan.offsets[b] for b in ids], [aligns[b] for b in ids], plan.arena_bytes
+        )
+        assert plan.arena_bytes >= plan.lower_bound
+        assert plan.sizes == {b: _round(sizes[b], aligns[b]) for b in ids}
+
+
+def _load(name: str) -> list[tuple[int, int, int]]:
+    (path,) = BENCH.glob(f"{name}.*.csv")
+    with path.open() as f:
+        return [(int(r["lower"]), int(r["upper"]), int(r["size"])) for r in csv.DictReader(f)]
+
+
+@pytest.mark.skipif(not BENCH.exists(), reason="MiniMalloc benchmark data not present")
+class TestMiniMallocBenchmarks:
+    @pytest.mark.parametrize("name", sorted(README))
+    def test_greedy_matches_published_numbers(self, name):
+        intervals = _load(name)
+        lb, greedy_arena = README[name]
+        greedy = greedy_by_size(intervals)
+        assert greedy.lower_bound == lb
+        assert greedy.arena_bytes == greedy_arena
+        plan = plan_intervals(intervals)
+        assert plan.arena_bytes <= greedy.arena_bytes
+        assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("name", ["A", "B"])
+    def test_exact_fits_capacity(self, name):
+        intervals = _load(name)
+        plan = plan_intervals(intervals, mode="exact", capacity=BENCH_CAPACITY, time_limit=120)
+        assert plan.fits is True, plan.message
+        assert plan.strategy == "minimalloc"
+        assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
+        assert re.fullmatch(r"\d+", str(plan.nodes))
+
+
+def test_interval_plan_is_frozen():
+    plan = plan_intervals([(0, 1, 1)])
+    assert isinstance(plan, IntervalPlan)
+    with pytest.raises(AttributeError):
+        plan.arena_bytes = 0  # type: ignore[misc]
