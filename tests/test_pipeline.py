@@ -1,0 +1,135 @@
+"""Pipeline: traces of created/removed nodes, failing passes named, verify after each."""
+
+from __future__ import annotations
+
+import pytest
+
+from oxiwork import ComputeGraph, GraphBuilder
+from oxiwork.error import CycleError, GraphError, InvalidArgument
+from oxiwork.node import GraphNode, NodeKind
+from oxiwork.pipeline import PassFailed, PassResult, PassSpec, Pipeline
+
+
+def _graph() -> ComputeGraph:
+    b = GraphBuilder()
+    x, y, z = (b.alloc_buffer(n, 64) for n in "xyz")
+    b.add_memset("init", 64, 0, dst=x)
+    b.add_kernel("a", 1, 16).inputs([x]).outputs([y]).finish()
+    b.add_kernel("b", 1, 16).inputs([y]).outputs([z]).finish()
+    b.add_barrier("end")
+    return b.build()
+
+
+def merge_ab(graph: ComputeGraph) -> PassResult:
+    """Replace kernels 'a' and 'b' by one new kernel 'ab' reading x and writing z."""
+    a = next(n for n in graph.nodes if n.name == "a")
+    b = next(n for n in graph.nodes if n.name == "b")
+    nid = graph.next_node_id()
+    merged = a.replace(id=nid, name="ab", outputs=b.outputs, fused_from=())
+    nodes = [n for n in graph.nodes if n.id not in (a.id, b.id)] + [merged]
+    remap = {a.id: nid, b.id: nid}
+    edges = {
+        (remap.get(u, u), remap.get(v, v))
+        for u, v in graph.edges
+        if remap.get(u, u) != remap.get(v, v)
+    }
+    buffers = [buf for buf in graph.buffers if buf.name != "y"]
+    return PassResult(graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), {"merged": 2})
+
+
+def identity(graph: ComputeGraph) -> PassResult:
+    return PassResult(graph)
+
+
+def add_barrier(graph: ComputeGraph, name: str = "extra") -> PassResult:
+    n = GraphNode(graph.next_node_id(), name, NodeKind.Barrier)
+    return PassResult(graph.with_changes(nodes=[*graph.nodes, n]), {"name": name})
+
+
+def break_config(graph: ComputeGraph) -> PassResult:
+    # Valid as a ComputeGraph, but verify() rejects a kernel without a config.
+    nodes = [n.replace(config=None) if n.is_kernel else n for n in graph.nodes]
+    return PassResult(graph.with_changes(nodes=nodes))
+
+
+def crash(graph: ComputeGraph) -> PassResult:
+    return {}["missing"]
+
+
+def make_cycle(graph: ComputeGraph) -> PassResult:
+    first, last = graph.topological_order()[0], graph.topological_order()[-1]
+    return PassResult(graph.with_changes(edges=[*graph.edges, (last, first)]))
+
+
+def not_a_result(graph: ComputeGraph) -> PassResult:
+    return graph  # type: ignore[return-value]
+
+
+class TestPipeline:
+    def test_trace_of_merge(self) -> None:
+        g = _graph()
+        run = Pipeline([("identity", identity), ("merge", merge_ab)]).run(g)
+        t0, t1 = run.trace
+        assert (t0.name, t0.created_nodes, t0.removed_nodes, t0.changed_nodes) == (
+            "identity",
+            (),
+            (),
+            (),
+        )
+        a, b = (n.id for n in g.nodes if n.name in ("a", "b"))
+        assert t1.removed_nodes == (a, b)
+        assert t1.created_nodes == (g.next_node_id(),)
+        assert t1.removed_buffers == (g.buffer_by_name("y").id,) and t1.created_buffers == ()
+        assert t1.before is g and t1.after is run.graph
+        assert t1.artefacts == {"merged": 2} and run.artefact("merge", "merged") == 2
+        assert t1.seconds >= 0.0 and "merge: +1/-2 nodes" in t1.summary()
+        assert [n.name for n in run.graph.nodes] == ["init", "end", "ab"]
+
+    def test_options_and_specs(self) -> None:
+        run = Pipeline([PassSpec("add", add_barrier, {"name": "x1"})]).run(_graph())
+        assert run.trace[0].artefacts == {"name": "x1"}
+        assert run.graph.nodes[-1].name == "x1"
+        with pytest.raises(KeyError, match="no pass named 'nope'"):
+            run.artefact("nope", "name")
+
+    def test_raises_failing_pass_named_with_passes_before(self) -> None:
+        p = Pipeline([("first", identity), ("second", identity), ("crash", crash)])
+        with pytest.raises(
+            PassFailed,
+            match=r"pass 'crash' raised KeyError: 'missing' \(passes before it: first, second\)",
+        ):
+            p.run(_graph())
+
+    def test_raises_graph_error_keeps_type(self) -> None:
+        p = Pipeline([("first", identity), ("cyclic", make_cycle)])
+        with pytest.raises(
+            CycleError, match=r"pass 'cyclic' failed \(passes before it: first\): the dependencies"
+        ):
+            p.run(_graph())
+
+    def test_raises_not_a_pass_result(self) -> None:
+        with pytest.raises(PassFailed, match=r"pass 'bad' raised TypeError: returned ComputeGraph"):
+            Pipeline([("bad", not_a_result)]).run(_graph())
+
+    def test_verify_runs_after_each_pass(self) -> None:
+        p = Pipeline([("break", break_config), ("after", identity)])
+        with pytest.raises(
+            InvalidArgument,
+            match=r"pass 'break' failed \(passes before it: none\): .*needs a KernelConfig",
+        ):
+            p.run(_graph())
+        # without verification the broken graph goes through
+        run = p.run(_graph(), verify=False)
+        assert [t.name for t in run.trace] == ["break", "after"]
+
+    def test_verify_catches_a_later_pass(self) -> None:
+        calls: list[str] = []
+
+        def spy(graph: ComputeGraph) -> PassResult:
+            calls.append("spy")
+            return PassResult(graph)
+
+        p = Pipeline([("ok", identity), ("break", break_config), ("spy", spy)])
+        with pytest.raises(GraphError, match=r"pass 'break' failed \(passes before it: ok\)"):
+            p.run(_graph())
+        assert calls == []  # the pass after the broken one never ran
