@@ -133,6 +133,10 @@ class KernelBuilder:
                 raise InvalidArgument(
                     f"parameter {k!r} of {self._name!r} must be a number, str or bool, got {v!r}"
                 )
+            # NaN/inf would be written as non-standard JSON and NaN never compares equal,
+            # so a graph holding one would not survive a to_json/from_json round trip.
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InvalidArgument(f"parameter {k!r} of {self._name!r} must be finite, got {v}")
         self._params.update(op_params)
         return self
 

@@ -191,6 +191,10 @@ class TestRejects:
             kb.cost(0.0)
         with pytest.raises(InvalidArgument, match=r"parameter 'alpha' of 'k' must be a number"):
             kb.params(alpha=[1])
+        with pytest.raises(
+            InvalidArgument, match=r"parameter 'beta' of 'k' must be finite, got nan"
+        ):
+            kb.params(beta=float("nan"))
 
     def test_raises_unknown_op(self) -> None:
         with pytest.raises(InvalidArgument, match=r"unknown op 'warp_drive'"):
