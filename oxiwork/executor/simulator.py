@@ -53,7 +53,7 @@ False
 from __future__ import annotations
 
 import warnings
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -69,7 +69,7 @@ from oxiwork.error import (
     UnknownNode,
     UnsupportedOp,
 )
-from oxiwork.executor.arena import Arena, plan_buffers
+from oxiwork.executor.arena import Arena
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.node import BufferId, MemcpyDir, NodeId, NodeKind
 
@@ -88,6 +88,54 @@ _MISSING: Any = object()
 _NO_CHANGES: list[tuple[str, Any]] = []  # shared, never mutated
 
 
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What every run of a plan needs to know, computed in one pass and cached."""
+
+    args: dict[BufferId, BufferArg]
+    inputs: tuple[str, ...]
+    unread_writers: dict[BufferId, int]
+
+
+# A few recent plans' facts, keyed by id with the plan kept alive (plans are frozen and
+# slotted, so they cannot carry a cache themselves): repeated runs skip the scan.
+_FACTS: dict[int, tuple[ExecutionPlan, _Facts]] = {}
+
+
+def _facts(plan: ExecutionPlan) -> _Facts:
+    hit = _FACTS.get(id(plan))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    args: dict[BufferId, BufferArg] = {}
+    names: dict[str, None] = {}
+    read: set[BufferId] = set()
+    writes: list[BufferArg] = []
+    memcpy, h2d = NodeKind.Memcpy, MemcpyDir.HostToDevice
+    for st in plan.steps:
+        for a in st.inputs:
+            read.add(a.buffer)
+            if a.buffer not in args:
+                args[a.buffer] = a
+            if a.external:
+                names[a.name] = None
+        upload = st.kind is memcpy and st.memcpy_dir is h2d
+        for a in st.outputs:
+            if a.buffer not in args:
+                args[a.buffer] = a
+            writes.append(a)
+            if upload or a.external:
+                names[a.name] = None
+    unread: dict[BufferId, int] = {}
+    for a in writes:
+        if a.buffer not in read and not a.external:
+            unread[a.buffer] = unread.get(a.buffer, 0) + 1
+    facts = _Facts(args, tuple(names), unread)
+    if len(_FACTS) >= 8:
+        _FACTS.pop(next(iter(_FACTS)))
+    _FACTS[id(plan)] = (plan, facts)
+    return facts
+
+
 def input_names(plan: ExecutionPlan) -> tuple[str, ...]:
     """Names of the buffers whose data comes from the host: HostToDevice destinations and
     external buffers, in plan order.
@@ -96,12 +144,7 @@ def input_names(plan: ExecutionPlan) -> tuple[str, ...]:
     >>> input_names(ExecutionPlan.build(quick_start()))
     ('input',)
     """
-    out: dict[str, None] = {}
-    for st in plan.steps:
-        if st.kind is NodeKind.Memcpy and st.memcpy_dir is MemcpyDir.HostToDevice:
-            out.update((a.name, None) for a in st.outputs)
-        out.update((a.name, None) for a in (*st.inputs, *st.outputs) if a.external)
-    return tuple(out)
+    return _facts(plan).inputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,20 +174,22 @@ def _stats(
     generated: tuple[str, ...],
     outputs: dict[str, np.ndarray] | None,
 ) -> ExecutionStats:
-    counts = dict.fromkeys(NodeKind, 0)
-    copied = set_ = 0
+    steps = plan.steps
+    chosen = (
+        steps
+        if isinstance(executed, range) and len(executed) == len(steps)
+        else [steps[i] for i in executed]
+    )
+    # enum hashing is slow in Python: count by the members' interned names instead
+    names = Counter(st.kind._name_ for st in chosen)
+    counts = {k: names.get(k.name, 0) for k in NodeKind}
+    copied = sum(st.size_bytes for st in chosen if st.kind is NodeKind.Memcpy)
+    set_ = sum(st.size_bytes for st in chosen if st.kind is NodeKind.Memset)
     per_stream = [0] * plan.num_streams
-    for i in executed:
-        st = plan.steps[i]
-        counts[st.kind] += 1
-        s = int(st.stream)
+    for s, c in Counter(st.stream for st in chosen).items():
         if s >= len(per_stream):
             per_stream.extend([0] * (s + 1 - len(per_stream)))
-        per_stream[s] += 1
-        if st.kind is NodeKind.Memcpy:
-            copied += st.size_bytes
-        elif st.kind is NodeKind.Memset:
-            set_ += st.size_bytes
+        per_stream[s] = c
     return ExecutionStats(
         kernels_launched=counts[NodeKind.KernelLaunch],
         bytes_copied=copied,
@@ -192,9 +237,10 @@ class _Machine:
         self.values = values
         self.check_finite = check_finite
         self.seed = seed
-        self.args = plan_buffers(plan)
+        facts = _facts(plan)
+        self.args = facts.args
         self.inputs = dict(inputs or {})
-        names = input_names(plan)
+        names = facts.inputs
         unknown = [n for n in self.inputs if n not in names]
         if unknown:
             raise UnknownBuffer(
@@ -219,13 +265,8 @@ class _Machine:
         self.raws: dict[BufferId, np.ndarray] = {}
         self.outputs: dict[str, np.ndarray] = {}
         # Never-read, non-external buffers: captured after their last writer runs.
-        read = {a.buffer for st in self.steps for a in st.inputs}
-        self.writers_left: dict[BufferId, int] = {}
-        for st in self.steps:
-            for a in st.outputs:
-                if a.buffer not in read and not a.external:
-                    self.writers_left[a.buffer] = self.writers_left.get(a.buffer, 0) + 1
-        self.writers_total = dict(self.writers_left)
+        self.writers_total = facts.unread_writers
+        self.writers_left = dict(self.writers_total)
         if values:
             self._prepare_values()
 
@@ -717,7 +758,7 @@ class Simulator:
             fired_events=frozenset(e for e, c in self._fired.items() if c),
             live_buffers=self._live(),
             executed=tuple(self._executed),
-            failed_step=self.error.step if self.error is not None else None,  # type: ignore[attr-defined]
+            failed_step=getattr(self.error, "step", None),
             finished=len(self._executed) == len(steps),
         )
 

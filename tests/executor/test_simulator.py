@@ -472,3 +472,21 @@ def test_inplace_forms_equal_the_op_references_bit_for_bit(seed, alpha):
             form(args, out, params)
             want = op.reference([a.copy() for a in args], **params)
         np.testing.assert_array_equal(out, want, err_msg=name)
+
+
+def test_deadlock_is_reported():
+    plan = plan_of(4, 24, 4)
+    if plan.event_count == 0:
+        pytest.skip("no events")
+    rec = next(s for s in plan.steps if s.kind.value == "event_record")
+    wait = next(s for s in plan.steps if s.kind.value == "event_wait" and s.event == rec.event)
+    # move the record to the end of the waiting stream: that stream now waits for itself
+    moved = dataclasses.replace(rec, stream=wait.stream, position=10**6)
+    steps = tuple(moved if s.index == rec.index else s for s in plan.steps)
+    sim = Simulator(dataclasses.replace(plan, steps=steps), values=False, detect_races=False)
+    with pytest.raises(
+        ExecutionError,
+        match=rf"deadlock: no stream can move .*waits at step {wait.index} .*event {rec.event}",
+    ):
+        sim.run()
+    assert int(wait.stream) in sim.state.blocked
