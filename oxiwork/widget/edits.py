@@ -56,6 +56,26 @@ def _buffer(graph: ComputeGraph, ref: int | str, what: str) -> BufferId:
     raise UnknownBuffer(f"{what}: there is no buffer with id {ref} in the current graph")
 
 
+def _append(
+    g: ComputeGraph, b: GraphBuilder, nid: NodeId, ins: list[BufferId], outs: list[BufferId]
+) -> None:
+    """Order a node added in the UI after every existing access it conflicts with.
+
+    The builder orders unrelated accesses by creation order only among nodes it cannot order
+    otherwise, so a new kernel reading ``output`` could be placed before ``output``'s writer.
+    A node added from the UI means "append to the program": it reads what the existing
+    writers produced and overwrites only after the existing readers and writers.
+    """
+    before: set[NodeId] = set()
+    for bid in ins:
+        before.update(g.writers(bid))
+    for bid in outs:
+        before.update(g.writers(bid))
+        before.update(g.readers(bid))
+    for p in sorted(before):
+        b.dep(g.node(p).id, nid)
+
+
 def _add_buffer(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
     b = GraphBuilder.from_graph(g)
     b.alloc_buffer(m["name"], m["size_bytes"], m.get("dtype", "float32"))
@@ -82,7 +102,7 @@ def _add_kernel(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
     kb.inputs(ins).outputs(outs)
     if m.get("params"):
         kb.params(**m["params"])
-    kb.finish()
+    _append(g, b, kb.finish(), ins, outs)
     return b.build()
 
 
@@ -108,7 +128,8 @@ def _add_memcpy(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
             )
         size = min(sizes)
     b = GraphBuilder.from_graph(g)
-    b.add_memcpy(name, direction, size, src=src, dst=dst)
+    nid = b.add_memcpy(name, direction, size, src=src, dst=dst)
+    _append(g, b, nid, [src] if src is not None else [], [dst] if dst is not None else [])
     return b.build()
 
 

@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, rename, select, set_memory_mode, set_pass, sim
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, plan_memory, rename, select, set_memory_mode, set_pass, sim
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from oxiwork.error import MessageError
 __all__ = ["MAX_LIST", "MAX_MESSAGE_BYTES", "MAX_STRING", "SCHEMAS", "Field", "validate"]
 
 # Limits: a request from a form is tiny; anything bigger is a bug or an attack.
-MAX_MESSAGE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 32 * 1024
 MAX_STRING = 256
 MAX_LIST = 64
 MAX_INT = 2**62
@@ -56,6 +56,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "inspect": {"buffer": Field("int")},
     "set_memory_mode": {"mode": Field("str", choices=("heuristic", "exact"))},
+    "plan_memory": {},
     "add_buffer": {
         "name": Field("str"),
         "size_bytes": Field("int"),

@@ -15,6 +15,7 @@ Example
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,15 @@ class Session:
                     float(t.seconds),
                 )
             )
+        last = self.stages[-1].graph
+        if self.plan is not None and self.plan.graph is not last and self.plan.graph != last:
+            # The plan's own graph (events inserted, buffers placed) is the last slider stop.
+            before_ids = {n.id for n in last.nodes}
+            after_ids = {n.id for n in self.plan.graph.nodes}
+            self.stages.append(
+                Stage("plan", self.plan.graph, last, tuple(sorted(after_ids - before_ids)),
+                      tuple(sorted(before_ids - after_ids)))
+            )  # fmt: skip
         self._make_simulator()
 
     def _fallback_trace(self) -> tuple[Any, ...]:
@@ -137,7 +147,11 @@ class Session:
             self.notes["sim"] = "simulator not available yet (oxiwork.executor.simulator)"
             return
         try:
-            self.sim = Simulator(self.plan)
+            # Inputs are generated from a seed (the simulator warns about it; the widget
+            # shows it in the simulator panel instead).
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.sim = Simulator(self.plan)
         except GraphError as e:
             self.notes["sim"] = f"the simulator could not start: {e}"
 

@@ -237,6 +237,9 @@ def dag_section(
         if n.fused is not None or n.fused_from:
             group_of_fused[n.id] = len(group_of_fused)
     group = [group_of_fused.get(i, -1) for i in ids]
+    origin_group = {
+        o: group_of_fused[n.id] for n in nodes if n.id in group_of_fused for o in n.fused_from
+    }
     anchors = [[pos[n.id], [int(x) for x in n.fused_from]] for n in nodes if n.fused_from]
 
     names = [n.name for n in nodes]
@@ -275,10 +278,7 @@ def dag_section(
             streams.append(int(rn.stream) if rn.stream is not None else -1)
             level.append(blevel[bpos[rid]])
             state.append(STATE_REMOVED)
-            fused_into = next(
-                (g for f, g in group_of_fused.items() if rid in graph.node(f).fused_from), -1
-            )
-            group.append(fused_into)
+            group.append(origin_group.get(rid, -1))
             critical.append(0)
             slack.append(0.0)
             asap.append(0.0)
@@ -574,7 +574,10 @@ def inspector_section(
     nan_count = int(np.isnan(flat).sum())
     if finite.size:
         lo, hi = float(finite.min()), float(finite.max())
-        hist, _ = np.histogram(finite, bins=HIST_BINS, range=(lo, hi if hi > lo else lo + 1))
+        # A constant buffer gets a window around its value, scaled to its magnitude so the
+        # bins stay representable for huge values.
+        pad = 0.0 if hi > lo else 0.5 * max(1.0, abs(lo))
+        hist, _ = np.histogram(finite, bins=HIST_BINS, range=(lo - pad, hi + pad))
         mean = float(finite.mean())
     else:
         lo = hi = 0.0

@@ -30,7 +30,7 @@ import numpy as np
 import traitlets
 
 from oxiwork.builder import GraphBuilder, GraphWarning
-from oxiwork.error import GraphError, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.error import ExecutionError, GraphError, MessageError, UnknownBuffer, UnknownNode
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 from oxiwork.widget import viewmodel as vm
@@ -42,6 +42,8 @@ __all__ = ["Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
+# Above this many buffers the memory chart is planned on request (see "plan_memory").
+LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 
 
@@ -176,6 +178,19 @@ class Workbench(anywidget.AnyWidget):
         mode = self.memory_mode
         if mode not in self._memory_cache:
             s = self.session
+            if (
+                not self._memory_requested
+                and getattr(s.plan, "memory", None) is None
+                and len(s.final_graph.buffers) > LAZY_MEMORY_BUFFERS
+            ):
+                # Planning thousands of intervals takes seconds; do it when asked.
+                return {
+                    **vm.unavailable(
+                        f"{len(s.final_graph.buffers)} buffers: the memory plan takes a while "
+                        "for graphs this large"
+                    ),
+                    "can_plan": True,
+                }
             try:
                 self._memory_cache[mode] = vm.memory_section(
                     s.final_graph, s.step_order, mode=mode, plan=s.plan
@@ -199,37 +214,48 @@ class Workbench(anywidget.AnyWidget):
         s = self.session
         if s.sim is None or s.plan is None:
             return vm.unavailable(s.notes.get("sim", "simulator not available yet"))
+        sim = s.sim
         steps = [
             {"index": i, "node": int(st.node), "name": st.name, "kind": st.kind.value,
              "stream": int(st.stream)}
             for i, st in enumerate(s.plan.steps)
         ]  # fmt: skip
-        pos = self.sim_position
+        state = sim.state
+        executed = list(state.executed)
+        current = executed[-1] if executed else -1
+        if state.failed_step is not None:
+            current = state.failed_step
         shown = s.stages[self._stage_index()].graph
         highlight: list[int] = []
-        live: list[int] = []
-        if 0 <= pos < len(s.plan.steps):
-            step = s.plan.steps[pos]
-            for nid in (step.node, *step.fused_nodes):
+        if current >= 0:
+            step = s.plan.steps[current]
+            # The step's node, or the original nodes of a fused kernel when an earlier
+            # pass is on screen.
+            pg = s.plan.graph
+            fused_from = pg.node(step.node).fused_from if pg.has_node(step.node) else ()
+            for nid in (step.node, *step.fused_nodes, *fused_from):
                 if shown.has_node(nid) and int(nid) not in highlight:
                     highlight.append(int(nid))
+        names = {b.name: int(b.id) for b in s.final_graph.buffers}
         races = [
-            {"step": int(getattr(r, "step", -1)), "node": int(getattr(r, "node", -1)),
-             "buffer": int(getattr(r, "buffer", -1)), "message": str(r)}
-            for r in _sim_races(s.sim)
+            {"step": int(r.second), "node": int(s.plan.steps[r.second].node),
+             "buffer": names.get(r.buffers[0], -1), "message": str(r.message)}
+            for r in [*sim.races, *getattr(sim, "static_races", [])]
         ]  # fmt: skip
         return {
             "available": True,
             "steps": steps,
-            "position": pos,
-            "finished": pos >= len(steps) - 1,
-            "races": races,
+            "position": current,
+            "executed": len(executed),
+            "finished": bool(state.finished),
+            "races": races[:200],
             "message": self._sim_message,
             "highlight": highlight,
-            "live_buffers": live,
+            "live_buffers": sorted(names[n] for n in state.live_buffers if n in names),
         }
 
     _sim_message = ""
+    _memory_requested = False
 
     def _refresh(self, *, reset: bool = False) -> None:
         if reset:
@@ -334,6 +360,11 @@ class Workbench(anywidget.AnyWidget):
         self._refresh()
         return f"memory planner: {m['mode']}"
 
+    def _h_plan_memory(self, m: dict[str, Any]) -> str:
+        self._memory_requested = True
+        self._refresh()
+        return "memory planned"
+
     def _h_edit(self, m: dict[str, Any]) -> str:
         if self._stage_index() != 0:
             raise MessageError(
@@ -352,43 +383,36 @@ class Workbench(anywidget.AnyWidget):
         s = self.session
         if s.sim is None or s.plan is None:
             raise MessageError(s.notes.get("sim", "the simulator is not available yet"))
-        n = len(s.plan.steps)
+        sim = s.sim
         action = m["action"]
-        pos = self.sim_position
-        if action == "reset":
-            _sim_reset(s.sim)
-            pos = -1
-        elif action == "step":
-            if pos + 1 >= n:
-                raise MessageError("the simulation is finished; reset to start again")
-            _sim_step(s.sim)
-            pos += 1
-        elif action == "back":
-            if pos < 0:
-                raise MessageError("already at the start; nothing to step back over")
-            # Deterministic replay: reset and run to one step earlier.
-            _sim_reset(s.sim)
-            for _ in range(pos):
-                _sim_step(s.sim)
-            pos -= 1
-        else:  # run (to a breakpoint node, or to the end)
-            bp = m.get("breakpoint")
-            if bp is not None and not any(
-                st.node == bp or bp in st.fused_nodes for st in s.plan.steps
-            ):
-                raise UnknownNode(f"breakpoint: no step of the plan runs node id {bp}")
-            while pos + 1 < n:
-                _sim_step(s.sim)
-                pos += 1
-                st = s.plan.steps[pos]
-                if bp is not None and (st.node == bp or bp in st.fused_nodes):
-                    break
-        self.sim_position = pos
-        self._sim_message = ""
+        bp = m.get("breakpoint")
+        if (
+            action == "run"
+            and bp is not None
+            and not any(st.node == bp or bp in st.fused_nodes for st in s.plan.steps)
+        ):
+            raise UnknownNode(f"breakpoint: no step of the plan runs node id {bp}")
+        if action == "step" and sim.state.finished:
+            raise MessageError("the simulation is finished; reset to start again")
+        if action == "back" and not sim.state.executed and sim.state.failed_step is None:
+            raise MessageError("already at the start; nothing to step back over")
+        try:
+            text = _SIM_ACTIONS[action](sim, bp)
+        except ExecutionError as e:
+            # The simulator stays at the failed step: show it, then report the error.
+            self._sim_message = f"stopped: {e}"
+            self._after_sim()
+            raise
+        self._sim_message = text
+        self._after_sim()
+        return text
+
+    def _after_sim(self) -> None:
+        executed = self.session.sim.state.executed
+        self.sim_position = executed[-1] if executed else -1
         self._refresh()
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
-        return f"at step {pos + 1} of {n}"
 
     def _h_inspect(self, m: dict[str, Any]) -> str:
         self._inspect(m["buffer"])
@@ -410,33 +434,49 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "select": Workbench._h_select,
     "set_pass": Workbench._h_set_pass,
     "set_memory_mode": Workbench._h_set_memory_mode,
+    "plan_memory": Workbench._h_plan_memory,
     "sim": Workbench._h_sim,
     "inspect": Workbench._h_inspect,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
 
 
-# ---------------------------------------------------------------------- simulator adapter
-# The simulator is stepped only through these helpers, so the widget depends on a small
-# surface of it: reset(), step(), the races it found and the value of a buffer.
-def _sim_reset(sim: Any) -> None:
+# ---------------------------------------------------------------------- simulator actions
+def _sim_step(sim: Any, _bp: int | None) -> str:
+    st = sim.step()
+    return f"ran step {st.index}: {st.name}" if st is not None else "finished"
+
+
+def _sim_back(sim: Any, _bp: int | None) -> str:
+    st = sim.step_back()
+    return f"undid step {st.index}: {st.name}"
+
+
+def _sim_reset(sim: Any, _bp: int | None) -> str:
     sim.reset()
+    return "reset"
 
 
-def _sim_step(sim: Any) -> None:
-    sim.step()
+def _sim_run(sim: Any, bp: int | None) -> str:
+    sim.clear_breakpoints()
+    if bp is not None:
+        sim.break_on_node(bp)
+    try:
+        return str(sim.run().message)
+    finally:
+        sim.clear_breakpoints()
 
 
-def _sim_races(sim: Any) -> list[Any]:
-    return list(getattr(sim, "races", ()) or ())
+_SIM_ACTIONS: dict[str, Callable[[Any, int | None], str]] = {
+    "step": _sim_step,
+    "back": _sim_back,
+    "reset": _sim_reset,
+    "run": _sim_run,
+}
 
 
 def _sim_value(sim: Any, buf: Any) -> np.ndarray | None:
-    getter = getattr(sim, "buffer_value", None) or getattr(sim, "value", None)
-    if getter is None:
-        return None
     try:
-        v = getter(buf.id)
-    except (KeyError, GraphError):
+        return np.asarray(sim.buffer(buf.name))
+    except GraphError:
         return None
-    return None if v is None else np.asarray(v)

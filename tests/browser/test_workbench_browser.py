@@ -106,7 +106,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--LabApp.expose_app_in_browser=True", "--allow-root",
     ]  # fmt: skip
     log = open(tmp / "lab.log", "w")  # noqa: SIM115 (closed in the teardown)
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -117,7 +119,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     log.flush()
-                    pytest.fail(f"jupyter lab did not start:\n{(tmp / 'lab.log').read_text()[-3000:]}")
+                    pytest.fail(
+                        f"jupyter lab did not start:\n{(tmp / 'lab.log').read_text()[-3000:]}"
+                    )
                 time.sleep(0.2)
         yield f"{base}/lab/tree/{NOTEBOOK.name}"
     finally:
@@ -144,9 +148,7 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
     assert lines, f"no results from the browser script:\n{proc.stdout}\n{proc.stderr[-4000:]}"
     results = json.loads(lines[-1])
     failed = [c for c in results["checks"] if not c["ok"]]
-    assert results["ok"], (
-        f"{results.get('error')}\nfailed: {failed}\nlog:\n{proc.stderr[-4000:]}"
-    )
+    assert results["ok"], f"{results.get('error')}\nfailed: {failed}\nlog:\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0
     names = {c["name"] for c in results["checks"]}
     for must in (

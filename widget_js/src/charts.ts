@@ -42,6 +42,13 @@ export function niceTicks(lo: number, hi: number, count = 5): number[] {
   return out;
 }
 
+/** Tick values for a byte axis at round numbers of the unit that fits `max` (KiB, MiB...). */
+export function byteTicks(max: number, count = 4): number[] {
+  let unit = 1;
+  while (max / unit >= 1024 && unit < 1024 ** 4) unit *= 1024;
+  return niceTicks(0, max / unit, count).map((v) => v * unit);
+}
+
 export function formatBytes(b: number): string {
   if (!Number.isFinite(b)) return "?";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -57,7 +64,7 @@ export function formatBytes(b: number): string {
 export function formatTime(s: number): string {
   if (!Number.isFinite(s)) return "?";
   const a = Math.abs(s);
-  if (a === 0) return "0";
+  if (a === 0) return "0 s";
   if (a < 1e-6) return `${(s * 1e9).toFixed(1)} ns`;
   if (a < 1e-3) return `${(s * 1e6).toFixed(1)} µs`;
   if (a < 1) return `${(s * 1e3).toFixed(2)} ms`;

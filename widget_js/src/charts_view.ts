@@ -3,6 +3,7 @@
 // attributes (data-rects, data-bars...) so the browser test can count them.
 
 import {
+  byteTicks,
   formatBytes,
   formatTime,
   ganttGeometry,
@@ -153,7 +154,7 @@ export class MemoryChart extends CanvasChart {
     // Grid and y labels (bytes).
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    for (const v of niceTicks(0, g.yMax, 5)) {
+    for (const v of byteTicks(g.yMax, 4)) {
       const y = g.yOf(v);
       ctx.strokeStyle = "#eef1f5";
       ctx.beginPath();

@@ -60,7 +60,14 @@ export class DagView {
     this.canvas = h("canvas", { class: "ow-dag-canvas" }) as DagCanvas;
     this.tooltip = h("div", { class: "ow-tooltip" });
     this.tooltip.style.display = "none";
-    this.root = h("div", { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 }, this.canvas, this.tooltip);
+    const zoom = h(
+      "div",
+      { class: "ow-zoom" },
+      h("button", { class: "ow-btn ow-small", text: "−", title: "zoom out", onclick: () => this.zoomBy(1 / 1.4) }),
+      h("button", { class: "ow-btn ow-small", text: "+", title: "zoom in", onclick: () => this.zoomBy(1.4) }),
+      h("button", { class: "ow-btn ow-small ow-fit", text: "Fit", title: "fit the graph (double-click)", onclick: () => this.fit() }),
+    );
+    this.root = h("div", { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 }, this.canvas, this.tooltip, zoom);
     this.canvas.owHitTest = (cx, cy) => {
       const i = this.pick(cx, cy);
       return i >= 0 && this.state ? this.state.dag.int.id[i] : null;
@@ -134,11 +141,10 @@ export class DagView {
 
   private doFit(w: number, hh: number): void {
     const L = this.state!.layout;
-    const bw = L.maxX - L.minX + NODE_W + 40;
-    const bh = L.maxY - L.minY + NODE_H + 40;
-    this.k = Math.min(1.4, Math.max(0.01, Math.min(w / bw, hh / bh)));
-    this.tx = w / 2 - ((L.minX + L.maxX) / 2) * this.k;
-    this.ty = hh / 2 - ((L.minY + L.maxY) / 2) * this.k;
+    const f = fitTransform(L, w, hh);
+    this.k = f.k;
+    this.tx = f.tx;
+    this.ty = f.ty;
     this.fitted = true;
     this.fitSize = `${w}x${hh}`;
   }
@@ -328,7 +334,7 @@ export class DagView {
 
     // Nodes.
     let drawn = 0;
-    const detail = k * NODE_H >= 11;
+    const detail = k >= LABEL_ZOOM;
     const state = dag.int.state;
     ctx.font = `${Math.max(8, Math.min(13, 12 * k))}px system-ui, -apple-system, "Segoe UI", sans-serif`;
     ctx.textBaseline = "middle";
@@ -370,7 +376,7 @@ export class DagView {
       ctx.stroke();
       ctx.setLineDash([]);
     };
-    for (let i = 0; i < dag.n; i++) if (state[i] === STATE_CREATED && visible(i)) ring(i, "#2ca02c", 2.5, 2, [5, 3]);
+    if (detail) for (let i = 0; i < dag.n; i++) if (state[i] === STATE_CREATED && visible(i)) ring(i, "#2ca02c", 2.5, 2, [5, 3]);
     ring(this.hover, "rgba(30,40,60,0.45)", 2, 1);
     for (const i of s.simNodes) ring(i, "#ff9f1c", 4, 3);
     ring(s.selected, "#1b2430", 2.5, 1);
@@ -414,4 +420,24 @@ export function textOn(bg: string): string {
   const b = v & 255;
   const lum = 0.2126 * r + 0.7152 * g + 0.0722 * b;
   return lum > 150 ? "#1b2430" : "#ffffff";
+}
+
+/** Smallest zoom at which node labels are drawn (see `detail` in draw). */
+export const LABEL_ZOOM = 0.4;
+
+/**
+ * The view transform that shows a layout: the whole graph when that keeps it readable;
+ * for long, thin graphs (a transformer stack is ~100 levels by ~5 nodes) the whole graph
+ * would be a line, so it zooms to a readable scale, fits the height and starts at the sources.
+ */
+export function fitTransform(L: Layout, w: number, hh: number): { k: number; tx: number; ty: number } {
+  const bw = L.maxX - L.minX + NODE_W + 40;
+  const bh = L.maxY - L.minY + NODE_H + 40;
+  const all = Math.min(w / bw, hh / bh);
+  if (all < LABEL_ZOOM && bw / bh > (4 * w) / hh) {
+    const k = Math.min(1.2, Math.max(LABEL_ZOOM, hh / bh));
+    return { k, tx: 20 - (L.minX - NODE_W / 2) * k, ty: hh / 2 - ((L.minY + L.maxY) / 2) * k };
+  }
+  const k = Math.min(1.4, Math.max(0.002, all));
+  return { k, tx: w / 2 - ((L.minX + L.maxX) / 2) * k, ty: hh / 2 - ((L.minY + L.maxY) / 2) * k };
 }

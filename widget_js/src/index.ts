@@ -10,7 +10,7 @@ import { clear, h } from "./dom";
 import { remember, stableLayout, type Layout, type Placed } from "./layout";
 import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
 import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
-import { formatTime } from "./charts";
+import { formatBytes, formatTime } from "./charts";
 import { asBytes } from "./dagdata";
 import { isAvailable, type DagMeta, type ErrorEntry, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
 
@@ -219,11 +219,8 @@ export class App {
       h("div", { class: "ow-stats", text: stats }),
       h("div", { class: "ow-spacer" }),
       h("label", { class: "ow-inline" }, h("span", { text: "colour by" }), this.colorSel),
-      note ? h("span", { class: "ow-note", text: note }) : "",
       this.legend,
-      h("button", { class: "ow-btn ow-small", text: "−", title: "zoom out", onclick: () => this.dagView.zoomBy(1 / 1.4) }),
-      h("button", { class: "ow-btn ow-small", text: "+", title: "zoom in", onclick: () => this.dagView.zoomBy(1.4) }),
-      h("button", { class: "ow-btn ow-small ow-fit", text: "Fit", title: "fit the graph", onclick: () => this.dagView.fit() }),
+      note ? h("span", { class: "ow-note", text: note }) : "",
     );
   }
 
@@ -367,9 +364,12 @@ export class App {
       modeSel.addEventListener("change", () => this.send("set_memory_mode", { mode: modeSel.value }));
       const m = vm.memory;
       this.bottomTools.append(
-        h("span", { class: "ow-muted", text: `${m.buffers.length} buffers · ${m.num_steps} steps · arena / lower bound = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)}` }),
+        h("span", { class: "ow-muted", text: `execution plan · ${m.buffers.length} buffers over ${m.num_steps} steps · arena ${formatBytes(m.arena_bytes)} = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)} × lower bound${m.optimal ? " (optimal)" : ""}` }),
         h("label", { class: "ow-inline" }, h("span", { text: "planner" }), modeSel),
       );
+    }
+    if (this.bottom === "memory" && !isAvailable(vm.memory) && vm.memory.can_plan) {
+      this.bottomTools.append(h("button", { class: "ow-btn ow-primary ow-plan-memory", text: "Plan memory", onclick: () => this.send("plan_memory", {}) }));
     }
     if (this.bottom === "streams" && isAvailable(vm.streams)) {
       const s = vm.streams;

@@ -2,7 +2,7 @@
 // inspector. Each panel is rebuilt from the view-model; user data only ever reaches the DOM
 // through textContent (see dom.ts).
 
-import { formatBytes } from "./charts";
+import { formatBytes, formatTime } from "./charts";
 import { clear, fitCanvas, h } from "./dom";
 import type { InspectorSection, NodeDetails, SimSection, ViewModel } from "./types";
 import { isAvailable } from "./types";
@@ -14,8 +14,8 @@ function row(label: string, value: string | null | undefined): HTMLElement | nul
   return h("div", { class: "ow-kv" }, h("span", { class: "ow-k", text: label }), h("span", { class: "ow-v", text: value }));
 }
 
-function num(v: number | null | undefined): string | null {
-  return v === null || v === undefined ? null : Number.isInteger(v) ? String(v) : v.toPrecision(4);
+function time(v: number | null | undefined): string | null {
+  return v === null || v === undefined ? null : formatTime(v);
 }
 
 export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send): HTMLElement {
@@ -46,10 +46,10 @@ export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Sen
     row("launch", d.config),
     row("params", d.params.map(([k, v]) => `${k}=${v}`).join(", ")),
     row("fused from", d.fused_from.join(", ")),
-    row("cost", num(d.cost)),
-    row("asap", num(d.asap)),
-    row("alap", num(d.alap)),
-    row("slack", num(d.slack)),
+    row("cost", time(d.cost)),
+    row("asap", time(d.asap)),
+    row("alap", time(d.alap)),
+    row("slack", time(d.slack)),
     row("critical", d.critical === null ? null : d.critical ? "yes" : "no"),
     actions,
   );

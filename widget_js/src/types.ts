@@ -6,6 +6,8 @@
 export interface Unavailable {
   available: false;
   reason: string;
+  /** The kernel can compute this section on request (memory of large graphs). */
+  can_plan?: boolean;
 }
 
 export interface DagMeta {

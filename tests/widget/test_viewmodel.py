@@ -1,0 +1,178 @@
+"""The view-model sections: shapes the frontend relies on, checked by invariants."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork.analysis import liveness
+from oxiwork.examples import quick_start, random_op_dag, transformer_block
+from oxiwork.graph import ComputeGraph
+from oxiwork.optimizer.fusion import fuse
+from oxiwork.widget import viewmodel as vm
+
+GRAPHS = {
+    "quick_start": quick_start,
+    "transformer": lambda: transformer_block(1),
+    "random": lambda: random_op_dag(3, 40),
+}
+
+
+@pytest.fixture(params=sorted(GRAPHS))
+def graph(request: pytest.FixtureRequest) -> ComputeGraph:
+    return GRAPHS[request.param]()
+
+
+class TestPack:
+    def test_raises_wrong_column_length(self) -> None:
+        with pytest.raises(ValueError, match="column 'level'"):
+            vm.pack_dag(2, {"level": [0]}, [], [], {})
+
+    def test_raises_not_a_blob(self) -> None:
+        with pytest.raises(ValueError):
+            vm.unpack_dag(b"\x00" * 64)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.data())
+    def test_roundtrip(self, data: st.DataObject) -> None:
+        n = data.draw(st.integers(0, 30))
+        ints = {c: data.draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=n, max_size=n))
+                for c in vm.INT_COLUMNS}  # fmt: skip
+        m = data.draw(st.integers(0, 40)) if n else 0
+        src = data.draw(st.lists(st.integers(0, max(0, n - 1)), min_size=m, max_size=m))
+        dst = data.draw(st.lists(st.integers(0, max(0, n - 1)), min_size=m, max_size=m))
+        floats = {c: data.draw(st.lists(st.floats(-1e6, 1e6, width=32), min_size=n, max_size=n))
+                  for c in vm.FLOAT_COLUMNS}  # fmt: skip
+        out = vm.unpack_dag(vm.pack_dag(n, ints, src, dst, floats))
+        for c in vm.INT_COLUMNS:
+            assert out[c] == ints[c]
+        assert out["src"] == src and out["dst"] == dst
+        for c in vm.FLOAT_COLUMNS:
+            assert out[c] == floats[c]
+
+
+class TestDagSection:
+    def test_columns_describe_the_graph(self, graph: ComputeGraph) -> None:
+        meta, blob = vm.dag_section(graph)
+        cols = vm.unpack_dag(blob)
+        n = graph.num_nodes
+        assert meta["num_nodes"] == n == len(cols["id"]) == len(meta["names"])
+        ids = cols["id"]
+        assert [graph.node(i).name for i in ids] == meta["names"]
+        pairs = {(ids[a], ids[b]) for a, b in zip(cols["src"], cols["dst"], strict=True)}
+        assert pairs == {(int(a), int(b)) for a, b in graph.edges}
+        # ASAP levels: every edge goes to a strictly higher level; sources are level 0.
+        for a, b in zip(cols["src"], cols["dst"], strict=True):
+            assert cols["level"][b] > cols["level"][a]
+        for s in graph.sources():
+            assert cols["level"][ids.index(int(s))] == 0
+        assert all(k < len(meta["kinds"]) for k in cols["kind"])
+
+    def test_dominator_parents_are_positions(self, graph: ComputeGraph) -> None:
+        meta, blob = vm.dag_section(graph)
+        cols = vm.unpack_dag(blob)
+        assert meta["has_dominance"]
+        for c in ("idom", "ipdom"):
+            assert all(-1 <= p < len(cols["id"]) for p in cols[c])
+        # A node's immediate dominator is one of its ancestors: its level is lower.
+        for i, p in enumerate(cols["idom"]):
+            if p >= 0:
+                assert cols["level"][p] < cols["level"][i]
+
+    def test_critical_nodes_have_zero_slack(self, graph: ComputeGraph) -> None:
+        cols = vm.unpack_dag(vm.dag_section(graph)[1])
+        assert any(cols["critical"])
+        for c, s in zip(cols["critical"], cols["slack"], strict=True):
+            if c:
+                assert s == 0.0
+
+    def test_fusion_ghosts(self) -> None:
+        g = quick_start()
+        res = fuse(g)
+        after = res.graph
+        removed = tuple(sorted({n.id for n in g.nodes} - {n.id for n in after.nodes}))
+        created = tuple(sorted({n.id for n in after.nodes} - {n.id for n in g.nodes}))
+        meta, blob = vm.dag_section(after, before=g, created=created, removed=removed)
+        cols = vm.unpack_dag(blob)
+        n = after.num_nodes
+        assert meta["num_nodes"] == n
+        assert cols["state"][n:] == [vm.STATE_REMOVED] * len(removed)
+        assert all(cols["state"][cols["id"].index(int(c))] == vm.STATE_CREATED for c in created)
+        # Ghosts share the fusion group of the kernel they were fused into.
+        fused = [i for i in range(n) if cols["group"][i] >= 0]
+        assert fused and all(
+            cols["group"][i] == cols["group"][fused[0]] for i in range(n, len(cols["id"]))
+        )
+        assert meta["anchors"] and {tuple(a[1]) for a in meta["anchors"]} >= {
+            tuple(int(r) for r in removed)
+        }
+
+
+class TestMemorySection:
+    def test_invariants(self, graph: ComputeGraph) -> None:
+        mem = vm.memory_section(graph)
+        rects = mem["buffers"]
+        live = liveness.analyze(graph)
+        expect = {int(b) for b, _ in live.intervals.items()
+                  if not graph.buffer(b).external and b not in live.dead}  # fmt: skip
+        assert {r["id"] for r in rects} == expect
+        assert mem["arena_bytes"] >= mem["lower_bound_bytes"] > 0
+        for i, a in enumerate(rects):
+            assert 0 <= a["start"] < a["end"] <= mem["num_steps"]
+            assert a["offset"] + a["size"] <= mem["arena_bytes"]
+            for b in rects[i + 1 :]:
+                time = a["start"] < b["end"] and b["start"] < a["end"]
+                space = (
+                    a["offset"] < b["offset"] + b["size"] and b["offset"] < a["offset"] + a["size"]
+                )
+                assert not (time and space), (a, b)
+
+
+class TestStreamsSection:
+    def test_unavailable_before_streams(self) -> None:
+        s = vm.streams_section(quick_start())
+        assert s == {"available": False, "reason": s["reason"]} and "stream" in s["reason"]
+
+    def test_schedule_respects_streams_and_edges(self) -> None:
+        from oxiwork.optimizer.stream import assign_streams
+
+        g = assign_streams(fuse(transformer_block(1)).graph).graph
+        s = vm.streams_section(g)
+        bars = {b["node"]: b for b in s["bars"]}
+        assert len(bars) == g.num_nodes
+        for a, b in g.edges:
+            assert bars[int(b)]["start"] >= bars[int(a)]["end"] - 1e-15
+        by_stream: dict[int, list[tuple[float, float]]] = {}
+        for b in s["bars"]:
+            by_stream.setdefault(b["stream"], []).append((b["start"], b["end"]))
+        for spans in by_stream.values():
+            spans.sort()
+            for (_, e0), (s1, _) in itertools.pairwise(spans):
+                assert s1 >= e0 - 1e-15
+        assert s["critical_path"] <= s["stream_total"] + 1e-15 <= s["serial_total"] + 2e-15
+
+
+class TestInspector:
+    @settings(max_examples=100, deadline=None)
+    @given(
+        st.lists(
+            st.floats(allow_nan=True, allow_infinity=False, width=32), min_size=1, max_size=300
+        )
+    )
+    def test_stats(self, values: list[float]) -> None:
+        arr = np.array(values, dtype=np.float32)
+        info, raw = vm.inspector_section("b", 3, "float32", arr)
+        finite = arr[np.isfinite(arr)].astype(np.float64)
+        assert info["nan_count"] == int(np.isnan(arr).sum())
+        assert sum(info["hist"]) == finite.size
+        if finite.size:
+            assert info["min"] == finite.min() and info["max"] == finite.max()
+        np.testing.assert_array_equal(np.frombuffer(raw, "<f8"), arr.astype(np.float64))
+
+    def test_unwritten(self) -> None:
+        info, raw = vm.inspector_section("b", 3, "float32", None)
+        assert not info["written"] and raw == b""

@@ -1,0 +1,286 @@
+"""The Workbench model: every message type, and bad messages change nothing but `errors`."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import oxiwork
+from oxiwork.examples import quick_start, transformer_block
+from oxiwork.node import MemcpyDir
+from oxiwork.widget import Workbench
+from oxiwork.widget.viewmodel import unpack_dag
+
+SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "color_mode",
+          "memory_mode", "inspector", "inspector_values")  # fmt: skip
+
+
+def snapshot(w: Workbench) -> dict[str, Any]:
+    return {k: copy.deepcopy(getattr(w, k)) for k in SYNCED} | {"graph": w.graph}
+
+
+def send(w: Workbench, mtype: str, **fields: Any) -> dict[str, Any]:
+    return w.handle_message({"type": mtype, "request_id": "t", **fields})
+
+
+def node_id(w: Workbench, name: str) -> int:
+    return int(next(n.id for n in w.graph.nodes if n.name == name))
+
+
+@pytest.fixture
+def w() -> Workbench:
+    return Workbench(quick_start())
+
+
+class TestConstruction:
+    def test_raises_wrong_type(self) -> None:
+        with pytest.raises(TypeError, match="ComputeGraph or a GraphBuilder"):
+            Workbench("graph")  # type: ignore[arg-type]
+
+    def test_accepts_builder(self) -> None:
+        b = oxiwork.GraphBuilder()
+        x = b.alloc_buffer("x", 64)
+        b.add_memcpy("up", MemcpyDir.HostToDevice, 64, dst=x)
+        assert Workbench(b).view["dag"]["names"] == ["up"]
+
+    def test_view_matches_graph(self, w: Workbench) -> None:
+        cols = unpack_dag(w.dag)
+        assert w.view["dag"]["num_nodes"] == w.graph.num_nodes == len(cols["id"])
+        assert sorted(cols["id"]) == [int(i) for i in w.graph.node_ids]
+        assert len(cols["src"]) == len(w.graph.edges)
+        assert [b["name"] for b in w.view["buffers"]] == [b.name for b in w.graph.buffers]
+
+    def test_graph_setter_redraws(self, w: Workbench) -> None:
+        w.selection = 1
+        w.graph = transformer_block(1)
+        assert w.view["dag"]["num_nodes"] == transformer_block(1).num_nodes
+        assert w.selection == -1 or w.graph.has_node(w.selection)
+
+    def test_graph_setter_rejects(self, w: Workbench) -> None:
+        before = snapshot(w)
+        with pytest.raises(TypeError):
+            w.graph = 3  # type: ignore[assignment]
+        assert snapshot(w) == before
+
+
+class TestMessages:
+    def test_select(self, w: Workbench) -> None:
+        relu = node_id(w, "relu")
+        assert send(w, "select", node=relu)["type"] == "ok"
+        assert w.selection == relu
+        assert w.details["name"] == "relu"
+        assert send(w, "select", node=None)["type"] == "ok"
+        assert w.selection == -1 and w.details == {}
+
+    def test_set_pass(self, w: Workbench) -> None:
+        last = len(w.view["passes"]["entries"]) - 1
+        assert send(w, "set_pass", index=last)["type"] == "ok"
+        assert w.pass_index == last
+        assert w.view["dag"]["pass_index"] == last
+        shown = w.session.stages[last].graph
+        assert w.view["dag"]["num_nodes"] == shown.num_nodes
+
+    def test_set_memory_mode(self, w: Workbench) -> None:
+        assert send(w, "set_memory_mode", mode="exact")["type"] == "ok"
+        assert w.memory_mode == "exact"
+        assert w.view["memory"]["mode"] == "exact"
+
+    def test_plan_memory(self, w: Workbench) -> None:
+        assert send(w, "plan_memory")["type"] == "ok"
+        assert w.view["memory"]["available"]
+
+    def test_add_buffer(self, w: Workbench) -> None:
+        assert send(w, "add_buffer", name="extra", size_bytes=1024, dtype="float32")["type"] == "ok"
+        assert w.graph.buffer_by_name("extra").size_bytes == 1024
+
+    def test_add_kernel(self, w: Workbench) -> None:
+        send(w, "add_buffer", name="extra", size_bytes=4096)
+        r = send(w, "add_kernel", name="k2", op="relu", inputs=["output"], outputs=["extra"],
+                 grid=[4], block=[256], params={})  # fmt: skip
+        assert r["type"] == "ok", r
+        k2 = w.graph.node(node_id(w, "k2"))
+        assert k2.op == "relu" and k2.config.block == (256, 1, 1)
+        # The builder inferred the data edge from the writer of `output`.
+        assert node_id(w, "scale") in w.graph.predecessors(k2.id)
+        assert "k2" in w.view["dag"]["names"]
+
+    def test_add_memcpy(self, w: Workbench) -> None:
+        r = send(w, "add_memcpy", name="peek", src="output", direction="d2h")
+        assert r["type"] == "ok", r
+        assert w.graph.node(node_id(w, "peek")).memcpy_dir is MemcpyDir.DeviceToHost
+
+    def test_add_dependency(self, w: Workbench) -> None:
+        send(w, "add_buffer", name="lone", size_bytes=64)
+        send(w, "add_memcpy", name="up2", dst="lone", direction="h2d")
+        a, b = node_id(w, "up2"), node_id(w, "download")
+        assert send(w, "add_dependency", src=a, dst=b)["type"] == "ok"
+        assert (a, b) in {(int(x), int(y)) for x, y in w.graph.edges}
+
+    def test_delete_node(self, w: Workbench) -> None:
+        down = node_id(w, "download")
+        assert send(w, "delete", node=down)["type"] == "ok"
+        assert not w.graph.has_node(down)
+
+    def test_delete_buffer(self, w: Workbench) -> None:
+        send(w, "add_buffer", name="unused", size_bytes=64)
+        bid = w.graph.buffer_by_name("unused").id
+        assert send(w, "delete", buffer=int(bid))["type"] == "ok"
+        assert "unused" not in [b.name for b in w.graph.buffers]
+
+    def test_rename(self, w: Workbench) -> None:
+        relu = node_id(w, "relu")
+        assert send(w, "rename", node=relu, name="<b>bold</b>")["type"] == "ok"
+        assert w.graph.node(relu).name == "<b>bold</b>"
+        assert send(w, "rename", buffer=0, name="inp")["type"] == "ok"
+        assert w.graph.buffer(0).name == "inp"
+
+    def test_on_msg_replies_with_the_request_id(
+        self, w: Workbench, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        sent: list[Any] = []
+        monkeypatch.setattr(w, "send", lambda content, buffers=None: sent.append(content))
+        w._on_msg(w, {"type": "select", "request_id": "r42", "node": 12345}, [])
+        assert sent[-1]["type"] == "error" and sent[-1]["request_id"] == "r42"
+        assert "12345" in sent[-1]["message"]
+
+
+class TestSimulator:
+    def test_unavailable_without_plan_is_an_error(self) -> None:
+        w = Workbench(quick_start())
+        if w.session.plan is not None:
+            pytest.skip("the plan builder is there")
+        assert not w.view["sim"]["available"]
+        r = send(w, "sim", action="step")
+        assert r["type"] == "error"
+
+    def test_step_back_run_reset(self, with_plan: None) -> None:
+        w = Workbench(quick_start())
+        assert w.view["sim"]["available"], w.session.notes
+        n = len(w.view["sim"]["steps"])
+        assert send(w, "sim", action="step")["type"] == "ok"
+        assert w.sim_position == 0 and w.view["sim"]["position"] == 0
+        first = w.view["sim"]["highlight"]
+        assert send(w, "sim", action="step")["type"] == "ok"
+        assert w.sim_position == 1 and w.view["sim"]["highlight"] != first
+        assert send(w, "sim", action="back")["type"] == "ok"
+        assert w.sim_position == 0 and w.view["sim"]["highlight"] == first
+        assert send(w, "sim", action="run")["type"] == "ok"
+        assert w.view["sim"]["finished"] and w.sim_position == n - 1
+        assert send(w, "sim", action="step")["type"] == "error"
+        assert send(w, "sim", action="reset")["type"] == "ok"
+        assert w.sim_position == -1 and w.view["sim"]["highlight"] == []
+
+    def test_run_to_breakpoint(self, with_plan: None) -> None:
+        w = Workbench(quick_start())
+        down = node_id(w, "download")
+        assert send(w, "sim", action="run", breakpoint=down)["type"] == "ok"
+        steps = w.view["sim"]["steps"]
+        # Stops before the breakpoint's step: the step before it is the current one.
+        assert steps[w.sim_position + 1]["node"] == down
+
+    def test_inspect(self, with_plan: None) -> None:
+        w = Workbench(quick_start())
+        send(w, "sim", action="step")  # the upload fills `input`
+        bid = int(w.session.final_graph.buffer_by_name("input").id)
+        assert send(w, "inspect", buffer=bid)["type"] == "ok"
+        info = w.inspector
+        values = w.session.sim.buffer("input")
+        assert info["name"] == "input" and info["count"] == values.size
+        assert info["min"] == pytest.approx(float(values.min()))
+        assert sum(info["hist"]) == values.size
+        assert len(w.inspector_values) == 8 * min(values.size, 4096)
+
+
+BAD_MESSAGES: list[dict[str, Any]] = [
+    {"type": "teleport"},
+    {"type": "select"},
+    {"type": "select", "node": "relu"},
+    {"type": "select", "node": 999},
+    {"type": "select", "node": 1, "extra": 1},
+    {"type": "set_pass", "index": 99},
+    {"type": "set_pass", "index": -1},
+    {"type": "inspect", "buffer": 999},
+    {"type": "set_memory_mode", "mode": "magic"},
+    {"type": "add_dependency", "src": 3, "dst": 0},  # closes a cycle
+    {"type": "add_dependency", "src": 0, "dst": 999},
+    {"type": "add_dependency", "src": 1, "dst": 1},
+    {"type": "delete", "node": 999},
+    {"type": "delete", "buffer": 0},  # in use
+    {"type": "rename", "node": 999, "name": "x"},
+    {"type": "rename", "buffer": 0, "name": "output"},  # duplicate
+    {"type": "rename", "node": 1, "name": ""},
+    {"type": "add_buffer", "name": "input", "size_bytes": 64},  # duplicate
+    {"type": "add_buffer", "name": "odd", "size_bytes": 3},
+    {"type": "add_buffer", "name": "neg", "size_bytes": -4},
+    {"type": "add_kernel", "name": "k", "inputs": ["nope"], "outputs": ["mid"], "grid": [1], "block": [1]},
+    {"type": "add_kernel", "name": "k", "inputs": [], "outputs": ["mid"], "grid": [1], "block": [2048]},
+    {"type": "add_kernel", "name": "k", "op": "no_such_op", "inputs": [], "outputs": ["mid"], "grid": [1], "block": [1]},
+    {"type": "add_kernel", "name": "k", "inputs": [], "outputs": [], "grid": [1], "block": [1]},
+    {"type": "add_memcpy", "name": "c", "src": "nope", "direction": "d2h"},
+    {"type": "add_memcpy", "name": "c", "direction": "d2d"},
+    {"type": "add_kernel", "name": "k", "inputs": ["x" * 250] * 200, "outputs": ["mid"],
+     "grid": [1], "block": [1]},  # huge payload
+    {"type": "sim", "action": "run", "breakpoint": 999},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_MESSAGES, ids=lambda m: m["type"])
+def test_bad_message_changes_nothing(with_plan: None, bad: dict[str, Any]) -> None:
+    w = Workbench(quick_start())
+    before = snapshot(w)
+    reply = w.handle_message({"request_id": "bad1", **bad})
+    assert reply["type"] == "error", reply
+    assert reply["request_id"] == "bad1" and reply["message"]
+    assert snapshot(w) == before
+    assert w.errors[-1]["message"] == reply["message"]
+
+
+def test_edits_refused_past_the_input(with_plan: None) -> None:
+    w = Workbench(quick_start())
+    send(w, "set_pass", index=len(w.view["passes"]["entries"]) - 1)
+    if w.pass_index == 0:
+        pytest.skip("no passes ran")
+    before = snapshot(w)
+    assert send(w, "add_buffer", name="x2", size_bytes=64)["type"] == "error"
+    assert snapshot(w) == before
+    assert not w.view["editable"]
+
+
+def test_errors_are_capped() -> None:
+    w = Workbench(quick_start())
+    for _ in range(30):
+        send(w, "teleport")
+    assert len(w.errors) == 20
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(
+                ["select", "delete", "rename", "add_dependency", "inspect", "set_pass"]
+            )
+        },
+        optional={
+            "node": st.integers(-3, 12),
+            "buffer": st.integers(-3, 12),
+            "src": st.integers(-3, 12),
+            "dst": st.integers(-3, 12),
+            "index": st.integers(-3, 5),
+            "name": st.text(max_size=6),
+        },
+    )
+)
+def test_random_messages_never_raise(message: dict[str, Any]) -> None:
+    """Any request gets a reply; an error reply leaves the state as it was."""
+    w = Workbench(quick_start())
+    before = snapshot(w)
+    reply = w.handle_message(message)
+    assert reply["type"] in ("ok", "error")
+    if reply["type"] == "error":
+        assert snapshot(w) == before
+        assert "internal error" not in reply["message"]
