@@ -1,0 +1,103 @@
+import { describe, expect, it } from "vitest";
+import { byteTicks, formatBytes, formatTime, ganttGeometry, niceTicks, timelineGeometry, treeGeometry } from "./charts";
+import type { MemorySection, StreamsSection } from "./types";
+
+const mem: MemorySection = {
+  available: true,
+  mode: "heuristic",
+  modes: ["heuristic", "exact"],
+  arena_bytes: 8192,
+  lower_bound_bytes: 8192,
+  num_steps: 4,
+  buffers: [
+    { id: 0, name: "a", start: 0, end: 2, offset: 0, size: 4096 },
+    { id: 1, name: "b", start: 1, end: 4, offset: 4096, size: 4096 },
+    { id: 2, name: "c", start: 2, end: 4, offset: 0, size: 4096 },
+  ],
+};
+
+describe("ganttGeometry", () => {
+  const g = ganttGeometry(mem, 600, 300);
+  it("draws one rectangle per buffer inside the plot", () => {
+    expect(g.rects).toHaveLength(3);
+    for (const r of g.rects) {
+      expect(r.x).toBeGreaterThanOrEqual(g.box.left);
+      expect(r.x + r.w).toBeLessThanOrEqual(600 - g.box.right + 1e-9);
+      expect(r.y).toBeGreaterThanOrEqual(g.box.top - 1e-9);
+      expect(r.y + r.h).toBeLessThanOrEqual(300 - g.box.bottom + 1e-9);
+    }
+  });
+  it("maps steps to x and offsets to y (offset 0 at the bottom)", () => {
+    const [a, b, c] = g.rects;
+    expect(a.x).toBeCloseTo(g.xOf(0));
+    expect(a.w).toBeCloseTo(g.xOf(2) - g.xOf(0));
+    expect(b.y + b.h).toBeCloseTo(a.y); // b sits on top of a
+    expect(c.x).toBeCloseTo(a.x + a.w); // c reuses a's bytes after a ends
+    expect(c.y).toBeCloseTo(a.y);
+  });
+  it("places the arena line at or above the lower bound line", () => {
+    expect(g.arenaY).toBeLessThanOrEqual(g.lowerY);
+  });
+});
+
+const st: StreamsSection = {
+  available: true,
+  num_streams: 2,
+  bars: [
+    { node: 0, name: "a", stream: 0, start: 0, end: 1e-6, kind: "kernel" },
+    { node: 1, name: "b", stream: 1, start: 1e-6, end: 3e-6, kind: "kernel" },
+  ],
+  events: [{ from_stream: 0, to_stream: 1, time: 1e-6, name: "w" }],
+  serial_total: 3e-6,
+  stream_total: 3e-6,
+  critical_path: 3e-6,
+  time_unit: "s",
+};
+
+describe("timelineGeometry", () => {
+  const g = timelineGeometry(st, 500, 200);
+  it("one bar per step, on its lane", () => {
+    expect(g.rects).toHaveLength(2);
+    expect(g.rects[1].y).toBeGreaterThan(g.rects[0].y + g.rects[0].h - 1e-9);
+    expect(g.rects[1].x).toBeCloseTo(g.rects[0].x + g.rects[0].w);
+  });
+  it("event arrows go from the recording lane to the waiting lane", () => {
+    expect(g.arrows).toHaveLength(1);
+    expect(g.arrows[0].y0).toBeLessThan(g.arrows[0].y1);
+    expect(g.arrows[0].x0).toBeCloseTo(g.xOf(1e-6));
+  });
+});
+
+describe("treeGeometry", () => {
+  it("children are one level deeper, parents between their children", () => {
+    const parent = [-1, 0, 0, 1, 1, -1];
+    const g = treeGeometry(parent);
+    expect(g.leaves).toBe(4); // 2, 3, 4, 5
+    for (let i = 0; i < parent.length; i++) if (parent[i] >= 0) expect(g.x[i]).toBe(g.x[parent[i]] + 1);
+    expect(g.y[1]).toBe((g.y[3] + g.y[4]) / 2);
+  });
+  it("skips excluded nodes and survives deep chains", () => {
+    const n = 20000;
+    const parent = Array.from({ length: n }, (_, i) => i - 1);
+    const g = treeGeometry(parent);
+    expect(g.depth).toBe(n - 1);
+    const h = treeGeometry([-1, 0, 1], [1, 1, 0]);
+    expect(Number.isNaN(h.x[2])).toBe(true);
+  });
+});
+
+describe("ticks and formats", () => {
+  it("niceTicks covers the range with round steps", () => {
+    expect(niceTicks(0, 10, 5)).toEqual([0, 2, 4, 6, 8, 10]);
+    expect(niceTicks(5, 5)).toEqual([5]);
+  });
+  it("byteTicks uses round numbers of the unit", () => {
+    expect(byteTicks(150 * 1024, 3).map(formatBytes)).toEqual(["0 B", "50.0 KiB", "100 KiB", "150 KiB"]);
+  });
+  it("formats", () => {
+    expect(formatBytes(512)).toBe("512 B");
+    expect(formatBytes(4096)).toBe("4.00 KiB");
+    expect(formatTime(2.5e-6)).toBe("2.5 µs");
+    expect(formatTime(0)).toBe("0 s");
+  });
+});
