@@ -392,6 +392,7 @@ class CudaGraphExecutor:
         s = self._require()
         t0 = time.perf_counter()
         data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
+        s.synchronize(self._stream)  # a launch() may still read the pinned inputs
         stage_inputs(s, self._memory, self.desc, data, self._stream)
         t1 = time.perf_counter()
         s.record(self._start, self._stream)

@@ -161,6 +161,7 @@ class StreamExecutor:
         main = self._streams[0]
         t0 = time.perf_counter()
         data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
+        s.synchronize(main)  # an enqueue() may still read the pinned inputs
         stage_inputs(s, self._memory, self.desc, data, main)
         t1 = time.perf_counter()
         s.record(self._start, main)

@@ -32,7 +32,9 @@ from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.streams import StreamExecutor
 from oxiwork.node import MemcpyDir
 
-RTOL, ATOL = 2e-5, 2e-5
+# fmad is off, so element-wise arithmetic matches numpy; transcendentals (expf, tanhf,
+# logf) differ by an ulp or two and reductions sum in another order.
+RTOL, ATOL = 1e-4, 1e-5
 SEEDS = (0, 1, 2)
 STREAMS = (1, 2, 4, 8)
 
