@@ -95,7 +95,10 @@ class StreamExecutor:
             self._functions = load_functions(s, self.desc, cache)
             self._memory = DeviceMemory(s, self.desc)
             self._streams = [s.stream() for _ in range(self.num_streams)]
-            self._events = [s.event(timing=False) for _ in range(max(0, self.desc.event_count))]
+            events = max((n.event + 1 for n in self.desc.nodes if n.event is not None), default=0)
+            self._events = [
+                s.event(timing=False) for _ in range(max(events, self.desc.event_count))
+            ]
             self._fork = s.event(timing=False)
             self._joins = [s.event(timing=False) for _ in range(self.num_streams)]
             self._start = s.event()

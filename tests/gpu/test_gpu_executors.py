@@ -27,10 +27,10 @@ from oxiwork.builder import GraphBuilder
 from oxiwork.examples import quick_start, random_op_dag
 from oxiwork.executor.cuda_graph import CudaGraphExecutor
 from oxiwork.executor.driver import Device, probe
-from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.streams import StreamExecutor
 from oxiwork.node import MemcpyDir
+from tests.executor.gpu_fakes import build_plan
 
 # fmad is off, so element-wise arithmetic matches numpy; transcendentals (expf, tanhf,
 # logf) differ by an ulp or two and reductions sum in another order.
@@ -84,7 +84,7 @@ def _both(plan, gpu, inputs=None, seed=0):
 def test_quick_start(gpu):
     x = np.linspace(-1, 1, 1024, dtype=np.float32)
     for fusion in (True, False):
-        plan = ExecutionPlan.build(quick_start(), fusion=fusion)
+        plan = build_plan(quick_start(), fusion=fusion)
         want, g, s = _both(plan, gpu, {"input": x})
         np.testing.assert_allclose(want["output"], 2 * np.maximum(x, 0), rtol=1e-6)
         _assert_same(g, want, f"graph mode, fusion={fusion}")
@@ -96,7 +96,7 @@ def test_random_dags_match_the_simulator(gpu):
         g = random_op_dag(seed, 24)
         for fusion in (True, False):
             for streams in STREAMS:
-                plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
+                plan = build_plan(g, max_streams=streams, fusion=fusion)
                 want, got_g, got_s = _both(plan, gpu, seed=seed)
                 what = f"seed {seed}, fusion={fusion}, max_streams={streams}"
                 _assert_same(got_g, want, "graph mode, " + what)
@@ -104,7 +104,7 @@ def test_random_dags_match_the_simulator(gpu):
 
 
 def test_replay_with_new_inputs(gpu):
-    plan = ExecutionPlan.build(random_op_dag(5, 16), max_streams=4)
+    plan = build_plan(random_op_dag(5, 16), max_streams=4)
     with CudaGraphExecutor(plan, device=gpu) as ex:
         for seed in range(4):
             got, timings = ex.run(seed=seed)
@@ -115,7 +115,7 @@ def test_replay_with_new_inputs(gpu):
 
 def test_update_params_and_update(gpu):
     x = np.linspace(-1, 1, 1024, dtype=np.float32)
-    plan = ExecutionPlan.build(quick_start(), fusion=False)
+    plan = build_plan(quick_start(), fusion=False)
     with CudaGraphExecutor(plan, device=gpu) as ex:
         scale = next(s for s in plan.steps if s.name == "scale")
         ex.update_params(scale.node, alpha=-3.0)
@@ -124,7 +124,7 @@ def test_update_params_and_update(gpu):
         assert ex.update(plan) == "updated"  # same topology: in place
         got, _ = ex.run({"input": x})
         np.testing.assert_allclose(got["output"], 2 * np.maximum(x, 0), rtol=1e-6)
-        assert ex.update(ExecutionPlan.build(quick_start(), fusion=True)) == "reinstantiated"
+        assert ex.update(build_plan(quick_start(), fusion=True)) == "reinstantiated"
         got, _ = ex.run({"input": x})
         np.testing.assert_allclose(got["output"], 2 * np.maximum(x, 0), rtol=1e-6)
 
@@ -136,7 +136,7 @@ def test_host_callbacks_run_on_every_replay(gpu):
     up = b.add_memcpy("up", MemcpyDir.HostToDevice, 4096, dst=x)
     cb = b.add_host_callback("tick", lambda: count.append(1))
     b.chain([up, cb])
-    plan = ExecutionPlan.build(b.build())
+    plan = build_plan(b.build())
     with CudaGraphExecutor(plan, device=gpu) as ex:
         for _ in range(3):
             ex.run({"x": np.zeros(1024, np.float32)})
@@ -147,7 +147,7 @@ def test_to_dot(gpu, tmp_path=None):
     import tempfile
 
     path = os.path.join(tmp_path or tempfile.mkdtemp(), "graph.dot")
-    with CudaGraphExecutor(ExecutionPlan.build(quick_start()), device=gpu) as ex:
+    with CudaGraphExecutor(build_plan(quick_start()), device=gpu) as ex:
         ex.to_dot(path)
     with open(path) as f:
         assert "digraph" in f.read()
@@ -161,7 +161,7 @@ def _megabyte_plan():
     k = b.add_kernel("relu", 1024, 256).inputs([x]).outputs([y]).finish()
     down = b.add_memcpy("down", MemcpyDir.DeviceToHost, n, src=y)
     b.chain([up, k, down])
-    return ExecutionPlan.build(b.build())
+    return build_plan(b.build())
 
 
 def test_no_device_memory_growth_over_1000_cycles(gpu):
