@@ -141,16 +141,16 @@ class FakeDriver:
 
     # structs are plain namespaces: the executor only sets attributes on them
     def CUDA_KERNEL_NODE_PARAMS(self) -> SimpleNamespace:
-        return SimpleNamespace()
+        return SimpleNamespace(_struct="CUDA_KERNEL_NODE_PARAMS")
 
     def CUDA_MEMCPY3D(self) -> SimpleNamespace:
-        return SimpleNamespace()
+        return SimpleNamespace(_struct="CUDA_MEMCPY3D")
 
     def CUDA_MEMSET_NODE_PARAMS(self) -> SimpleNamespace:
-        return SimpleNamespace()
+        return SimpleNamespace(_struct="CUDA_MEMSET_NODE_PARAMS")
 
     def CUDA_HOST_NODE_PARAMS(self) -> SimpleNamespace:
-        return SimpleNamespace()
+        return SimpleNamespace(_struct="CUDA_HOST_NODE_PARAMS")
 
     def names(self) -> list[str]:
         """Names of the calls made, in order."""

@@ -154,3 +154,82 @@ def test_enum_helper():
 
     Mod.E = E
     assert Driver(Mod).enum("E.A") is E.A
+
+
+# ------------------------------------------------------------------ real bindings, no driver
+def _real_bindings():
+    try:
+        import cuda.bindings.driver as real
+    except ImportError:
+        return None
+    return real
+
+
+_REAL_TYPES = {
+    "context": "CUcontext",
+    "stream": "CUstream",
+    "event": "CUevent",
+    "graph": "CUgraph",
+    "exec": "CUgraphExec",
+    "module": "CUmodule",
+    "function": "CUfunction",
+    "node": "CUgraphNode",
+}
+
+
+def _to_real(value, real):
+    """A fake-driver value as the real binding's type (handles, enums, structs)."""
+    from types import SimpleNamespace
+
+    from tests.executor.gpu_fakes import Handle
+
+    if isinstance(value, Handle):
+        if value.kind == "device":
+            return real.CUdevice(value.number)
+        if value.kind == "device_memory":
+            return real.CUdeviceptr(int(value))
+        return getattr(real, _REAL_TYPES[value.kind])()
+    if isinstance(value, enum.Enum):
+        return getattr(getattr(real, type(value).__name__), value.name)
+    if isinstance(value, SimpleNamespace):
+        struct = getattr(real, value._struct)()
+        for k, v in vars(value).items():
+            if k != "_struct":
+                setattr(struct, k, _to_real(v, real))  # also checks every field's type
+        return struct
+    if isinstance(value, list):
+        return [_to_real(v, real) for v in value]
+    return value
+
+
+@pytest.mark.skipif(_real_bindings() is None, reason="cuda-bindings not installed")
+@pytest.mark.skipif(probe() is None, reason="a real driver is present: dummy handles unsafe")
+class TestRealBindingsAcceptOurArguments:
+    """Replay every call both executors make (recorded with the fake driver) against the
+    real ``cuda.bindings.driver``. Without a driver, a call whose arguments convert fails
+    only when it loads libcuda (DynamicLibNotFoundError); a wrong type, a wrong number of
+    arguments or an unknown struct field fails earlier with TypeError/AttributeError. So
+    this checks, without a GPU, that every call we make matches the installed API."""
+
+    @pytest.mark.parametrize("executor", EXECUTORS)
+    def test_every_call_converts(self, executor, tmp_path):
+        real = _real_bindings()
+        fake = FakeDriver()
+        ex = executor(diamond_plan(), driver=fake)
+        ex.run()
+        if isinstance(ex, CudaGraphExecutor):
+            ex.update_params("scale", alpha=2.0)
+            ex.update(diamond_plan())
+            ex.to_dot(str(tmp_path / "g.dot"))
+        ex.close()
+        checked = set()
+        for name, args in fake.calls:
+            fn = getattr(real, name)  # AttributeError: a call the bindings do not have
+            try:
+                fn(*[_to_real(a, real) for a in args])
+            except Exception as e:
+                assert type(e).__name__ == "DynamicLibNotFoundError", (
+                    f"{name}{args!r} was rejected by cuda.bindings: {type(e).__name__}: {e}"
+                )
+            checked.add(name)
+        assert {"cuGraphAddKernelNode", "cuLaunchKernel"} & checked
