@@ -358,3 +358,21 @@ def read_kernel_params(kernel_params: int, ctypes_types: list[Any]) -> list[Any]
 
 def as_float32(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
+
+
+def kitchen_sink_plan() -> ExecutionPlan:
+    """Every step kind the backends lower: an external input, an upload, a memset, kernels
+    on two streams (so events), a device copy, a host callback and a download."""
+    b = GraphBuilder()
+    w = b.alloc_external_buffer("w", 4096)
+    x, y, z, c = (b.alloc_buffer(n, 4096) for n in ("x", "y", "z", "c"))
+    up = b.add_memcpy("upload", MemcpyDir.HostToDevice, 4096, dst=x)
+    ms = b.add_memset("zero", 4096, 0, dst=z)
+    k0 = b.add_kernel("add", 4, 256).inputs([x, w]).outputs([y]).finish()
+    k1 = b.add_kernel("relu", 4, 256).inputs([y]).outputs([z]).finish()
+    cp = b.add_memcpy("d2d", MemcpyDir.DeviceToDevice, 4096, src=z, dst=c)
+    cb = b.add_host_callback("tick", lambda: None)
+    down = b.add_memcpy("download", MemcpyDir.DeviceToHost, 4096, src=c)
+    b.chain([up, k0, k1, cp, cb, down])
+    b.chain([ms, k1])
+    return simple_plan(b.build(), {"zero": 1, "relu": 1})

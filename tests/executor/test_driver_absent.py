@@ -18,7 +18,13 @@ from oxiwork.error import BackendUnavailable, ExecutionError, GraphError, Invali
 from oxiwork.executor.cuda_graph import CudaGraphExecutor
 from oxiwork.executor.driver import Device, Driver, DriverError, check, probe
 from oxiwork.executor.streams import StreamExecutor
-from tests.executor.gpu_fakes import CUresult, DynamicLibNotFoundError, FakeDriver, diamond_plan
+from tests.executor.gpu_fakes import (
+    CUresult,
+    DynamicLibNotFoundError,
+    FakeDriver,
+    diamond_plan,
+    kitchen_sink_plan,
+)
 
 EXECUTORS = [CudaGraphExecutor, StreamExecutor]
 
@@ -212,15 +218,18 @@ class TestRealBindingsAcceptOurArguments:
     this checks, without a GPU, that every call we make matches the installed API."""
 
     @pytest.mark.parametrize("executor", EXECUTORS)
-    def test_every_call_converts(self, executor, tmp_path):
+    @pytest.mark.parametrize("make", [diamond_plan, kitchen_sink_plan])
+    def test_every_call_converts(self, executor, make, tmp_path):
         real = _real_bindings()
         fake = FakeDriver()
-        ex = executor(diamond_plan(), driver=fake)
+        ex = executor(make(), driver=fake)
         ex.run()
         if isinstance(ex, CudaGraphExecutor):
-            ex.update_params("scale", alpha=2.0)
-            ex.update(diamond_plan())
+            kernel = next(n for n in ex.desc.nodes if n.kind == "kernel")
+            ex.update_params(kernel.name, grid=2)
+            ex.update(make())
             ex.to_dot(str(tmp_path / "g.dot"))
+            ex.read_buffer("x")
         ex.close()
         checked = set()
         for name, args in fake.calls:
@@ -233,3 +242,10 @@ class TestRealBindingsAcceptOurArguments:
                 )
             checked.add(name)
         assert {"cuGraphAddKernelNode", "cuLaunchKernel"} & checked
+        if make is kitchen_sink_plan:
+            assert {
+                "cuGraphAddMemsetNode",
+                "cuGraphAddHostNode",
+                "cuMemsetD32Async",
+                "cuLaunchHostFunc",
+            } & checked
