@@ -30,7 +30,7 @@ from oxiwork.executor.driver import Device, probe
 from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.streams import StreamExecutor
 from oxiwork.node import MemcpyDir
-from tests.executor.gpu_fakes import build_plan
+from tests.executor.gpu_fakes import build_plan, kitchen_sink_plan
 
 # fmad is off, so element-wise arithmetic matches numpy; transcendentals (expf, tanhf,
 # logf) differ by an ulp or two and reductions sum in another order.
@@ -101,6 +101,14 @@ def test_random_dags_match_the_simulator(gpu):
                 what = f"seed {seed}, fusion={fusion}, max_streams={streams}"
                 _assert_same(got_g, want, "graph mode, " + what)
                 _assert_same(got_s, want, "stream mode, " + what)
+
+
+def test_every_step_kind(gpu):
+    # external input, upload, memset, kernels on two streams with events, device copy,
+    # host callback, download
+    want, g, s = _both(kitchen_sink_plan(), gpu, seed=7)
+    _assert_same(g, want, "graph mode, kitchen sink")
+    _assert_same(s, want, "stream mode, kitchen sink")
 
 
 def test_replay_with_new_inputs(gpu):
