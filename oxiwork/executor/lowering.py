@@ -459,8 +459,11 @@ class _Lowering:
         src_arg = step.inputs[0] if step.inputs else None
         dst_arg = step.outputs[0] if step.outputs else None
         if direction == "h2d":
+            # One region per uploaded buffer, as large as the buffer: every upload into it
+            # (whatever its size) reads the same input, as in the simulator.
             name = f"in:{dst_arg.name}" if dst_arg else f"in:#{step.index}"
-            src = self.host_region(name, dst_arg, "in", nbytes)
+            size = max(nbytes, dst_arg.size_bytes) if dst_arg else nbytes
+            src = self.host_region(name, dst_arg, "in", size)
             dst = self.ref(dst_arg, nbytes)
         elif direction == "d2h":
             # Every download has its own region: two downloads of one buffer at different
