@@ -27,7 +27,13 @@ from oxiwork.executor.lowering import CTYPES, KernelArg, _contract, lower, pack_
 from oxiwork.executor.nvrtc import cache_key
 from oxiwork.node import NodeKind
 from oxiwork.optimizer.fusion import fuse
-from tests.executor.gpu_fakes import build_plan, diamond_plan, read_kernel_params, simple_plan
+from tests.executor.gpu_fakes import (
+    build_plan,
+    diamond_plan,
+    kitchen_sink_plan,
+    read_kernel_params,
+    simple_plan,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -293,3 +299,134 @@ class TestNodeFor:
     def test_raises_on_unknown(self):
         with pytest.raises(InvalidArgument, match="no node 'nope'"):
             lower(diamond_plan()).node_for("nope")
+
+
+# ------------------------------------------------------------------ executing a description
+def interpret(plan, desc, inputs=None, seed=0, order_seed=0):
+    """Execute a GraphDesc on the CPU in a random order allowed by its edges.
+
+    Kernels use the ops' numpy references on the bytes their pointer arguments name;
+    copies and memsets move bytes between the arena, own buffers, scratch and the host
+    block, exactly as the description says. Input staging and output reading are the
+    GPU executors' own functions, so this checks the lowering and the executors' host
+    side against the simulator without a GPU.
+    """
+    import random
+
+    from oxiwork.executor.cuda_graph import prepare_inputs
+    from oxiwork.ops.program import bind, run
+
+    mem = {
+        "arena": np.zeros(desc.arena_bytes, np.uint8),
+        "scratch": np.zeros(desc.scratch_bytes, np.uint8),
+        "host": np.zeros(desc.host_bytes, np.uint8),
+    }
+    own = {b.name: np.zeros(b.nbytes, np.uint8) for b in desc.device_buffers}
+    host = {h.name: h for h in desc.host_buffers}
+
+    def at(ref, nbytes):
+        kind, where = ref
+        if kind == "buffer":
+            return own[where][:nbytes]
+        if kind == "host":
+            off = host[where].offset
+            return mem["host"][off : off + nbytes]
+        return mem[kind][where : where + nbytes]
+
+    data, _ = prepare_inputs(plan, desc, inputs or {}, seed)
+    for h in desc.host_buffers:
+        if h.direction == "in" and h.buffer in data:
+            at(("host", h.name), h.nbytes)[...] = data[h.buffer][: h.nbytes]
+    for b in desc.device_buffers:
+        if b.name in data:
+            own[b.name][...] = data[b.name]
+
+    preds = desc.predecessors()
+    done: set[int] = set()
+    ready = [n.index for n in desc.nodes if not preds[n.index]]
+    rng = random.Random(order_seed)
+    while ready:
+        i = ready.pop(rng.randrange(len(ready)))
+        n = desc.nodes[i]
+        if n.kind == "kernel":
+            step = plan.steps[n.step]
+            node = plan.graph.node(step.node)
+            ins = [
+                at(a.value, b.size_bytes).view(b.dtype).reshape(b.shape)
+                for a, b in zip(n.args, step.inputs, strict=False)
+            ]
+            outs = run(bind(plan.graph, node), [x.copy() for x in ins])
+            ptrs = [a for a in n.args if a.ctype == "ptr"][len(step.inputs) :]
+            for a, b, r in zip(ptrs, step.outputs, outs, strict=True):
+                at(a.value, b.size_bytes)[...] = np.asarray(r, b.dtype).reshape(-1).view(np.uint8)
+        elif n.kind == "memcpy":
+            at(n.dst, n.nbytes)[...] = at(n.src, n.nbytes)
+        elif n.kind == "memset":
+            pattern = np.full(n.width, n.value, dtype=f"uint{8 * n.element_size}")
+            at(n.dst, n.nbytes)[...] = pattern.view(np.uint8)
+        done.add(i)
+        for j in range(i + 1, len(desc.nodes)):
+            if j not in done and j not in ready and all(p in done for p in preds[j]):
+                ready.append(j)
+    assert len(done) == len(desc.nodes)
+    out = {}
+    for buf, region in desc.outputs:
+        h = host[region]
+        raw = at(("host", region), h.nbytes)
+        dt = np.dtype(h.dtype)
+        out[buf] = raw[: h.nbytes - h.nbytes % dt.itemsize].view(dt)
+    return out
+
+
+class TestExecutingTheDescription:
+    """The description, executed in any order its edges allow, computes exactly what the
+    simulator computes (same numpy references, so equality is exact)."""
+
+    @pytest.mark.parametrize("seed", range(4))
+    @pytest.mark.parametrize("fusion", [True, False])
+    def test_matches_the_simulator(self, seed, fusion):
+        import warnings
+
+        from oxiwork.executor.simulator import SequentialExecutor
+
+        plan = build_plan(random_op_dag(seed, 16), fusion=fusion, max_streams=4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = SequentialExecutor(plan).run(seed=seed).outputs
+        desc = lower(plan)
+        for order_seed in range(3):
+            got = interpret(plan, desc, seed=seed, order_seed=order_seed)
+            assert set(got) == set(want)
+            for name in want:
+                np.testing.assert_array_equal(
+                    got[name].reshape(-1), np.asarray(want[name]).reshape(-1), err_msg=name
+                )
+
+    @pytest.mark.parametrize("make", [diamond_plan, kitchen_sink_plan])
+    def test_hand_made_plans(self, make):
+        import warnings
+
+        from oxiwork.executor.simulator import SequentialExecutor
+
+        plan = make()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = SequentialExecutor(plan).run(seed=1).outputs
+        for order_seed in range(5):
+            got = interpret(plan, lower(plan), seed=1, order_seed=order_seed)
+            assert {k: v.tolist() for k, v in got.items()} == {
+                k: np.asarray(v).reshape(-1).tolist() for k, v in want.items()
+            }
+
+    def test_dropping_an_event_edge_can_change_the_result(self):
+        # The check above can fail: without the event pair, 'add' may run before 'neg'.
+        from dataclasses import replace
+
+        plan = diamond_plan()
+        desc = lower(plan)
+        neg, add = desc.node_for("neg").index, desc.node_for("add").index
+        broken = replace(desc, edges=tuple(e for e in desc.edges if e != (neg, add)))
+        results = {
+            tuple(interpret(plan, broken, seed=1, order_seed=k)["y"].tolist()) for k in range(20)
+        }
+        assert len(results) > 1
