@@ -124,11 +124,15 @@ def bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
                     "earlier steps)"
                 )
         step_where = where if len(program.steps) == 1 else f"{where} step {j}"
-        if len(program.steps) == 1 and len(shapes) == op.arity:
+        try:
+            params = bind_params(op, st.params, step_where)
+            shape = infer_shape(op, shapes, params, step_where)
+        except InvalidArgument as e:
+            if len(program.steps) > 1 or len(shapes) != op.arity:
+                raise
+            # name the buffers too (built only on error: bind runs for every kernel)
             names = ", ".join(f"{b.name!r} {b.array_shape}" for b in in_bufs)
-            step_where = f"{where} reading {names}"
-        params = bind_params(op, st.params, step_where)
-        shape = infer_shape(op, shapes, params, step_where)
+            raise InvalidArgument(str(e).replace(where, f"{where} reading {names}", 1)) from None
         steps.append(BoundStep(op, params, st.args, tuple(shapes), shape, st.node))
     if len(program.outputs) != len(out_bufs):
         raise InvalidArgument(

@@ -84,6 +84,10 @@ class _Fuser:
             inf = _classify(graph, n)
             if inf is not None:
                 self.info[n.id] = inf
+        # readers of each candidate's output, and whether it could become internal: both
+        # are fixed for the input graph, so computed once.
+        self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
+        self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
@@ -108,9 +112,12 @@ class _Fuser:
     # ---------------------------------------------------------------- buffers
     def internalisable(self, nid: NodeId) -> bool:
         """Can ``nid``'s output live only inside a fused kernel (given all readers join)?"""
+        return self._internalisable[nid]
+
+    def _can_internalise(self, nid: NodeId) -> bool:
         bid = self.info[nid].out
         buf = self.g.buffer(bid)
-        readers = self.g.readers(bid)
+        readers = self.readers[nid]
         return (
             not buf.external
             and self.g.writers(bid) == (nid,)
@@ -162,7 +169,7 @@ class _Fuser:
             if inf.out in written:
                 return "two members write the same buffer"
             written.add(inf.out)
-            readers = self.g.readers(inf.out)
+            readers = self.readers[m]
             inside = [r for r in readers if r in gset]
             if inside and (not self.internalisable(m) or len(inside) != len(readers)):
                 return "an intermediate buffer has a consumer outside the group"
@@ -177,7 +184,8 @@ class _Fuser:
         return None
 
     def structure_ok(self, group: list[NodeId], gset: set[NodeId]) -> bool:
-        inner = {self.info[m].out: m for m in group if self.info[m].out in self._internal(gset)}
+        internal = self._internal(gset)
+        inner = {self.info[m].out: m for m in group if self.info[m].out in internal}
         reds = [m for m in group if self.info[m].cls == "R"]
         if len(reds) > 1:
             return False
@@ -211,11 +219,7 @@ class _Fuser:
         return True
 
     def _internal(self, gset: set[NodeId]) -> set[BufferId]:
-        return {
-            self.info[m].out
-            for m in gset
-            if any(r in gset for r in self.g.readers(self.info[m].out))
-        }
+        return {self.info[m].out for m in gset if any(r in gset for r in self.readers[m])}
 
     def closes_cycle(self, gset: set[NodeId]) -> bool:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
@@ -251,10 +255,10 @@ class _Fuser:
             if p not in self.info:
                 continue
             if not self.internalisable(p):
-                if self.g.readers(self.info[p].out):
+                if self.readers[p]:
                     self.rejected["output is external, shared or read by a non-fusible node"] += 1
                 continue
-            readers = self.g.readers(self.info[p].out)
+            readers = self.readers[p]
             if len(set(readers)) == 1:
                 self.try_merge([p, readers[0]])
                 continue
@@ -354,18 +358,17 @@ def _config(graph: ComputeGraph, node: GraphNode) -> KernelConfig:
     return KernelConfig.linear(max(1, min(math.ceil(n / _THREADS), 65535)), _THREADS)
 
 
-def _apply(graph: ComputeGraph, groups: list[list[NodeId]]) -> tuple[ComputeGraph, list[BufferId]]:
-    """The graph with each group replaced by one fused kernel."""
+def _apply(
+    graph: ComputeGraph, groups: list[list[NodeId]], made: list[tuple[GraphNode, set[BufferId]]]
+) -> tuple[ComputeGraph, list[BufferId]]:
+    """The graph with each group replaced by its fused kernel (``made[k]`` for group k)."""
     owner: dict[NodeId, NodeId] = {}
     fused: list[GraphNode] = []
     removed: set[BufferId] = set()
-    nid = int(graph.next_node_id())
-    for group in groups:
-        node, internal = _fused_node(graph, NodeId(nid), group)
+    for group, (node, internal) in zip(groups, made, strict=False):
         fused.append(node)
         removed |= internal
         owner.update((m, node.id) for m in group)
-        nid += 1
     nodes = [n for n in graph.nodes if n.id not in owner] + fused
     edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
     edges = {(a, b) for a, b in edges if a != b}
@@ -466,35 +469,36 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
     groups = fuser.run() if max_group_size > 1 else []
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
     # group is dropped rather than producing a kernel nobody can compile.
-    checked = []
+    checked: list[list[NodeId]] = []
+    made: list[tuple[GraphNode, set[BufferId]]] = []
+    first = int(graph.next_node_id())  # fused nodes are numbered from here, in group order
     for group in groups:
-        node, _ = _fused_node(graph, graph.next_node_id(), group)
         try:
+            node, internal = _fused_node(graph, NodeId(first + len(made)), group)
             kernel_source(graph, node)
         except GraphError:
             fuser.rejected["generated kernel failed to build"] += 1
             continue
         checked.append(group)
+        made.append((node, internal))
     groups = checked
     before = peak_live_bytes(graph)
     rank = {nid: i for i, nid in enumerate(graph.topological_order())}
     undone: list[list[NodeId]] = []
     while True:
-        new, removed = _apply(graph, groups)
+        new, removed = _apply(graph, groups, made)
         new_rank = dict(rank)
-        first = int(graph.next_node_id())  # _apply numbers fused nodes from here, in order
         for k, group in enumerate(groups):
             new_rank[NodeId(first + k)] = min(rank[m] for m in group)
         after = peak_live_bytes(new, _order_like(new, new_rank))
         if after <= before or not groups:
             break
         undone.append(groups.pop())  # undo the latest group first
+        made.pop()
     kernels_before = sum(1 for n in graph.nodes if n.is_kernel)
     artefacts: dict[str, Any] = {
         "groups": groups,
-        "fused_nodes": {
-            NodeId(int(graph.next_node_id()) + k): tuple(group) for k, group in enumerate(groups)
-        },
+        "fused_nodes": {NodeId(first + k): tuple(group) for k, group in enumerate(groups)},
         "removed_buffers": removed,
         "kernels_before": kernels_before,
         "kernels_after": sum(1 for n in new.nodes if n.is_kernel),
