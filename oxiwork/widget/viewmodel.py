@@ -61,6 +61,7 @@ __all__ = [
     "ops_section",
     "pack_dag",
     "streams_section",
+    "summary_section",
     "unavailable",
     "unpack_dag",
 ]
@@ -321,6 +322,60 @@ def dag_section(
         "notes": notes,
     }
     return meta, blob
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
+
+
+def _fmt_time(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.1f} µs"
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def summary_section(
+    graph: ComputeGraph, plan: Any = None, notes: Mapping[str, str] | None = None
+) -> list[list[str]]:
+    """Graph-level facts for the details panel when nothing is selected: ``[label, value]``.
+
+    >>> from oxiwork.examples import quick_start
+    >>> dict(summary_section(quick_start()))["nodes"]
+    '4 (2 copies, 2 kernels)'
+    """
+    counts: dict[str, int] = {}
+    for n in graph.nodes:
+        counts[n.kind.value] = counts.get(n.kind.value, 0) + 1
+    words = {"kernel": "kernels", "memcpy": "copies", "memset": "memsets",
+             "event_record": "event records", "event_wait": "event waits",
+             "host_callback": "host callbacks", "barrier": "barriers"}  # fmt: skip
+    parts = ", ".join(f"{c} {words.get(k, k)}" for k, c in counts.items())
+    rows = [
+        ["nodes", f"{graph.num_nodes} ({parts})"],
+        [
+            "buffers",
+            f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
+        ],
+    ]
+    info = _try_topo(graph, _costs(graph))
+    if info is not None:
+        rows.append(
+            ["critical path", f"{len(info.critical_path)} nodes · {_fmt_time(info.makespan)}"]
+        )
+    if plan is not None:
+        rows.append(
+            [
+                "plan",
+                f"{len(plan.steps)} steps on {plan.num_streams} streams · pool {_fmt_bytes(plan.pool_bytes)}",
+            ]
+        )
+    for key, text in sorted((notes or {}).items()):
+        rows.append([key, text])
+    return rows
 
 
 def buffers_section(graph: ComputeGraph) -> list[dict[str, Any]]:

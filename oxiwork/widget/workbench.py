@@ -277,6 +277,7 @@ class Workbench(anywidget.AnyWidget):
             "sim": self._sim(),
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
+            "summary": vm.summary_section(self._graph_shown(), self.session.plan, self.session.notes),
             "editable": self._stage_index() == 0,
             "edit_reason": "" if self._stage_index() == 0 else
             "Edits apply to the input graph: move the pass slider back to 'input' to build.",

@@ -107,8 +107,11 @@ try {
     const n = await widget(i).locator(".ow-dag").getAttribute("data-nodes");
     check(`widget ${i} DAG has the graph's node count`, Number(n) === expected[i], `${n} vs ${expected[i]}`);
   }
+  const drawnSmall = Number(await widget(0).locator(".ow-dag").getAttribute("data-drawn"));
+  check("the fitted quick-start DAG draws every node", drawnSmall === expected[0], `${drawnSmall}`);
+  // A long transformer stack opens zoomed to a readable scale at its sources.
   const drawnBig = Number(await widget(1).locator(".ow-dag").getAttribute("data-drawn"));
-  check("the fitted transformer DAG draws every node", drawnBig === expected[1], `${drawnBig}`);
+  check("the transformer DAG draws its first layers", drawnBig > 10 && drawnBig <= expected[1], `${drawnBig}`);
   await shot(widget(0), "quickstart");
   await shot(widget(1), "transformer");
 

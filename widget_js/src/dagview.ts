@@ -7,6 +7,7 @@
 
 import { colorNodes, type LegendItem } from "./colors";
 import { STATE_CREATED, STATE_REMOVED, type DagArrays } from "./dagdata";
+import { formatTime } from "./charts";
 import { fitCanvas, fitText, h } from "./dom";
 import { hitTest, NODE_H, NODE_W, SpatialGrid, type Layout } from "./layout";
 
@@ -245,7 +246,7 @@ export class DagView {
     const op = s.ops[i];
     t.append(h("div", { class: "ow-tt-sub", text: op ? `${kind} · ${op}` : kind }));
     const parts = [`id ${s.dag.int.id[i]}`, `level ${s.dag.int.level[i]}`];
-    if (s.hasTopo) parts.push(`slack ${s.dag.float.slack[i].toPrecision(3)}`);
+    if (s.hasTopo) parts.push(`slack ${formatTime(s.dag.float.slack[i])}`);
     if (s.dag.int.stream[i] >= 0) parts.push(`stream ${s.dag.int.stream[i]}`);
     if (s.dag.int.state[i] === STATE_CREATED) parts.push("created by this pass");
     if (s.dag.int.state[i] === STATE_REMOVED) parts.push("removed by this pass");
@@ -435,7 +436,7 @@ export function fitTransform(L: Layout, w: number, hh: number): { k: number; tx:
   const bh = L.maxY - L.minY + NODE_H + 40;
   const all = Math.min(w / bw, hh / bh);
   if (all < LABEL_ZOOM && bw / bh > (4 * w) / hh) {
-    const k = Math.min(1.2, Math.max(LABEL_ZOOM, hh / bh));
+    const k = Math.min(0.7, Math.max(LABEL_ZOOM, hh / bh));
     return { k, tx: 20 - (L.minX - NODE_W / 2) * k, ty: hh / 2 - ((L.minY + L.maxY) / 2) * k };
   }
   const k = Math.min(1.4, Math.max(0.002, all));

@@ -81,6 +81,7 @@ export class App {
     this.bottomTabs = h("div", { class: "ow-tabs" });
     this.bottomTools = h("div", { class: "ow-bottom-tools" });
     this.bottomBody = h("div", { class: "ow-bottom-body" });
+    this.dagView.root.append(this.legend);
     this.root = h(
       "div",
       { class: "ow-root" },
@@ -219,7 +220,6 @@ export class App {
       h("div", { class: "ow-stats", text: stats }),
       h("div", { class: "ow-spacer" }),
       h("label", { class: "ow-inline" }, h("span", { text: "colour by" }), this.colorSel),
-      this.legend,
       note ? h("span", { class: "ow-note", text: note }) : "",
     );
   }
@@ -279,7 +279,7 @@ export class App {
     const send = (t: string, p: Record<string, unknown>) => this.send(t, p);
     if (this.side === "details") {
       const d = this.model.get("details") as NodeDetails | Record<string, never>;
-      this.sideBody.append(detailsPanel(d && "id" in d ? (d as NodeDetails) : null, this.vm.editable, send));
+      this.sideBody.append(detailsPanel(d && "id" in d ? (d as NodeDetails) : null, this.vm.editable, send, this.vm.summary ?? []));
     } else if (this.side === "build") {
       this.sideBody.dataset.key = this.buildKey();
       this.sideBody.append(buildPanel(this.vm, send));

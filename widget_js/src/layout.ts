@@ -115,8 +115,9 @@ const cell = (x: number, y: number) => `${Math.round(x / DX)},${Math.round(y / D
 
 /**
  * Layout that keeps the positions of nodes seen before (`prev`, keyed by node id, reused only
- * when the name matches). Falls back to a fresh layout when fewer than half of the nodes are
- * known, which is the case for a different graph.
+ * when the name matches). Falls back to a fresh layout when fewer than a fifth of the nodes
+ * are known, which is the case for a different graph (a fusion pass that merges most kernels
+ * still keeps well over a fifth: the copies and the unfused kernels).
  */
 export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>): Layout {
   const { n, ids, names, level, src, dst, anchors } = inp;
@@ -125,7 +126,7 @@ export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>
     const p = prev.get(ids[i]);
     if (p && p.name === names[i]) known++;
   }
-  if (n === 0 || known * 2 < n) return freshLayout(inp);
+  if (n === 0 || known * 5 < n) return freshLayout(inp);
 
   const x = new Float32Array(n);
   const y = new Float32Array(n);

@@ -18,9 +18,15 @@ function time(v: number | null | undefined): string | null {
   return v === null || v === undefined ? null : formatTime(v);
 }
 
-export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send): HTMLElement {
+export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send, summary: [string, string][] = []): HTMLElement {
   if (!d) {
-    return h("div", { class: "ow-panel ow-details" }, h("p", { class: "ow-hint", text: "Click a node in the graph to see its details. Shift-drag from one node to another to add a dependency; double-click the background to fit." }));
+    return h(
+      "div",
+      { class: "ow-panel ow-details" },
+      summary.length ? h("h4", { text: "Graph" }) : null,
+      ...summary.map(([k, v]) => row(k, v)),
+      h("p", { class: "ow-hint ow-help", text: "Click a node for its details. Drag to pan, scroll to zoom, double-click to fit. Shift-drag from one node to another to add a dependency." }),
+    );
   }
   const rename = h("input", { class: "ow-input ow-rename-input", value: d.name, "aria-label": "new name" });
   const actions = editable

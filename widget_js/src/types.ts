@@ -195,6 +195,8 @@ export interface ViewModel {
   ops: OpInfo[];
   editable: boolean;
   edit_reason: string;
+  /** Graph-level facts shown when no node is selected: [label, value] pairs. */
+  summary?: [string, string][];
 }
 
 export interface ErrorEntry {
