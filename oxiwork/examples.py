@@ -260,7 +260,7 @@ def transformer_block(
     matmul, scale, softmax, context matmul, output projection, residual add, layer_norm,
     feed-forward (matmul, bias_add, gelu, matmul, bias_add) and a second residual. Weights
     are external buffers; the activations are uploaded and the result downloaded. With
-    the defaults (2 heads) a layer has 37 kernels: 8 layers give 298 kernels and 300 nodes.
+    the defaults (2 heads) a layer has 37 kernels: 8 layers give 296 kernels and 298 nodes.
 
     >>> g = transformer_block(2)
     >>> len(g.kernels())
