@@ -1,0 +1,835 @@
+"""Stream partitioning: put every node on a CUDA stream and add the fewest events.
+
+Two nodes can only run concurrently on a GPU if they are on different streams; nodes on
+one stream run in issue order; an ordering between streams costs an event record/wait
+pair. The pass therefore
+
+1. decomposes the DAG into chains (Nimble's scheme: a maximum bipartite matching of
+   "u may directly precede v on a stream"), so that, without stream pins and under the
+   ``max_streams`` cap, the number of streams equals the DAG's width (Dilworth's theorem:
+   the fewest chains covering a partial order equals its largest antichain, so no
+   assignment with fewer streams keeps every independent pair concurrent);
+2. over the cap (or when pins force it), merges work onto ``max_streams`` streams by list
+   scheduling: nodes are dispatched in ALAP order (least slack first; ties by level and
+   id) and each goes to the stream on which it can start earliest under the cost model,
+   preferring the stream of its latest-finishing predecessor on ties (that edge then
+   needs no event). Chains that are critical thereby stay on one stream, and chains with
+   slack fill the gaps of the others;
+3. inserts an EventRecord after the producer and an EventWait before the consumer for
+   exactly the cross-stream edges of the transitive reduction of "dependencies + stream
+   order" that are not already an event of the input graph. Every other cross-stream
+   dependency is implied by stream order plus these events, transitively; and none of
+   these edges can be dropped (an edge of a transitive reduction has no other path), so
+   the event count is the minimum for the assignment (``min_event_count``, below).
+
+Both the matching and the reduction avoid materialising the transitive closure on big
+graphs: the reduction is read off per-stream vector clocks (O(E x streams)); the exact
+chain cover uses closure bitsets (Python ints) up to :data:`EXACT_CHAIN_LIMIT` nodes, and
+above it a vector-clock greedy chain cover certified optimal when it meets the
+level-antichain lower bound.
+
+The pass also adds a stream-order edge between consecutive nodes of a stream wherever the
+dependencies do not already order them, so that any topological order of the new graph
+is a valid issue order (the memory pass and :class:`~oxiwork.executor.plan.ExecutionPlan`
+rely on ``graph.topological_order()`` being consistent with every stream).
+
+``min_event_count`` is defined as: the number of cross-stream edges ``(u, v)`` of the
+transitive reduction of R = closure(dependencies + stream order), excluding edges that are
+already a record -> wait pair of the input graph. It is the minimum number of event pairs
+over all event sets that order every dependency and add no ordering outside R.
+
+References
+----------
+* W. Kwon, G.-I. Yu, E. Jeong, B.-G. Chun, "Nimble: Lightweight and Parallel GPU Task
+  Scheduling for Deep Learning", NeurIPS 2020 (stream assignment by minimum equivalent
+  graph + maximum bipartite matching; minimal synchronisation).
+* A. V. Aho, M. R. Garey, J. D. Ullman, "The Transitive Reduction of a Directed Graph",
+  SIAM J. Computing 1(2), 1972.
+* J. E. Hopcroft, R. M. Karp, "An n^{5/2} Algorithm for Maximum Matchings in Bipartite
+  Graphs", SIAM J. Computing 2(4), 1973.
+* R. P. Dilworth, "A Decomposition Theorem for Partially Ordered Sets", Annals of Math.
+  51(1), 1950; D. R. Fulkerson, "Note on Dilworth's decomposition theorem", 1956
+  (minimum chain cover = n - maximum matching on the comparability bipartite graph).
+* R. L. Graham, "Bounds on Multiprocessing Timing Anomalies", SIAM J. Appl. Math. 17(2),
+  1969 (list scheduling); Y.-K. Kwok, I. Ahmad, ACM Computing Surveys 31(4), 1999
+  (ALAP priorities).
+
+Example
+-------
+>>> from oxiwork import GraphBuilder
+>>> b = GraphBuilder()
+>>> a, x, y, z = (b.add_barrier(n) for n in "axyz")
+>>> b.fan_out(a, [x, y]); b.fan_in([x, y], z)
+>>> res = assign_streams(b.build())
+>>> sa = res.artefacts["streams"]
+>>> sa.num_streams, sa.width, sa.event_count, sa.min_event_count
+(2, 2, 2, 2)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from oxiwork.analysis import topo
+from oxiwork.error import InvalidArgument
+from oxiwork.graph import ComputeGraph, DenseGraph
+from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
+from oxiwork.pipeline import PassResult
+
+__all__ = [
+    "EXACT_CHAIN_LIMIT",
+    "StreamAssignment",
+    "assign_streams",
+    "issue_order",
+    "min_chain_cover",
+    "round_robin_by_level",
+]
+
+EXACT_CHAIN_LIMIT = 6000
+"""Up to this many nodes the chain cover is exact (closure bitsets + Hopcroft–Karp): the
+bitsets take n^2/8 bytes (4.5 MB at the limit)."""
+
+# Above the limit a greedy chain cover runs only while it needs few chains: its cost is
+# O(E x chains), and with many chains the graph is over any sensible cap anyway.
+_GREEDY_CHAIN_SLACK = 16
+
+_INF = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAssignment:
+    """What the stream pass decided (artefact ``"streams"``).
+
+    Attributes
+    ----------
+    stream_of : dict
+        Node id -> stream, for every node of the new graph (events included).
+    order : dict
+        Stream -> its nodes in issue order.
+    num_streams : int
+        ``max(stream) + 1``: the streams an executor must create.
+    events : tuple of (record, wait, producer, consumer)
+        The event pairs inserted: the record follows ``producer`` on its stream, the wait
+        precedes ``consumer`` on its stream.
+    event_count, min_event_count : int
+        Pairs inserted, and the minimum for this assignment (module docstring); equal.
+    width : int
+        The DAG's width (largest antichain) if ``width_exact``, else a lower bound (the
+        largest level).
+    width_exact : bool
+        Whether ``width`` is exact.
+    chains : int
+        Chains in the decomposition (0 when the list scheduler placed the nodes).
+    method : str
+        ``"chains"``, ``"list_schedule"`` or ``"round_robin_by_level"``.
+    makespan : float
+        Finish time of the plan under the cost model: every stream runs in order, a wait
+        holds its stream until its record completes, inserted events cost nothing.
+    lower_bound : float
+        ``max(critical_path, total_work / p)`` with ``p = min(max_streams, width)`` (width
+        only when exact): no assignment with at most ``max_streams`` streams beats it.
+    critical_path, total_work : float
+        The two terms of the bound (seconds, or unit costs without a cost model).
+    seconds : float
+        Time the pass took.
+    """
+
+    stream_of: dict[NodeId, StreamId]
+    order: dict[StreamId, tuple[NodeId, ...]]
+    num_streams: int
+    events: tuple[tuple[NodeId, NodeId, NodeId, NodeId], ...]
+    event_count: int
+    min_event_count: int
+    width: int
+    width_exact: bool
+    chains: int
+    method: str
+    makespan: float
+    lower_bound: float
+    critical_path: float
+    total_work: float
+    seconds: float
+
+    @property
+    def ratio(self) -> float:
+        """``makespan / lower_bound`` (1.0 for an empty bound)."""
+        return self.makespan / self.lower_bound if self.lower_bound > 0 else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (for the widget)."""
+        return {
+            "num_streams": self.num_streams,
+            "order": {str(int(s)): [int(n) for n in ns] for s, ns in self.order.items()},
+            "events": [[int(x) for x in e] for e in self.events],
+            "event_count": self.event_count,
+            "min_event_count": self.min_event_count,
+            "width": self.width,
+            "width_exact": self.width_exact,
+            "chains": self.chains,
+            "method": self.method,
+            "makespan": self.makespan,
+            "lower_bound": self.lower_bound,
+            "ratio": self.ratio,
+            "critical_path": self.critical_path,
+            "total_work": self.total_work,
+            "seconds": self.seconds,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Chain decomposition
+# --------------------------------------------------------------------------------------------
+
+
+def _bits(x: int) -> list[int]:
+    """Positions of the set bits of ``x``, ascending."""
+    out = []
+    while x:
+        low = x & -x
+        out.append(low.bit_length() - 1)
+        x ^= low
+    return out
+
+
+def _hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int]) -> None:
+    """Maximum matching of left ``u`` to right ``v in bits(adj[u])``, improving in place.
+
+    Hopcroft–Karp (1973): phases of a BFS layering from the free left vertices followed by
+    vertex-disjoint shortest augmenting paths (iterative DFS). Adjacency rows are bitsets,
+    so "unvisited neighbours" is one big-int operation and each right vertex is extracted
+    at most once per BFS and once per DFS sweep.
+    """
+    while True:
+        dist = [_INF] * n
+        queue = [u for u in range(n) if match_l[u] < 0]
+        for u in queue:
+            dist[u] = 0
+        seen = 0
+        limit = _INF
+        head = 0
+        while head < len(queue):
+            u = queue[head]
+            head += 1
+            if dist[u] >= limit:
+                continue
+            new = adj[u] & ~seen
+            seen |= new
+            for v in _bits(new):
+                w = match_r[v]
+                if w < 0:
+                    limit = min(limit, dist[u])
+                elif dist[w] == _INF:
+                    dist[w] = dist[u] + 1
+                    queue.append(w)
+        if limit == _INF:
+            return
+        avail = (1 << n) - 1
+        for root in range(n):
+            if match_l[root] >= 0 or dist[root] != 0:
+                continue
+            stack_u = [root]
+            stack_c = [adj[root] & avail]
+            path_v: list[int] = []
+            while stack_u:
+                u = stack_u[-1]
+                c = stack_c[-1] & avail
+                if not c:
+                    dist[u] = _INF  # dead end for the rest of this phase
+                    stack_u.pop()
+                    stack_c.pop()
+                    if path_v:
+                        path_v.pop()
+                    continue
+                low = c & -c
+                stack_c[-1] = c ^ low
+                v = low.bit_length() - 1
+                w = match_r[v]
+                if w < 0:
+                    if dist[u] != limit:
+                        continue
+                    avail &= ~low
+                    path_v.append(v)
+                    for uu, vv in zip(stack_u, path_v, strict=True):
+                        match_l[uu] = vv
+                        match_r[vv] = uu
+                    break
+                if dist[w] == dist[u] + 1 and dist[u] < limit:
+                    avail &= ~low
+                    path_v.append(v)
+                    stack_u.append(w)
+                    stack_c.append(adj[w] & avail)
+
+
+def _exact_chains(d: DenseGraph) -> list[list[int]]:
+    """Minimum chain cover (positions, each chain in order), via closure bitsets + HK."""
+    n = len(d.ids)
+    bit = [1 << v for v in range(n)]
+    reach = [0] * n
+    for v in reversed(d.topo):
+        r = 0
+        for w in d.succ[v]:
+            r |= reach[w] | bit[w]
+        reach[v] = r
+    match_l = [-1] * n
+    match_r = [-1] * n
+    # Greedy start along direct edges (a path cover): Hopcroft–Karp then only has to find
+    # the few augmentations that skip over intermediate nodes.
+    for u in d.topo:
+        for w in d.succ[u]:
+            if match_r[w] < 0:
+                match_l[u], match_r[w] = w, u
+                break
+    _hopcroft_karp(n, reach, match_l, match_r)
+    return _chains_from_matching(d, match_l, match_r)
+
+
+def _chains_from_matching(d: DenseGraph, match_l: list[int], match_r: list[int]) -> list[list[int]]:
+    chains = []
+    for v in d.topo:
+        if match_r[v] < 0:
+            chain = [v]
+            while match_l[chain[-1]] >= 0:
+                chain.append(match_l[chain[-1]])
+            chains.append(chain)
+    return chains
+
+
+def _greedy_chains(d: DenseGraph, limit: int) -> list[list[int]] | None:
+    """A chain cover built in topological order, or None if it needs more than ``limit``.
+
+    Each node joins a chain whose tail precedes it (read off the node's vector clock over
+    the chains built so far: O(chains) per edge), preferring the chain whose tail came
+    last. Not always minimum, but the caller certifies it against an antichain.
+    """
+    n = len(d.ids)
+    chain_of = [0] * n
+    idx = [0] * n
+    clocks: list[list[int]] = [[]] * n
+    tails_len: list[int] = []
+    tail_rank: list[int] = []
+    chains: list[list[int]] = []
+    for rank, v in enumerate(d.topo):
+        c: list[int] = [-1] * len(chains)
+        for u in d.pred[v]:
+            cu = clocks[u]
+            if len(cu) < len(c):
+                cu = cu + [-1] * (len(c) - len(cu))
+            c = list(map(max, c, cu))
+        best = -1
+        for k, ln in enumerate(tails_len):
+            if c[k] == ln - 1 and (best < 0 or tail_rank[k] > tail_rank[best]):
+                best = k
+        if best < 0:
+            if len(chains) >= limit:
+                return None
+            best = len(chains)
+            chains.append([])
+            tails_len.append(0)
+            tail_rank.append(-1)
+            c.append(-1)
+        chains[best].append(v)
+        chain_of[v] = best
+        idx[v] = tails_len[best]
+        c[best] = tails_len[best]
+        tails_len[best] += 1
+        tail_rank[best] = rank
+        clocks[v] = c
+    return chains
+
+
+def min_chain_cover(graph: ComputeGraph) -> list[tuple[NodeId, ...]]:
+    """A minimum set of chains covering the DAG's partial order (Dilworth/Fulkerson).
+
+    Consecutive nodes of a chain are ordered by the dependencies (transitively, not
+    necessarily by an edge). Exact: maximum matching (Hopcroft–Karp) on the bipartite
+    graph "u reaches v", with reachability as bitsets, so the number of chains equals the
+    width of the DAG. Meant for graphs up to a few thousand nodes (O(n^2) bits of memory).
+
+    References
+    ----------
+    Dilworth 1950; Fulkerson 1956; Hopcroft & Karp 1973 (see the module docstring).
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> x1, x2, y, z1, z2 = (b.add_barrier(n) for n in ("x1", "x2", "y", "z1", "z2"))
+    >>> b.fan_in([x1, x2], y); b.fan_out(y, [z1, z2])
+    >>> len(min_chain_cover(b.build()))   # a path cover along edges would need 3
+    2
+    """
+    d = graph.dense()
+    return [tuple(d.ids[p] for p in ch) for ch in _exact_chains(d)]
+
+
+# --------------------------------------------------------------------------------------------
+# Placement strategies: each returns (stream per position, issue order of positions)
+# --------------------------------------------------------------------------------------------
+
+
+def _pins(graph: ComputeGraph, max_streams: int) -> dict[int, int]:
+    pins: dict[int, int] = {}
+    for p, node in enumerate(graph.nodes):
+        if node.stream is not None:
+            if node.stream >= max_streams:
+                raise InvalidArgument(
+                    f"node {node.name!r} (id {int(node.id)}) is pinned to stream "
+                    f"{int(node.stream)}, but max_streams={max_streams}; raise max_streams "
+                    f"above {int(node.stream)} or pin it to a lower stream"
+                )
+            pins[p] = int(node.stream)
+    return pins
+
+
+def _from_chains(
+    chains: list[list[int]], pins: Mapping[int, int], max_streams: int, n: int
+) -> list[int] | None:
+    """Stream per position from chains, honouring pins; None if over the cap."""
+    pinned_streams = set(pins.values())
+    fresh = (s for s in range(max_streams + len(chains) + 1) if s not in pinned_streams)
+    stream = [0] * n
+    used = set(pinned_streams)
+    for chain in chains:
+        votes: dict[int, int] = {}
+        for p in chain:
+            if p in pins:
+                votes[pins[p]] = votes.get(pins[p], 0) + 1
+        # A chain holding pins follows its most common pin (lowest on ties); the others
+        # get the lowest stream no pin uses.
+        s = min(votes, key=lambda k: (-votes[k], k)) if votes else next(fresh)
+        used.add(s)
+        for p in chain:
+            stream[p] = pins.get(p, s)
+    if len(used) > max_streams or max(used, default=0) >= max_streams:
+        return None
+    return stream
+
+
+def _list_schedule(
+    d: DenseGraph, cost: Sequence[float], prio: Sequence[int], pins: Mapping[int, int], k: int
+) -> list[int]:
+    """Stream per position by list scheduling in ``prio`` order on ``k`` streams."""
+    n = len(d.ids)
+    stream = [0] * n
+    finish = [0.0] * n
+    free = [0.0] * k
+    for v in prio:
+        ready = 0.0
+        pref = -1
+        for u in d.pred[v]:
+            if finish[u] >= ready:
+                ready, pref = finish[u], stream[u]
+        if v in pins:
+            s = pins[v]
+        else:
+            s = min(range(k), key=lambda t: (max(ready, free[t]), t != pref, t))
+        start = max(ready, free[s])
+        stream[v] = s
+        finish[v] = start + cost[v]
+        free[s] = finish[v]
+    return stream
+
+
+# --------------------------------------------------------------------------------------------
+# Events: the cross-stream edges of the transitive reduction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Realized:
+    graph: ComputeGraph
+    events: tuple[tuple[NodeId, NodeId, NodeId, NodeId], ...]
+    order: dict[StreamId, tuple[NodeId, ...]]
+    issue: tuple[NodeId, ...]
+
+
+def _needed_events(
+    d: DenseGraph, stream: Sequence[int], issue: Sequence[int], free: set[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Cross-stream edges of TR(closure(edges + stream order)) that are not free events.
+
+    Per node v (in issue order) the clock ``c[a]`` is the last position on stream ``a``
+    below v. The node ``top_a`` there is an immediate predecessor of v in the reduction
+    unless the top of another stream already has it below (its own clock covers
+    ``c[a]``): any node strictly between ``top_a`` and v lies on some stream ``b`` and so
+    below ``top_b``.
+    """
+    ids_s = sorted(set(stream))
+    sidx = {s: i for i, s in enumerate(ids_s)}
+    k = len(ids_s)
+    si = [sidx[s] for s in stream]
+    members: list[list[int]] = [[] for _ in range(k)]
+    posn = [0] * len(stream)
+    clock: list[list[int]] = [[]] * len(stream)
+    last: list[list[int]] = [[-1] * k for _ in range(k)]
+    need: list[tuple[int, int]] = []
+    for v in issue:
+        s = si[v]
+        c = last[s][:]
+        for u in d.pred[v]:
+            c = list(map(max, c, clock[u]))
+        for a in range(k):
+            if a == s or c[a] < 0:
+                continue
+            top = members[a][c[a]]
+            covered = False
+            for b in range(k):
+                if b != a and c[b] >= 0 and clock[members[b][c[b]]][a] >= c[a]:
+                    covered = True
+                    break
+            if not covered and (top, v) not in free:
+                need.append((top, v))
+        c[s] = posn[v] = len(members[s])
+        members[s].append(v)
+        clock[v] = last[s] = c
+    return need
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -> _Realized:
+    """The new graph: streams set, events inserted, stream-order edges added where needed."""
+    d = graph.dense()
+    ids = d.ids
+    nodes = graph.nodes
+    free = {
+        (d.pos[n.event], d.pos[n.id])
+        for n in nodes
+        if n.kind is NodeKind.EventWait and n.event is not None
+    }
+    need = _needed_events(d, stream, issue, free)
+    rank = {v: r for r, v in enumerate(issue)}
+    need.sort(key=lambda e: (rank[e[0]], rank[e[1]]))
+
+    next_id = int(graph.next_node_id())
+    after: dict[int, list[NodeId]] = {}  # position -> records issued right after it
+    before: dict[int, list[NodeId]] = {}  # position -> waits issued right before it
+    new_nodes: list[GraphNode] = [
+        n.replace(stream=StreamId(stream[p])) for p, n in enumerate(nodes)
+    ]
+    new_stream: dict[NodeId, int] = {}
+    edges = list(graph.edges)
+    events = []
+    for u, v in need:
+        rec, wait = NodeId(next_id), NodeId(next_id + 1)
+        next_id += 2
+        un = nodes[u]
+        new_nodes.append(
+            GraphNode(
+                rec, f"record({_short(un.name)})", NodeKind.EventRecord, stream=StreamId(stream[u])
+            )
+        )
+        new_nodes.append(
+            GraphNode(
+                wait,
+                f"wait({_short(un.name)})",
+                NodeKind.EventWait,
+                stream=StreamId(stream[v]),
+                event=rec,
+            )
+        )
+        new_stream[rec], new_stream[wait] = stream[u], stream[v]
+        after.setdefault(u, []).append(rec)
+        before.setdefault(v, []).append(wait)
+        edges += [(ids[u], rec), (rec, wait), (wait, ids[v])]
+        events.append((rec, wait, ids[u], ids[v]))
+    for waits in before.values():  # waits before v in the order of their producers
+        waits.sort()
+
+    # Issue order of the new graph and the per-stream orders.
+    full: list[NodeId] = []
+    for v in issue:
+        full += before.get(v, ())
+        full.append(ids[v])
+        full += after.get(v, ())
+    stream_of = {ids[p]: stream[p] for p in range(len(ids))}
+    stream_of.update(new_stream)
+
+    # Stream-order edges: consecutive nodes of a stream get an edge unless the edges
+    # already order them. Walking the issue order with clocks over "edges + the stream
+    # edges added so far", each stream's prefix is a chain, so "the last node of my stream
+    # below me is my stream predecessor" is exactly "already ordered".
+    preds: dict[NodeId, list[NodeId]] = {}
+    for a, b in edges:
+        preds.setdefault(b, []).append(a)
+    ids_s = sorted(set(stream_of.values()))
+    sidx = {s: i for i, s in enumerate(ids_s)}
+    k = len(ids_s)
+    clock: dict[NodeId, list[int]] = {}
+    tail: list[NodeId | None] = [None] * k
+    count = [0] * k
+    for x in full:
+        s = sidx[stream_of[x]]
+        c = [-1] * k
+        for p in preds.get(x, ()):
+            c = list(map(max, c, clock[p]))
+        prev = tail[s]
+        if prev is not None and c[s] < count[s] - 1:
+            edges.append((prev, x))
+            c = list(map(max, c, clock[prev]))
+        c[s] = count[s]
+        count[s] += 1
+        tail[s] = x
+        clock[x] = c
+
+    order: dict[StreamId, list[NodeId]] = {StreamId(s): [] for s in ids_s}
+    for x in full:
+        order[StreamId(stream_of[x])].append(x)
+    new_graph = graph.with_changes(nodes=new_nodes, edges=edges)
+    return _Realized(
+        new_graph,
+        tuple(events),
+        {s: tuple(v) for s, v in order.items()},
+        tuple(full),
+    )
+
+
+def _makespan(graph: ComputeGraph, issue: Sequence[NodeId], cost: Mapping[NodeId, float]) -> float:
+    """Finish time when streams run in order and waits hold their stream (zero-cost events)."""
+    free: dict[int, float] = {}
+    finish: dict[NodeId, float] = {}
+    end = 0.0
+    for x in issue:
+        node = graph.node(x)
+        s = int(node.stream or 0)
+        start = free.get(s, 0.0)
+        if node.kind is NodeKind.EventWait and node.event is not None:
+            start = max(start, finish[node.event])
+        t = start + cost.get(x, 0.0)
+        finish[x] = free[s] = t
+        end = max(end, t)
+    return end
+
+
+def issue_order(
+    graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None
+) -> tuple[NodeId, ...]:
+    """The order a plan issues the nodes in: by simulated start time, then topologically.
+
+    Each stream runs in order, a node starts when its stream is free and its dependencies
+    (edges, and the record of a wait) have finished; nodes are sorted by that start time,
+    ties broken by ``graph.topological_order()``. Since a node never starts before a
+    predecessor or an earlier node of its stream, this is a topological order consistent
+    with every stream; sorting by time keeps the streams abreast, which keeps the memory
+    pass's happens-before-safe lifetimes short.
+
+    >>> from oxiwork.examples import quick_start
+    >>> [quick_start().node(n).name for n in issue_order(quick_start())]
+    ['upload', 'relu', 'scale', 'download']
+    """
+    cost = _costs(graph, costs)
+    d = graph.dense()
+    topo_ids = graph.topological_order()
+    free: dict[int, float] = {}
+    finish = [0.0] * len(d.ids)
+    start = [0.0] * len(d.ids)
+    pos = d.pos
+    for nid in topo_ids:
+        p = pos[nid]
+        node = graph.nodes[p]
+        s = int(node.stream or 0)
+        t = free.get(s, 0.0)
+        for u in d.pred[p]:
+            if finish[u] > t:
+                t = finish[u]
+        start[p] = t
+        finish[p] = free[s] = t + float(cost.get(nid, 0.0))
+    ranked = sorted(range(len(topo_ids)), key=lambda r: (start[pos[topo_ids[r]]], r))
+    return tuple(topo_ids[r] for r in ranked)
+
+
+# --------------------------------------------------------------------------------------------
+# The passes
+# --------------------------------------------------------------------------------------------
+
+
+def _check_cap(max_streams: Any) -> int:
+    if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
+        raise InvalidArgument(f"max_streams must be an int >= 1, got {max_streams!r}")
+    return max_streams
+
+
+def _costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> Mapping[NodeId, float]:
+    if costs is not None:
+        return costs
+    try:
+        from oxiwork import cost
+    except ImportError:  # the cost model is optional: unit costs
+        return {}
+    return cost.node_costs(graph)
+
+
+def _finish(
+    graph: ComputeGraph,
+    stream: list[int],
+    issue: list[int],
+    info: topo.TopoInfo,
+    *,
+    max_streams: int,
+    width: int,
+    width_exact: bool,
+    chains: int,
+    method: str,
+    t0: float,
+) -> PassResult:
+    real = _realize(graph, stream, issue)
+    total = sum(info.cost.values())
+    p = min(max_streams, width) if width_exact else max_streams
+    lower = max(info.makespan, total / max(p, 1))
+    makespan = _makespan(real.graph, real.issue, info.cost)
+    stream_of = {n.id: StreamId(int(n.stream or 0)) for n in real.graph.nodes}
+    sa = StreamAssignment(
+        stream_of=stream_of,
+        order=real.order,
+        num_streams=max((int(s) for s in real.order), default=0) + 1,
+        events=real.events,
+        event_count=len(real.events),
+        min_event_count=len(real.events),
+        width=width,
+        width_exact=width_exact,
+        chains=chains,
+        method=method,
+        makespan=makespan,
+        lower_bound=lower,
+        critical_path=info.makespan,
+        total_work=total,
+        seconds=time.perf_counter() - t0,
+    )
+    return PassResult(real.graph, {"streams": sa})
+
+
+def assign_streams(
+    graph: ComputeGraph,
+    *,
+    max_streams: int = 4,
+    costs: Mapping[NodeId, float] | None = None,
+) -> PassResult:
+    """Put every node on a stream and insert the fewest events (see the module docstring).
+
+    Parameters
+    ----------
+    graph : ComputeGraph
+        The graph; nodes already carrying a ``stream`` (``.on_stream`` pins, or a previous
+        run) keep it, and its existing record -> wait pairs count as synchronisation.
+    max_streams : int
+        The most streams to use (>= 1).
+    costs : mapping, optional
+        Seconds per node for the list scheduler and the makespan; default
+        ``oxiwork.cost.node_costs(graph)``.
+
+    Returns
+    -------
+    PassResult
+        The new graph and artefact ``"streams"``: a :class:`StreamAssignment`.
+
+    Raises
+    ------
+    InvalidArgument
+        ``max_streams`` is not an int >= 1, or a node is pinned to a stream >= it.
+
+    References
+    ----------
+    Nimble (Kwon et al., NeurIPS 2020); Aho, Garey & Ullman 1972; Hopcroft & Karp 1973;
+    Dilworth 1950; Graham 1969 (see the module docstring).
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> sa = assign_streams(quick_start()).artefacts["streams"]
+    >>> sa.num_streams, sa.event_count, sa.method
+    (1, 0, 'chains')
+    """
+    t0 = time.perf_counter()
+    max_streams = _check_cap(max_streams)
+    pins = _pins(graph, max_streams)
+    cost_map = _costs(graph, costs)
+    info = topo.analyze(graph, cost_map)
+    d = graph.dense()
+    n = len(d.ids)
+    lb_width = max(info.level_widths, default=0)
+    chains: list[list[int]] | None = None
+    width, exact = lb_width, False
+    if n <= EXACT_CHAIN_LIMIT:
+        chains = _exact_chains(d)
+        width, exact = len(chains), True
+    elif lb_width <= max_streams:
+        chains = _greedy_chains(d, max_streams + _GREEDY_CHAIN_SLACK)
+        if chains is not None and len(chains) == lb_width:
+            exact = True  # a chain cover meeting an antichain is optimal (Dilworth)
+    if chains is not None and len(chains) <= max_streams:
+        stream = _from_chains(chains, pins, max_streams, n)
+        if stream is not None:
+            return _finish(
+                graph,
+                stream,
+                list(d.topo),
+                info,
+                max_streams=max_streams,
+                width=width,
+                width_exact=exact,
+                chains=len(chains),
+                method="chains",
+                t0=t0,
+            )
+    pos = d.pos
+    prio = [pos[nid] for nid in info.priority]
+    cost = [info.cost[nid] for nid in d.ids]
+    stream = _list_schedule(d, cost, prio, pins, max_streams)
+    return _finish(
+        graph,
+        stream,
+        prio,
+        info,
+        max_streams=max_streams,
+        width=width,
+        width_exact=exact,
+        chains=len(chains) if chains is not None else 0,
+        method="list_schedule",
+        t0=t0,
+    )
+
+
+def round_robin_by_level(
+    graph: ComputeGraph,
+    *,
+    max_streams: int = 4,
+    costs: Mapping[NodeId, float] | None = None,
+) -> PassResult:
+    """Baseline: the i-th node of each level (by id) goes to stream ``i % max_streams``.
+
+    Levels are longest-path levels; nodes are issued level by level. Pins are kept. Events
+    are inserted exactly as by :func:`assign_streams`, so only the placement differs.
+
+    >>> from oxiwork.examples import synthetic
+    >>> sa = round_robin_by_level(synthetic(50, "layered")).artefacts["streams"]
+    >>> sa.method, sa.num_streams <= 4
+    ('round_robin_by_level', True)
+    """
+    t0 = time.perf_counter()
+    max_streams = _check_cap(max_streams)
+    pins = _pins(graph, max_streams)
+    info = topo.analyze(graph, _costs(graph, costs))
+    d = graph.dense()
+    level = [info.level[nid] for nid in d.ids]
+    issue = sorted(range(len(d.ids)), key=lambda p: (level[p], p))
+    stream = [0] * len(d.ids)
+    count: dict[int, int] = {}
+    for p in issue:
+        i = count.get(level[p], 0)
+        count[level[p]] = i + 1
+        stream[p] = pins.get(p, i % max_streams)
+    return _finish(
+        graph,
+        stream,
+        issue,
+        info,
+        max_streams=max_streams,
+        width=max(info.level_widths, default=0),
+        width_exact=False,
+        chains=0,
+        method="round_robin_by_level",
+        t0=t0,
+    )
