@@ -350,29 +350,8 @@ class CudaGraphExecutor:
         self, graph: Any, deps: list[Any], n: DescNode, memory: DeviceMemory,
         packed: dict[int, PackedArgs],
     ) -> Any:  # fmt: skip
-        s = self._require()
-        if n.kind == "kernel":
-            args = pack_node(n, memory)
-            packed[n.index] = args  # the driver copies the values, but keep them anyway
-            assert n.function_name is not None and n.grid is not None and n.block is not None
-            params = s.kernel_params(
-                self._functions[n.function_name], n.grid, n.block, n.smem, args.kernel_params
-            )
-            return s.add_kernel_node(graph, deps, params)
-        if n.kind == "memcpy":
-            assert n.src is not None and n.dst is not None and n.direction is not None
-            return s.add_memcpy_node(
-                graph, deps, n.direction, memory.resolve(n.dst), memory.resolve(n.src), n.nbytes
-            )
-        if n.kind == "memset":
-            assert n.dst is not None
-            return s.add_memset_node(
-                graph, deps, memory.resolve(n.dst), n.value, n.element_size, n.width
-            )
-        if n.kind == "host":
-            fn_ptr = ctypes.cast(self._callbacks[n.index], ctypes.c_void_p).value or 0
-            return s.add_host_node(graph, deps, fn_ptr)
-        return s.add_empty_node(graph, deps)
+        rule = _NODE_RULES.get(n.kind, _add_empty)
+        return rule(self, self._require(), graph, deps, n, memory, packed)
 
     def _require(self) -> Session:
         if self._session is None or self._session.closed:
@@ -565,6 +544,63 @@ class CudaGraphExecutor:
         # A last resort only; close() or a with-block is the supported way.
         if getattr(self, "_session", None) is not None:
             self._close_quietly()
+
+
+# ---------------------------------------------------------------------- one rule per kind
+# Each rule adds description node ``n`` to ``graph`` after ``deps`` and returns its handle;
+# anything without work (barriers) becomes an empty node.
+def _add_kernel(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    args = pack_node(n, memory)
+    packed[n.index] = args  # the driver copies the values, but keep them anyway
+    assert n.function_name is not None and n.grid is not None and n.block is not None
+    params = s.kernel_params(
+        ex._functions[n.function_name], n.grid, n.block, n.smem, args.kernel_params
+    )
+    return s.add_kernel_node(graph, deps, params)
+
+
+def _add_memcpy(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    assert n.src is not None and n.dst is not None and n.direction is not None
+    dst, src = memory.resolve(n.dst), memory.resolve(n.src)
+    return s.add_memcpy_node(graph, deps, n.direction, dst, src, n.nbytes)
+
+
+def _add_memset(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    assert n.dst is not None
+    return s.add_memset_node(graph, deps, memory.resolve(n.dst), n.value, n.element_size, n.width)
+
+
+def _add_host(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    fn_ptr = ctypes.cast(ex._callbacks[n.index], ctypes.c_void_p).value or 0
+    return s.add_host_node(graph, deps, fn_ptr)
+
+
+def _add_empty(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    return s.add_empty_node(graph, deps)
+
+
+_NODE_RULES: dict[str, Any] = {
+    "kernel": _add_kernel,
+    "memcpy": _add_memcpy,
+    "memset": _add_memset,
+    "host": _add_host,
+    "empty": _add_empty,
+}
 
 
 def _launch_value(key: str, value: Any) -> Any:
