@@ -175,6 +175,13 @@ class TestNvrtc:
             seen.add(shape)
             assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    def test_whole_graph_compiles_as_one_unit(self, nvrtc_compile):
+        # backends may join every kernel of a graph into one module: helpers must not clash
+        g = fuse(transformer_block(1)).graph
+        sources = [kernel_source(g, n) for n in g.kernels()]
+        assert len({ks.function_name for ks in sources}) == len(sources)
+        assert nvrtc_compile("".join(ks.source for ks in sources), "unit", "sm_90")
+
     def test_custom_source_compiles(self, nvrtc_compile):
         src = (
             'extern "C" __global__ void my_twice(const float* in0, float* out0, size_t n)'
