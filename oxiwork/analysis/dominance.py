@@ -167,31 +167,29 @@ def _semi_nca(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]
     num = [0] * n  # position -> preorder number (0: not visited yet)
     vertex = [-1]  # preorder number -> position (-1 for the root)
     parent = [0]
-    nxt = [0] * n  # next successor index to try, per position (no per-frame objects)
     for s in range(n):
         if pred[s] or num[s]:
             continue
         num[s] = len(vertex)
         vertex.append(s)
         parent.append(0)
-        stack = [s]
-        while stack:
-            v = stack[-1]
-            sv = succ[v]
-            i = nxt[v]
-            k = len(sv)
-            while i < k and num[sv[i]]:
-                i += 1
-            if i < k:
-                w = sv[i]
-                nxt[v] = i + 1
-                num[w] = len(vertex)
-                vertex.append(w)
-                parent.append(num[v])
-                stack.append(w)
+        # Parallel stacks of successor iterators and preorder numbers: resuming an
+        # iterator is the cheapest way to continue a vertex's edge scan in CPython.
+        its = [iter(succ[s])]
+        nums = [num[s]]
+        while its:
+            for w in its[-1]:
+                if not num[w]:
+                    k = len(vertex)
+                    num[w] = k
+                    vertex.append(w)
+                    parent.append(nums[-1])
+                    its.append(iter(succ[w]))
+                    nums.append(k)
+                    break
             else:
-                nxt[v] = k
-                stack.pop()
+                its.pop()
+                nums.pop()
     total = len(vertex)
 
     # 2. Semidominators in reverse preorder (Lengauer-Tarjan). ``label`` holds the
@@ -202,7 +200,14 @@ def _semi_nca(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]
     anc = [-1] * total
     for w in range(total - 1, 0, -1):
         s = parent[w]
-        for pv in pred[vertex[w]]:
+        pw = pred[vertex[w]]
+        if len(pw) < 2:
+            # No predecessor (a source, under the root) or one, which must be the DFS
+            # parent: semi(w) = parent(w). The common case on chains and trees.
+            semi[w] = label[w] = s
+            anc[w] = s
+            continue
+        for pv in pw:
             v = num[pv]
             if v < w:
                 # v is not processed yet, so eval(v) is v itself (and v < w).

@@ -213,31 +213,27 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     cost = node_costs(graph, costs)
 
     asap = [0.0] * n
+    finish = cost[:]  # asap + cost; sources start at 0
     level = [0] * n
     best = [-1] * n  # predecessor finishing last: the critical path walks back through it
     for v in topo:
         pv = pred[v]
-        if pv:
-            if len(pv) == 1:
-                u = pv[0]
-                asap[v] = asap[u] + cost[u]
-                level[v] = level[u] + 1
-                best[v] = u
-            else:
-                bu = pv[0]
-                bt = asap[bu] + cost[bu]
-                lv = level[bu]
-                for u in pv:
-                    t = asap[u] + cost[u]
-                    if t > bt:
-                        bt, bu = t, u
-                    if level[u] > lv:
-                        lv = level[u]
-                asap[v] = bt
-                level[v] = lv + 1
-                best[v] = bu
+        if not pv:
+            continue
+        if len(pv) == 1:
+            u = pv[0]
+            t = finish[u]
+            level[v] = level[u] + 1
+            best[v] = u
+        else:
+            # C-level max/index over small lists beats a Python loop per predecessor.
+            ft = [finish[u] for u in pv]
+            t = max(ft)
+            best[v] = pv[ft.index(t)]
+            level[v] = max([level[u] for u in pv]) + 1
+        asap[v] = t
+        finish[v] = t + cost[v]
 
-    finish = [a + c for a, c in zip(asap, cost, strict=True)]
     makespan = max(finish, default=0.0)
     # End the critical path at a sink: with zero-cost nodes an inner node may finish at
     # the makespan too, but finish times never decrease along edges, so some sink does.
@@ -250,10 +246,12 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     alap = [0.0] * n
     for v in reversed(topo):
         sv = succ[v]
-        if sv:
-            alap[v] = min([alap[w] for w in sv]) - cost[v]
-        else:
+        if not sv:
             alap[v] = makespan - cost[v]
+        elif len(sv) == 1:
+            alap[v] = alap[sv[0]] - cost[v]
+        else:
+            alap[v] = min([alap[w] for w in sv]) - cost[v]
 
     tol = _REL_TOL * makespan
     slack = [b - a for a, b in zip(asap, alap, strict=True)]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from oxiwork import ComputeGraph, GraphBuilder, MemcpyDir, NodeId
 from oxiwork.analysis import liveness
 from oxiwork.error import InvalidArgument
+from oxiwork.node import Buffer, BufferId
 from tests.strategies import any_dags, build_dag, dag_edges
 
 
@@ -98,6 +99,11 @@ class TestAnalyze:
             b.id for b in g.buffers if b.id in written and b.id not in read and not b.external
         }
         assert info.dead == expected_dead
+        # Sparse buffer ids take the dict-indexed path; the result must not change.
+        far = Buffer(BufferId(10**6), "far", 4)
+        sparse = liveness.analyze(g.with_changes(buffers=[*g.buffers, far]), order)
+        assert sparse.intervals == info.intervals and sparse.dead == info.dead
+        assert sparse.unused == info.unused | {far.id} and sparse.live_bytes == info.live_bytes
 
     @settings(max_examples=300, deadline=None)
     @given(go=_graph_and_order())
