@@ -35,7 +35,7 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     from oxiwork import reference
     from oxiwork.analysis import dominance, liveness, topo
     from oxiwork.executor.plan import ExecutionPlan
-    from oxiwork.executor.simulator import SequentialExecutor
+    from oxiwork.executor.simulator import SequentialExecutor, input_names
 
     def p(*parts: object) -> None:
         print(*parts, file=out)
@@ -49,7 +49,9 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     t = topo.analyze(graph)
     levels = topo.levels(graph)
     p(f"\n[topo] {len(levels)} levels, widths {[len(lv) for lv in levels][:12]}")
-    p(f"[topo] critical path ({t.makespan:g} cost units): {_names(graph, t.critical_path)}")
+    path = list(t.critical_path)
+    shown = _names(graph, path[:8]) + (f", … (+{len(path) - 8} more)" if len(path) > 8 else "")
+    p(f"[topo] critical path: {len(path)} nodes, {t.makespan:g} cost units: {shown}")
     if graph.num_nodes <= 12:
         for nid in graph.topological_order():
             p(
@@ -80,13 +82,17 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     )
     p(plan.summary())
 
-    stats = SequentialExecutor(plan).run(seed=0)
+    inputs = {
+        name: reference.generated_input(graph.buffer_by_name(name), seed=0)
+        for name in input_names(plan)
+    }
+    stats = SequentialExecutor(plan).run(inputs)
     p(
         f"\n[simulator] {stats.kernels_launched} kernel launches, {stats.bytes_copied} bytes "
-        f"copied, steps per stream {dict(stats.steps_per_stream)}"
+        f"copied, steps per stream {list(stats.steps_per_stream)}"
     )
     if stats.outputs is not None:
-        ref = reference.evaluate(graph, stats.inputs, seed=0)
+        ref = reference.evaluate(graph, inputs)
         ok = all(np.allclose(v, ref[k], rtol=1e-5, atol=1e-6) for k, v in stats.outputs.items())
         p(f"[simulator] outputs {sorted(stats.outputs)} match the numpy reference: {ok}")
         return 0 if ok else 1
