@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -50,6 +51,7 @@ from oxiwork.node import (
 __all__ = ["GraphBuilder", "GraphWarning", "KernelBuilder"]
 
 MAX_NAME_LENGTH = 256
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f]")
 
 
 class GraphWarning(UserWarning):
@@ -65,7 +67,7 @@ def _check_name(name: Any, what: str) -> str:
         raise InvalidArgument(
             f"{what} name is {len(name)} characters; keep it under {MAX_NAME_LENGTH}"
         )
-    if any(ord(c) < 32 for c in name):
+    if _CONTROL_CHARS.search(name):
         raise InvalidArgument(f"{what} name {name!r} contains control characters; remove them")
     return name
 
@@ -160,8 +162,7 @@ class KernelBuilder:
         if self._finished is not None:
             raise InvalidArgument(f"kernel {self._name!r} was already finished")
         op = self._op if self._op_set else _op_for_name(self._name)
-        node = GraphNode(
-            id=NodeId(0),  # assigned by the builder
+        self._finished = self._owner._add(
             name=self._name,
             kind=NodeKind.KernelLaunch,
             inputs=self._inputs,
@@ -173,7 +174,6 @@ class KernelBuilder:
             op=op,
             params=tuple(sorted(self._params.items())),
         )
-        self._finished = self._owner._add(node)
         self._owner._pending.discard(self)
         return self._finished
 
@@ -339,15 +339,12 @@ class GraphBuilder:
                     f"holds {buf.size_bytes}"
                 )
         return self._add(
-            GraphNode(
-                NodeId(0),
-                name,
-                NodeKind.Memcpy,
-                inputs=ins,
-                outputs=outs,
-                memcpy_dir=direction,
-                size_bytes=size_bytes,
-            )
+            name=name,
+            kind=NodeKind.Memcpy,
+            inputs=ins,
+            outputs=outs,
+            memcpy_dir=direction,
+            size_bytes=size_bytes,
         )
 
     def add_memset(
@@ -367,20 +364,17 @@ class GraphBuilder:
                     f"holds {buf.size_bytes}"
                 )
         return self._add(
-            GraphNode(
-                NodeId(0),
-                name,
-                NodeKind.Memset,
-                outputs=outs,
-                size_bytes=size_bytes,
-                memset_value=value,
-            )
+            name=name,
+            kind=NodeKind.Memset,
+            outputs=outs,
+            size_bytes=size_bytes,
+            memset_value=value,
         )
 
     def add_event_record(self, name: str) -> NodeId:
         """Record an event (waits on it are ordered after this node)."""
         _check_name(name, "event record")
-        return self._add(GraphNode(NodeId(0), name, NodeKind.EventRecord))
+        return self._add(name=name, kind=NodeKind.EventRecord)
 
     def add_event_wait(self, name: str, record: NodeId) -> NodeId:
         """Wait for the event recorded by node ``record``."""
@@ -391,7 +385,7 @@ class GraphBuilder:
                 f"event wait {name!r} must wait for an event record, but "
                 f"{self._node(rec).name!r} is a {self._node(rec).kind.value}"
             )
-        nid = self._add(GraphNode(NodeId(0), name, NodeKind.EventWait, event=rec))
+        nid = self._add(name=name, kind=NodeKind.EventWait, event=rec)
         self.dep(rec, nid)
         return nid
 
@@ -400,12 +394,12 @@ class GraphBuilder:
         _check_name(label, "host callback")
         if fn is not None and not callable(fn):
             raise InvalidArgument(f"host callback {label!r}: fn must be callable")
-        return self._add(GraphNode(NodeId(0), label, NodeKind.HostCallback, label=label, fn=fn))
+        return self._add(name=label, kind=NodeKind.HostCallback, label=label, fn=fn)
 
     def add_barrier(self, name: str = "barrier") -> NodeId:
         """A node that only orders: everything before it finishes before anything after."""
         _check_name(name, "barrier")
-        return self._add(GraphNode(NodeId(0), name, NodeKind.Barrier))
+        return self._add(name=name, kind=NodeKind.Barrier)
 
     # ------------------------------------------------------------------ dependencies
     def dep(self, before: NodeId, after: NodeId) -> None:
@@ -564,11 +558,11 @@ class GraphBuilder:
     def _buf_name(self, bid: BufferId) -> str:
         return self._buffers[self._buffer_pos(bid)].name
 
-    def _add(self, node: GraphNode) -> NodeId:
+    def _add(self, **fields: Any) -> NodeId:
         nid = NodeId(self._next_node)
         self._next_node += 1
         self._node_index[nid] = len(self._nodes)
-        self._nodes.append(replace(node, id=nid))
+        self._nodes.append(GraphNode(id=nid, **fields))
         self._issued_nodes[int(nid)] = nid
         self._succ[nid] = []
         return nid

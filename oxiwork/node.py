@@ -122,6 +122,8 @@ class MemcpyDir(enum.Enum):
 
 
 def _dim3(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
+    if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):
+        return value  # the common, already-normalised case (builders make 100k of these)
     if isinstance(value, bool):
         raise InvalidArgument(f"{what} must be an int or a tuple of up to 3 ints, not a bool")
     if isinstance(value, int):
