@@ -1,0 +1,223 @@
+"""Tests for ExecutionPlan.build and verify_plan: every built plan verifies; tampered ones don't."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork import verify
+from oxiwork.error import GraphError, InvalidPlan
+from oxiwork.examples import quick_start, random_op_dag, transformer_block
+from oxiwork.executor.happens_before import plan_clocks
+from oxiwork.executor.plan import ExecutionPlan, PlanStep, verify_plan
+from oxiwork.node import BufferId, NodeKind, StreamId
+from tests.strategies import any_dags
+
+# ----------------------------------------------------------------------------- tampering
+
+
+def drop_steps(plan: ExecutionPlan, drop: set[int], *, renumber: bool = True) -> ExecutionPlan:
+    """The plan without the steps in ``drop``: renumbered, positions (and events) recounted."""
+    keep = [s for s in plan.steps if s.index not in drop]
+    new_index = {s.index: i for i, s in enumerate(keep)}
+    events = sorted({s.event for s in keep if s.kind is NodeKind.EventRecord})
+    new_event = {e: i for i, e in enumerate(events)}
+    if not renumber:
+        events = list(range(plan.event_count))
+        new_event = {e: e for e in events}
+    count: dict[int, int] = {}
+    steps = []
+    for i, s in enumerate(keep):
+        pos = count.get(int(s.stream), 0)
+        count[int(s.stream)] = pos + 1
+        steps.append(
+            replace(
+                s,
+                index=i,
+                position=pos,
+                event=None if s.event is None else new_event.get(s.event, len(events)),
+                depends_on=tuple(new_index[j] for j in s.depends_on if j in new_index),
+            )
+        )
+    return replace(plan, steps=tuple(steps), event_count=len(events))
+
+
+def move_buffer(plan: ExecutionPlan, bid: BufferId, offset: int) -> ExecutionPlan:
+    """The plan with buffer ``bid`` at ``offset`` (in the graph and in every step)."""
+    graph = plan.graph.with_changes(
+        buffers=[replace(b, offset=offset) if b.id == bid else b for b in plan.graph.buffers]
+    )
+
+    def fix(args):
+        return tuple(replace(a, offset=offset) if a.buffer == bid else a for a in args)
+
+    steps = tuple(replace(s, inputs=fix(s.inputs), outputs=fix(s.outputs)) for s in plan.steps)
+    return replace(plan, graph=graph, steps=steps)
+
+
+def multi_stream_plan() -> ExecutionPlan:
+    plan = ExecutionPlan.build(transformer_block(), max_streams=4)
+    assert plan.num_streams > 1 and plan.event_count > 0
+    return plan
+
+
+# ----------------------------------------------------------------------------- build
+
+
+class TestBuild:
+    def test_quick_start_fuses_to_one_kernel(self):
+        plan = ExecutionPlan.build(quick_start())
+        kernels = [s for s in plan.steps if s.kind is NodeKind.KernelLaunch]
+        assert len(kernels) == 1
+        names = [plan.original.node(n).name for n in kernels[0].fused_nodes]
+        assert names == ["relu", "scale"]
+        assert (plan.kernel_count_original, plan.kernel_count_fused) == (2, 1)
+        assert plan.num_streams == 1 and plan.event_count == 0
+        assert [t.name for t in plan.trace] == ["fusion", "streams", "memory"]
+        assert plan.pool_bytes == plan.memory.arena_bytes == 8192
+
+    def test_quick_start_without_fusion(self):
+        plan = ExecutionPlan.build(quick_start(), fusion=False)
+        assert [s.name for s in plan.steps] == ["upload", "relu", "scale", "download"]
+        assert all(s.fused_nodes == (s.node,) for s in plan.steps)
+        assert [s.depends_on for s in plan.steps] == [(), (0,), (1,), (2,)]
+
+    def test_summary_and_dict(self):
+        plan = multi_stream_plan()
+        text = str(plan)
+        assert text == plan.summary()
+        assert text.splitlines()[0].startswith("ExecutionPlan: ")
+        assert len(text.splitlines()) == len(plan.steps) + 2
+        assert "record e0" in text and "wait e0" in text
+        d = json.loads(json.dumps(plan.to_dict()))
+        assert len(d["steps"]) == len(plan.steps)
+        assert d["event_count"] == plan.event_count
+        assert d["streams"]["num_streams"] == plan.num_streams
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(0, 100_000), st.integers(5, 40), st.integers(1, 4), st.booleans())
+    def test_every_plan_verifies(self, seed, n, cap, fusion):
+        graph = random_op_dag(seed, n)
+        plan = ExecutionPlan.build(graph, max_streams=cap, fusion=fusion, verify=False)
+        verify_plan(plan)
+        verify(plan)
+        assert plan.num_streams <= cap
+        assert len(plan.steps) == plan.graph.num_nodes
+        order = {s.node: s.index for s in plan.steps}
+        for s in plan.steps:
+            assert all(j < s.index for j in s.depends_on)
+            assert {order[p] for p in plan.graph.predecessors(s.node)} == set(s.depends_on)
+            if s.kind is NodeKind.KernelLaunch:
+                assert s.function_name and s.config is not None
+        fused = [n for s in plan.steps for n in s.fused_nodes if s.kind is NodeKind.KernelLaunch]
+        assert sorted(fused) == sorted(k.id for k in graph.kernels())
+
+    @settings(max_examples=40, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 4))
+    def test_any_dag_plans_verify(self, graph, cap):
+        verify_plan(ExecutionPlan.build(graph, max_streams=cap, fusion=False))
+
+
+# ----------------------------------------------------------------------------- verify_plan
+
+
+class TestVerifyPlan:
+    def test_raises_when_an_event_is_removed(self):
+        plan = multi_stream_plan()
+        rec = next(s for s in plan.steps if s.kind is NodeKind.EventRecord)
+        wait = next(s for s in plan.steps if s.kind is NodeKind.EventWait and s.event == rec.event)
+        broken = drop_steps(plan, {rec.index, wait.index})
+        with pytest.raises(InvalidPlan, match="neither stream order nor any event pair orders"):
+            verify_plan(broken)
+
+    @pytest.mark.parametrize("cap", [2, 3, 4])
+    def test_raises_for_every_removed_event(self, cap):
+        plan = ExecutionPlan.build(random_op_dag(7, 40), max_streams=cap)
+        assert plan.event_count > 0
+        for rec in (s for s in plan.steps if s.kind is NodeKind.EventRecord):
+            waits = {
+                s.index for s in plan.steps if s.kind is NodeKind.EventWait and s.event == rec.event
+            }
+            with pytest.raises(InvalidPlan, match="depends on step"):
+                verify_plan(drop_steps(plan, {rec.index, *waits}))
+
+    def test_raises_when_a_record_is_missing(self):
+        plan = multi_stream_plan()
+        rec = next(s for s in plan.steps if s.kind is NodeKind.EventRecord)
+        with pytest.raises(InvalidPlan, match="no earlier step records it"):
+            verify_plan(drop_steps(plan, {rec.index}, renumber=False))
+
+    def test_raises_on_bad_position(self):
+        plan = multi_stream_plan()
+        steps = list(plan.steps)
+        steps[3] = replace(steps[3], position=steps[3].position + 1)
+        with pytest.raises(InvalidPlan, match=r"position \d+ on stream"):
+            verify_plan(replace(plan, steps=tuple(steps)))
+
+    def test_raises_on_stream_out_of_range(self):
+        plan = multi_stream_plan()
+        steps = list(plan.steps)
+        steps[0] = replace(steps[0], stream=StreamId(plan.num_streams))
+        with pytest.raises(InvalidPlan, match="outside"):
+            verify_plan(replace(plan, steps=tuple(steps)))
+
+    def test_raises_on_missing_node(self):
+        plan = ExecutionPlan.build(quick_start())
+        with pytest.raises(InvalidPlan, match="has no step"):
+            verify_plan(drop_steps(plan, {2}))
+
+    def test_raises_on_misaligned_offset(self):
+        plan = ExecutionPlan.build(quick_start())
+        bid = plan.steps[0].outputs[0].buffer
+        with pytest.raises(InvalidPlan, match="alignment"):
+            verify_plan(move_buffer(plan, bid, 4))
+
+    def test_raises_past_the_arena(self):
+        plan = ExecutionPlan.build(quick_start())
+        bid = plan.steps[0].outputs[0].buffer
+        with pytest.raises(InvalidPlan, match="past the arena"):
+            verify_plan(move_buffer(plan, bid, plan.pool_bytes))
+
+    def test_raises_on_offset_mismatch(self):
+        plan = ExecutionPlan.build(quick_start())
+        steps = list(plan.steps)
+        arg = steps[1].inputs[0]
+        steps[1] = replace(steps[1], inputs=(replace(arg, offset=arg.offset + 256),))
+        with pytest.raises(InvalidPlan, match="offset"):
+            verify_plan(replace(plan, steps=tuple(steps)))
+
+    def test_raises_on_overlap_of_concurrent_buffers(self):
+        plan = multi_stream_plan()
+        vc = plan_clocks(plan)
+        acc: dict = {}
+        for s in plan.steps:
+            for a in (*s.inputs, *s.outputs):
+                if not a.external:
+                    acc.setdefault(a.buffer, set()).add(s.index)
+        pair = next(
+            (a, b)
+            for a in acc
+            for b in acc
+            if a < b
+            and not all(vc.happens_before(x, y) for x in acc[a] for y in acc[b])
+            and not all(vc.happens_before(y, x) for x in acc[a] for y in acc[b])
+        )
+        a, b = pair
+        broken = move_buffer(plan, b, plan.graph.buffer(a).offset)
+        with pytest.raises(InvalidPlan, match="share arena bytes"):
+            verify_plan(broken)
+
+    def test_raises_on_overlap_on_one_stream_same_step(self):
+        plan = ExecutionPlan.build(quick_start())
+        kernel = next(s for s in plan.steps if s.kind is NodeKind.KernelLaunch)
+        src, dst = kernel.inputs[0], kernel.outputs[0]
+        with pytest.raises(InvalidPlan, match="share arena bytes"):
+            verify_plan(move_buffer(plan, dst.buffer, src.offset))
+
+    def test_is_a_graph_error(self):
+        assert issubclass(InvalidPlan, GraphError)
+        assert PlanStep.__slots__  # the data types stay slotted
