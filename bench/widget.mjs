@@ -28,7 +28,14 @@ if (si >= 0) {
   args.splice(si, 2);
   mkdirSync(shotDir, { recursive: true });
 }
-const sizes = (args.length ? args : ["5000", "10000"]).map(Number);
+// --state file.json: draw a saved state (from widget_state.py's format) instead; for screenshots.
+let stateArg = null;
+const sti = args.indexOf("--state");
+if (sti >= 0) {
+  stateArg = args[sti + 1];
+  args.splice(sti, 2);
+}
+const sizes = stateArg ? [0] : (args.length ? args : ["5000", "10000"]).map(Number);
 const python = process.env.PYTHON || join(root, ".venv/bin/python");
 const ORIGIN = "http://oxiwork.invalid";
 
@@ -77,8 +84,10 @@ const browser = await chromium.launch({
 const tmp = mkdtempSync(join(tmpdir(), "owbench-"));
 const rows = [];
 for (const n of sizes) {
-  const stateFile = join(tmp, `state-${n}.json`);
-  const kernel = JSON.parse(execFileSync(python, [join(here, "widget_state.py"), String(n), "layered", stateFile], { encoding: "utf8" }).trim().split("\n").pop());
+  const stateFile = stateArg ?? join(tmp, `state-${n}.json`);
+  const kernel = stateArg
+    ? { nodes: 0, edges: 0, workbench_s: 0, state_bytes: 0 }
+    : JSON.parse(execFileSync(python, [join(here, "widget_state.py"), String(n), "layered", stateFile], { encoding: "utf8" }).trim().split("\n").pop());
   const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
   await page.route(`${ORIGIN}/**`, (route) => {
     const path = new URL(route.request().url()).pathname;
@@ -96,7 +105,13 @@ for (const n of sizes) {
   await page.goto(`${ORIGIN}/index.html`);
   await page.waitForFunction(() => window.__done === true, null, { timeout: 60000 });
   const r = await page.evaluate(() => window.__result);
-  if (shotDir) await page.locator(".ow-root").screenshot({ path: join(shotDir, `bench-${n}.png`) });
+  if (shotDir) {
+    if (stateArg) {
+      for (const tab of ["sim"]) await page.locator(`.ow-side .ow-tab[data-tab="${tab}"]`).click();
+      await page.waitForTimeout(200);
+    }
+    await page.locator(".ow-root").screenshot({ path: join(shotDir, `bench-${n}.png`) });
+  }
   await page.close();
   const target = n <= 5000 ? 1500 : 3000;
   rows.push({ n, ...r, kernel, errors, target });

@@ -100,6 +100,10 @@ class Session:
         except GraphError as e:
             self.notes["plan"] = f"the pipeline failed on this graph: {e}"
             trace = ()
+        except Exception as e:  # a bug in the engine: show it, keep the workbench usable
+            self.plan = None
+            self.notes["plan"] = f"building the execution plan raised {type(e).__name__}: {e}"
+            trace = self._fallback_trace()
         for t in trace:
             self.stages.append(
                 Stage(
@@ -133,7 +137,7 @@ class Session:
             return ()
         try:
             return Pipeline(passes).run(self.graph).trace
-        except GraphError as e:
+        except Exception as e:  # PassFailed names the pass; anything else is shown too
             self.notes["passes"] = f"the pipeline failed on this graph: {e}"
             return ()
 
@@ -152,8 +156,8 @@ class Session:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.sim = Simulator(self.plan)
-        except GraphError as e:
-            self.notes["sim"] = f"the simulator could not start: {e}"
+        except Exception as e:
+            self.notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
 
     @property
     def final_graph(self) -> ComputeGraph:

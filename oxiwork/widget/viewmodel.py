@@ -161,28 +161,33 @@ def _levels(graph: ComputeGraph) -> list[int]:
     return level
 
 
+# The analyses are optional for drawing: a missing module or an engine bug degrades the
+# view (the colour modes that need it say so) instead of breaking it.
 def _try_topo(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> Any:
     try:
         from oxiwork.analysis import topo
-    except ImportError:
+
+        return topo.analyze(graph, costs=costs)
+    except Exception:
         return None
-    return topo.analyze(graph, costs=costs)
 
 
 def _try_dominance(graph: ComputeGraph) -> tuple[Any, Any] | None:
     try:
         from oxiwork.analysis import dominance
-    except ImportError:
+
+        return dominance.dominators(graph), dominance.post_dominators(graph)
+    except Exception:
         return None
-    return dominance.dominators(graph), dominance.post_dominators(graph)
 
 
 def _costs(graph: ComputeGraph) -> dict[NodeId, float] | None:
     try:
         from oxiwork import cost
-    except ImportError:
+
+        return cost.node_costs(graph)
+    except Exception:
         return None
-    return cost.node_costs(graph)
 
 
 def dag_section(

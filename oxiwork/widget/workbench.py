@@ -195,8 +195,10 @@ class Workbench(anywidget.AnyWidget):
                 self._memory_cache[mode] = vm.memory_section(
                     s.final_graph, s.step_order, mode=mode, plan=s.plan
                 )
-            except GraphError as e:
-                self._memory_cache[mode] = vm.unavailable(f"memory planning failed: {e}")
+            except Exception as e:  # an engine error must not take the whole widget down
+                self._memory_cache[mode] = vm.unavailable(
+                    f"memory planning failed: {type(e).__name__}: {e}"
+                )
         return self._memory_cache[mode]
 
     def _streams(self) -> dict[str, Any]:
@@ -207,8 +209,8 @@ class Workbench(anywidget.AnyWidget):
         order = s.step_order if s.plan is not None and g is s.final_graph else None
         try:
             return vm.streams_section(g, order)
-        except GraphError as e:
-            return vm.unavailable(f"stream timeline failed: {e}")
+        except Exception as e:  # an engine error must not take the whole widget down
+            return vm.unavailable(f"stream timeline failed: {type(e).__name__}: {e}")
 
     def _sim(self) -> dict[str, Any]:
         s = self.session

@@ -217,7 +217,7 @@ export class App {
     const note = dm?.notes?.[this.colorSel.value];
     this.header.append(
       h("div", { class: "ow-title" }, h("span", { class: "ow-logo", text: "◆" }), h("span", { text: "oxiwork" }), h("span", { class: "ow-subtitle", text: dm?.title ?? "" })),
-      h("div", { class: "ow-stats", text: stats }),
+      h("div", { class: "ow-graph-stats", text: stats }),
       h("div", { class: "ow-spacer" }),
       h("label", { class: "ow-inline" }, h("span", { text: "colour by" }), this.colorSel),
       note ? h("span", { class: "ow-note", text: note }) : "",

@@ -209,10 +209,10 @@ export function simPanel(
   const controls = h(
     "div",
     { class: "ow-sim-controls" },
-    btn("ow-sim-reset", "⏮ Reset", "reset"),
+    btn("ow-sim-reset", "Reset", "reset"),
     btn("ow-sim-back", "◀ Back", "back", {}, sim.position < 0),
     btn("ow-sim-step", "Step ▶", "step", {}, sim.finished),
-    btn("ow-sim-run", selectedId !== null ? "Run to selected ⏭" : "Run ⏭", "run", selectedId !== null ? { breakpoint: selectedId } : {}, sim.finished),
+    btn("ow-sim-run", selectedId !== null ? "Run to selected ▶▶" : "Run ▶▶", "run", selectedId !== null ? { breakpoint: selectedId } : {}, sim.finished),
   );
   const status = h(
     "div",
