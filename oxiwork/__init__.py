@@ -14,6 +14,8 @@ BufferId(0)
 
 from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
 from oxiwork.error import GraphError, GraphResult
+from oxiwork.executor.plan import ExecutionPlan, PlanStep
+from oxiwork.executor.simulator import SequentialExecutor, Simulator
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import (
     Buffer,
@@ -29,10 +31,21 @@ from oxiwork.verify import verify
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The widget pulls in anywidget/ipywidgets; import it only when asked for.
+    if name == "Workbench":
+        from oxiwork.widget import Workbench
+
+        return Workbench
+    raise AttributeError(f"module 'oxiwork' has no attribute {name!r}")
+
+
 __all__ = [
     "Buffer",
     "BufferId",
     "ComputeGraph",
+    "ExecutionPlan",
     "GraphBuilder",
     "GraphError",
     "GraphNode",
@@ -43,6 +56,10 @@ __all__ = [
     "MemcpyDir",
     "NodeId",
     "NodeKind",
+    "PlanStep",
+    "SequentialExecutor",
+    "Simulator",
     "StreamId",
+    "Workbench",
     "verify",
 ]
