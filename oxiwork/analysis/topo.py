@@ -29,6 +29,7 @@ Example
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -116,11 +117,11 @@ def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None)
             if isinstance(c, bool) or not isinstance(c, (int, float)):
                 raise InvalidArgument(f"cost of {graph.nodes[p].name!r} must be a number: {c!r}")
             out[p] = float(c)
-    for p, c in enumerate(out):
-        if not (math.isfinite(c) and c >= 0.0):
-            raise InvalidArgument(
-                f"cost of node {graph.nodes[p].name!r} is {c}; costs must be finite and >= 0"
-            )
+    if out and not (all(map(math.isfinite, out)) and min(out) >= 0.0):
+        p = next(p for p, c in enumerate(out) if not (math.isfinite(c) and c >= 0.0))
+        raise InvalidArgument(
+            f"cost of node {graph.nodes[p].name!r} is {out[p]}; costs must be finite and >= 0"
+        )
     return out
 
 
@@ -237,11 +238,7 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     makespan = max(finish, default=0.0)
     # End the critical path at a sink: with zero-cost nodes an inner node may finish at
     # the makespan too, but finish times never decrease along edges, so some sink does.
-    last = -1
-    for p in range(n):
-        if not succ[p] and finish[p] == makespan:
-            last = p
-            break
+    last = next((p for p in range(n) if finish[p] == makespan and not succ[p]), -1)
 
     alap = [0.0] * n
     for v in reversed(topo):
@@ -254,11 +251,8 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
             alap[v] = min([alap[w] for w in sv]) - cost[v]
 
     tol = _REL_TOL * makespan
+    alap = [b if b - a > tol else a for a, b in zip(asap, alap, strict=True)]
     slack = [b - a for a, b in zip(asap, alap, strict=True)]
-    for p in range(n):
-        if slack[p] <= tol:
-            slack[p] = 0.0
-            alap[p] = asap[p]
 
     path: list[int] = []
     v = last
@@ -272,9 +266,8 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
         slack[p] = 0.0
         alap[p] = asap[p]
 
-    widths = [0] * (max(level, default=-1) + 1)
-    for lv in level:
-        widths[lv] += 1
+    counts = Counter(level)
+    widths = [counts[k] for k in range(len(counts))]  # levels are contiguous from 0
     # Two stable sorts with C-level keys give the (alap, level, position) order without
     # building 100k key tuples.
     prio = sorted(range(n), key=level.__getitem__)
@@ -289,7 +282,7 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
         slack=dict(zip(ids, slack, strict=True)),
         level=dict(zip(ids, level, strict=True)),
         level_widths=tuple(widths),
-        critical_path=tuple(ids[p] for p in path),
+        critical_path=tuple([ids[p] for p in path]),
         makespan=makespan,
-        priority=tuple(ids[p] for p in prio),
+        priority=tuple(map(ids.__getitem__, prio)),
     )
