@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -53,6 +54,7 @@ from oxiwork.executor.lowering import (
     GraphDesc,
     HostBuffer,
     KernelArg,
+    ModuleDesc,
     PackedArgs,
     Ref,
     lower,
@@ -133,17 +135,43 @@ def _layout(desc: GraphDesc) -> tuple[Any, ...]:
     return (desc.arena_bytes, desc.scratch_bytes, desc.host_buffers, desc.device_buffers)
 
 
-def load_functions(session: Session, desc: GraphDesc, cache: KernelCache | None) -> dict[str, Any]:
-    """Compile (or fetch from ``cache``) and load every module; ``{function name: CUfunction}``."""
+def load_functions(
+    session: Session, desc: GraphDesc, cache: KernelCache | None, skip: frozenset[str] = frozenset()
+) -> dict[tuple[str, str], Any]:
+    """Compile (or fetch from ``cache``) and load every module of ``desc``.
+
+    Returns ``{(module key, function name): CUfunction}``; modules whose key is in
+    ``skip`` (already loaded) are left out. Modules compile in parallel
+    threads (NVRTC is thread-safe and most of a compile runs outside the GIL); loading
+    into the context stays on this thread.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     smem = {n.function_name: n.smem for n in desc.nodes if n.kind == "kernel"}
-    functions: dict[str, Any] = {}
-    for m in desc.modules:
+
+    def build(m: ModuleDesc) -> Any:
         unit = ModuleSource(m.source, m.function_names, m.starts)
-        compiled = compile_cuda(unit, arch=m.arch, exact=desc.exact, cache=cache)
-        module = session.load_module(compiled.cubin)
+        return compile_cuda(unit, arch=m.arch, exact=desc.exact, cache=cache)
+
+    todo = list({m.key: m for m in desc.modules if m.key not in skip}.values())
+    workers = max(1, min(len(todo), os.cpu_count() or 1))
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            compiled = list(pool.map(build, todo))
+    else:
+        compiled = [build(m) for m in todo]
+    functions: dict[tuple[str, str], Any] = {}
+    for m, c in zip(todo, compiled, strict=True):
+        module = session.load_module(c.cubin)
         for name in m.function_names:
-            functions[name] = session.function(module, name, smem.get(name, 0))
+            functions[(m.key, name)] = session.function(module, name, smem.get(name, 0))
     return functions
+
+
+def kernel_function(functions: Mapping[tuple[str, str], Any], desc: GraphDesc, n: DescNode) -> Any:
+    """The loaded CUfunction of kernel node ``n``."""
+    assert n.module is not None and n.function_name is not None
+    return functions[(desc.modules[n.module].key, n.function_name)]
 
 
 def input_targets(desc: GraphDesc) -> dict[str, tuple[str, tuple[int, ...], int]]:
@@ -308,6 +336,7 @@ class CudaGraphExecutor:
         self._graph: Any = None
         self._handles: list[Any] = []
         self._packed: dict[int, PackedArgs] = {}
+        self._building: GraphDesc | None = None
         self._callback_errors: list[BaseException] = []
         self._callbacks: dict[int, Any] = {}
         self.instantiations = 0
@@ -336,6 +365,7 @@ class CudaGraphExecutor:
     # ------------------------------------------------------------------ building
     def _build_graph(self, desc: GraphDesc, memory: DeviceMemory) -> tuple[Any, list[Any]]:
         s = self._require()
+        self._building = desc  # the description whose modules the kernel rules look up
         graph = s.create_graph()
         preds = desc.predecessors()
         handles: list[Any] = []
@@ -454,7 +484,7 @@ class CudaGraphExecutor:
         packed = pack_node(new, self._memory)
         assert new.function_name is not None and new.grid is not None and new.block is not None
         kp = s.kernel_params(
-            self._functions[new.function_name], new.grid, new.block, new.smem,
+            kernel_function(self._functions, self.desc, new), new.grid, new.block, new.smem,
             packed.kernel_params,
         )  # fmt: skip
         s.exec_kernel_set_params(self._exec, self._exec_handles[n.index], kp)
@@ -475,10 +505,9 @@ class CudaGraphExecutor:
         )  # fmt: skip
         old_memory = self._memory
         memory = old_memory if _layout(desc) == old_memory.layout else DeviceMemory(s, desc)
-        missing = {m.key for m in desc.modules} - {m.key for m in self.desc.modules}
         functions = dict(self._functions)
-        if missing:
-            functions.update(load_functions(s, desc, self._cache))
+        loaded = frozenset(key for key, _ in functions)
+        functions.update(load_functions(s, desc, self._cache, skip=loaded))
         old_functions, self._functions = self._functions, functions
         callbacks = host_callbacks(plan, desc, self._callback_errors)
         old_callbacks, self._callbacks = self._callbacks, callbacks
@@ -557,7 +586,11 @@ def _add_kernel(
     packed[n.index] = args  # the driver copies the values, but keep them anyway
     assert n.function_name is not None and n.grid is not None and n.block is not None
     params = s.kernel_params(
-        ex._functions[n.function_name], n.grid, n.block, n.smem, args.kernel_params
+        kernel_function(ex._functions, ex._building or ex.desc, n),
+        n.grid,
+        n.block,
+        n.smem,
+        args.kernel_params,
     )
     return s.add_kernel_node(graph, deps, params)
 

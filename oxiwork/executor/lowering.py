@@ -588,6 +588,7 @@ def lower(
     events: str = "edges",
     opaque: str = "noop",
     capture: bool = True,
+    kernels_per_module: int = 64,
 ) -> GraphDesc:
     """Lower ``plan`` to a :class:`GraphDesc` for ``arch``.
 
@@ -597,6 +598,9 @@ def lower(
     ``capture``: download every buffer that is written but never read (and not external)
     right after its last writer, on the writer's stream, exactly when the simulator
     captures it (its bytes may be reused later); such a node is named ``capture:<buffer>``.
+    ``kernels_per_module``: kernels are compiled in units of at most this many, in plan
+    order (NVRTC's start-up cost is shared within a unit; units compile in parallel and
+    are cached separately, so an edit recompiles only the units it touches).
 
     >>> from oxiwork.examples import quick_start
     >>> from oxiwork.executor.plan import ExecutionPlan
@@ -608,6 +612,12 @@ def lower(
         raise InvalidArgument(f"events must be 'edges' or 'nodes', got {events!r}")
     if opaque not in ("noop", "error"):
         raise InvalidArgument(f"opaque must be 'noop' or 'error', got {opaque!r}")
+    if (
+        isinstance(kernels_per_module, bool)
+        or not isinstance(kernels_per_module, int)
+        or (kernels_per_module < 1)
+    ):
+        raise InvalidArgument(f"kernels_per_module must be an int >= 1, got {kernels_per_module!r}")
     compile_options(arch, exact=exact)  # reject a bad arch before any work
     low = _Lowering(plan, arch, exact, opaque)
     nodes: list[DescNode] = []
@@ -647,12 +657,7 @@ def lower(
         renumber = {old: new for new, old in enumerate(kept)}
         nodes = [_reindex(nodes[old], new) for new, old in enumerate(kept)]
         edges = {(renumber[a], renumber[b]) for a, b in edges}
-    unit = module_source(low.sources)
-    options = unit_options(unit.source, arch, exact=exact)
-    key = cache_key(unit.source, options, arch)
-    modules = (ModuleDesc(key, arch, options, unit.function_names, unit.source, unit.starts),)
-    if not unit.function_names:
-        modules = ()
+    nodes, modules = _modules(nodes, low.sources, arch, exact, kernels_per_module)
     return GraphDesc(
         nodes=tuple(nodes),
         edges=tuple(sorted(edges)),
@@ -669,6 +674,28 @@ def lower(
         exact=exact,
         outputs=tuple(sorted(low.outputs.items())),
     )
+
+
+def _modules(
+    nodes: list[DescNode], sources: list[Any], arch: str, exact: bool, per_module: int
+) -> tuple[list[DescNode], tuple[ModuleDesc, ...]]:
+    """Group the kernels (``sources[k]`` is the k-th kernel node's) into translation
+    units of at most ``per_module`` kernels in plan order; set each node's ``module``."""
+    from dataclasses import replace
+
+    kernel_at = [i for i, n in enumerate(nodes) if n.kind == "kernel"]
+    modules: list[ModuleDesc] = []
+    for start in range(0, len(kernel_at), per_module):
+        chunk = kernel_at[start : start + per_module]
+        unit = module_source(sources[start : start + per_module])
+        options = unit_options(unit.source, arch, exact=exact)
+        key = cache_key(unit.source, options, arch)
+        for i in chunk:
+            nodes[i] = replace(nodes[i], module=len(modules))
+        modules.append(
+            ModuleDesc(key, arch, options, unit.function_names, unit.source, unit.starts)
+        )
+    return nodes, tuple(modules)
 
 
 def _event(step: PlanStep) -> int:

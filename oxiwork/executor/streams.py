@@ -40,6 +40,7 @@ from oxiwork.executor.cuda_graph import (
     DeviceMemory,
     GpuTimings,
     host_callbacks,
+    kernel_function,
     load_functions,
     pack_node,
     prepare_inputs,
@@ -221,7 +222,8 @@ class StreamExecutor:
 # argument resolved in advance. Barriers ("empty") issue nothing: stream order joins.
 def _issue_kernel(ex: StreamExecutor, s: Session, n: DescNode, stream: Any) -> Callable[[], Any]:
     assert n.function_name is not None and n.grid is not None and n.block is not None
-    fn, kp = ex._functions[n.function_name], ex._packed[n.index].kernel_params
+    fn = kernel_function(ex._functions, ex.desc, n)
+    kp = ex._packed[n.index].kernel_params
     grid, block, smem = n.grid, n.block, n.smem
     return lambda: s.launch_kernel(fn, grid, block, smem, stream, kp)
 

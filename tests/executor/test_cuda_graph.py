@@ -269,6 +269,23 @@ class TestUpdates:
             ex.run()
         assert fake.live == {}
 
+    def test_update_loads_only_new_modules(self):
+        fake = FakeDriver()
+        with CudaGraphExecutor(diamond_plan(), driver=fake) as ex:
+            loads = fake.names().count("cuModuleLoadData")
+            ex.update(diamond_plan())
+            assert fake.names().count("cuModuleLoadData") == loads
+
+    def test_one_module_per_unit(self):
+        fake = FakeDriver()
+        from oxiwork.executor import lowering
+
+        plan = diamond_plan()
+        units = len(lowering.lower(plan, kernels_per_module=1).modules)
+        with CudaGraphExecutor(plan, driver=fake):
+            assert fake.names().count("cuModuleLoadData") == 1  # default: one unit
+        assert units == 4
+
     def test_failed_update_falls_back_to_reinstantiation(self):
         fake = FakeDriver(update_ok=False)
         with CudaGraphExecutor(diamond_plan(), driver=fake) as ex:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 
@@ -430,3 +431,20 @@ class TestExecutingTheDescription:
             tuple(interpret(plan, broken, seed=1, order_seed=k)["y"].tolist()) for k in range(20)
         }
         assert len(results) > 1
+
+
+class TestModules:
+    def test_raises_on_bad_unit_size(self):
+        with pytest.raises(InvalidArgument, match="kernels_per_module"):
+            lower(diamond_plan(), kernels_per_module=0)
+
+    @pytest.mark.parametrize("per", [1, 2, 3, 64])
+    def test_kernels_are_split_into_units_in_plan_order(self, per):
+        plan = build_plan(random_op_dag(2, 14), fusion=False)
+        desc = lower(plan, kernels_per_module=per)
+        kernels = [n for n in desc.nodes if n.kind == "kernel"]
+        assert len(desc.modules) == math.ceil(len(kernels) / per)
+        for n in kernels:
+            assert n.function_name in desc.modules[n.module].function_names
+        assert [n.module for n in kernels] == sorted(n.module for n in kernels)
+        assert all(len(m.function_names) <= per for m in desc.modules)
