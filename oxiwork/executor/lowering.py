@@ -25,8 +25,10 @@ Choices, and why
   for buffers with their own allocation (external buffers, and any the memory plan left
   unplaced), ``("host", name)`` for a region of the pinned staging block, and
   ``("scratch", 0)`` for copies and memsets that name no buffer (they run for timing).
-- **All kernels of a plan form one module** (one NVRTC compile, one ``cuModuleLoadData``):
-  the compile cost of many tiny kernels is dominated by NVRTC's start-up.
+- **Kernels are compiled in units** of up to 64 (``kernels_per_module``) in plan order:
+  the compile cost of many tiny kernels is dominated by NVRTC's start-up, so one unit per
+  kernel would be slow, while one unit per plan would recompile everything after any
+  edit and could not use several cores.
 - **Opaque kernels** (no op, so no CUDA C) launch an empty kernel with the same pointer
   arguments and launch shape, so timing-only graphs still run; ``opaque="error"`` rejects
   them instead.
