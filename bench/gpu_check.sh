@@ -40,7 +40,8 @@ PYEOF
 
 banner "GPU tests"
 if "$PY" -c "import pytest" 2>/dev/null; then
-  timeout 330 "$PY" -m pytest tests/gpu -m gpu -q -rs -p no:cacheprovider -o addopts="" \
+  timeout 330 "$PY" -m pytest tests/gpu -m gpu -v -rs -p no:cacheprovider -o addopts="" \
+    -o faulthandler_timeout=150 \
     || status=1
 else
   echo "(pytest not importable: plain-python runner)"
