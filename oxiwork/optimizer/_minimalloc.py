@@ -101,6 +101,8 @@ class _Solver:
         np.add.at(cut, np.maximum(hi - 1, 0), -1)
         self.cuts0 = np.cumsum(cut)[: max(self.num_sections - 1, 0)]
         self.nodes = 0
+        self.stored = 0  # entries in all tables: they share one memory budget
+        self.tables: dict[int, dict[tuple[int, ...], set[tuple[object, ...]]]] = {}
 
     # ----------------------------------------------------------------------------------------
 
@@ -145,7 +147,10 @@ class _Solver:
         for j in range(n):
             self.V[self.row[j], self.slo[j] : self.shi[j]] = 0
         self.unit = all(a == 1 for a in self.al)
-        self.failed: set[tuple[object, ...]] = set()
+        # Failed residual problems stay failed for the same capacity and preorder (the keys
+        # use preorder ranks), so round-robin rounds keep what the earlier rounds learned.
+        tables = self.tables.setdefault(capacity, {})
+        self.failed = tables.setdefault(tuple(order), set())
         if max(self.sz, default=0) > capacity or (
             self.num_sections and int(self.total.max()) > capacity
         ):
@@ -197,8 +202,9 @@ class _Solver:
             return False
         if self._expand(ordering, slo, shi, last_off, last):
             return True
-        if len(self.failed) < _MAX_FAILED:
+        if self.stored < _MAX_FAILED:
             self.failed.add(key)
+            self.stored += 1
         return False
 
     def _expand(self, ordering: list[int], slo: int, shi: int, last_off: int, last: int) -> bool:
@@ -242,7 +248,8 @@ class _Solver:
                 continue
             top = m + sz[i]
             # Raise the minimum offset of every unplaced neighbour above the new buffer.
-            bumped = [j for j in nb[i] if off[j] < 0 and minoff[j] < top]
+            hat = [j for j in nb[i] if off[j] < 0]
+            bumped = [j for j in hat if minoff[j] < top]
             old = [minoff[j] for j in bumped]
             feasible = True
             if unit:
@@ -282,7 +289,8 @@ class _Solver:
                 else:
                     new = np.array([minoff[j] for j in bumped], dtype=np.int64)
                     V[rows, lo_u:hi_u] = np.maximum(saved_v, new[:, None])
-                low = V[r_first : row_at[hi_u], lo_u:hi_u].min(axis=0)
+                r_end = row_at[hi_u]
+                low = V[r_first:r_end, lo_u:hi_u].min(axis=0)
                 np.maximum(low, floor[lo_u:hi_u], out=low)
                 low += total[lo_u:hi_u]
                 feasible = int(low.max()) <= C
@@ -303,6 +311,10 @@ class _Solver:
             off[i] = -1
             if found:
                 return True
+            # Hatless pruning: a buffer with no unplaced time-neighbours constrains nobody, so
+            # placing it at its minimum offset is always safe; if that failed, so does the node.
+            if not hat:
+                break
         return False
 
     def _decompose(self, rest: list[int], i: int, slo: int, shi: int, m: int) -> bool:
