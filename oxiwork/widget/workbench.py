@@ -314,7 +314,10 @@ class Workbench(anywidget.AnyWidget):
         rid = rid if isinstance(rid, str) else ""
         try:
             msg = validate(content, buffers)
-            text = _HANDLERS[msg["type"]](self, msg)
+            # One sync message per request, so the frontend never sees half an update
+            # (a new simulator position with the old highlight).
+            with self.hold_sync():
+                text = _HANDLERS[msg["type"]](self, msg)
         except GraphError as e:
             return self._error(rid[:64], e)
         except Exception as e:  # a bug: still report it in the widget, never lose it

@@ -12,6 +12,7 @@ Needs: ``/usr/bin/chromium`` (``apt-get install -y chromium``), Node 20 with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -64,7 +65,8 @@ def _write_json(path: Path, data: object) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An isolated JupyterLab serving a pristine copy of the notebook; yields its URL."""
+    """An isolated JupyterLab (and Notebook 7 when installed) serving a pristine copy of the
+    notebook; yields the server's base URL."""
     reason = _missing()
     if reason:
         pytest.skip(reason)
@@ -103,7 +105,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
         f"--ServerApp.root_dir={nbdir}", f"--LabApp.workspaces_dir={tmp / 'ws'}",
         f"--LabApp.user_settings_dir={settings}", "--LabApp.news_url=None",
-        "--LabApp.expose_app_in_browser=True", "--allow-root",
+        "--LabApp.expose_app_in_browser=True", "--JupyterNotebookApp.expose_app_in_browser=True",
+        "--allow-root",
     ]  # fmt: skip
     log = open(tmp / "lab.log", "w")  # noqa: SIM115 (closed in the teardown)
     proc = subprocess.Popen(
@@ -123,7 +126,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         f"jupyter lab did not start:\n{(tmp / 'lab.log').read_text()[-3000:]}"
                     )
                 time.sleep(0.2)
-        yield f"{base}/lab/tree/{NOTEBOOK.name}"
+        yield base
     finally:
         # SIGTERM, then SIGKILL: a server stopping while a kernel starts can hang.
         os.killpg(proc.pid, signal.SIGTERM)
@@ -137,8 +140,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_workbench_in_jupyterlab(lab: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    args = [f"{lab}/lab/tree/{NOTEBOOK.name}", str(ARTIFACTS)]
+    if importlib.util.find_spec("notebook") is not None:  # Notebook 7 serves /notebooks/
+        args.append(f"{lab}/notebooks/{NOTEBOOK.name}")
     proc = subprocess.run(
-        ["node", str(HERE / "workbench_e2e.mjs"), lab, str(ARTIFACTS)],
+        ["node", str(HERE / "workbench_e2e.mjs"), *args],
         capture_output=True,
         text=True,
         timeout=240,

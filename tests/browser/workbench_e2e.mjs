@@ -4,7 +4,7 @@
 // user sees against what the kernel holds. Prints one JSON line of results; exits 1 on the
 // first failed check (its message says which).
 //
-// Usage: node workbench_e2e.mjs <lab url of the notebook> <artifacts dir>
+// Usage: node workbench_e2e.mjs <lab url of the notebook> <artifacts dir> [<Notebook 7 url>]
 
 import { createRequire } from "node:module";
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -16,7 +16,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const require = createRequire(resolve(here, "../../widget_js/package.json"));
 const { chromium } = require("playwright-core");
 
-const [url, artifacts] = process.argv.slice(2);
+const [url, artifacts, nb7url] = process.argv.slice(2);
 mkdirSync(artifacts, { recursive: true });
 const results = { checks: [], console_errors: [], dialogs: 0, skipped: [] };
 const t0 = Date.now();
@@ -33,15 +33,19 @@ const browser = await chromium.launch({
   headless: true,
   args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
 });
-const page = await browser.newPage({ viewport: { width: 1500, height: 1100 }, deviceScaleFactor: 1 });
-page.on("console", (m) => {
-  if (m.type() === "error") results.console_errors.push(m.text());
-});
-page.on("pageerror", (e) => results.console_errors.push(`pageerror: ${e.message}`));
-page.on("dialog", async (d) => {
-  results.dialogs++;
-  await d.dismiss();
-});
+async function newPage() {
+  const p = await browser.newPage({ viewport: { width: 1500, height: 1100 }, deviceScaleFactor: 1 });
+  p.on("console", (m) => {
+    if (m.type() === "error") results.console_errors.push(m.text());
+  });
+  p.on("pageerror", (e) => results.console_errors.push(`pageerror: ${e.message}`));
+  p.on("dialog", async (d) => {
+    results.dialogs++;
+    await d.dismiss();
+  });
+  return p;
+}
+let page = await newPage();
 
 /** Runs Python in the notebook's kernel and returns its stdout (and any error). */
 async function py(code) {
@@ -58,8 +62,7 @@ async function py(code) {
   }, code);
 }
 
-const roots = page.locator(".ow-root");
-const widget = (i) => roots.nth(i);
+const widget = (i) => page.locator(".ow-root").nth(i);
 const shot = async (loc, name) => {
   await loc.scrollIntoViewIfNeeded();
   await page.waitForTimeout(150); // one animation frame for the canvases
@@ -224,8 +227,10 @@ try {
     results.skipped.push(`simulator: ${why}; checked with the executor tests' hand-made plan instead (${simAvail})`);
   }
   check("the simulator panel is available", simAvail);
+  const firstStep = await py("print(int(big.session.plan.steps[0].node))");
   await big.locator(".ow-sim-step").click();
   await waitAttr(big, "data-sim-position", 0);
+  await waitAttr(big.locator(".ow-dag"), "data-sim", firstStep);
   const first = await big.locator(".ow-dag").getAttribute("data-sim");
   await big.locator(".ow-sim-step").click();
   await waitAttr(big, "data-sim-position", 1);
@@ -254,6 +259,30 @@ try {
   check("no element was created from a name", imgs === 0, `${imgs} img elements`);
   check("no script ran from a name", results.dialogs === 0, `${results.dialogs} dialogs`);
   await shot(widget(2), "hostile-name");
+
+  // 11. Notebook 7: the same notebook renders and a click reaches the kernel.
+  if (nb7url) {
+    await page.evaluate(() => window.jupyterapp?.shell?.currentWidget?.sessionContext?.shutdown());
+    // A fresh page: leaving JupyterLab with a modified notebook asks "leave page?".
+    await page.close();
+    page = await newPage();
+    log(`open ${nb7url}`);
+    await page.goto(nb7url);
+    await page.waitForFunction(
+      () => window.jupyterapp?.shell?.currentWidget?.sessionContext?.session?.kernel?.status === "idle",
+      null,
+      { timeout: 60000 },
+    );
+    await page.evaluate(() => window.jupyterapp.commands.execute("notebook:run-all-cells"));
+    await page.waitForFunction(() => document.querySelectorAll(".ow-root .ow-dag[data-draws]").length >= 3, null, { timeout: 60000 });
+    const nb7nodes = await widget(0).locator(".ow-dag").getAttribute("data-nodes");
+    check("Notebook 7 draws the workbench", Number(nb7nodes) === expected[0], nb7nodes);
+    const relu7 = Number(await py("print(int(next(n.id for n in w.graph.nodes if n.name == 'relu')))"));
+    await clickNode(0, relu7);
+    await waitAttr(widget(0).locator(".ow-dag"), "data-selected", relu7);
+    check("Notebook 7: a click reaches the kernel", (await py("print(w.selection)")) === String(relu7));
+    await shot(widget(0), "notebook7");
+  } else results.skipped.push("Notebook 7: the notebook package is not installed");
 
   const bad = results.console_errors.filter((e) => /oxiwork|widget\.js|ow-|anywidget/i.test(e));
   check("no widget errors in the browser console", bad.length === 0, bad.join(" | "));
