@@ -84,7 +84,11 @@ class VectorClocks:
         return a != b and self.clocks[b][self.stream_index[a]] >= self.position[a]
 
     def ordered(self, a: int, b: int) -> bool:
-        """True if ``a`` and ``b`` are distinct and one happens before the other."""
+        """True if ``a`` and ``b`` are distinct and one happens before the other.
+
+        >>> vector_clocks([0, 1]).ordered(0, 1)
+        False
+        """
         return self.happens_before(a, b) or self.happens_before(b, a)
 
     def access_clock(self, items: Iterable[int]) -> list[int]:
@@ -104,7 +108,11 @@ class VectorClocks:
         return out
 
     def dominates(self, item: int, clock: Sequence[int]) -> bool:
-        """True if every position of ``clock`` happens before or equals ``item``."""
+        """True if every position of ``clock`` happens before or equals ``item``.
+
+        >>> vector_clocks([0, 1, 1], [(0, 2)]).dominates(2, [0, 0])
+        True
+        """
         return all(c <= m for c, m in zip(clock, self.clocks[item], strict=True))
 
     def past(self, stream: int, clock: Sequence[int]) -> int:
@@ -238,6 +246,14 @@ def plan_clocks(plan: ExecutionPlan) -> VectorClocks:
     ------
     InvalidPlan
         A wait names an event no earlier step records.
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> from oxiwork.executor.plan import ExecutionPlan
+    >>> vc = plan_clocks(ExecutionPlan.build(quick_start()))
+    >>> vc.happens_before(0, 2), vc.streams
+    (True, (0,))
     """
     records: dict[int, int] = {}
     sync: list[tuple[int, int]] = []
