@@ -119,7 +119,7 @@ for (const n of sizes) {
     `${String(kernel.nodes).padStart(6)} nodes ${String(kernel.edges).padStart(6)} edges | ` +
       `first draw ${r.firstDrawMs.toFixed(0)} ms (render ${r.renderMs.toFixed(0)} ms, painted ${r.paintedMs.toFixed(0)} ms; target < ${target} ms, ` +
       `${(r.paintedMs / target).toFixed(2)} of it) | zoom frame ${r.zoomFrameMs.toFixed(0)} ms (draw ${r.redrawMs.toFixed(0)} ms) | ` +
-      `kernel side ${kernel.workbench_s.toFixed(2)} s, state ${(kernel.state_bytes / 1e6).toFixed(1)} MB` +
+      `kernel side ${kernel.workbench_s.toFixed(2)} s (engine ${(kernel.engine_s ?? 0).toFixed(2)} s, view-model ${(kernel.view_s ?? 0).toFixed(2)} s), state ${(kernel.state_bytes / 1e6).toFixed(1)} MB` +
       (errors.length ? ` | ERRORS ${errors.join("; ")}` : ""),
   );
 }

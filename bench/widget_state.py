@@ -34,7 +34,7 @@ def main() -> None:
         state[k] = {"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v
     out.write_text(json.dumps(state))
     print(json.dumps({"nodes": graph.num_nodes, "edges": len(graph.edges),
-                      "generate_s": t1 - t0, "workbench_s": t2 - t1,
+                      "generate_s": t1 - t0, "workbench_s": t2 - t1, **w.timings,
                       "state_bytes": out.stat().st_size}))  # fmt: skip
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "pack_dag",
     "streams_section",
     "summary_section",
+    "topo_info",
     "unavailable",
     "unpack_dag",
 ]
@@ -437,8 +438,21 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
+def topo_info(graph: ComputeGraph) -> Any:
+    """The topological analysis under the cost model, or ``None`` if it is not available.
+
+    >>> from oxiwork.examples import quick_start
+    >>> topo_info(quick_start()).makespan > 0
+    True
+    """
+    return _try_topo(graph, _costs(graph))
+
+
 def node_details(
-    graph: ComputeGraph, nid: NodeId, costs: Mapping[NodeId, float] | None = None
+    graph: ComputeGraph,
+    nid: NodeId,
+    costs: Mapping[NodeId, float] | None = None,
+    info: Any = None,
 ) -> dict[str, Any]:
     """Everything the details panel shows about one node.
 
@@ -449,7 +463,8 @@ def node_details(
     ('relu', ['input'], ['scale'])
     """
     n = graph.node(nid)
-    info = _try_topo(graph, costs if costs is not None else _costs(graph))
+    if info is None:
+        info = _try_topo(graph, costs if costs is not None else _costs(graph))
     bname = {b.id: b.name for b in graph.buffers}
     cfg = None
     if n.config is not None:

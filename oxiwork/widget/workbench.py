@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import pathlib
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -79,6 +80,7 @@ class Workbench(anywidget.AnyWidget):
     sim_position = traitlets.Int(-1).tag(sync=True)
     color_mode = traitlets.Unicode("kind").tag(sync=True)
     memory_mode = traitlets.Unicode("heuristic").tag(sync=True)
+    sim_state = traitlets.Dict().tag(sync=True)
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
@@ -95,11 +97,17 @@ class Workbench(anywidget.AnyWidget):
         self._max_streams = max_streams
         self.memory_mode = memory_mode
         self._graph = self._coerce(graph_or_builder)
+        t0 = time.perf_counter()
         self.session = Session(self._graph, max_streams, memory_mode)
+        t1 = time.perf_counter()
         self._dag_cache: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._memory_cache: dict[str, dict[str, Any]] = {}
+        self._summary_cache: dict[int, list[list[str]]] = {}
+        self._topo_cache: dict[int, Any] = {}
         self.on_msg(self._on_msg)
         self._refresh(reset=True)
+        #: Seconds the engine (pipeline, plan, simulator) and the view-model took to open.
+        self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -133,6 +141,8 @@ class Workbench(anywidget.AnyWidget):
         self.session = session
         self._dag_cache.clear()
         self._memory_cache.clear()
+        self._summary_cache.clear()
+        self._topo_cache.clear()
         self._refresh(reset=True)
 
     # ------------------------------------------------------------------ view-model
@@ -213,15 +223,23 @@ class Workbench(anywidget.AnyWidget):
             return vm.unavailable(f"stream timeline failed: {type(e).__name__}: {e}")
 
     def _sim(self) -> dict[str, Any]:
+        """The simulator's static part (the steps); the moving part is :meth:`_sim_state`."""
         s = self.session
         if s.sim is None or s.plan is None:
             return vm.unavailable(s.notes.get("sim", "simulator not available yet"))
-        sim = s.sim
         steps = [
             {"index": i, "node": int(st.node), "name": st.name, "kind": st.kind.value,
              "stream": int(st.stream)}
             for i, st in enumerate(s.plan.steps)
         ]  # fmt: skip
+        return {"available": True, "steps": steps}
+
+    def _sim_state(self) -> dict[str, Any]:
+        """Where the simulator is; synced on its own so a step does not resend the graph."""
+        s = self.session
+        if s.sim is None or s.plan is None:
+            return {}
+        sim = s.sim
         state = sim.state
         executed = list(state.executed)
         current = executed[-1] if executed else -1
@@ -245,8 +263,6 @@ class Workbench(anywidget.AnyWidget):
             for r in [*sim.races, *getattr(sim, "static_races", [])]
         ]  # fmt: skip
         return {
-            "available": True,
-            "steps": steps,
             "position": current,
             "executed": len(executed),
             "finished": bool(state.finished),
@@ -279,7 +295,7 @@ class Workbench(anywidget.AnyWidget):
             "sim": self._sim(),
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
-            "summary": vm.summary_section(self._graph_shown(), self.session.plan, self.session.notes),
+            "summary": self._summary(),
             "editable": self._stage_index() == 0,
             "edit_reason": "" if self._stage_index() == 0 else
             "Edits apply to the input graph: move the pass slider back to 'input' to build.",
@@ -287,7 +303,15 @@ class Workbench(anywidget.AnyWidget):
         with self.hold_sync():
             self.dag = blob
             self.view = view
+            self.sim_state = self._sim_state()
             self._update_details()
+
+    def _summary(self) -> list[list[str]]:
+        i = self._stage_index()
+        if i not in self._summary_cache:
+            s = self.session
+            self._summary_cache[i] = vm.summary_section(s.stages[i].graph, s.plan, s.notes)
+        return self._summary_cache[i]
 
     def _graph_shown(self) -> ComputeGraph:
         return self.session.stages[self._stage_index()].graph
@@ -295,7 +319,10 @@ class Workbench(anywidget.AnyWidget):
     def _update_details(self) -> None:
         g = self._graph_shown()
         if self.selection >= 0 and g.has_node(self.selection):
-            self.details = vm.node_details(g, NodeId(self.selection))
+            i = self._stage_index()
+            if i not in self._topo_cache:
+                self._topo_cache[i] = vm.topo_info(g)
+            self.details = vm.node_details(g, NodeId(self.selection), info=self._topo_cache[i])
         else:
             self.details = {}
 
@@ -416,7 +443,7 @@ class Workbench(anywidget.AnyWidget):
     def _after_sim(self) -> None:
         executed = self.session.sim.state.executed
         self.sim_position = executed[-1] if executed else -1
-        self._refresh()
+        self.sim_state = self._sim_state()
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
 

@@ -162,17 +162,24 @@ class TestSimulator:
         assert w.view["sim"]["available"], w.session.notes
         n = len(w.view["sim"]["steps"])
         assert send(w, "sim", action="step")["type"] == "ok"
-        assert w.sim_position == 0 and w.view["sim"]["position"] == 0
-        first = w.view["sim"]["highlight"]
+        assert w.sim_position == 0 and w.sim_state["position"] == 0
+        first = w.sim_state["highlight"]
         assert send(w, "sim", action="step")["type"] == "ok"
-        assert w.sim_position == 1 and w.view["sim"]["highlight"] != first
+        assert w.sim_position == 1 and w.sim_state["highlight"] != first
         assert send(w, "sim", action="back")["type"] == "ok"
-        assert w.sim_position == 0 and w.view["sim"]["highlight"] == first
+        assert w.sim_position == 0 and w.sim_state["highlight"] == first
         assert send(w, "sim", action="run")["type"] == "ok"
-        assert w.view["sim"]["finished"] and w.sim_position == n - 1
+        assert w.sim_state["finished"] and w.sim_position == n - 1
         assert send(w, "sim", action="step")["type"] == "error"
         assert send(w, "sim", action="reset")["type"] == "ok"
-        assert w.sim_position == -1 and w.view["sim"]["highlight"] == []
+        assert w.sim_position == -1 and w.sim_state["highlight"] == []
+
+    def test_step_does_not_resend_the_graph(self, with_plan: None) -> None:
+        w = Workbench(quick_start())
+        view, dag = copy.deepcopy(w.view), w.dag
+        send(w, "sim", action="step")
+        assert w.view == view and w.dag == dag
+        assert w.sim_state["position"] == 0
 
     def test_run_to_breakpoint(self, with_plan: None) -> None:
         w = Workbench(quick_start())

@@ -12,7 +12,7 @@ import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
 import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
 import { formatBytes, formatTime } from "./charts";
 import { asBytes } from "./dagdata";
-import { isAvailable, type DagMeta, type ErrorEntry, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
+import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
 
 /** The part of the anywidget model API this widget uses. */
 export interface Model {
@@ -102,7 +102,7 @@ export class App {
     el.append(this.root);
 
     this.listen("change:view change:dag", () => this.refresh(true));
-    this.listen("change:selection change:details change:color_mode change:sim_position change:pass_index", () => this.refresh(false));
+    this.listen("change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index", () => this.refresh(false));
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
     this.listen("change:errors", () => this.renderErrors());
     this.listen("msg:custom", (msg: { type?: string; message?: string; request_id?: string }) => this.onMessage(msg));
@@ -147,6 +147,14 @@ export class App {
     }
   }
 
+  /** The simulator section: its steps from the view-model, its position from `sim_state`. */
+  private sim(): SimSection | null {
+    const s = this.vm?.sim;
+    if (!isAvailable(s)) return null;
+    const dyn = (this.model.get("sim_state") ?? {}) as Partial<SimSection>;
+    return { position: -1, finished: false, races: [], message: "", highlight: [], live_buffers: [], ...s, ...dyn };
+  }
+
   private get selectedPos(): number {
     const id = this.model.get("selection");
     return typeof id === "number" && id >= 0 ? (this.posOf.get(id) ?? -1) : -1;
@@ -174,7 +182,7 @@ export class App {
     const dm = isAvailable(vm.dag) ? vm.dag : null;
     const mode = String(this.model.get("color_mode") || "kind");
     this.colorSel.value = mode in COLOR_MODES ? mode : "kind";
-    const sim = isAvailable(vm.sim) ? vm.sim : null;
+    const sim = this.sim();
     const simNodes = (sim?.highlight ?? []).map((id) => this.posOf.get(id) ?? -1).filter((p) => p >= 0);
     const sel = this.selectedPos;
     this.dagView.setState({
@@ -284,7 +292,7 @@ export class App {
       this.sideBody.dataset.key = this.buildKey();
       this.sideBody.append(buildPanel(this.vm, send));
     } else {
-      const sim = isAvailable(this.vm.sim) ? this.vm.sim : null;
+      const sim = this.sim();
       const ins = this.model.get("inspector") as InspectorSection | Record<string, never>;
       const raw = asBytes(this.model.get("inspector_values"));
       const values = raw && raw.byteLength >= 8 ? new Float64Array(raw.slice().buffer) : new Float64Array(0);
@@ -326,7 +334,7 @@ export class App {
       this.bottomTabs.append(b);
     }
     const vm = this.vm;
-    const sim = isAvailable(vm.sim) ? vm.sim : null;
+    const sim = this.sim();
     const simStep = sim ? sim.position : -1;
     const simNode = sim && sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position].node : -1;
     const selId = Number(this.model.get("selection") ?? -1);

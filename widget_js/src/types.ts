@@ -114,6 +114,13 @@ export interface RaceReport {
   message: string;
 }
 
+/** The simulator's static part, in the view-model (the `sim_state` trait has the rest). */
+export interface SimStatic {
+  available: true;
+  steps: SimStep[];
+}
+
+/** The simulator as the panel sees it: steps plus where it is (`sim_state`). */
 export interface SimSection {
   available: true;
   steps: SimStep[];
@@ -190,7 +197,7 @@ export interface ViewModel {
   passes: Section<PassesSection>;
   memory: Section<MemorySection>;
   streams: Section<StreamsSection>;
-  sim: Section<SimSection>;
+  sim: Section<SimStatic>;
   buffers: BufferInfo[];
   ops: OpInfo[];
   editable: boolean;
