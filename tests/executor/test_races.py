@@ -63,9 +63,12 @@ class TestFindRaces:
         if event >= plan.event_count:
             pytest.skip("the stream pass needed fewer events")
         races = find_races(drop_event(plan, event))
-        assert races
-        r = races[0]
-        assert isinstance(r, Race) and r.kind == "conflict"
+        # With memory reuse, the now-unordered steps may also share bytes, so an
+        # "overlap" race can be listed too; the buffer conflict must be among them.
+        conflicts = [r for r in races if r.kind == "conflict"]
+        assert conflicts
+        r = conflicts[0]
+        assert isinstance(r, Race)
         assert r.first < r.second and r.first_stream != r.second_stream
         assert r.buffers[0] == r.buffers[1]
         assert "write" in (r.first_access, r.second_access)
