@@ -107,7 +107,7 @@ for (const n of sizes) {
   const r = await page.evaluate(() => window.__result);
   if (shotDir) {
     if (stateArg) {
-      for (const tab of ["sim"]) await page.locator(`.ow-side .ow-tab[data-tab="${tab}"]`).click();
+      for (const tab of (process.env.OW_TABS ?? "sim").split(",").filter(Boolean)) await page.locator(`.ow-side .ow-tab[data-tab="${tab}"]`).click();
       await page.waitForTimeout(200);
     }
     await page.locator(".ow-root").screenshot({ path: join(shotDir, `bench-${n}.png`) });

@@ -151,6 +151,27 @@ try {
   check("adding a kernel in the UI changes w.graph", names.split(",").includes("added_k"), names);
   await shot(widget(0), "build-added-kernel");
 
+  // 3b. Dragging from one node to another adds a dependency; a cycle is refused.
+  const ids = JSON.parse(await py("import json; print(json.dumps({n.name: int(n.id) for n in w.graph.nodes}))"));
+  async function drag(i, a, b) {
+    const c = widget(i).locator(".ow-dag canvas");
+    const pa = await c.evaluate((el, id) => el.owClientPos(id), a);
+    const pb = await c.evaluate((el, id) => el.owClientPos(id), b);
+    await page.mouse.move(pa.x, pa.y);
+    await page.mouse.down();
+    await page.mouse.move((pa.x + pb.x) / 2, (pa.y + pb.y) / 2 + 20, { steps: 4 });
+    await page.mouse.move(pb.x, pb.y, { steps: 4 });
+    await page.mouse.up();
+  }
+  await drag(0, ids.upload, ids.added_k);
+  await waitAttr(widget(0).locator(".ow-dag"), "data-edges", 5);
+  const hasEdge = await py(`print((${ids.upload}, ${ids.added_k}) in {(int(a), int(b)) for a, b in w.graph.edges})`);
+  check("dragging from node to node adds a dependency", hasEdge === "True", hasEdge);
+  await drag(0, ids.added_k, ids.upload);
+  const cyc = widget(0).locator(".ow-errors .ow-error-msg").last();
+  await cyc.waitFor({ timeout: 15000 });
+  check("a dependency closing a cycle is refused", /cycle/.test(await cyc.textContent()), await cyc.textContent());
+
   // 4. An invalid edit is refused, its error shown, the graph unchanged.
   await build.locator(".ow-k-name").fill("bad_k");
   await build.locator(".ow-k-inputs").fill("no_such_buffer");

@@ -1,6 +1,6 @@
 // The DAG view: canvas rendering with culling and level-of-detail, so 5k-10k nodes pan and
 // zoom smoothly; pan by dragging the background, zoom with the wheel, hover for a tooltip,
-// click to select, shift-drag from node to node to add a dependency.
+// click to select, drag from node to node to add a dependency.
 //
 // Testability: the canvas carries data-nodes / data-edges / data-drawn / data-selected /
 // data-sim, and a hidden hit-test API (`owHitTest`, `owClientPos`) on the element.
@@ -21,6 +21,8 @@ export interface DagViewState {
   selected: number; // position or -1
   simNodes: number[]; // positions highlighted for the current simulator step
   hasTopo: boolean;
+  /** Whether edits apply to the graph on screen (dragging a node then adds a dependency). */
+  editable: boolean;
 }
 
 export interface DagCallbacks {
@@ -182,7 +184,9 @@ export class DagView {
     }, { passive: false });
     c.addEventListener("pointerdown", (e) => {
       const i = this.pick(e.clientX, e.clientY);
-      const link = e.shiftKey && i >= 0;
+      // Dragging from a node draws a dependency (when the graph on screen is editable);
+      // dragging the background, or shift-dragging anywhere, pans.
+      const link = i >= 0 && !e.shiftKey && !!this.state?.editable;
       this.drag = { mode: link ? "link" : "pan", x: e.clientX, y: e.clientY, tx: this.tx, ty: this.ty, src: i, moved: false };
       try {
         c.setPointerCapture(e.pointerId);
@@ -214,11 +218,12 @@ export class DagView {
       this.drag = null;
       this.linkTo = null;
       if (!d) return;
-      if (d.mode === "link") {
+      if (d.mode === "link" && d.moved) {
         const j = this.pick(e.clientX, e.clientY);
         if (d.src >= 0 && j >= 0 && j !== d.src) this.cb.onLink(d.src, j);
         this.schedule();
       } else if (!d.moved) {
+        // A press and release without moving is a click, on a node or on the background.
         this.cb.onSelect(this.pick(e.clientX, e.clientY));
       }
     };

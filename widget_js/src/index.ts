@@ -195,6 +195,7 @@ export class App {
       selected: sel,
       simNodes,
       hasTopo: !!dm?.has_topo,
+      editable: !!this.vm.editable,
     });
     this.renderHeader(dm);
     this.renderPassbar();

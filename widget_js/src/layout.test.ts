@@ -131,3 +131,26 @@ describe("hitTest", () => {
     expect(hitTest(L, L.minX - 5 * DX, L.minY - 5 * DY, grid)).toBe(-1);
   });
 });
+
+import { fitTransform, LABEL_ZOOM } from "./dagview";
+
+describe("fitTransform", () => {
+  const box = (minX: number, maxX: number, minY: number, maxY: number) => ({ x: new Float32Array(0), y: new Float32Array(0), minX, maxX, minY, maxY, reused: 0 });
+  it("shows a compact graph whole and centred", () => {
+    const f = fitTransform(box(0, 4 * DX, -2 * DY, 2 * DY), 1000, 500);
+    const cx = (0 + 4 * DX) / 2;
+    expect(f.k * cx + f.tx).toBeCloseTo(500);
+    expect(f.k * (4 * DX + NODE_W / 2) + f.tx).toBeLessThanOrEqual(1000);
+    expect(f.k * (0 - NODE_W / 2) + f.tx).toBeGreaterThanOrEqual(0);
+  });
+  it("zooms a long thin graph to a readable scale from its sources", () => {
+    const f = fitTransform(box(0, 300 * DX, -DY, DY), 1000, 500);
+    expect(f.k).toBeGreaterThanOrEqual(LABEL_ZOOM);
+    expect(f.k * (0 - NODE_W / 2) + f.tx).toBeCloseTo(20);
+  });
+  it("keeps a big square graph whole even if labels do not fit", () => {
+    const f = fitTransform(box(0, 100 * DX, 0, 200 * DY), 1000, 500);
+    expect(f.k).toBeLessThan(LABEL_ZOOM);
+    expect(f.k * 200 * DY).toBeLessThanOrEqual(500);
+  });
+});

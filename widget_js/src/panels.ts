@@ -25,7 +25,7 @@ export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Sen
       { class: "ow-panel ow-details" },
       summary.length ? h("h4", { text: "Graph" }) : null,
       ...summary.map(([k, v]) => row(k, v)),
-      h("p", { class: "ow-hint ow-help", text: "Click a node for its details. Drag to pan, scroll to zoom, double-click to fit. Shift-drag from one node to another to add a dependency." }),
+      h("p", { class: "ow-hint ow-help", text: "Click a node for its details. Drag the background to pan, scroll to zoom, double-click to fit. Drag from one node to another to add a dependency." }),
     );
   }
   const rename = h("input", { class: "ow-input ow-rename-input", value: d.name, "aria-label": "new name" });
@@ -186,7 +186,7 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
       text: "Add copy",
       onclick: () => send("add_memcpy", { name: cName.value, src: cSrc.value, dst: cDst.value, direction: cDir.value }),
     }),
-    h("p", { class: "ow-hint", text: "Dependencies: shift-drag from one node to another in the graph." }),
+    h("p", { class: "ow-hint", text: "Dependencies: drag from one node to another in the graph." }),
     h("h4", { text: `Buffers (${vm.buffers.length})` }),
     buffers,
   );
