@@ -367,3 +367,15 @@ def rich_graphs(draw: Any) -> ComputeGraph:
         )
         g = g.with_changes(nodes=[fused if n.id == k.id else n for n in g.nodes])
     return g
+
+
+def sparse_ids(graph: ComputeGraph, scale: int = 3, shift: int = 7) -> ComputeGraph:
+    """The same graph with node ids ``scale * id + shift`` (as after passes remove nodes)."""
+
+    def f(nid: NodeId) -> NodeId:
+        return NodeId(scale * int(nid) + shift)
+
+    nodes = [
+        n.replace(id=f(n.id), event=None if n.event is None else f(n.event)) for n in graph.nodes
+    ]
+    return graph.with_changes(nodes=nodes, edges=[(f(a), f(b)) for a, b in graph.edges])

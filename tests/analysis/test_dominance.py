@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from oxiwork import ComputeGraph, GraphBuilder, NodeId
 from oxiwork.analysis import dominance
 from oxiwork.error import UnknownNode
-from tests.strategies import SHAPES, any_dags, build_dag, dag_edges, small_dags
+from tests.strategies import SHAPES, any_dags, build_dag, dag_edges, small_dags, sparse_ids
 
 ROOT = "virtual-root"
 
@@ -142,3 +142,16 @@ class TestDomTree:
                     c = t.lca(a, b)
                     if c is not None:
                         assert t.dominates(c, a) and t.dominates(c, b)
+
+
+@settings(max_examples=100, deadline=None)
+@given(graph=any_dags(max_nodes=40))
+def test_sparse_ids(graph: ComputeGraph) -> None:
+    sparse = sparse_ids(graph)
+    for post in (False, True):
+        dense_idom = _tree(graph, post).idom
+        expected = {
+            NodeId(3 * v + 7): None if d is None else NodeId(3 * d + 7)
+            for v, d in dense_idom.items()
+        }
+        assert _tree(sparse, post).idom == expected == _nx_idom(sparse, reverse=post)

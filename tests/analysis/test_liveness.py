@@ -12,7 +12,7 @@ from oxiwork import ComputeGraph, GraphBuilder, MemcpyDir, NodeId
 from oxiwork.analysis import liveness
 from oxiwork.error import InvalidArgument
 from oxiwork.node import Buffer, BufferId
-from tests.strategies import any_dags, build_dag, dag_edges
+from tests.strategies import any_dags, build_dag, dag_edges, sparse_ids
 
 
 @st.composite
@@ -127,3 +127,16 @@ class TestAnalyze:
     def test_default_order_is_topological_order(self) -> None:
         g = build_dag(*dag_edges("layered", 40, seed=5), seed=5)
         assert liveness.analyze(g) == liveness.analyze(g, g.topological_order())
+
+
+@settings(max_examples=100, deadline=None)
+@given(g=any_dags(max_nodes=40))
+def test_sparse_ids(g: ComputeGraph) -> None:
+    a, b = liveness.analyze(g), liveness.analyze(sparse_ids(g))
+    assert (a.intervals, a.dead, a.unused, a.live_bytes) == (
+        b.intervals,
+        b.dead,
+        b.unused,
+        b.live_bytes,
+    )
+    assert b.order == tuple(NodeId(3 * v + 7) for v in a.order)

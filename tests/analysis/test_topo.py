@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from oxiwork import ComputeGraph, GraphBuilder, NodeId
 from oxiwork.analysis import topo
 from oxiwork.error import InvalidArgument
-from tests.strategies import SHAPES, any_dags, build_dag, costs_for, dag_edges
+from tests.strategies import SHAPES, any_dags, build_dag, costs_for, dag_edges, sparse_ids
 
 
 def _graph_and_costs(integral: bool = True) -> st.SearchStrategy:
@@ -171,3 +171,16 @@ class TestLevels:
         g = build_dag(*dag_edges("diamond", 7, seed=2), data=False)
         path, total = topo.critical_path(g)
         assert total == len(path) == topo.analyze(g).makespan
+
+
+@settings(max_examples=100, deadline=None)
+@given(g=any_dags(max_nodes=40))
+def test_sparse_ids(g: ComputeGraph) -> None:
+    a, b = topo.analyze(g), topo.analyze(sparse_ids(g))
+
+    def f(v: NodeId) -> NodeId:
+        return NodeId(3 * v + 7)
+
+    assert b.asap == {f(v): t for v, t in a.asap.items()}
+    assert b.slack == {f(v): t for v, t in a.slack.items()}
+    assert b.critical_path == tuple(map(f, a.critical_path)) and b.makespan == a.makespan
