@@ -451,12 +451,14 @@ def verify_plan(plan: ExecutionPlan) -> None:
     >>> from oxiwork.examples import quick_start
     >>> verify_plan(ExecutionPlan.build(quick_start()))
     """
+    from oxiwork.analysis._util import paused_gc
     from oxiwork.executor.happens_before import plan_clocks
 
-    _check_structure(plan)
-    vc = plan_clocks(plan)
-    _check_dependencies(plan, vc)
-    _check_memory(plan, vc)
+    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+        _check_structure(plan)
+        vc = plan_clocks(plan)
+        _check_dependencies(plan, vc)
+        _check_memory(plan, vc)
 
 
 def _check_structure(plan: ExecutionPlan) -> None:

@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from oxiwork.analysis._util import paused_gc
 from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
@@ -215,7 +216,8 @@ def plan_memory(
     1.0
     """
     t0 = time.perf_counter()
-    safe, live, order = buffer_intervals(graph)
+    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+        safe, live, order = buffer_intervals(graph)
     sizes = {b.id: b.size_bytes for b in graph.buffers}
     aligns = {b.id: b.alignment for b in graph.buffers}
     plan = plan_buffers(sizes, aligns, safe, mode=mode, time_limit=time_limit, capacity=capacity)

@@ -74,6 +74,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oxiwork.analysis import topo
+from oxiwork.analysis._util import paused_gc
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
@@ -743,6 +744,13 @@ def assign_streams(
     >>> sa.num_streams, sa.event_count, sa.method
     (1, 0, 'chains')
     """
+    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+        return _assign_streams(graph, max_streams, costs)
+
+
+def _assign_streams(
+    graph: ComputeGraph, max_streams: int, costs: Mapping[NodeId, float] | None
+) -> PassResult:
     t0 = time.perf_counter()
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
@@ -809,6 +817,13 @@ def round_robin_by_level(
     >>> sa.method, sa.num_streams <= 4
     ('round_robin_by_level', True)
     """
+    with paused_gc():
+        return _round_robin_by_level(graph, max_streams, costs)
+
+
+def _round_robin_by_level(
+    graph: ComputeGraph, max_streams: int, costs: Mapping[NodeId, float] | None
+) -> PassResult:
     t0 = time.perf_counter()
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
