@@ -44,8 +44,10 @@ MAX_EXACT_INTERVALS = 5000
 # T = the most bytes live in any section the buffer spans. Descending on every key.
 _PREORDERS = ("WAT", "TAW", "TWA")
 
-# Remember at most this many failed residual problems (about 1 KiB each).
-_MAX_FAILED = 500_000
+# Remember at most this many failed residual problems (a 64-bit hash each, ~100 bytes with the
+# set's overhead). Two different residual problems share a hash with probability ~2**-64 per
+# pair, so a wrongly pruned branch is possible in principle but vanishingly unlikely.
+_MAX_FAILED = 2_000_000
 
 # Check the clock every this many nodes: perf_counter is cheap but not free.
 _CLOCK_EVERY = 512
@@ -102,7 +104,7 @@ class _Solver:
         self.cuts0 = np.cumsum(cut)[: max(self.num_sections - 1, 0)]
         self.nodes = 0
         self.stored = 0  # entries in all tables: they share one memory budget
-        self.tables: dict[int, dict[tuple[int, ...], set[tuple[object, ...]]]] = {}
+        self.tables: dict[int, dict[tuple[int, ...], set[int]]] = {}
 
     # ----------------------------------------------------------------------------------------
 
@@ -128,7 +130,13 @@ class _Solver:
         self.minoff = [0] * n
         self.height = list(self.sz)  # minoff + size
         self.total = self.total0.copy()
-        self.floor = np.zeros(self.num_sections, dtype=np.int64)
+        # Sections any neighbour of each buffer lives in: where its placement can raise F_s.
+        self.hull_lo = [
+            min([a, *(self.slo[j] for j in self.nb[i])]) for i, a in enumerate(self.slo)
+        ]
+        self.hull_hi = [
+            max([b, *(self.shi[j] for j in self.nb[i])]) for i, b in enumerate(self.shi)
+        ]
         self.cuts = self.cuts0.copy()
         # V[r, s]: minimum offset of the unplaced buffer in row r if it lives in section s, else
         # C (min(F, C) keeps sections without unplaced buffers harmless, with no overflow; an
@@ -197,7 +205,7 @@ class _Solver:
         # same unplaced buffers (swap two equal-lifetime buffers); the residual problem is
         # then the same, so a failure is remembered and not searched again.
         lows = tuple(map(minoff.__getitem__, ordering))
-        key = (slo, shi, last_off, last if last_off in lows else -1, tuple(ordering), lows)
+        key = hash((slo, shi, last_off, last if last_off in lows else -1, tuple(ordering), lows))
         if key in self.failed:
             return False
         if self._expand(ordering, slo, shi, last_off, last):
@@ -214,17 +222,14 @@ class _Solver:
         min_height = min(map(height.__getitem__, ordering))
         C = self.C
         total = self.total
-        floor = self.floor
         # Section inference. With offsets never decreasing, every section's unplaced buffers
-        # stack above max(m, floor), so placing any buffer at offset m needs
-        # max(m, floor_s) + total_s <= C in every section s: for buffers of s the new floor
-        # is m + size and the total drops by size, which cancels. So the test depends on m
-        # alone: m <= C - max(total), and the floors must hold already.
+        # stack above max(m, F_s), where F_s is the smallest minimum offset among them; so
+        # placing any buffer at offset m needs max(m, F_s) + total_s <= C in every section.
+        # F_s + total_s <= C held when the parent checked; what is left depends on m alone:
+        # m <= C - max(total). (A buffer's own sections lose its size but gain m + size as
+        # their floor, which cancels.)
         if shi > slo:
-            seg_total = total[slo:shi]
-            if int((floor[slo:shi] + seg_total).max()) > C:
-                return False
-            max_m = C - int(seg_total.max())
+            max_m = C - int(total[slo:shi].max())
             if max_m < min_height:
                 min_height = max_m + 1
         off = self.off
@@ -236,6 +241,7 @@ class _Solver:
         row_at = self.row_at
         unit = self.unit
         slo_l, shi_l = self.slo, self.shi
+        hull_lo, hull_hi = self.hull_lo, self.hull_hi
         r_first = row_at[slo]
         for k, i in enumerate(ordering):
             m = minoff[i]
@@ -272,16 +278,16 @@ class _Solver:
             a, b = slo_l[i], shi_l[i]
             ri = row[i]
             total[a:b] -= sz[i]
-            saved_floor = floor[a:b].copy()
-            floor[a:b] = top
             V[ri, a:b] = C
             saved_v = None
             if feasible and bumped:
                 # Unallocated floor: a section's unplaced buffers all sit at or above the
-                # smallest of their minimum offsets, which the bumps above may have raised.
-                lo_u = min(a, min(map(slo_l.__getitem__, bumped)))
-                hi_u = max(b, max(map(shi_l.__getitem__, bumped)))
-                rows = [row[j] for j in bumped]
+                # smallest of their minimum offsets (F_s, which is never below the top of the
+                # placed buffers there), and the bumps above may have raised it.
+                # (Only this partition's sections: the others hold other partitions' totals.)
+                lo_u = hull_lo[i] if hull_lo[i] > slo else slo
+                hi_u = hull_hi[i] if hull_hi[i] < shi else shi
+                rows = np.array([row[j] for j in bumped])
                 saved_v = V[rows, lo_u:hi_u]
                 # Outside a buffer's own sections its row holds C >= top, so max() keeps it.
                 if unit:
@@ -289,13 +295,13 @@ class _Solver:
                 else:
                     new = np.array([minoff[j] for j in bumped], dtype=np.int64)
                     V[rows, lo_u:hi_u] = np.maximum(saved_v, new[:, None])
-                r_end = row_at[hi_u]
-                low = V[r_first:r_end, lo_u:hi_u].min(axis=0)
-                np.maximum(low, floor[lo_u:hi_u], out=low)
+                low = V[r_first : row_at[hi_u], lo_u:hi_u].min(axis=0)
                 low += total[lo_u:hi_u]
                 feasible = int(low.max()) <= C
             if feasible:
                 rest = ordering[:k] + ordering[k + 1 :]
+                # By minimum offset, ties in preorder (ids are preorder ranks).
+                rest.sort()
                 rest.sort(key=minoff.__getitem__)
                 found = self._decompose(rest, i, slo, shi, m)
             else:
@@ -303,7 +309,6 @@ class _Solver:
             if saved_v is not None:
                 V[rows, lo_u:hi_u] = saved_v
             V[ri, a:b] = m
-            floor[a:b] = saved_floor
             total[a:b] += sz[i]
             for j, mj in zip(bumped, old, strict=True):
                 minoff[j] = mj
