@@ -23,6 +23,7 @@ Example
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -122,7 +123,10 @@ class Pipeline:
                     verify_graph(result.graph)
             except GraphError as e:
                 done = ", ".join(t.name for t in trace) or "none"
-                raise type(e)(f"pass {spec.name!r} failed (passes before it: {done}): {e}") from e
+                # Same class and attributes (e.g. CycleError.cycle), message with context.
+                err = copy.copy(e)
+                err.args = (f"pass {spec.name!r} failed (passes before it: {done}): {e}",)
+                raise err from e
             except Exception as e:  # a bug in a pass: still say which pass
                 done = ", ".join(t.name for t in trace) or "none"
                 raise PassFailed(

@@ -85,7 +85,7 @@ def _verify_graph(g: ComputeGraph) -> None:
     for n in g.nodes:
         _RULES[n.kind](g, n, edge_set)
         if n.stream is not None and n.stream < 0:
-            raise InvalidArgument(f"{context(g, n.id)}: stream {n.stream} is negative")
+            raise InvalidArgument(f"{context(g, n.id)}: stream {int(n.stream)} is negative")
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
 

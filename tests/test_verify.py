@@ -70,7 +70,7 @@ class TestVerify:
             ("down", {"inputs": (0, 1)}, r"a memcpy has at most one source and one dest"),
             ("rec", {"inputs": (0,)}, r"a event_record node touches no buffers"),
             ("bar", {"outputs": (1,)}, r"node 'bar' .*a barrier node touches no buffers"),
-            ("bar", {"stream": StreamId(-1)}, r"stream StreamId\(-1\) is negative"),
+            ("bar", {"stream": StreamId(-1)}, r"stream -1 is negative"),
             ("bar", {"config": KernelConfig.linear(1, 1)}, r"only kernels have a launch config"),
         ],
     )
