@@ -89,6 +89,7 @@ class _Solver:
         # "Total": the largest live bytes over the sections the buffer spans.
         total = [int(live[a:b].max()) for a, b in zip(self.lo, self.hi, strict=True)]
         keys = {"W": width, "A": area, "T": total}
+        self.width, self.area = width, area
         self.preorders = [
             sorted(range(n), key=lambda i, h=h: (*(-keys[c][i] for c in h), i)) for h in _PREORDERS
         ]
@@ -125,6 +126,11 @@ class _Solver:
         self.slo = [self.lo[i] for i in order]
         self.shi = [self.hi[i] for i in order]
         self.nb = [[rank[j] for j in self.nbrs[i]] for i in order]
+        self.order = list(order)
+        self.heuristic = _PREORDERS[self.preorders.index(list(order))]
+        # Tie-break rank of each buffer inside its current partition (the preorder at first;
+        # each decomposed piece re-ranks its buffers by the totals left at that point).
+        self.rank = list(range(n))
         self.off = [-1] * n
         self.sol = [-1] * n
         self.minoff = [0] * n
@@ -167,7 +173,7 @@ class _Solver:
         sys.setrecursionlimit(max(old_limit, 4 * n + 1000))
         try:
             zero = np.flatnonzero(self.cuts == 0) + 1
-            ok = self._split(list(range(n)), [0, *zero.tolist(), self.num_sections])
+            ok = self._split(list(range(n)), [0, *zero.tolist(), self.num_sections], rerank=False)
         except _Abort as e:
             return e.status, None
         finally:
@@ -176,18 +182,43 @@ class _Solver:
             return Status.INFEASIBLE, None
         return Status.FOUND, [self.sol[rank[i]] for i in range(n)]
 
-    def _sub(self, bufs: list[int], slo: int, shi: int) -> bool:
+    def _sub(self, bufs: list[int], slo: int, shi: int, rerank: bool) -> bool:
         """Solve one partition: ``bufs`` (unplaced, in preorder) over sections [slo, shi)."""
-        key = self.minoff
-        ordering = sorted(bufs, key=key.__getitem__)  # stable: ties stay in preorder
-        return self._search(ordering, slo, shi, 0, 0)
+        rank = self.rank
+        saved = None
+        if rerank:
+            # MiniMalloc recomputes the preorder for every piece, with "total" taken from the
+            # bytes still unplaced: the crowded moments of this piece go first.
+            saved = [rank[j] for j in bufs]
+            total = self.total
+            slo_l, shi_l = self.slo, self.shi
+            keys = {
+                "W": [self.width[self.order[j]] for j in bufs],
+                "A": [self.area[self.order[j]] for j in bufs],
+                "T": [int(total[slo_l[j] : shi_l[j]].max()) for j in bufs],
+            }
+            cols = [keys[c] for c in self.heuristic]
+            by = sorted(
+                range(len(bufs)),
+                key=lambda k: (*(-c[k] for c in cols), self.order[bufs[k]]),
+            )
+            for r, k in enumerate(by):
+                rank[bufs[k]] = r
+        try:
+            ordering = sorted(bufs, key=rank.__getitem__)
+            ordering.sort(key=self.minoff.__getitem__)  # stable: ties stay in rank order
+            return self._search(ordering, slo, shi, 0, -1)
+        finally:
+            if saved is not None:
+                for j, r in zip(bufs, saved, strict=True):
+                    rank[j] = r
 
-    def _split(self, bufs: list[int], points: list[int]) -> bool:
+    def _split(self, bufs: list[int], points: list[int], rerank: bool = True) -> bool:
         """Solve the pieces of ``bufs`` between consecutive section ``points`` independently."""
         slo_l, shi_l = self.slo, self.shi
         for lo_s, hi_s in pairwise(points):
             part = [j for j in bufs if slo_l[j] < hi_s and lo_s < shi_l[j]]
-            if part and not self._sub(sorted(part), lo_s, hi_s):
+            if part and not self._sub(part, lo_s, hi_s, rerank):
                 return False
         return True
 
@@ -205,7 +236,8 @@ class _Solver:
         # same unplaced buffers (swap two equal-lifetime buffers); the residual problem is
         # then the same, so a failure is remembered and not searched again.
         lows = tuple(map(minoff.__getitem__, ordering))
-        key = hash((slo, shi, last_off, last if last_off in lows else -1, tuple(ordering), lows))
+        ranks = tuple(map(self.rank.__getitem__, ordering))
+        key = hash((slo, shi, last_off, last, tuple(ordering), lows, ranks))
         if key in self.failed:
             return False
         if self._expand(ordering, slo, shi, last_off, last):
@@ -242,6 +274,7 @@ class _Solver:
         unit = self.unit
         slo_l, shi_l = self.slo, self.shi
         hull_lo, hull_hi = self.hull_lo, self.hull_hi
+        rank = self.rank
         r_first = row_at[slo]
         for k, i in enumerate(ordering):
             m = minoff[i]
@@ -250,7 +283,7 @@ class _Solver:
             if m >= min_height:
                 break
             # Canonical order: offsets never decrease; equal offsets go in preorder.
-            if m < last_off or (m == last_off and i < last):
+            if m < last_off or (m == last_off and rank[i] < last):
                 continue
             top = m + sz[i]
             # Raise the minimum offset of every unplaced neighbour above the new buffer.
@@ -300,8 +333,8 @@ class _Solver:
                 feasible = int(low.max()) <= C
             if feasible:
                 rest = ordering[:k] + ordering[k + 1 :]
-                # By minimum offset, ties in preorder (ids are preorder ranks).
-                rest.sort()
+                # By minimum offset, ties in rank order.
+                rest.sort(key=rank.__getitem__)
                 rest.sort(key=minoff.__getitem__)
                 found = self._decompose(rest, i, slo, shi, m)
             else:
@@ -334,7 +367,7 @@ class _Solver:
             zero = ()
         try:
             if len(zero) == 0:
-                return self._search(rest, slo, shi, m, i)
+                return self._search(rest, slo, shi, m, self.rank[i])
             points = [slo, *(int(z) + a + 1 for z in zero if slo < int(z) + a + 1 < shi), shi]
             return self._split(rest, points)
         finally:
