@@ -16,7 +16,14 @@ restricting the search this way loses no solutions, and adds the rules that make
   may not exceed ``C``. The floor is the higher of the current offset (offsets never decrease),
   the top of the placed buffers, and the smallest minimum offset of the unplaced ones.
 * **Dynamic decomposition**: once no unplaced buffer spans a cut between two sections, the two
-  sides are solved independently.
+  sides are solved independently, each with its buffers re-ranked by the bytes still unplaced.
+* **Hatless pruning**: a buffer with no unplaced time-neighbours constrains nobody; if placing
+  it at its minimum offset fails, no other choice at that node can succeed.
+
+Two additions of ours: the per-section floors are computed with numpy over a (buffer x
+section) matrix of minimum offsets, and failed residual problems (same unplaced buffers, same
+minimum offsets, same canonical bound) are remembered in a hashed table, which keeps its
+entries across MiniMalloc's round-robin restarts.
 
 References
 ----------
@@ -383,6 +390,18 @@ def search(
     Round-robins over the static preorders with a node limit that doubles each round, as
     MiniMalloc does, so one unlucky preorder cannot stall the search. Returns the status, the
     offsets (when FOUND) and the number of search nodes visited.
+
+    References
+    ----------
+    Moffitt, "MiniMalloc", ASPLOS 2023 (see the module docstring).
+
+    >>> import numpy as np, time
+    >>> from oxiwork.optimizer.memory import _make_problem
+    >>> p = _make_problem(np.array([(0, 2, 2), (1, 3, 2), (0, 1, 2), (2, 3, 2)]), 1)
+    >>> search(p, 4, time.perf_counter() + 10)[:2]
+    ('found', [0, 2, 2, 0])
+    >>> search(p, 3, time.perf_counter() + 10)[0]
+    'infeasible'
     """
     s = solver or _Solver(p)
     s.nodes = 0
@@ -406,7 +425,21 @@ def improve(
     t0: float,
     deadline: float,
 ) -> IntervalPlan:
-    """Exact mode: from the heuristic plan, search for a fit (or the minimum arena)."""
+    """Exact mode: from the heuristic plan, search for a fit (or the minimum arena).
+
+    With a ``capacity`` the first plan that fits is returned; without one the arena is
+    tightened from the heuristic's toward the lower bound until the search proves it minimal
+    or ``deadline`` passes. :func:`oxiwork.optimizer.memory.plan_intervals` is the public way
+    in.
+
+    References
+    ----------
+    Moffitt, "MiniMalloc", ASPLOS 2023 (see the module docstring).
+
+    >>> from oxiwork.optimizer.memory import plan_intervals
+    >>> plan_intervals([(0, 2, 2), (1, 3, 2), (0, 1, 2), (2, 3, 2)], mode="exact").optimal
+    True
+    """
     live, _, _ = _live_profile(p)
     lb = int(live.max()) if len(live) else 0
     if arena == lb:
