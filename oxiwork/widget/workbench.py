@@ -46,6 +46,7 @@ MAX_ERRORS = 20
 # Above this many buffers the memory chart is planned on request (see "plan_memory").
 LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
+MEMORY_MODES = ("heuristic", "exact")
 
 
 class Workbench(anywidget.AnyWidget):
@@ -144,6 +145,40 @@ class Workbench(anywidget.AnyWidget):
         self._summary_cache.clear()
         self._topo_cache.clear()
         self._refresh(reset=True)
+
+    # ------------------------------------------------------------------ trait changes
+    # Python code may set these traits too (``w.pass_index = 2``); the views follow.
+    @traitlets.validate("color_mode")
+    def _valid_color_mode(self, proposal: Any) -> str:
+        value = proposal["value"]
+        return value if value in COLOR_MODES else "kind"
+
+    @traitlets.validate("memory_mode")
+    def _valid_memory_mode(self, proposal: Any) -> str:
+        if proposal["value"] not in MEMORY_MODES:
+            raise traitlets.TraitError(
+                f"memory_mode must be one of {', '.join(MEMORY_MODES)}, got {proposal['value']!r}"
+            )
+        return proposal["value"]
+
+    @traitlets.validate("pass_index")
+    def _valid_pass_index(self, proposal: Any) -> int:
+        n = len(self.session.stages) if hasattr(self, "session") else 1
+        if not 0 <= proposal["value"] < n:
+            raise traitlets.TraitError(
+                f"pass_index is {proposal['value']}; the pipeline has positions 0..{n - 1}"
+            )
+        return proposal["value"]
+
+    @traitlets.observe("pass_index", "memory_mode")
+    def _redraw(self, _change: Any) -> None:
+        if hasattr(self, "_summary_cache"):  # not during __init__
+            self._refresh()
+
+    @traitlets.observe("selection")
+    def _on_selection(self, _change: Any) -> None:
+        if hasattr(self, "_summary_cache"):
+            self._update_details()
 
     # ------------------------------------------------------------------ view-model
     def _stage_index(self) -> int:
@@ -363,14 +398,11 @@ class Workbench(anywidget.AnyWidget):
         nid = m["node"]
         if nid is None or nid < 0:
             self.selection = -1
-            self._update_details()
             return "selection cleared"
         g = self._graph_shown()
         if not g.has_node(nid):
             raise UnknownNode(f"there is no node with id {nid} in the graph on screen")
-        with self.hold_sync():
-            self.selection = nid
-            self._update_details()
+        self.selection = nid  # updates the details (see _on_selection)
         return f"selected {g.node(NodeId(nid)).name}"
 
     def _h_set_pass(self, m: dict[str, Any]) -> str:
@@ -378,19 +410,11 @@ class Workbench(anywidget.AnyWidget):
         n = len(self.session.stages)
         if not 0 <= i < n:
             raise MessageError(f"set_pass.index is {i}; the pipeline has positions 0..{n - 1}")
-        self.pass_index = i
-        self._refresh()
+        self.pass_index = i  # redraws (see _redraw)
         return f"showing {self.session.stages[i].name}"
 
     def _h_set_memory_mode(self, m: dict[str, Any]) -> str:
-        old = self.memory_mode
-        self.memory_mode = m["mode"]
-        try:
-            self._memory()
-        except Exception:
-            self.memory_mode = old
-            raise
-        self._refresh()
+        self.memory_mode = m["mode"]  # redraws (see _redraw)
         return f"memory planner: {m['mode']}"
 
     def _h_plan_memory(self, m: dict[str, Any]) -> str:

@@ -168,7 +168,7 @@ try {
   const hasEdge = await py(`print((${ids.upload}, ${ids.added_k}) in {(int(a), int(b)) for a, b in w.graph.edges})`);
   check("dragging from node to node adds a dependency", hasEdge === "True", hasEdge);
   await drag(0, ids.added_k, ids.upload);
-  const cyc = widget(0).locator(".ow-errors .ow-error-msg").last();
+  const cyc = widget(0).locator(".ow-errors .ow-error-msg", { hasText: "cycle" });
   await cyc.waitFor({ timeout: 15000 });
   check("a dependency closing a cycle is refused", /cycle/.test(await cyc.textContent()), await cyc.textContent());
 
@@ -177,7 +177,7 @@ try {
   await build.locator(".ow-k-inputs").fill("no_such_buffer");
   await build.locator(".ow-k-outputs").fill("extra");
   await build.locator(".ow-add-kernel").click();
-  const err = widget(0).locator(".ow-errors .ow-error-msg").last();
+  const err = widget(0).locator(".ow-errors .ow-error-msg", { hasText: "no_such_buffer" });
   await err.waitFor({ timeout: 15000 });
   const errText = await err.textContent();
   check("an invalid edit shows its error", errText.includes("no_such_buffer"), errText);

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+import traitlets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -65,6 +66,32 @@ class TestConstruction:
         with pytest.raises(TypeError):
             w.graph = 3  # type: ignore[assignment]
         assert snapshot(w) == before
+
+
+class TestPythonSide:
+    """Traits set from Python redraw the views too; bad values are refused."""
+
+    def test_pass_index(self, w: Workbench) -> None:
+        last = len(w.session.stages) - 1
+        w.pass_index = last
+        assert w.view["dag"]["pass_index"] == last
+        with pytest.raises(traitlets.TraitError, match="positions"):
+            w.pass_index = last + 1
+        assert w.pass_index == last
+
+    def test_selection_updates_details(self, w: Workbench) -> None:
+        w.selection = node_id(w, "scale")
+        assert w.details["name"] == "scale"
+        w.selection = -1
+        assert w.details == {}
+
+    def test_modes(self, w: Workbench) -> None:
+        w.color_mode = "no such mode"
+        assert w.color_mode == "kind"
+        with pytest.raises(traitlets.TraitError, match="memory_mode"):
+            w.memory_mode = "magic"
+        w.memory_mode = "exact"
+        assert w.view["memory"]["mode"] == "exact"
 
 
 class TestMessages:
