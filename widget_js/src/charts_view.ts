@@ -304,9 +304,10 @@ export class StreamChart extends CanvasChart {
       }
     });
     // Event arrows between lanes (record -> wait).
-    ctx.strokeStyle = "#d62728";
-    ctx.fillStyle = "#d62728";
-    ctx.lineWidth = 1.5;
+    // Translucent so that dense event traffic does not hide the bars.
+    ctx.strokeStyle = "rgba(214,39,40,0.6)";
+    ctx.fillStyle = "rgba(214,39,40,0.75)";
+    ctx.lineWidth = 1.2;
     for (const a of g.arrows) {
       ctx.beginPath();
       ctx.moveTo(a.x0, a.y0);
