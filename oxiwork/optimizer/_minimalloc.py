@@ -90,7 +90,7 @@ class _Solver:
         self.size = p.size.tolist()
         self.align = p.align.tolist()
         ptr, cols = _overlaps(p)
-        self.nbrs = [cols[ptr[i] : ptr[i + 1]] for i in range(n)]
+        self.nbrs = [cols[ptr[i] : ptr[i + 1]].tolist() for i in range(n)]
         width = (p.end - p.start).tolist()
         area = ((p.end - p.start) * p.size).tolist()
         # "Total": the largest live bytes over the sections the buffer spans.

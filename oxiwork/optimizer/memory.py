@@ -318,7 +318,7 @@ def lower_bound(intervals: Iterable[Sequence[int]], alignment: int = 1) -> int:
     return int(live.max()) if len(live) else 0
 
 
-def _overlaps(p: _Problem) -> tuple[list[int], list[int]]:
+def _overlaps(p: _Problem) -> tuple[list[int], np.ndarray]:
     """Time-overlap graph in CSR form: neighbours of i are ``cols[ptr[i]:ptr[i+1]]``.
 
     Built with numpy: sorted by start, interval i overlaps exactly the later-starting j with
@@ -332,7 +332,7 @@ def _overlaps(p: _Problem) -> tuple[list[int], list[int]]:
     count = np.maximum(stop - first, 0)
     total = int(count.sum())
     if total == 0:
-        return [0] * (n + 1), []
+        return [0] * (n + 1), np.zeros(0, dtype=np.int64)
     # Pair (a, b) positions in sorted order: a repeated count[a] times, b = a+1 .. stop[a]-1.
     a_pos = np.repeat(np.arange(n), count)
     offs = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
@@ -345,7 +345,7 @@ def _overlaps(p: _Problem) -> tuple[list[int], list[int]]:
     srt = np.argsort(rows, kind="stable")  # timsort: faster here than quicksort
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
-    return ptr.tolist(), cols[srt].tolist()
+    return ptr.tolist(), cols[srt]
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,54 +353,97 @@ def _overlaps(p: _Problem) -> tuple[list[int], list[int]]:
 # --------------------------------------------------------------------------------------------
 
 
+# Above this many time-neighbours a placement scans them with numpy instead of a Python loop
+# (long-lived buffers overlap thousands of others).
+_DENSE = 48
+
+
 def _place(
     order: Sequence[int],
     size: list[int],
     align: list[int],
     ptr: list[int],
-    cols: list[int],
+    cols: np.ndarray,
     best_fit: bool,
+    dense: int = _DENSE,
 ) -> tuple[list[int], int]:
     """Place intervals in ``order``; each goes into a gap between already placed neighbours.
 
     First fit takes the lowest gap that is large enough (TFLite); best fit the smallest such
     gap (XLA), lowest on ties; with no gap the interval goes on top of its neighbours. Only the
-    time-overlapping neighbours are scanned, so a placement costs O(d log d) for d neighbours.
+    time-overlapping neighbours are scanned, so a placement costs O(d log d) for d neighbours;
+    intervals with more than ``dense`` neighbours do the same scan in numpy.
     """
     n = len(size)
     # (offset, top) of each placed interval, None while unplaced: filter(None, map(...)) then
     # collects the placed neighbours at C speed, which dominates on large inputs.
     placed_at: list[tuple[int, int] | None] = [None] * n
+    off_np = np.full(n, -1, dtype=np.int64)  # the same, for the numpy path
+    top_np = np.zeros(n, dtype=np.int64)
     off = [0] * n
     arena = 0
     get = placed_at.__getitem__
     for i in order:
         sz = size[i]
         a = align[i]
-        placed = sorted(filter(None, map(get, cols[ptr[i] : ptr[i + 1]])))
-        cand = 0
-        if best_fit:
-            best = -1
-            best_gap = 0
-            for o, t in placed:
-                gap = o - cand
-                if gap >= sz and (best < 0 or gap < best_gap):
-                    best, best_gap = cand, gap
-                if t > cand:
-                    cand = t if a == 1 else -(-t // a) * a
-            if best >= 0:
-                cand = best
+        p0, p1 = ptr[i], ptr[i + 1]
+        if p1 - p0 > dense:
+            cand = _place_dense(cols[p0:p1], off_np, top_np, sz, a, best_fit)
         else:
-            for o, t in placed:
-                if o - cand >= sz:
-                    break
-                if t > cand:
-                    cand = t if a == 1 else -(-t // a) * a
+            placed = sorted(filter(None, map(get, cols[p0:p1].tolist())))
+            cand = 0
+            if best_fit:
+                best = -1
+                best_gap = 0
+                for o, t in placed:
+                    gap = o - cand
+                    if gap >= sz and (best < 0 or gap < best_gap):
+                        best, best_gap = cand, gap
+                    if t > cand:
+                        cand = t if a == 1 else -(-t // a) * a
+                if best >= 0:
+                    cand = best
+            else:
+                for o, t in placed:
+                    if o - cand >= sz:
+                        break
+                    if t > cand:
+                        cand = t if a == 1 else -(-t // a) * a
         off[i] = cand
         placed_at[i] = (cand, cand + sz)
+        off_np[i] = cand
+        top_np[i] = cand + sz
         if cand + sz > arena:
             arena = cand + sz
     return off, arena
+
+
+def _place_dense(
+    nbrs: np.ndarray, off_np: np.ndarray, top_np: np.ndarray, sz: int, a: int, best_fit: bool
+) -> int:
+    """The gap scan of :func:`_place` in numpy, for an interval with many neighbours."""
+    o = off_np[nbrs]
+    placed = o >= 0
+    o = o[placed]
+    if len(o) == 0:
+        return 0
+    t = top_np[nbrs][placed]
+    idx = np.argsort(o, kind="stable")
+    o = o[idx]
+    run = np.maximum.accumulate(t[idx])
+    # The free space before placed buffer k starts at the (aligned) highest top below it.
+    start = np.empty_like(o)
+    start[0] = 0
+    start[1:] = -(-run[:-1] // a) * a
+    np.maximum(start, 0, out=start)
+    gap = o - start
+    fits = np.flatnonzero(gap >= sz)
+    if len(fits) == 0:
+        return int(-(-int(run[-1]) // a) * a)
+    if not best_fit:
+        return int(start[fits[0]])
+    k = fits[np.argmin(gap[fits])]  # argmin returns the first, i.e. lowest, on ties
+    return int(start[k])
 
 
 def _section_total(p: _Problem) -> np.ndarray:

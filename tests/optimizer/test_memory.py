@@ -199,6 +199,30 @@ class TestHeuristic:
         plan = plan_intervals([(0, 2, 100), (1, 3, 100)], capacity=200)
         assert plan.fits is True and plan.message is None
 
+    @settings(max_examples=200, deadline=None)
+    @given(interval_lists(), ALIGNS, st.booleans())
+    def test_numpy_scan_matches_python_scan(self, intervals, alignment, best_fit):
+        # Intervals with many neighbours are placed by a numpy scan; it must agree exactly.
+        from oxiwork.optimizer import memory
+
+        p = memory._make_problem(memory._validate_intervals(intervals), alignment)
+        ptr, cols = memory._overlaps(p)
+        args = (list(range(p.n)), p.size.tolist(), p.align.tolist(), ptr, cols, best_fit)
+        assert memory._place(*args, dense=-1) == memory._place(*args, dense=10**9)
+
+    def test_long_lived_buffers_are_valid(self):
+        import random
+
+        rng = random.Random(3)
+        intervals = []
+        for k in range(2000):
+            s = rng.randrange(2000)
+            length = rng.randint(500, 2000) if k % 50 == 0 else rng.randint(1, 20)
+            intervals.append((s, s + length, rng.randint(1, 1 << 16)))
+        plan = plan_intervals(intervals, alignment=256)
+        assert_valid(intervals, plan.offsets, [256] * len(intervals), plan.arena_bytes)
+        assert plan.arena_bytes <= greedy_by_size(intervals, 256).arena_bytes
+
     def test_large_input_is_valid(self):
         import random
 
