@@ -44,8 +44,9 @@ from oxiwork.optimizer.memory import IntervalPlan, _live_profile, _overlaps, _Pr
 
 __all__ = ["MAX_EXACT_INTERVALS", "Status", "improve", "search"]
 
-MAX_EXACT_INTERVALS = 5000
-"""Above this the exact mode keeps the heuristic plan: the search recurses once per buffer."""
+MAX_EXACT_INTERVALS = 2000
+"""Above this the exact mode keeps the heuristic plan: the search recurses once per buffer and
+keeps a (buffers x sections) matrix, 64 MB at this size."""
 
 # Static preorders tried round-robin (MiniMalloc's defaults): W = lifetime width, A = area,
 # T = the most bytes live in any section the buffer spans. Descending on every key.

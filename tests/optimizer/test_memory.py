@@ -180,17 +180,8 @@ class TestHeuristic:
         assert lower_bound([(0, 2, 10), (1, 3, 10)], alignment=64) == 128
 
     def test_capacity_not_met_is_reported(self):
-        import random
-
-        rng = random.Random(0)
-        for _ in range(1000):  # find an input where the heuristic misses the lower bound
-            intervals = []
-            for _ in range(12):
-                s = rng.randrange(10)
-                intervals.append((s, s + rng.randint(1, 5), rng.randint(1, 50)))
-            plan = plan_intervals(intervals, capacity=lower_bound(intervals))
-            if plan.arena_bytes > plan.lower_bound:
-                break
+        intervals = _heuristic_misses_lower_bound()
+        plan = plan_intervals(intervals, capacity=lower_bound(intervals))
         assert plan.fits is False and not plan.optimal
         assert f"no plan within capacity {plan.lower_bound} bytes found" in plan.message
         assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
@@ -312,6 +303,23 @@ class TestExact:
         assert plan.fits is True and plan.arena_bytes <= best
         assert_valid(intervals, plan.offsets, [1] * 5, plan.arena_bytes)
 
+    def test_too_many_intervals_keeps_heuristic(self, monkeypatch):
+        from oxiwork.optimizer import _minimalloc
+
+        monkeypatch.setattr(_minimalloc, "MAX_EXACT_INTERVALS", 5)
+        intervals = _heuristic_misses_lower_bound()
+        heuristic = plan_intervals(intervals)
+        plan = plan_intervals(intervals, mode="exact", time_limit=10)
+        assert plan.message.startswith("exact search skipped: 12 intervals is more than 5")
+        assert plan.offsets == heuristic.offsets and not plan.optimal
+
+    def test_minimises_without_capacity(self):
+        intervals = _heuristic_misses_lower_bound()
+        plan = plan_intervals(intervals, mode="exact", time_limit=30)
+        assert plan.arena_bytes < plan_intervals(intervals).arena_bytes or plan.optimal
+        assert plan.optimal and plan.message is None
+        assert_valid(intervals, plan.offsets, [1] * len(intervals), plan.arena_bytes)
+
     @pytest.mark.skipif(not BENCH.exists(), reason="MiniMalloc benchmark data not present")
     def test_time_limit_reached_is_reported(self):
         intervals = _load("A")
@@ -358,6 +366,21 @@ class TestPlanBuffers:
         )
         assert plan.arena_bytes >= plan.lower_bound
         assert plan.sizes == {b: _round(sizes[b], aligns[b]) for b in ids}
+
+
+def _heuristic_misses_lower_bound() -> list[tuple[int, int, int]]:
+    """A small fixed input on which the heuristic plan is above the lower bound."""
+    import random
+
+    rng = random.Random(0)
+    for _ in range(1000):
+        intervals = []
+        for _ in range(12):
+            s = rng.randrange(10)
+            intervals.append((s, s + rng.randint(1, 5), rng.randint(1, 50)))
+        if plan_intervals(intervals).arena_bytes > lower_bound(intervals):
+            return intervals
+    raise AssertionError("no such input found")
 
 
 def _load(name: str) -> list[tuple[int, int, int]]:
