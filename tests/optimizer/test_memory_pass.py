@@ -10,6 +10,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
+from oxiwork.optimizer import memory_pass
 from oxiwork.optimizer.memory_pass import MemoryReport, buffer_intervals, plan_memory
 from oxiwork.optimizer.stream import assign_streams, issue_order
 from tests.strategies import any_dags
@@ -44,7 +45,7 @@ class TestPlanMemory:
         rep = res.artefacts["memory"]
         assert isinstance(rep, MemoryReport)
         assert [b.offset for b in res.graph.buffers] == [0, 4096, 0]
-        assert rep.arena_bytes == rep.lower_bound == rep.live_lower_bound == 8192
+        assert rep.arena_bytes == rep.lower_bound == rep.interval_lower_bound == 8192
         assert rep.to_dict()["arena_bytes"] == 8192
 
     @settings(max_examples=120, deadline=None)
@@ -61,7 +62,10 @@ class TestPlanMemory:
                 assert b.offset is not None and b.offset % b.alignment == 0
                 if b.id in rep.intervals:
                     assert b.offset + b.size_bytes <= rep.arena_bytes
-        assert rep.arena_bytes >= rep.lower_bound >= rep.live_lower_bound
+        assert rep.arena_bytes >= rep.lower_bound
+        assert rep.interval_lower_bound >= rep.lower_bound
+        assert rep.arena_bytes <= rep.plan.arena_bytes  # never worse than the interval plan
+        assert rep.to_dict()["arena_bytes"] == rep.arena_bytes
 
     @settings(max_examples=60, deadline=None)
     @given(st.integers(0, 10_000), st.integers(2, 4))
@@ -92,3 +96,23 @@ class TestPlanMemory:
         small = plan_memory(g, capacity=256).artefacts["memory"]
         assert small.fits is False and "capacity" in small.message
         check_safe(plan_memory(g, mode="exact", time_limit=2.0).graph)
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(2, 4))
+    def test_interval_plan_alone_is_safe(self, graph, cap):
+        g = assign_streams(graph, max_streams=cap).graph
+        old = memory_pass.MAX_CONFLICT_PAIRS
+        memory_pass.MAX_CONFLICT_PAIRS = -1
+        try:
+            res = plan_memory(g)
+        finally:
+            memory_pass.MAX_CONFLICT_PAIRS = old
+        rep = res.artefacts["memory"]
+        assert rep.conflict_pairs is None and rep.arena_bytes == rep.plan.arena_bytes
+        check_safe(res.graph)
+
+    def test_conflict_placement_beats_intervals_on_a_transformer(self):
+        g = assign_streams(transformer_block(), max_streams=4).graph
+        rep = plan_memory(g).artefacts["memory"]
+        assert rep.strategy.startswith("conflict_best_fit")
+        assert rep.lower_bound <= rep.arena_bytes < rep.plan.arena_bytes
