@@ -17,8 +17,8 @@ Example
 -------
 >>> n, edges = dag_edges("diamond", 8, seed=1)
 >>> g = build_dag(n, edges, seed=1)
->>> g.num_nodes
-8
+>>> n, g.num_nodes  # n nodes, plus a host copy of up to two sinks
+(8, 10)
 """
 
 from __future__ import annotations
