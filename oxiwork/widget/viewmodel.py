@@ -1,7 +1,8 @@
 """The workbench view-model: plain JSON-able dicts computed kernel-side, one section per view.
 
 The frontend (``widget_js/src``) is a pure function of these sections, so everything the
-user sees comes from the engine, and a section the engine cannot provide yet is an explicit
+user sees comes from the engine, and a section with nothing to show (no plan for a graph the
+pipeline rejected, no streams before the stream pass) is an explicit
 ``{"available": False, "reason": ...}`` that the view shows instead of data. The TypeScript
 mirror of these shapes is ``widget_js/src/types.ts``.
 
@@ -37,13 +38,19 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from oxiwork import cost, ops
+from oxiwork.analysis import dominance, liveness, topo
+from oxiwork.analysis.dominance import DomTree
+from oxiwork.analysis.topo import TopoInfo
+from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
+from oxiwork.optimizer import memory
 
 __all__ = [
     "FLOAT_COLUMNS",
@@ -84,8 +91,8 @@ INSPECT_VALUES = 4096
 def unavailable(reason: str) -> dict[str, Any]:
     """A section the engine cannot provide; the view shows ``reason`` instead of data.
 
-    >>> unavailable("no simulator yet")
-    {'available': False, 'reason': 'no simulator yet'}
+    >>> unavailable("no stream assignment yet")
+    {'available': False, 'reason': 'no stream assignment yet'}
     """
     return {"available": False, "reason": reason}
 
@@ -162,33 +169,26 @@ def _levels(graph: ComputeGraph) -> list[int]:
     return level
 
 
-# The analyses are optional for drawing: a missing module or an engine bug degrades the
-# view (the colour modes that need it say so) instead of breaking it.
-def _try_topo(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> Any:
+# An engine bug in an analysis must not take the drawing down: the view draws without it
+# and the colour modes that need it show the error instead.
+def _guarded(what: str, fn: Callable[[], Any]) -> tuple[Any, str]:
     try:
-        from oxiwork.analysis import topo
-
-        return topo.analyze(graph, costs=costs)
-    except Exception:
-        return None
+        return fn(), ""
+    except Exception as e:
+        return None, f"{what} failed: {type(e).__name__}: {e}"
 
 
-def _try_dominance(graph: ComputeGraph) -> tuple[Any, Any] | None:
-    try:
-        from oxiwork.analysis import dominance
-
-        return dominance.dominators(graph), dominance.post_dominators(graph)
-    except Exception:
-        return None
+def _topo(graph: ComputeGraph) -> tuple[TopoInfo | None, str]:
+    """Topological analysis under the cost model (the nodes' own costs if the model fails)."""
+    costs, _ = _guarded("cost model", lambda: cost.node_costs(graph))
+    return _guarded("topological analysis", lambda: topo.analyze(graph, costs=costs))
 
 
-def _costs(graph: ComputeGraph) -> dict[NodeId, float] | None:
-    try:
-        from oxiwork import cost
-
-        return cost.node_costs(graph)
-    except Exception:
-        return None
+def _dominance(graph: ComputeGraph) -> tuple[tuple[DomTree, DomTree] | None, str]:
+    return _guarded(
+        "dominance analysis",
+        lambda: (dominance.dominators(graph), dominance.post_dominators(graph)),
+    )
 
 
 def dag_section(
@@ -232,9 +232,8 @@ def dag_section(
     pos = dict(d.pos)
     nodes = [graph.node(i) for i in ids]
     level = _levels(graph)
-    costs = _costs(graph)
-    info = _try_topo(graph, costs)
-    doms = _try_dominance(graph)
+    info, topo_error = _topo(graph)
+    doms, dom_error = _dominance(graph)
     created_set = set(created)
     state = [STATE_CREATED if i in created_set else STATE_NORMAL for i in ids]
 
@@ -255,14 +254,15 @@ def dag_section(
     streams = [int(n.stream) if n.stream is not None else -1 for n in nodes]
     src = [pos[a] for a, _ in graph.edges]
     dst = [pos[b] for _, b in graph.edges]
-    cost_col = [costs[i] if costs else (nodes[k].cost or 1.0) for k, i in enumerate(ids)]
     if info is not None:
         critical_set = info.critical_nodes
         critical = [1 if i in critical_set else 0 for i in ids]
         slack = [info.slack[i] for i in ids]
         asap = [info.asap[i] for i in ids]
+        cost_col = [info.cost[i] for i in ids]
     else:
         critical, slack, asap = [0] * len(ids), [0.0] * len(ids), [0.0] * len(ids)
+        cost_col = [n.cost or 1.0 for n in nodes]
     if doms is not None:
         dom, post = doms
         idom = [pos[p] if (p := dom.idom.get(i)) is not None else -1 for i in ids]
@@ -308,9 +308,9 @@ def dag_section(
     if not group_of_fused:
         notes["group"] = "no fused kernels at this point of the pipeline"
     if info is None:
-        notes["slack"] = notes["critical"] = "topological analysis not available yet"
+        notes["slack"] = notes["critical"] = topo_error
     if doms is None:
-        notes["dominator"] = notes["postdominator"] = "dominance analysis not available yet"
+        notes["dominator"] = notes["postdominator"] = dom_error
     meta = {
         "available": True,
         "names": names,
@@ -345,7 +345,9 @@ def _fmt_time(s: float) -> str:
 
 
 def summary_section(
-    graph: ComputeGraph, plan: Any = None, notes: Mapping[str, str] | None = None
+    graph: ComputeGraph,
+    plan: ExecutionPlan | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> list[list[str]]:
     """Graph-level facts for the details panel when nothing is selected: ``[label, value]``.
 
@@ -367,7 +369,7 @@ def summary_section(
             f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
         ],
     ]
-    info = _try_topo(graph, _costs(graph))
+    info, _ = _topo(graph)
     if info is not None:
         rows.append(
             ["critical path", f"{len(info.critical_path)} nodes · {_fmt_time(info.makespan)}"]
@@ -410,24 +412,15 @@ def ops_section() -> list[dict[str, Any]]:
     >>> any(o["name"] == "relu" for o in ops_section())
     True
     """
-    try:
-        from oxiwork import ops
-    except ImportError:
-        return []
-    out = []
-    for name in sorted(ops.REGISTRY):
-        op = ops.REGISTRY[name]
-        params = {k: _jsonable(v) for k, v in dict(getattr(op, "defaults", {}) or {}).items()}
-        fc = getattr(op, "fusion_class", None)
-        out.append(
-            {
-                "name": name,
-                "arity": int(getattr(op, "arity", 1) or 0),
-                "params": params,
-                "fusion_class": getattr(fc, "value", str(fc)),
-            }
-        )
-    return out
+    return [
+        {
+            "name": name,
+            "arity": int(op.arity),
+            "params": {k: _jsonable(v) for k, v in op.params},
+            "fusion_class": op.fusion_class.value,
+        }
+        for name, op in sorted(ops.REGISTRY.items())
+    ]
 
 
 def _jsonable(v: Any) -> Any:
@@ -438,21 +431,21 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-def topo_info(graph: ComputeGraph) -> Any:
-    """The topological analysis under the cost model, or ``None`` if it is not available.
+def topo_info(graph: ComputeGraph) -> TopoInfo | None:
+    """The topological analysis under the cost model, or ``None`` if the engine failed on it.
 
     >>> from oxiwork.examples import quick_start
     >>> topo_info(quick_start()).makespan > 0
     True
     """
-    return _try_topo(graph, _costs(graph))
+    return _topo(graph)[0]
 
 
 def node_details(
     graph: ComputeGraph,
     nid: NodeId,
     costs: Mapping[NodeId, float] | None = None,
-    info: Any = None,
+    info: TopoInfo | None = None,
 ) -> dict[str, Any]:
     """Everything the details panel shows about one node.
 
@@ -464,7 +457,11 @@ def node_details(
     """
     n = graph.node(nid)
     if info is None:
-        info = _try_topo(graph, costs if costs is not None else _costs(graph))
+        info = (
+            _topo(graph)[0]
+            if costs is None
+            else _guarded("topological analysis", lambda: topo.analyze(graph, costs=costs))[0]
+        )
     bname = {b.id: b.name for b in graph.buffers}
     cfg = None
     if n.config is not None:
@@ -503,7 +500,7 @@ def memory_section(
     order: Sequence[NodeId] | None = None,
     *,
     mode: str = "heuristic",
-    plan: Any = None,
+    plan: ExecutionPlan | None = None,
     time_limit: float = 2.0,
 ) -> dict[str, Any]:
     """The memory Gantt chart of ``graph`` executed in ``order``.
@@ -518,16 +515,11 @@ def memory_section(
     >>> len(m["buffers"]), m["arena_bytes"] >= m["lower_bound_bytes"]
     (3, True)
     """
-    try:
-        from oxiwork.analysis import liveness
-        from oxiwork.optimizer import memory
-    except ImportError as e:
-        return unavailable(f"memory planning not available yet ({e.name} missing)")
     live = liveness.analyze(graph, order)
     num_steps = len(live.order)
     names = {b.id: b.name for b in graph.buffers}
-    mp = getattr(plan, "memory", None) if plan is not None else None
-    if mp is None or getattr(mp, "mode", None) != mode or not hasattr(mp, "to_dict"):
+    mp = plan.memory if plan is not None else None
+    if mp is None or mp.mode != mode:
         planned = {
             bid: iv
             for bid, iv in live.intervals.items()
@@ -557,7 +549,7 @@ def memory_section(
     return {
         "available": True,
         "mode": mode,
-        "modes": list(getattr(memory, "MODES", ("heuristic", "exact"))),
+        "modes": list(memory.MODES),
         "arena_bytes": int(d["arena_bytes"]),
         "lower_bound_bytes": int(d["lower_bound"]),
         "num_steps": int(num_steps),
@@ -581,7 +573,9 @@ def streams_section(graph: ComputeGraph, order: Sequence[NodeId] | None = None) 
     """
     if not any(n.stream is not None for n in graph.nodes):
         return unavailable("no stream assignment yet: move the pass slider past the stream pass")
-    costs = _costs(graph) or {n.id: n.cost or 1.0 for n in graph.nodes}
+    costs, _ = _guarded("cost model", lambda: cost.node_costs(graph))
+    if costs is None:  # the timeline still draws, with the nodes' own costs
+        costs = {n.id: n.cost or 1.0 for n in graph.nodes}
     order = list(order) if order is not None else list(graph.topological_order())
     finish: dict[NodeId, float] = {}
     stream_free: dict[int, float] = {}

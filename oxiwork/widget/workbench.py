@@ -32,6 +32,7 @@ import traitlets
 
 from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import ExecutionError, GraphError, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 from oxiwork.widget import viewmodel as vm
@@ -131,8 +132,9 @@ class Workbench(anywidget.AnyWidget):
         self._set_graph(self._coerce(value))
 
     @property
-    def plan(self) -> Any:
-        """The execution plan of the current graph, or ``None`` if not available."""
+    def plan(self) -> ExecutionPlan | None:
+        """The execution plan of the current graph, or ``None`` if the pipeline failed on it
+        (the simulator panel and ``session.notes["plan"]`` say why)."""
         return self.session.plan
 
     def _set_graph(self, graph: ComputeGraph) -> None:
@@ -197,7 +199,7 @@ class Workbench(anywidget.AnyWidget):
     def _passes(self) -> dict[str, Any]:
         stages = self.session.stages
         entries = []
-        for i, st in enumerate(stages):
+        for st in stages:
             entries.append(
                 {
                     "name": st.name,
@@ -213,11 +215,7 @@ class Workbench(anywidget.AnyWidget):
                     "seconds": st.seconds,
                 }
             )
-            del i
-        out: dict[str, Any] = {"available": True, "entries": entries}
-        if "passes" in self.session.notes:
-            out["note"] = self.session.notes["passes"]
-        return out
+        return {"available": True, "entries": entries}
 
     def _memory(self) -> dict[str, Any]:
         mode = self.memory_mode
@@ -225,7 +223,7 @@ class Workbench(anywidget.AnyWidget):
             s = self.session
             if (
                 not self._memory_requested
-                and getattr(s.plan, "memory", None) is None
+                and s.plan is None
                 and len(s.final_graph.buffers) > LAZY_MEMORY_BUFFERS
             ):
                 # Planning thousands of intervals takes seconds; do it when asked.
@@ -261,7 +259,7 @@ class Workbench(anywidget.AnyWidget):
         """The simulator's static part (the steps); the moving part is :meth:`_sim_state`."""
         s = self.session
         if s.sim is None or s.plan is None:
-            return vm.unavailable(s.notes.get("sim", "simulator not available yet"))
+            return vm.unavailable(s.notes["sim"])
         steps = [
             {"index": i, "node": int(st.node), "name": st.name, "kind": st.kind.value,
              "stream": int(st.stream)}
@@ -295,7 +293,7 @@ class Workbench(anywidget.AnyWidget):
         races = [
             {"step": int(r.second), "node": int(s.plan.steps[r.second].node),
              "buffer": names.get(r.buffers[0], -1), "message": str(r.message)}
-            for r in [*sim.races, *getattr(sim, "static_races", [])]
+            for r in [*sim.races, *sim.static_races]
         ]  # fmt: skip
         return {
             "position": current,
@@ -439,7 +437,7 @@ class Workbench(anywidget.AnyWidget):
     def _h_sim(self, m: dict[str, Any]) -> str:
         s = self.session
         if s.sim is None or s.plan is None:
-            raise MessageError(s.notes.get("sim", "the simulator is not available yet"))
+            raise MessageError(s.notes["sim"])
         sim = s.sim
         action = m["action"]
         bp = m.get("breakpoint")

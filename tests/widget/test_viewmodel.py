@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxiwork.analysis import liveness
+from oxiwork import ops
+from oxiwork.analysis import dominance, liveness
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer.fusion import fuse
@@ -89,6 +90,20 @@ class TestDagSection:
         for c, s in zip(cols["critical"], cols["slack"], strict=True):
             if c:
                 assert s == 0.0
+
+    def test_failed_analysis_shows_its_error(
+        self, graph: ComputeGraph, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An engine failure in an analysis is the colour mode's note; the DAG still draws."""
+
+        def broken(_graph: ComputeGraph) -> None:
+            raise RuntimeError("dominators exploded")
+
+        monkeypatch.setattr(dominance, "dominators", broken)
+        meta, blob = vm.dag_section(graph)
+        assert not meta["has_dominance"] and meta["has_topo"]
+        assert "dominators exploded" in meta["notes"]["dominator"]
+        assert set(vm.unpack_dag(blob)["idom"]) == {-1}
 
     def test_fusion_ghosts(self) -> None:
         g = quick_start()
@@ -176,3 +191,14 @@ class TestInspector:
     def test_unwritten(self) -> None:
         info, raw = vm.inspector_section("b", 3, "float32", None)
         assert not info["written"] and raw == b""
+
+
+class TestOpsSection:
+    def test_mirrors_the_op_table(self) -> None:
+        section = vm.ops_section()
+        assert [o["name"] for o in section] == sorted(ops.REGISTRY)
+        for o in section:
+            op = ops.REGISTRY[o["name"]]
+            # The "add kernel" form pre-fills the op's default parameters.
+            assert o["params"] == dict(op.params)
+            assert o["arity"] == op.arity and o["fusion_class"] == op.fusion_class.value

@@ -142,7 +142,7 @@ export class MemoryChart extends CanvasChart {
     const mem = this.mem;
     if (!mem) {
       this.rects = [];
-      message(ctx, w, hh, this.reason || "memory plan not available yet");
+      message(ctx, w, hh, this.reason || "no memory plan");
       return;
     }
     const g = ganttGeometry(mem, w, hh);
@@ -261,7 +261,7 @@ export class StreamChart extends CanvasChart {
     const st = this.st;
     if (!st) {
       this.rects = [];
-      message(ctx, w, hh, this.reason || "stream assignment not available yet");
+      message(ctx, w, hh, this.reason || "no stream assignment");
       return;
     }
     const g = timelineGeometry(st, w, hh);

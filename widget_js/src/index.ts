@@ -345,8 +345,8 @@ export class App {
     const dm = isAvailable(vm.dag) ? vm.dag : null;
     const live = Int32Array.from(this.dag.int.state, (s) => (s === STATE_REMOVED ? 0 : 1));
     const simPos = simNode >= 0 ? (this.posOf.get(simNode) ?? -1) : -1;
-    this.domTree.set(dm?.has_dominance ? this.dag.int.idom : null, dm?.names ?? [], live, this.selectedPos, simPos, "dominator analysis not available yet");
-    this.postTree.set(dm?.has_dominance ? this.dag.int.ipdom : null, dm?.names ?? [], live, this.selectedPos, simPos, "post-dominator analysis not available yet");
+    this.domTree.set(dm?.has_dominance ? this.dag.int.idom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.dominator || "no dominator tree");
+    this.postTree.set(dm?.has_dominance ? this.dag.int.ipdom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.postdominator || "no post-dominator tree");
 
     clear(this.bottomTools);
     const body = this.bottomBody;

@@ -202,7 +202,7 @@ export function simPanel(
   send: Send,
   onPickNode: (id: number) => void,
 ): HTMLElement {
-  if (!sim) return h("div", { class: "ow-panel ow-sim" }, h("p", { class: "ow-hint", text: reason || "simulator not available yet" }));
+  if (!sim) return h("div", { class: "ow-panel ow-sim" }, h("p", { class: "ow-hint", text: reason || "no simulator" }));
   const cur = sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position] : null;
   const btn = (cls: string, text: string, action: string, extra: Record<string, unknown> = {}, disabled = false) =>
     h("button", { class: `ow-btn ${cls}`, text, disabled, onclick: () => send("sim", { action, ...extra }) });
