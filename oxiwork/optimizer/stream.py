@@ -80,8 +80,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from oxiwork import cost
 from oxiwork.analysis import topo
-from oxiwork.analysis._util import paused_gc
+from oxiwork.analysis import paused_gc
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
@@ -738,13 +739,7 @@ def _check_cap(max_streams: Any) -> int:
 
 
 def _costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> Mapping[NodeId, float]:
-    if costs is not None:
-        return costs
-    try:
-        from oxiwork import cost
-    except ImportError:  # the cost model is optional: unit costs
-        return {}
-    return cost.node_costs(graph)
+    return cost.node_costs(graph) if costs is None else costs
 
 
 def _finish(
