@@ -2,7 +2,9 @@
 
 - :mod:`~oxiwork.analysis.topo`: levels, ASAP/ALAP, slack, critical path, priorities;
 - :mod:`~oxiwork.analysis.liveness`: buffer lifetimes over an order, peak live bytes;
-- :mod:`~oxiwork.analysis.dominance`: dominator and post-dominator trees.
+- :mod:`~oxiwork.analysis.dominance`: dominator and post-dominator trees;
+- :func:`paused_gc`: a context manager that pauses the cyclic garbage collector while a
+  pass allocates O(n) acyclic results (import it from here, not from ``_util``).
 
 Example
 -------
@@ -15,6 +17,7 @@ Example
 """
 
 from oxiwork.analysis import dominance, liveness, topo
+from oxiwork.analysis._util import paused_gc
 from oxiwork.analysis.dominance import DomTree, dominators, post_dominators
 from oxiwork.analysis.liveness import LivenessInfo
 from oxiwork.analysis.topo import TopoInfo, critical_path, levels
@@ -28,6 +31,7 @@ __all__ = [
     "dominators",
     "levels",
     "liveness",
+    "paused_gc",
     "post_dominators",
     "topo",
 ]

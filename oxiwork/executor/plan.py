@@ -451,7 +451,7 @@ def verify_plan(plan: ExecutionPlan) -> None:
     >>> from oxiwork.examples import quick_start
     >>> verify_plan(ExecutionPlan.build(quick_start()))
     """
-    from oxiwork.analysis._util import paused_gc
+    from oxiwork.analysis import paused_gc
     from oxiwork.executor.happens_before import plan_clocks
 
     with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util

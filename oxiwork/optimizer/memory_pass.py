@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from oxiwork.analysis._util import paused_gc
+from oxiwork.analysis import paused_gc
 from oxiwork.executor.happens_before import VectorClocks, graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId

@@ -81,8 +81,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oxiwork import cost
-from oxiwork.analysis import topo
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
