@@ -44,7 +44,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -284,7 +284,159 @@ def pack_node(node: DescNode, memory: DeviceMemory) -> PackedArgs:
     return pack_args(node.args, memory.resolve)
 
 
-class CudaGraphExecutor:
+_E = TypeVar("_E", bound="_PlanExecutor")
+
+
+class _PlanExecutor:
+    """What both GPU executors share: the lifecycle and the run template over a lowered
+    plan. Subclasses say how the plan's work is put on the GPU.
+
+    The constructor opens a :class:`~oxiwork.executor.driver.Session`, lowers the plan
+    with the subclass's ``_EVENTS`` mode, loads every kernel, allocates the memory, asks
+    :meth:`_create_streams` for the streams (and any events of its own), creates the two
+    timing events and the host callbacks, then calls :meth:`_prepare` (build a graph,
+    prepare a program). Any failure closes what was made so far and re-raises. Subclasses
+    set their own attributes before calling ``super().__init__`` so that ``close`` works
+    after a failure at any call.
+    """
+
+    _EVENTS: str  # lower()'s ``events`` mode: how the plan's ordering reaches the driver
+
+    def __init__(
+        self,
+        plan: ExecutionPlan,
+        *,
+        device: int,
+        exact: bool,
+        arch: str | None,
+        cache: KernelCache | None,
+        driver: Any,
+        opaque: str,
+        capture: bool,
+    ) -> None:
+        from oxiwork.executor.driver import Session
+
+        self.plan = plan
+        self._session: Session | None = None
+        self._packed: dict[int, PackedArgs] = {}
+        self._callback_errors: list[BaseException] = []
+        self._callbacks: dict[int, Any] = {}
+        self.generated_inputs: tuple[str, ...] = ()
+        try:
+            self._session = s = Session(device, driver)
+            self.arch = arch or s.device.arch
+            self.desc = lower(
+                plan, arch=self.arch, exact=exact, events=self._EVENTS, opaque=opaque,
+                capture=capture,
+            )  # fmt: skip
+            self._functions = load_functions(s, self.desc, cache)
+            self._memory = DeviceMemory(s, self.desc)
+            # The main stream: inputs are staged, timed and waited for on it.
+            self._stream = self._create_streams(s)
+            self._start = s.event()
+            self._stop = s.event()
+            self._callbacks = host_callbacks(plan, self.desc, self._callback_errors)
+            self._prepare(s)
+        except BaseException:
+            self._close_quietly()
+            raise
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _create_streams(self, s: Session) -> Any:
+        """Create the streams (and any events besides the timing pair); return the main
+        stream."""
+        raise NotImplementedError
+
+    def _prepare(self, s: Session) -> None:
+        """Make the plan launchable (after memory, events and host callbacks exist)."""
+        raise NotImplementedError
+
+    def _launch(self, s: Session) -> None:
+        """Put one replay of every step on the GPU after the work on the main stream."""
+        raise NotImplementedError
+
+    def _require(self) -> Session:
+        if self._session is None or self._session.closed:
+            raise ExecutionError(f"this {type(self).__name__} is closed; create a new one")
+        return self._session
+
+    # ------------------------------------------------------------------ running
+    def run(
+        self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
+    ) -> tuple[dict[str, np.ndarray], GpuTimings]:
+        """Run every step once on ``inputs`` (buffer name -> array).
+
+        Returns the outputs (by buffer name: every downloaded buffer, and every buffer
+        written but never read, as the simulator's ``outputs``) and :class:`GpuTimings`.
+        Inputs not given are generated from ``seed`` as the simulator does.
+        """
+        s = self._require()
+        t0 = time.perf_counter()
+        data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
+        s.synchronize(self._stream)  # an earlier launch may still read the pinned inputs
+        stage_inputs(s, self._memory, self.desc, data, self._stream)
+        t1 = time.perf_counter()
+        s.record(self._start, self._stream)
+        self._launch(s)
+        s.record(self._stop, self._stream)
+        t2 = time.perf_counter()
+        s.synchronize(self._stream)
+        t3 = time.perf_counter()
+        if self._callback_errors:
+            err = self._callback_errors[0]
+            self._callback_errors.clear()
+            raise ExecutionError(f"a host callback raised {err!r}") from err
+        outputs = read_outputs(self._memory, self.desc)
+        t4 = time.perf_counter()
+        gpu_ms = s.elapsed_ms(self._start, self._stop)
+        return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+
+    def synchronize(self) -> None:
+        """Wait for all work put on the GPU so far."""
+        self._require().synchronize(self._stream)
+
+    def timed_launches(self, reps: int) -> float:
+        """GPU milliseconds per replay over ``reps`` back-to-back replays (CUDA events
+        around the whole batch; inputs are not staged)."""
+        s = self._require()
+        s.record(self._start, self._stream)
+        for _ in range(reps):
+            self._launch(s)
+        s.record(self._stop, self._stream)
+        s.synchronize(self._stream)
+        return s.elapsed_ms(self._start, self._stop) / max(1, reps)
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` device memory in bytes."""
+        return self._require().memory_info()
+
+    # ------------------------------------------------------------------ teardown
+    def close(self) -> None:
+        """Release every driver resource and the context. Idempotent."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._packed.clear()
+        self._callbacks = {}
+
+    def _close_quietly(self) -> None:
+        # The construction error is the one worth reporting.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self: _E) -> _E:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A last resort only; close() or a with-block is the supported way.
+        if getattr(self, "_session", None) is not None:
+            self._close_quietly()
+
+
+class CudaGraphExecutor(_PlanExecutor):
     """A plan as one instantiated CUDA graph: build once, replay with new inputs.
 
     Parameters
@@ -307,6 +459,8 @@ class CudaGraphExecutor:
         off for benchmarks, where those copies would be measured too.
     """
 
+    _EVENTS = "edges"  # one graph edge per plan dependency
+
     def __init__(
         self,
         plan: ExecutionPlan,
@@ -319,14 +473,10 @@ class CudaGraphExecutor:
         opaque: str = "noop",
         capture: bool = True,
     ) -> None:
-        from oxiwork.executor.driver import Session
-
-        self.plan = plan
         self.exact = exact
         self._cache = cache
         self._opaque = opaque
         self._capture = capture
-        self._session: Session | None = None
         self._exec: Any = None
         # The graph the executable was instantiated from (its node handles are the ones
         # cuGraphExecKernelNodeSetParams accepts) and the latest template graph (after an
@@ -335,32 +485,22 @@ class CudaGraphExecutor:
         self._exec_handles: list[Any] = []
         self._graph: Any = None
         self._handles: list[Any] = []
-        self._packed: dict[int, PackedArgs] = {}
         self._building: GraphDesc | None = None
-        self._callback_errors: list[BaseException] = []
-        self._callbacks: dict[int, Any] = {}
         self.instantiations = 0
-        self.generated_inputs: tuple[str, ...] = ()
-        try:
-            self._session = Session(device, driver)
-            self.arch = arch or self._session.device.arch
-            self.desc = lower(
-                plan, arch=self.arch, exact=exact, events="edges", opaque=opaque, capture=capture
-            )
-            self._functions = load_functions(self._session, self.desc, cache)
-            self._memory = DeviceMemory(self._session, self.desc)
-            self._stream = self._session.stream()
-            self._start = self._session.event()
-            self._stop = self._session.event()
-            self._callbacks = host_callbacks(plan, self.desc, self._callback_errors)
-            self._graph, self._handles = self._build_graph(self.desc, self._memory)
-            self._exec = self._session.instantiate(self._graph)
-            self._exec_graph, self._exec_handles = self._graph, self._handles
-            self.instantiations += 1
-            self._session.upload(self._exec, self._stream)
-        except BaseException:
-            self._close_quietly()
-            raise
+        super().__init__(
+            plan, device=device, exact=exact, arch=arch, cache=cache, driver=driver,
+            opaque=opaque, capture=capture,
+        )  # fmt: skip
+
+    def _create_streams(self, s: Session) -> Any:
+        return s.stream()
+
+    def _prepare(self, s: Session) -> None:
+        self._graph, self._handles = self._build_graph(self.desc, self._memory)
+        self._exec = s.instantiate(self._graph)
+        self._exec_graph, self._exec_handles = self._graph, self._handles
+        self.instantiations += 1
+        s.upload(self._exec, self._stream)
 
     # ------------------------------------------------------------------ building
     def _build_graph(self, desc: GraphDesc, memory: DeviceMemory) -> tuple[Any, list[Any]]:
@@ -383,11 +523,6 @@ class CudaGraphExecutor:
         rule = _NODE_RULES.get(n.kind, _add_empty)
         return rule(self, self._require(), graph, deps, n, memory, packed)
 
-    def _require(self) -> Session:
-        if self._session is None or self._session.closed:
-            raise ExecutionError("this CudaGraphExecutor is closed; create a new one")
-        return self._session
-
     # ------------------------------------------------------------------ running
     def run(
         self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
@@ -398,46 +533,25 @@ class CudaGraphExecutor:
         written but never read, as the simulator's ``outputs``) and :class:`GpuTimings`.
         Inputs not given are generated from ``seed`` as the simulator does.
         """
-        s = self._require()
-        t0 = time.perf_counter()
-        data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
-        s.synchronize(self._stream)  # a launch() may still read the pinned inputs
-        stage_inputs(s, self._memory, self.desc, data, self._stream)
-        t1 = time.perf_counter()
-        s.record(self._start, self._stream)
+        return super().run(inputs, seed=seed)
+
+    def _launch(self, s: Session) -> None:
         s.launch_graph(self._exec, self._stream)
-        s.record(self._stop, self._stream)
-        t2 = time.perf_counter()
-        s.synchronize(self._stream)
-        t3 = time.perf_counter()
-        if self._callback_errors:
-            err = self._callback_errors[0]
-            self._callback_errors.clear()
-            raise ExecutionError(f"a host callback raised {err!r}") from err
-        outputs = read_outputs(self._memory, self.desc)
-        t4 = time.perf_counter()
-        gpu_ms = s.elapsed_ms(self._start, self._stop)
-        return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 
     def launch(self, times: int = 1) -> None:
         """Launch the graph ``times`` times without staging or waiting (for benchmarks)."""
         s = self._require()
         for _ in range(times):
-            s.launch_graph(self._exec, self._stream)
+            self._launch(s)
 
     def synchronize(self) -> None:
         """Wait for every launch so far."""
-        self._require().synchronize(self._stream)
+        super().synchronize()
 
     def timed_launches(self, reps: int) -> float:
         """GPU milliseconds per replay over ``reps`` back-to-back launches (CUDA events
         around the whole batch; inputs are not staged)."""
-        s = self._require()
-        s.record(self._start, self._stream)
-        self.launch(reps)
-        s.record(self._stop, self._stream)
-        s.synchronize(self._stream)
-        return s.elapsed_ms(self._start, self._stop) / max(1, reps)
+        return super().timed_launches(reps)
 
     def read_buffer(self, name: str) -> np.ndarray:
         """The current device contents of buffer ``name`` (synchronous copy to the host).
@@ -544,35 +658,11 @@ class CudaGraphExecutor:
         """Write the driver's own view of the graph (``cuGraphDebugDotPrint``) to ``path``."""
         self._require().dot_print(self._graph, path)
 
-    def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` device memory in bytes."""
-        return self._require().memory_info()
-
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Release the executable graph, graph, modules, memory, events, streams and the
         context, in that order. Idempotent."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
-        self._packed.clear()
-        self._callbacks = {}
-
-    def _close_quietly(self) -> None:
-        # The construction error is the one worth reporting.
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def __enter__(self) -> CudaGraphExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # A last resort only; close() or a with-block is the supported way.
-        if getattr(self, "_session", None) is not None:
-            self._close_quietly()
+        super().close()
 
 
 # ---------------------------------------------------------------------- one rule per kind

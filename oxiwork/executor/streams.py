@@ -27,27 +27,19 @@ with ``cudaStreamWaitEvent``).
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from oxiwork.error import ExecutionError
 from oxiwork.executor.cuda_graph import (
-    DeviceMemory,
     GpuTimings,
-    host_callbacks,
+    _PlanExecutor,
     kernel_function,
-    load_functions,
     pack_node,
-    prepare_inputs,
-    read_outputs,
-    stage_inputs,
 )
-from oxiwork.executor.lowering import DescNode, PackedArgs, lower
+from oxiwork.executor.lowering import DescNode
 from oxiwork.executor.nvrtc import KernelCache
 
 if TYPE_CHECKING:
@@ -57,12 +49,14 @@ if TYPE_CHECKING:
 __all__ = ["StreamExecutor"]
 
 
-class StreamExecutor:
+class StreamExecutor(_PlanExecutor):
     """A plan launched step by step on ``plan.num_streams`` CUDA streams.
 
     Parameters are those of :class:`~oxiwork.executor.cuda_graph.CudaGraphExecutor`;
     ``num_streams`` overrides the plan's stream count (at least the plan's).
     """
+
+    _EVENTS = "nodes"  # the plan's event pairs as steps of their own: real record/wait calls
 
     def __init__(
         self,
@@ -77,56 +71,40 @@ class StreamExecutor:
         capture: bool = True,
         num_streams: int | None = None,
     ) -> None:
-        from oxiwork.executor.driver import Session
-
-        self.plan = plan
-        self._session: Session | None = None
-        self._packed: dict[int, PackedArgs] = {}
-        self._callback_errors: list[BaseException] = []
-        self._callbacks: dict[int, Any] = {}
+        self._num_streams_wanted = num_streams
         self._program: list[Callable[[], Any]] = []
-        self.generated_inputs: tuple[str, ...] = ()
-        try:
-            self._session = s = Session(device, driver)
-            self.arch = arch or s.device.arch
-            self.desc = lower(
-                plan, arch=self.arch, exact=exact, events="nodes", opaque=opaque, capture=capture
-            )
-            used = max((n.stream for n in self.desc.nodes), default=0) + 1
-            self.num_streams = max(1, int(plan.num_streams), used, num_streams or 0)
-            self._functions = load_functions(s, self.desc, cache)
-            self._memory = DeviceMemory(s, self.desc)
-            self._streams = [s.stream() for _ in range(self.num_streams)]
-            events = max((n.event + 1 for n in self.desc.nodes if n.event is not None), default=0)
-            self._events = [
-                s.event(timing=False) for _ in range(max(events, self.desc.event_count))
-            ]
-            self._fork = s.event(timing=False)
-            self._joins = [s.event(timing=False) for _ in range(self.num_streams)]
-            self._start = s.event()
-            self._stop = s.event()
-            self._callbacks = host_callbacks(plan, self.desc, self._callback_errors)
-            self._fn_ptrs = {
-                i: ctypes.cast(w, ctypes.c_void_p).value or 0 for i, w in self._callbacks.items()
-            }
-            for n in self.desc.nodes:
-                if n.kind == "kernel":
-                    self._packed[n.index] = pack_node(n, self._memory)
-            self._program = self._compile_program()
-        except BaseException:
-            self._close_quietly()
-            raise
+        super().__init__(
+            plan, device=device, exact=exact, arch=arch, cache=cache, driver=driver,
+            opaque=opaque, capture=capture,
+        )  # fmt: skip
 
-    def _require(self) -> Session:
-        if self._session is None or self._session.closed:
-            raise ExecutionError("this StreamExecutor is closed; create a new one")
-        return self._session
+    def _create_streams(self, s: Session) -> Any:
+        used = max((n.stream for n in self.desc.nodes), default=0) + 1
+        wanted = self._num_streams_wanted or 0
+        self.num_streams = max(1, int(self.plan.num_streams), used, wanted)
+        self._streams = [s.stream() for _ in range(self.num_streams)]
+        events = max((n.event + 1 for n in self.desc.nodes if n.event is not None), default=0)
+        self._events = [s.event(timing=False) for _ in range(max(events, self.desc.event_count))]
+        self._fork = s.event(timing=False)
+        self._joins = [s.event(timing=False) for _ in range(self.num_streams)]
+        return self._streams[0]
+
+    def _prepare(self, s: Session) -> None:
+        self._fn_ptrs = {
+            i: ctypes.cast(w, ctypes.c_void_p).value or 0 for i, w in self._callbacks.items()
+        }
+        for n in self.desc.nodes:
+            if n.kind == "kernel":
+                self._packed[n.index] = pack_node(n, self._memory)
+        self._program = self._compile_program()
 
     # ------------------------------------------------------------------ running
     def enqueue(self) -> None:
         """Enqueue every step once (fork, steps, join), without staging or waiting."""
-        s = self._require()
-        main = self._streams[0]
+        self._launch(self._require())
+
+    def _launch(self, s: Session) -> None:
+        main = self._stream
         s.record(self._fork, main)
         for st in self._streams[1:]:
             s.wait(st, self._fork)
@@ -151,70 +129,21 @@ class StreamExecutor:
         self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
     ) -> tuple[dict[str, np.ndarray], GpuTimings]:
         """Run every step once on ``inputs``; same contract as ``CudaGraphExecutor.run``."""
-        s = self._require()
-        main = self._streams[0]
-        t0 = time.perf_counter()
-        data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
-        s.synchronize(main)  # an enqueue() may still read the pinned inputs
-        stage_inputs(s, self._memory, self.desc, data, main)
-        t1 = time.perf_counter()
-        s.record(self._start, main)
-        self.enqueue()
-        s.record(self._stop, main)
-        t2 = time.perf_counter()
-        s.synchronize(main)
-        t3 = time.perf_counter()
-        if self._callback_errors:
-            err = self._callback_errors[0]
-            self._callback_errors.clear()
-            raise ExecutionError(f"a host callback raised {err!r}") from err
-        outputs = read_outputs(self._memory, self.desc)
-        t4 = time.perf_counter()
-        gpu_ms = s.elapsed_ms(self._start, self._stop)
-        return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+        return super().run(inputs, seed=seed)
 
     def synchronize(self) -> None:
         """Wait for everything enqueued so far."""
-        self._require().synchronize(self._streams[0])
+        super().synchronize()
 
     def timed_launches(self, reps: int) -> float:
         """GPU milliseconds per replay over ``reps`` back-to-back enqueues of every step."""
-        s = self._require()
-        main = self._streams[0]
-        s.record(self._start, main)
-        for _ in range(reps):
-            self.enqueue()
-        s.record(self._stop, main)
-        s.synchronize(main)
-        return s.elapsed_ms(self._start, self._stop) / max(1, reps)
-
-    def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` device memory in bytes."""
-        return self._require().memory_info()
+        return super().timed_launches(reps)
 
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Release modules, memory, events, streams and the context. Idempotent."""
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
-        self._packed.clear()
+        super().close()
         self._program = []
-        self._callbacks = {}
-
-    def _close_quietly(self) -> None:
-        with contextlib.suppress(Exception):  # the construction error is the one to report
-            self.close()
-
-    def __enter__(self) -> StreamExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "_session", None) is not None:
-            self._close_quietly()
 
 
 # ---------------------------------------------------------------------- one rule per kind
