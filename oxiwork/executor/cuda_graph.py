@@ -524,17 +524,6 @@ class CudaGraphExecutor(_PlanExecutor):
         return rule(self, self._require(), graph, deps, n, memory, packed)
 
     # ------------------------------------------------------------------ running
-    def run(
-        self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
-    ) -> tuple[dict[str, np.ndarray], GpuTimings]:
-        """Replay the graph on ``inputs`` (buffer name -> array).
-
-        Returns the outputs (by buffer name: every downloaded buffer, and every buffer
-        written but never read, as the simulator's ``outputs``) and :class:`GpuTimings`.
-        Inputs not given are generated from ``seed`` as the simulator does.
-        """
-        return super().run(inputs, seed=seed)
-
     def _launch(self, s: Session) -> None:
         s.launch_graph(self._exec, self._stream)
 
@@ -543,15 +532,6 @@ class CudaGraphExecutor(_PlanExecutor):
         s = self._require()
         for _ in range(times):
             self._launch(s)
-
-    def synchronize(self) -> None:
-        """Wait for every launch so far."""
-        super().synchronize()
-
-    def timed_launches(self, reps: int) -> float:
-        """GPU milliseconds per replay over ``reps`` back-to-back launches (CUDA events
-        around the whole batch; inputs are not staged)."""
-        return super().timed_launches(reps)
 
     def read_buffer(self, name: str) -> np.ndarray:
         """The current device contents of buffer ``name`` (synchronous copy to the host).
@@ -657,12 +637,6 @@ class CudaGraphExecutor(_PlanExecutor):
     def to_dot(self, path: str) -> None:
         """Write the driver's own view of the graph (``cuGraphDebugDotPrint``) to ``path``."""
         self._require().dot_print(self._graph, path)
-
-    # ------------------------------------------------------------------ teardown
-    def close(self) -> None:
-        """Release the executable graph, graph, modules, memory, events, streams and the
-        context, in that order. Idempotent."""
-        super().close()
 
 
 # ---------------------------------------------------------------------- one rule per kind

@@ -28,13 +28,10 @@ with ``cudaStreamWaitEvent``).
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from oxiwork.executor.cuda_graph import (
-    GpuTimings,
     _PlanExecutor,
     kernel_function,
     pack_node,
@@ -124,20 +121,6 @@ class StreamExecutor(_PlanExecutor):
             if rule is not None:
                 program.append(rule(self, s, n, self._streams[n.stream]))
         return program
-
-    def run(
-        self, inputs: Mapping[str, Any] | None = None, *, seed: int = 0
-    ) -> tuple[dict[str, np.ndarray], GpuTimings]:
-        """Run every step once on ``inputs``; same contract as ``CudaGraphExecutor.run``."""
-        return super().run(inputs, seed=seed)
-
-    def synchronize(self) -> None:
-        """Wait for everything enqueued so far."""
-        super().synchronize()
-
-    def timed_launches(self, reps: int) -> float:
-        """GPU milliseconds per replay over ``reps`` back-to-back enqueues of every step."""
-        return super().timed_launches(reps)
 
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
