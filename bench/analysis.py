@@ -34,7 +34,7 @@ import networkx as nx
 
 from oxiwork import ComputeGraph, GraphWarning
 from oxiwork.analysis import dominance, liveness, topo
-from oxiwork.analysis._util import paused_gc
+from oxiwork.analysis import paused_gc
 
 ROOT = "__root__"
 
