@@ -33,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import networkx as nx
 
 from oxiwork import ComputeGraph, GraphWarning
-from oxiwork.analysis import dominance, liveness, topo
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import dominance, liveness, paused_gc, topo
 
 ROOT = "__root__"
 
