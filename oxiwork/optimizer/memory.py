@@ -351,19 +351,191 @@ def _overlaps(p: _Problem) -> tuple[list[int], np.ndarray]:
 # --------------------------------------------------------------------------------------------
 # Heuristic placement
 # --------------------------------------------------------------------------------------------
+#
+# Placement is sequential (each buffer goes into a gap between the already placed buffers that
+# overlap it in time), but consecutive buffers of an ordering that do not overlap each other in
+# time cannot influence one another: their placements depend only on buffers placed before
+# them. The placer therefore cuts the ordering into such runs ("batches") and places a whole
+# batch with one segmented numpy scan; on random short-lived lifetimes a batch holds dozens of
+# buffers, so the Python overhead is paid per batch, not per buffer. Where batches are tiny
+# (every buffer overlaps its successors) it falls back to placing one buffer at a time, in
+# Python for few neighbours and in numpy for many. Every path computes the same placement.
+
+# A batch (or a single buffer) whose neighbour count exceeds this is scanned with numpy instead
+# of a Python loop: numpy's per-call overhead pays off from about this many neighbours.
+_DENSE = 256
+
+# Start-sorted positions are grouped in chunks of this many for the time index (_TimeIndex).
+_CHUNK = 32
+
+# Ordering windows probed for a batch: between these sizes, adapted to the batches found.
+_WINDOW_MIN = 8
+_WINDOW_MAX = 512
+
+# A batch shorter than this means buffers overlap their successors: place the next _STRETCH
+# buffers one at a time before probing for a batch again.
+_SMALL_BATCH = 4
+_STRETCH = 64
+
+# Batches are sorted by (batch member, offset) as one int64 key: member * (arena + 1) + offset.
+_KEY_LIMIT = 1 << 62
+
+_Placed = list[tuple[int, int]]
+
+# Pairs (i, j) with i < j of a window, for the in-window overlap test of _TimeIndex.batch.
+_UPPER = np.triu(np.ones((_WINDOW_MAX, _WINDOW_MAX), dtype=bool), 1)
 
 
-# Above this many time-neighbours a placement scans them with numpy instead of a Python loop
-# (long-lived buffers overlap thousands of others).
-_DENSE = 48
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``arange(lo[k], hi[k])`` for all k; also return k for every element."""
+    lens = hi - lo
+    total = int(lens.sum())
+    seg = np.repeat(np.arange(len(lo)), lens)
+    idx = np.arange(total) + np.repeat(lo - (np.cumsum(lens) - lens), lens)
+    return idx, seg
+
+
+class _Csr:
+    """Time neighbours from an explicit overlap graph in CSR form (see :func:`_overlaps`)."""
+
+    def __init__(self, ptr: Sequence[int], cols: np.ndarray) -> None:
+        self.ptr = list(ptr)
+        self.ptr_np = np.asarray(self.ptr, dtype=np.int64)
+        self.cols = np.asarray(cols, dtype=np.int64)
+        self.count = np.diff(self.ptr_np)
+        self.rank = np.full(len(self.ptr) - 1, -1, dtype=np.int64)
+
+    def batch(self, win: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        """Length of the longest prefix of ``win`` free of time overlaps, and its neighbours.
+
+        Without the lifetimes at hand an overlap shows as a neighbour earlier in the window.
+        """
+        cand, seg = self.gather(win)
+        self.rank[win] = np.arange(len(win))
+        r = self.rank[cand]
+        self.rank[win] = -1
+        clash = seg[(r >= 0) & (r < seg)]
+        cut = int(clash.min()) if len(clash) else len(win)
+        if cut < len(win):
+            keep = seg < cut
+            cand, seg = cand[keep], seg[keep]
+        return cut, cand, seg
+
+    def gather(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Neighbours of ``items`` and, for each, the index in ``items`` it belongs to."""
+        idx, seg = _ranges(self.ptr_np[items], self.ptr_np[items + 1])
+        return self.cols[idx], seg
+
+    def placed(self, i: int, get: Callable[[int], tuple[int, int] | None]) -> _Placed:
+        """(offset, top) of the placed neighbours of ``i``."""
+        return list(filter(None, map(get, self.cols[self.ptr[i] : self.ptr[i + 1]].tolist())))
+
+
+class _TimeIndex:
+    """Time neighbours of intervals sorted by start, without materialising the overlap graph.
+
+    With intervals sorted by start, those overlapping interval ``a`` are
+
+    * the later-starting ones: positions ``a + 1 .. stop[a] - 1`` (start before ``a``'s end),
+    * the earlier-starting ones still alive at ``a``'s start (``end > start[a]``).
+
+    For the second group positions are grouped in chunks of :data:`_CHUNK`; an earlier
+    interval alive at ``start[a]`` either starts in ``a``'s chunk (scan the chunk up to ``a``)
+    or is alive at the chunk's first start, i.e. listed in the chunk's crossing set. The
+    crossing sets hold about (overlap pairs / chunk) entries in all, so building the index is
+    linear plus a sort of that small list, where the full overlap graph needs a sort of every
+    pair (O(E log E), 25 M pairs with a few long-lived buffers among 100k). This is the
+    bucketed stabbing-query idea of the interval tree's static variants (Edelsbrunner 1980;
+    de Berg et al., *Computational Geometry*, ch. 10).
+    """
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        n = len(start)
+        g = _CHUNK
+        self.start, self.end = start, end
+        stop = np.searchsorted(start, end, side="left")  # > position, since end > start
+        pos = np.arange(n)
+        # Interval p is in the crossing set of chunk k when p < k * g < stop[p].
+        k_first = pos // g + 1
+        cnt = np.maximum((stop - 1) // g - k_first + 1, 0)
+        total = int(cnt.sum())
+        ks = np.repeat(k_first - (np.cumsum(cnt) - cnt), cnt) + np.arange(total)
+        members = np.repeat(pos, cnt)
+        chunks = (n + g - 1) // g
+        cptr = np.zeros(chunks + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ks, minlength=chunks), out=cptr[1:])
+        ccols = members[np.argsort(ks, kind="stable")]
+        # One pool to gather from: the crossing sets, then the positions themselves.
+        self.pool = np.concatenate([ccols, pos])
+        base = len(ccols)
+        chunk = pos // g
+        self.lo = np.stack([cptr[chunk], base + chunk * g, base + pos + 1])
+        self.hi = np.stack([cptr[chunk + 1], base + pos, base + stop])
+        self.count = (self.hi - self.lo).sum(axis=0)  # candidates scanned, >= neighbours
+        self.start_l, self.end_l, self.stop_l = start.tolist(), end.tolist(), stop.tolist()
+        self.ccols_l, self.cptr_l = ccols.tolist(), cptr.tolist()
+
+    def batch(self, win: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        """Length of the longest prefix of ``win`` free of time overlaps, and its neighbours.
+
+        The overlaps within the window come from a small all-pairs test on the lifetimes, so
+        only the batch's neighbours are gathered.
+        """
+        k = len(win)
+        s, e = self.start[win], self.end[win]
+        clash = (s[:, None] < e) & (s < e[:, None]) & _UPPER[:k, :k]
+        cut = int(clash.any(axis=0).argmax()) or k  # item 0 never clashes
+        cand, seg = self.gather(win[:cut])
+        return cut, cand, seg
+
+    def gather(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Neighbours of ``items`` and, for each, the index in ``items`` it belongs to."""
+        c = len(items)
+        idx, seg = _ranges(self.lo[:, items].ravel(), self.hi[:, items].ravel())
+        cand = self.pool[idx]
+        seg %= c
+        keep = self.end[cand] > self.start[items][seg]
+        return cand[keep], seg[keep]
+
+    def placed(self, a: int, get: Callable[[int], tuple[int, int] | None]) -> _Placed:
+        """(offset, top) of the placed neighbours of ``a``."""
+        s = self.start_l[a]
+        end = self.end_l
+        k = a // _CHUNK
+        out = [
+            x
+            for q in self.ccols_l[self.cptr_l[k] : self.cptr_l[k + 1]]
+            if end[q] > s and (x := get(q)) is not None
+        ]
+        out += [x for q in range(k * _CHUNK, a) if end[q] > s and (x := get(q)) is not None]
+        out += filter(None, map(get, range(a + 1, self.stop_l[a])))
+        return out
 
 
 def _place(
     order: Sequence[int],
     size: list[int],
     align: list[int],
-    ptr: list[int],
+    ptr: Sequence[int],
     cols: np.ndarray,
+    best_fit: bool,
+    dense: int = _DENSE,
+) -> tuple[list[int], int]:
+    """Place intervals in ``order`` with their time neighbours given as a CSR overlap graph.
+
+    See :func:`_place_with`; ``dense=-1`` forces every scan through numpy and a huge ``dense``
+    forces the plain Python scan (they must agree).
+    """
+    return _place_with(
+        _Csr(ptr, cols), np.asarray(order, dtype=np.int64), size, align, best_fit, dense
+    )
+
+
+def _place_with(
+    nb: _Csr | _TimeIndex,
+    order: np.ndarray,
+    size: list[int],
+    align: list[int],
     best_fit: bool,
     dense: int = _DENSE,
 ) -> tuple[list[int], int]:
@@ -371,79 +543,167 @@ def _place(
 
     First fit takes the lowest gap that is large enough (TFLite); best fit the smallest such
     gap (XLA), lowest on ties; with no gap the interval goes on top of its neighbours. Only the
-    time-overlapping neighbours are scanned, so a placement costs O(d log d) for d neighbours;
-    intervals with more than ``dense`` neighbours do the same scan in numpy.
+    time-overlapping neighbours (from ``nb``) are scanned, O(d log d) for d neighbours. Runs of
+    consecutive intervals that do not overlap each other are placed together by
+    :func:`_place_batch` when they have more than ``dense`` neighbours in all; single intervals
+    with more than ``dense`` candidate neighbours go through it alone; the rest through Python.
     """
     n = len(size)
-    # (offset, top) of each placed interval, None while unplaced: filter(None, map(...)) then
-    # collects the placed neighbours at C speed, which dominates on large inputs.
+    # (offset, top) of each placed interval, None while unplaced: the Python scan collects the
+    # placed neighbours with filter/map at C speed. The numpy scan reads off_np/top_np; its
+    # results reach placed_at only when a Python scan is next (most large runs never need it).
     placed_at: list[tuple[int, int] | None] = [None] * n
-    off_np = np.full(n, -1, dtype=np.int64)  # the same, for the numpy path
-    top_np = np.zeros(n, dtype=np.int64)
-    off = [0] * n
-    arena = 0
     get = placed_at.__getitem__
-    for i in order:
-        sz = size[i]
-        a = align[i]
-        p0, p1 = ptr[i], ptr[i + 1]
-        if p1 - p0 > dense:
-            cand = _place_dense(cols[p0:p1], off_np, top_np, sz, a, best_fit)
+    unsynced: list[np.ndarray] = []
+    off_np = np.full(n, -1, dtype=np.int64)
+    top_np = np.zeros(n, dtype=np.int64)
+    size_np = np.asarray(size, dtype=np.int64)
+    align_np = np.asarray(align, dtype=np.int64)
+    uniform = int(align_np[0]) if n and (align_np == align_np[0]).all() else 0
+    count = nb.count.tolist()
+    arena = 0
+    i = 0
+    width = _WINDOW_MIN * 4
+    stretch = 0
+
+    def place_numpy(items: np.ndarray, cand: np.ndarray, seg: np.ndarray) -> None:
+        nonlocal arena
+        res = _place_batch(
+            items, cand, seg, off_np, top_np, size_np, align_np, uniform, best_fit, arena
+        )
+        top = res + size_np[items]
+        off_np[items] = res
+        top_np[items] = top
+        arena = max(arena, int(top.max()))
+        unsynced.append(items)
+
+    def place_python(j: int) -> None:
+        nonlocal arena
+        if count[j] > dense:
+            one = np.array([j], dtype=np.int64)
+            place_numpy(one, *nb.gather(one))
+            return
+        if unsynced:
+            items = np.concatenate(unsynced)
+            unsynced.clear()
+            for k, o, t in zip(
+                items.tolist(), off_np[items].tolist(), top_np[items].tolist(), strict=True
+            ):
+                placed_at[k] = (o, t)
+        sz = size[j]
+        a = align[j]
+        placed = nb.placed(j, get)
+        placed.sort()
+        cand = 0
+        if best_fit:
+            best = -1
+            best_gap = 0
+            for o, t in placed:
+                gap = o - cand
+                if gap >= sz and (best < 0 or gap < best_gap):
+                    best, best_gap = cand, gap
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+            if best >= 0:
+                cand = best
         else:
-            placed = sorted(filter(None, map(get, cols[p0:p1].tolist())))
-            cand = 0
-            if best_fit:
-                best = -1
-                best_gap = 0
-                for o, t in placed:
-                    gap = o - cand
-                    if gap >= sz and (best < 0 or gap < best_gap):
-                        best, best_gap = cand, gap
-                    if t > cand:
-                        cand = t if a == 1 else -(-t // a) * a
-                if best >= 0:
-                    cand = best
-            else:
-                for o, t in placed:
-                    if o - cand >= sz:
-                        break
-                    if t > cand:
-                        cand = t if a == 1 else -(-t // a) * a
-        off[i] = cand
-        placed_at[i] = (cand, cand + sz)
-        off_np[i] = cand
-        top_np[i] = cand + sz
+            for o, t in placed:
+                if o - cand >= sz:
+                    break
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+        placed_at[j] = (cand, cand + sz)
+        off_np[j] = cand
+        top_np[j] = cand + sz
         if cand + sz > arena:
             arena = cand + sz
-    return off, arena
+
+    while i < n:
+        if stretch or (arena + 1) * width >= _KEY_LIMIT:
+            place_python(int(order[i]))
+            i += 1
+            stretch = max(stretch - 1, 0)
+            continue
+        win = order[i : i + width]
+        cut, cand, seg = nb.batch(win)
+        if len(cand) > dense:
+            place_numpy(win[:cut], cand, seg)
+        else:
+            for j in win[:cut].tolist():
+                place_python(j)
+        i += cut
+        if cut < _SMALL_BATCH:
+            stretch = _STRETCH
+        width = min(max(2 * cut, _WINDOW_MIN), _WINDOW_MAX)
+    return off_np.tolist(), arena
 
 
-def _place_dense(
-    nbrs: np.ndarray, off_np: np.ndarray, top_np: np.ndarray, sz: int, a: int, best_fit: bool
-) -> int:
-    """The gap scan of :func:`_place` in numpy, for an interval with many neighbours."""
-    o = off_np[nbrs]
+def _place_batch(
+    items: np.ndarray,
+    cand: np.ndarray,
+    seg: np.ndarray,
+    off_np: np.ndarray,
+    top_np: np.ndarray,
+    size_np: np.ndarray,
+    align_np: np.ndarray,
+    uniform: int,
+    best_fit: bool,
+    arena: int,
+) -> np.ndarray:
+    """Offsets for time-disjoint ``items`` whose neighbours are ``cand`` (``seg`` = which item).
+
+    The Python scan of :func:`_place_with` for all items at once: sort each item's placed
+    neighbours by offset, take the running maximum of their tops (segmented by shifting each
+    item's tops by ``item * (arena + 1)``), and look for the first (or smallest) gap.
+    ``uniform`` is the alignment shared by all intervals, or 0 when they differ.
+    """
+    res = np.zeros(len(items), dtype=np.int64)
+    o = off_np[cand]
     placed = o >= 0
+    if not placed.any():
+        return res
     o = o[placed]
-    if len(o) == 0:
-        return 0
-    t = top_np[nbrs][placed]
-    idx = np.argsort(o, kind="stable")
-    o = o[idx]
-    run = np.maximum.accumulate(t[idx])
-    # The free space before placed buffer k starts at the (aligned) highest top below it.
-    start = np.empty_like(o)
+    t = top_np[cand[placed]]
+    sg = seg[placed]
+    shift = sg * (arena + 1)  # offsets and tops are <= arena, so keys do not mix items
+    idx = np.argsort(shift + o)  # equal offsets in any order: only the first can start a gap
+    o, t, sg, shift = o[idx], t[idx], sg[idx], shift[idx]
+    run = np.maximum.accumulate(t + shift)
+    run -= shift
+    first = np.empty(len(sg), dtype=bool)
+    first[0] = True
+    np.not_equal(sg[1:], sg[:-1], out=first[1:])
+    start = np.empty_like(run)  # the free space before each neighbour starts here
     start[0] = 0
-    start[1:] = -(-run[:-1] // a) * a
-    np.maximum(start, 0, out=start)
+    start[1:] = run[:-1]
+    start[first] = 0
+    last = np.empty_like(first)
+    last[-1] = True
+    last[:-1] = first[1:]
+    sl = sg[last]
+    top = run[last]
+    if uniform == 0:
+        a = align_np[items][sg]
+        start = -(-start // a) * a
+        al = align_np[items][sl]
+        top = -(-top // al) * al
+    elif uniform > 1:
+        start = -(-start // uniform) * uniform
+        top = -(-top // uniform) * uniform
+    res[sl] = top  # no gap: on top of the neighbours
     gap = o - start
-    fits = np.flatnonzero(gap >= sz)
-    if len(fits) == 0:
-        return int(-(-int(run[-1]) // a) * a)
-    if not best_fit:
-        return int(start[fits[0]])
-    k = fits[np.argmin(gap[fits])]  # argmin returns the first, i.e. lowest, on ties
-    return int(start[k])
+    fits = np.flatnonzero(gap >= size_np[items][sg])
+    if len(fits):
+        fs = sg[fits]
+        if best_fit:
+            # Smallest gap per item; the sort is stable, so the lowest wins ties.
+            j = np.lexsort((gap[fits], fs))
+            fits, fs = fits[j], fs[j]
+        firsts = np.empty(len(fs), dtype=bool)
+        firsts[0] = True
+        np.not_equal(fs[1:], fs[:-1], out=firsts[1:])
+        res[fs[firsts]] = start[fits[firsts]]
+    return res
 
 
 def _section_total(p: _Problem) -> np.ndarray:
@@ -491,28 +751,35 @@ _ORDERINGS: dict[str, tuple[_Keys, bool]] = {
 _CHEAP = ("greedy_by_size", "best_fit_length")
 
 
-def _order(p: _Problem, name: str, tot: np.ndarray) -> list[int]:
+def _order(p: _Problem, name: str, tot: np.ndarray) -> np.ndarray:
     keys, _ = _ORDERINGS[name]
-    return np.lexsort([np.arange(p.n), *keys(p, tot)]).tolist()
+    return np.lexsort([np.arange(p.n), *keys(p, tot)])
 
 
 def _heuristic(p: _Problem, names: Sequence[str] | None = None) -> tuple[list[int], int, str]:
     if p.n == 0:
         return [], 0, "empty"
-    ptr, cols = _overlaps(p)
-    size = p.size.tolist()
-    align = p.align.tolist()
+    # Work on start-sorted positions: the time index is built once and shared by every
+    # candidate ordering; offsets are mapped back to input order at the end.
+    perm = np.argsort(p.start, kind="stable")
+    inv = np.empty(p.n, dtype=np.int64)
+    inv[perm] = np.arange(p.n)
+    index = _TimeIndex(p.start[perm], p.end[perm])
+    size = p.size[perm].tolist()
+    align = p.align[perm].tolist()
     if names is None:
         names = tuple(_ORDERINGS) if p.n <= _MANY_INTERVALS else _CHEAP
     needs_total = any(n.endswith("_total") for n in names)
     tot = _section_total(p) if needs_total else np.zeros(0, dtype=np.int64)
     best: tuple[list[int], int, str] | None = None
     for name in names:
-        off, arena = _place(_order(p, name, tot), size, align, ptr, cols, _ORDERINGS[name][1])
+        order = inv[_order(p, name, tot)]
+        off, arena = _place_with(index, order, size, align, _ORDERINGS[name][1])
         if best is None or arena < best[1]:
             best = (off, arena, name)
     assert best is not None
-    return best
+    off, arena, name = best
+    return [off[k] for k in inv.tolist()], arena, name
 
 
 def greedy_by_size(intervals: Iterable[Sequence[int]], alignment: int = 1) -> IntervalPlan:
