@@ -6,33 +6,58 @@ record -> wait pairs (graph edges order nothing by themselves). Plain liveness o
 topological order is not enough once nodes run on several streams: a buffer that is dead
 "after step 7" of the issue order may still be in use by a concurrent stream.
 
-Method. Take the issue order ``L`` (:func:`oxiwork.optimizer.stream.issue_order`: a
-topological order consistent with every stream, sorted by simulated start time so that
+Ordering test. Take the issue order ``L`` (:func:`oxiwork.optimizer.stream.issue_order`:
+a topological order consistent with every stream, sorted by simulated start time so that
 the streams advance together) and the vector clocks of
-:mod:`oxiwork.executor.happens_before`. For a buffer with accesses ``A``:
+:mod:`oxiwork.executor.happens_before` (``clock[x][s]``: the last position on stream ``s``
+that happens before or equals ``x``). For a buffer ``i`` with accesses ``A_i`` let
 
-* ``first`` is the smallest index in ``L`` of an access;
-* ``end`` is the smallest index such that every node at or after it in ``L`` happens
-  strictly after all of ``A``. Per stream, the clocks never decrease, so a binary search
-  finds the stream's first node past ``A``; the nodes of that stream before it must lie
-  before ``end``, so ``end`` is one more than the latest of them over all streams.
+* ``last_i[s]``: the last position on stream ``s`` of an access (``-1`` if none), i.e.
+  ``access_clock(A_i)``;
+* ``from_i[s]``: ``min`` over ``b`` in ``A_i`` of ``clock[b][s]``, lowered to
+  ``first_i[s] - 1`` where ``first_i[s]`` is the first position of an access on ``s``.
 
-The intervals ``[first, end)`` go to :func:`oxiwork.optimizer.memory.plan_buffers`, which
-honours each buffer's alignment. If two intervals are disjoint, say ``end_1 <= first_2``,
-every access of buffer 2 is at index ``>= end_1`` and so strictly after all accesses of
-buffer 1: sharing bytes is safe. On one stream ``end`` is the last access + 1, i.e. plain
-liveness.
+Every access of ``i`` happens strictly before every access of ``j`` iff
+``from_j[s] >= last_i[s]`` for every stream ``s``. Indeed ``a`` happens before ``b``
+(``a != b``) iff ``clock[b][stream(a)] >= position(a)``, which over all pairs is
+``min_b clock[b][s] >= last_i[s]``; and given that, the two access sets are disjoint iff
+``first_j[s] > last_i[s]`` (a shared node on ``s`` would sit at or before ``last_i[s]``, and
+an access ``b`` of ``j`` at exactly ``last_i[s]`` is that shared node). So two buffers may
+share bytes iff one's ``from`` dominates the other's ``last``: an S-dimensional dominance
+test, vectorised with numpy over all placed buffers at once.
 
-The one-dimensional intervals are conservative on several streams: ``end`` waits until
-*every* stream has synchronised past the buffer, so two buffers that happens-before does
-order may still overlap in time. So the pass also builds the exact conflict graph (pairs
-whose intervals overlap and whose accesses are not ordered either way, tested
-vectorised on the vector clocks) and places the buffers by best fit among their
-conflicting neighbours only (the heap-simulator placement of XLA, over conflicts instead
-of time overlaps), in three orders (size, lifetime, area); the smallest arena of the
-interval plan and these placements wins. Either way every pair sharing bytes is ordered.
-Measured on the examples with 4 streams: transformer block 262,144 -> 147,456 bytes (the
-liveness bound), 1000-node layered graph 521,216 -> 289,792.
+Safe intervals. For a buffer, ``first`` is the smallest index in ``L`` of an access and
+``end`` the smallest index such that every node at or after it in ``L`` happens strictly
+after all accesses. Per stream the clocks never decrease, so the stream's first node past
+the accesses is the largest of one ``searchsorted`` per clock component (each component's
+condition is monotone along the stream); the nodes of that stream before it must lie before
+``end``. If two intervals are disjoint, say ``end_1 <= first_2``, every access of buffer 2
+is strictly after all of buffer 1's: they are ordered. On one stream ``end`` is the last
+access + 1, i.e. plain liveness.
+
+Placement. Two plans are made and the smaller arena wins; both are safe.
+
+1. The exact placement: buffers in a few orders (by first access, by size, by safe-interval
+   length), each into the best-fitting aligned gap among the placed buffers it conflicts
+   with (the best fit of XLA's heap simulator, over happens-before conflicts instead of
+   time overlaps). In first-access order a placed buffer whose safe interval ended before
+   the current buffer's first access is ordered before it and every later one, so it is
+   dropped from the scan: that ordering tests only the pairs of overlapping safe intervals.
+   The first-access ordering always runs; the others only while the pairs they test are at
+   most :data:`MAX_EXACT_PAIRS` (all pairs: ``O(n**2 S)`` element operations).
+2. The interval plan: :func:`oxiwork.optimizer.memory.plan_buffers` on the safe intervals.
+   The intervals are conservative on several streams (``end`` waits until *every* stream
+   has synchronised past the buffer), so where they overlap a lot their plan is poor and
+   slow; it is skipped when more than :data:`MAX_INTERVAL_PAIRS` interval pairs overlap,
+   unless ``mode="exact"``.
+
+Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
+arena / lower bound and pass seconds, one run on a shared 2-core machine: 1k nodes 1.03
+(0.2 s), 5k 1.01 (0.5 s), 10k 1.01 (1.3 s), 100k 1.01 (26 s). Before (a Python conflict
+list capped at 4M pairs, the interval plan always run): 1.03 (0.6 s), 1.83 (4.1 s), 1.81
+(16.7 s), 1.79 (358 s, and up to 23 GB in the interval planner's overlap graph). The
+placement is ``O(conflicting pairs x S)``: at 100k the 1.5 billion unordered pairs are
+what the remaining time is spent on.
 
 The reported ``lower_bound`` is the most bytes live at once under plain liveness over
 ``L``: buffers live at the same index cannot be ordered (``L`` is topological), so no safe
@@ -45,8 +70,7 @@ References
 ----------
 * L. Lamport, CACM 1978; C. J. Fidge 1988; F. Mattern 1989 (happens-before, vector clocks).
 * Y. Pisarchyk, J. Lee, arXiv:2001.03288, 2020; M. D. Moffitt, "MiniMalloc", ASPLOS 2023
-  (the interval planner this pass feeds); XLA ``GlobalDecreasingSizeBestFitHeap`` (best
-  fit).
+  (the interval planner); XLA ``GlobalDecreasingSizeBestFitHeap`` (best fit).
 
 Example
 -------
@@ -62,21 +86,26 @@ Example
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from oxiwork.analysis import paused_gc
-from oxiwork.executor.happens_before import VectorClocks, graph_clocks
+from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 from oxiwork.optimizer.memory import MemoryPlan, plan_buffers
 from oxiwork.optimizer.stream import issue_order
 from oxiwork.pipeline import PassResult
 
-__all__ = ["MAX_CONFLICT_PAIRS", "MemoryReport", "buffer_intervals", "plan_memory"]
+__all__ = [
+    "MAX_EXACT_PAIRS",
+    "MAX_INTERVAL_PAIRS",
+    "MemoryReport",
+    "buffer_intervals",
+    "plan_memory",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +116,12 @@ class MemoryReport:
     ----------
     plan : MemoryPlan
         The interval planner's result on the safe intervals (offsets, sizes, lifetimes).
+        When the interval planner was skipped (see :data:`MAX_INTERVAL_PAIRS`) it carries the
+        exact placement instead, with the same sizes and lifetimes, the interval lower bound
+        and the exact placement's strategy.
     offsets : dict
         Buffer id -> arena offset, for every non-external buffer (what the plan uses: the
-        interval plan's or the conflict-graph placement's, whichever is smaller).
+        interval plan's or the exact placement's, whichever is smaller).
     intervals : dict
         Buffer id -> the happens-before-safe ``[first, end)`` interval over ``order``.
     order : tuple of NodeId
@@ -102,7 +134,7 @@ class MemoryReport:
         no safe placement beats it.
     interval_lower_bound : int
         Most bytes live at once over the safe intervals: what any placement of the
-        intervals needs (the conflict-graph placement may go below it).
+        intervals needs (the exact placement may go below it).
     ratio : float
         ``arena_bytes / lower_bound``.
     strategy, mode : str
@@ -115,8 +147,7 @@ class MemoryReport:
     message : str or None
         Why the plan falls short, if it does.
     conflict_pairs : int or None
-        Buffer pairs found not ordered by happens-before (None when the candidate pairs
-        exceeded :data:`MAX_CONFLICT_PAIRS` and only the interval plan ran).
+        Buffer pairs not ordered by happens-before (counted by the exact placement).
     seconds : float
         Time the whole pass took.
     """
@@ -163,9 +194,24 @@ class MemoryReport:
         return out
 
 
-MAX_CONFLICT_PAIRS = 4_000_000
-"""Above this many time-overlapping buffer pairs only the interval plan runs (the conflict
-test is vectorised, but the placement scans each buffer's conflicts in Python)."""
+MAX_EXACT_PAIRS = 40_000_000
+"""Most buffer pairs the orderings by size and by length of the exact placement may test.
+
+A placement step tests the buffer against the placed buffers it may conflict with, a few
+numpy operations per stream over all of them (about 10-20 ns per pair on 4 streams). The
+orderings by size and by length test all ``n (n - 1) / 2`` pairs, so they run up to about
+9,000 buffers. The ordering by first access always runs: it tests only the pairs whose safe
+intervals overlap, the very pairs the interval planner visits one by one in Python, so it
+is never the slower of the two (100k-node layered example: 26 s against 358 s)."""
+
+MAX_INTERVAL_PAIRS = 1_000_000
+"""Above this many overlapping safe-interval pairs the interval planner is skipped (unless
+``mode="exact"``): it visits every such pair in Python over eight orderings (15 s on the
+10k-node layered example), and safe intervals that crowded are long, so its plan loses to the
+exact placement anyway (1.8x against 1.01x the lower bound there)."""
+
+# Placed conflicts up to this many are gap-scanned in Python; more go through numpy.
+_DENSE = 32
 
 
 def buffer_intervals(
@@ -187,121 +233,206 @@ def buffer_intervals(
 
 @dataclass(frozen=True, slots=True)
 class _Analysis:
-    safe: dict[BufferId, tuple[int, int]]
-    live: dict[BufferId, tuple[int, int]]
+    """Per accessed arena buffer (row ``k`` is ``ids[k]``), as numpy arrays."""
+
+    ids: list[BufferId]
     order: tuple[NodeId, ...]
-    vc: VectorClocks
-    accesses: dict[BufferId, list[int]]
+    first: np.ndarray  # (n,) first access index in ``order``
+    last: np.ndarray  # (n,) last access index
+    end: np.ndarray  # (n,) end of the safe interval
+    last_clock: np.ndarray  # (n, S) ``last_i`` of the module docstring
+    from_clock: np.ndarray  # (n, S) ``from_i``
+
+    @property
+    def safe(self) -> dict[BufferId, tuple[int, int]]:
+        return dict(
+            zip(self.ids, zip(self.first.tolist(), self.end.tolist(), strict=True), strict=False)
+        )
+
+    @property
+    def live(self) -> dict[BufferId, tuple[int, int]]:
+        return dict(
+            zip(
+                self.ids,
+                zip(self.first.tolist(), (self.last + 1).tolist(), strict=True),
+                strict=False,
+            )
+        )
 
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
     vc, order = graph_clocks(graph, issue_order(graph))
     where = {nid: i for i, nid in enumerate(order)}
-    accesses: dict[BufferId, list[int]] = {}
+    internal = {b.id for b in graph.buffers if not b.external}
+    acc_b: list[BufferId] = []
+    acc_x: list[int] = []
     for node in graph.nodes:
         i = where[node.id]
         for bid in (*node.inputs, *node.outputs):
-            accesses.setdefault(bid, []).append(i)
-    safe: dict[BufferId, tuple[int, int]] = {}
-    live: dict[BufferId, tuple[int, int]] = {}
-    for buf in graph.buffers:
-        items = accesses.get(buf.id)
-        if buf.external or not items:
-            continue
-        first, last = min(items), max(items)
-        live[buf.id] = (first, last + 1)
-        clock = vc.access_clock(items)
-        end = last + 1
-        for s, members in enumerate(vc.members):
-            # Every node of stream s from position q on is past the accesses; the ones
-            # before q must come before `end` in the order.
-            q = vc.past(s, clock)
-            if q > 0:
-                end = max(end, members[q - 1] + 1)
-        safe[buf.id] = (first, end)
-    return _Analysis(safe, live, order, vc, accesses)
-
-
-def _conflicts(a: _Analysis, ids: list[BufferId], max_pairs: int) -> list[list[int]] | None:
-    """Per buffer (index into ``ids``), the buffers it may NOT share bytes with.
-
-    Only pairs whose safe intervals overlap can conflict (disjoint ones are ordered). A pair
-    is ordered when one buffer's accesses all happen strictly before the other's: with
-    ``hi`` the access clock of the first and, for the second, ``lo`` the component-wise
-    minimum of its accesses' clocks and ``fp`` its first position per stream, that is
-    ``lo >= hi`` and ``fp > hi`` component-wise (the strictness excludes a shared step).
-    Vectorised over all candidate pairs; None when there are more than ``max_pairs``.
-    """
-    vc = a.vc
-    n, k = len(ids), len(vc.streams)
-    start = np.array([a.safe[b][0] for b in ids], dtype=np.int64)
-    end = np.array([a.safe[b][1] for b in ids], dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    stop = np.searchsorted(start[order], end[order], side="left")
-    count = np.maximum(stop - np.arange(1, n + 1), 0)
-    total = int(count.sum())
-    if total > max_pairs:
-        return None
-    nbrs: list[list[int]] = [[] for _ in range(n)]
-    if total == 0:
-        return nbrs
+            if bid in internal:
+                acc_b.append(bid)
+                acc_x.append(i)
+    touched = set(acc_b)
+    ids = [b.id for b in graph.buffers if b.id in touched]
+    row = {b: k for k, b in enumerate(ids)}
+    n, width = len(ids), max(len(vc.streams), 1)
     big = np.iinfo(np.int64).max
-    hi = np.full((n, k), -1, dtype=np.int64)
-    lo = np.full((n, k), big, dtype=np.int64)
-    fp = np.full((n, k), big, dtype=np.int64)
-    for i, b in enumerate(ids):
-        hi[i] = vc.access_clock(a.accesses[b])
-        for x in a.accesses[b]:
-            s = vc.stream_index[x]
-            fp[i, s] = min(fp[i, s], vc.position[x])
-        lo[i] = np.min(np.array([vc.clocks[x] for x in a.accesses[b]], dtype=np.int64), axis=0)
-    pa = np.repeat(np.arange(n), count)
-    pb = pa + 1 + np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-    u, v = order[pa], order[pb]
-    u_first = ((lo[v] >= hi[u]) & (fp[v] > hi[u])).all(axis=1)
-    v_first = ((lo[u] >= hi[v]) & (fp[u] > hi[v])).all(axis=1)
-    clash = ~(u_first | v_first)
-    for x, y in zip(u[clash].tolist(), v[clash].tolist(), strict=True):
-        nbrs[x].append(y)
-        nbrs[y].append(x)
-    return nbrs
+    clocks = np.array(vc.clocks, dtype=np.int64).reshape(len(order), width)
+    stream = np.array(vc.stream_index, dtype=np.int64)
+    position = np.array(vc.position, dtype=np.int64)
+    rb = np.array([row[b] for b in acc_b], dtype=np.int64)
+    x = np.array(acc_x, dtype=np.int64)
+    first = np.full(n, big, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    np.minimum.at(first, rb, x)
+    np.maximum.at(last, rb, x)
+    last_clock = np.full((n, width), -1, dtype=np.int64)
+    first_pos = np.full((n, width), big, dtype=np.int64)
+    np.maximum.at(last_clock, (rb, stream[x]), position[x])
+    np.minimum.at(first_pos, (rb, stream[x]), position[x])
+    from_clock = first_pos - 1  # big - 1 where the buffer has no access on the stream
+    if n:
+        srt = np.argsort(rb, kind="stable")
+        cuts = np.flatnonzero(np.r_[True, rb[srt][1:] != rb[srt][:-1]])
+        np.minimum(from_clock, np.minimum.reduceat(clocks[x[srt]], cuts, axis=0), out=from_clock)
+    end = last + 1
+    for s, members in enumerate(vc.members):
+        if not members or not n:
+            continue
+        mem = np.array(members, dtype=np.int64)
+        col = clocks[mem]
+        # First position on s strictly after the accesses: later than last_clock[:, s] and
+        # dominating last_clock; each component's condition is monotone along the stream.
+        q = last_clock[:, s] + 1
+        for c in range(width):
+            np.maximum(q, np.searchsorted(col[:, c], last_clock[:, c], side="left"), out=q)
+        np.maximum(end, np.where(q > 0, mem[np.minimum(q, len(mem)) - 1] + 1, 0), out=end)
+    return _Analysis(ids, order, first, last, end, last_clock, from_clock)
 
 
-def _best_fit(
-    order: list[int], size: list[int], align: list[int], nbrs: list[list[int]]
-) -> tuple[list[int], int]:
-    """Each buffer, in ``order``, into the smallest aligned gap among its placed conflicts.
+def _place_exact(
+    perm: np.ndarray,
+    size: np.ndarray,
+    align: np.ndarray,
+    a: _Analysis,
+    prune: bool,
+    every: int = 64,
+) -> tuple[np.ndarray, int, int]:
+    """Best-fit placement of the buffers in ``perm`` order, against happens-before conflicts.
 
-    Best fit as in XLA's heap simulator, but the neighbours are the conflicting buffers
-    rather than the time-overlapping ones.
+    Each buffer goes into the smallest aligned gap (lowest on ties) among the placed buffers
+    it conflicts with, or on top of them. With ``prune`` (``perm`` sorted by first access)
+    placed buffers whose safe interval ends at or before the current first access are
+    dropped (every ``every`` steps): they are ordered before every buffer still to come.
+    Returns the offsets (by row), the arena and the number of conflicting pairs met.
     """
-    off = [-1] * len(size)
-    arena = 0
-    for i in order:
-        sz, al = size[i], align[i]
-        taken = sorted((off[j], off[j] + size[j]) for j in nbrs[i] if off[j] >= 0)
-        cand, best, best_gap = 0, -1, 0
-        for o, t in taken:
-            gap = o - cand
-            if gap >= sz and (best < 0 or gap < best_gap):
-                best, best_gap = cand, gap
-            if t > cand:
-                cand = -(-t // al) * al
-        off[i] = best if best >= 0 else cand
-        arena = max(arena, off[i] + sz)
-    return off, arena
+    n, width = len(perm), a.last_clock.shape[1]
+    lc, fc = a.last_clock[perm], a.from_clock[perm]
+    sz, al = size[perm], align[perm]
+    begin, stop = a.first[perm].tolist(), a.end[perm].tolist()
+    # The placed buffers still in play, compacted: clocks by stream (rows contiguous), offsets.
+    act_l = np.empty((width, n), dtype=np.int64)
+    act_f = np.empty((width, n), dtype=np.int64)
+    act_off = np.empty(n, dtype=np.int64)
+    act_top = np.empty(n, dtype=np.int64)
+    act_end = np.empty(n, dtype=np.int64)
+    m = 0
+    off = np.zeros(n, dtype=np.int64)
+    arena = conflicts = 0
+    since = 0
+    before = np.empty(n, dtype=bool)
+    after = np.empty(n, dtype=bool)
+    tmp = np.empty(n, dtype=bool)
+    for k in range(n):
+        if prune and since >= every and m:
+            keep = np.flatnonzero(act_end[:m] > begin[k])
+            if len(keep) < m:
+                m = len(keep)
+                act_l[:, :m] = act_l[:, keep]
+                act_f[:, :m] = act_f[:, keep]
+                act_off[:m] = act_off[keep]
+                act_top[:m] = act_top[keep]
+                act_end[:m] = act_end[keep]
+            since = 0
+        s_k, a_k = int(sz[k]), int(al[k])
+        cand = 0
+        if m:
+            lk, fk = lc[k].tolist(), fc[k].tolist()
+            bf, af, t = before[:m], after[:m], tmp[:m]
+            # placed before k: from_k dominates its last; k before placed: the reverse.
+            np.less_equal(act_l[0, :m], fk[0], out=bf)
+            np.greater_equal(act_f[0, :m], lk[0], out=af)
+            for s in range(1, width):
+                bf &= np.less_equal(act_l[s, :m], fk[s], out=t)
+                af &= np.greater_equal(act_f[s, :m], lk[s], out=t)
+            bf |= af
+            hit = np.flatnonzero(~bf)
+            conflicts += len(hit)
+            if 0 < len(hit) <= _DENSE:
+                cand = _gap_small(act_off[hit].tolist(), act_top[hit].tolist(), s_k, a_k)
+            elif len(hit):
+                cand = _gap_dense(act_off[hit], act_top[hit], s_k, a_k)
+        off[perm[k]] = cand
+        # Keep the placed buffers sorted by offset, so a gap scan needs no sort.
+        at = int(np.searchsorted(act_off[:m], cand, side="right"))
+        if at < m:
+            act_l[:, at + 1 : m + 1] = act_l[:, at:m]
+            act_f[:, at + 1 : m + 1] = act_f[:, at:m]
+            act_off[at + 1 : m + 1] = act_off[at:m]
+            act_top[at + 1 : m + 1] = act_top[at:m]
+            act_end[at + 1 : m + 1] = act_end[at:m]
+        act_l[:, at] = lc[k]
+        act_f[:, at] = fc[k]
+        act_off[at], act_top[at], act_end[at] = cand, cand + s_k, stop[k]
+        m += 1
+        since += 1
+        arena = max(arena, cand + s_k)
+    return off, arena, conflicts
 
 
-def _peak(intervals: Mapping[BufferId, tuple[int, int]], size: Mapping[BufferId, int]) -> int:
-    delta: dict[int, int] = {}
-    for bid, (a, b) in intervals.items():
-        delta[a] = delta.get(a, 0) + size[bid]
-        delta[b] = delta.get(b, 0) - size[bid]
-    live = peak = 0
-    for t in sorted(delta):
-        live += delta[t]
-        peak = max(peak, live)
-    return peak
+def _gap_small(offs: list[int], tops: list[int], sz: int, al: int) -> int:
+    """Best-fit gap among a few placed ranges sorted by offset, in Python (cheaper than numpy's
+    overhead there)."""
+    cand, best, best_gap = 0, -1, 0
+    for o, t in zip(offs, tops, strict=True):
+        gap = o - cand
+        if gap >= sz and (best < 0 or gap < best_gap):
+            best, best_gap = cand, gap
+        if t > cand:
+            cand = -(-t // al) * al
+    return best if best >= 0 else cand
+
+
+def _gap_dense(o: np.ndarray, t: np.ndarray, sz: int, al: int) -> int:
+    """:func:`_gap_small` in numpy: free space before each range starts at the aligned
+    highest top below it."""
+    run = np.maximum.accumulate(t)
+    start = np.empty_like(o)
+    start[0] = 0
+    start[1:] = -(-run[:-1] // al) * al
+    gap = o - start
+    fits = np.flatnonzero(gap >= sz)
+    if len(fits) == 0:
+        return int(-(-int(run[-1]) // al) * al)
+    return int(start[fits[np.argmin(gap[fits])]])
+
+
+def _overlapping_pairs(first: np.ndarray, end: np.ndarray) -> int:
+    """Pairs of half-open intervals that overlap (sorted by start, j overlaps the later i
+    with ``first[i] < end[j]``)."""
+    order = np.argsort(first, kind="stable")
+    stop = np.searchsorted(first[order], end[order], side="left")
+    return int(np.maximum(stop - np.arange(1, len(first) + 1), 0).sum())
+
+
+def _peak(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
+    """Most bytes live at once over half-open intervals (ends before starts at one time)."""
+    if not len(start):
+        return 0
+    t = np.concatenate([start, end])
+    d = np.concatenate([size, -size])
+    o = np.lexsort((d, t))
+    return max(int(np.cumsum(d[o]).max()), 0)
 
 
 def plan_memory(
@@ -318,7 +449,8 @@ def plan_memory(
     graph : ComputeGraph
         Usually the stream pass's output; nodes without a stream count as stream 0.
     mode : {"heuristic", "exact"}
-        Passed to the interval planner (``"exact"`` is MiniMalloc's search).
+        Passed to the interval planner (``"exact"`` is MiniMalloc's search, and always runs
+        the interval planner).
     time_limit : float, optional
         Seconds the exact mode may search.
     capacity : int, optional
@@ -337,7 +469,8 @@ def plan_memory(
 
     References
     ----------
-    Lamport 1978; Pisarchyk & Lee 2020; Moffitt 2023 (see the module docstring).
+    Lamport 1978; Pisarchyk & Lee 2020; Moffitt 2023; XLA's best-fit heap (see the module
+    docstring).
 
     Examples
     --------
@@ -346,31 +479,64 @@ def plan_memory(
     1.0
     """
     t0 = time.perf_counter()
+    # Check the options up front, as the planner would (it may not run): an empty plan.
+    plan_buffers({}, {}, {}, mode=mode, time_limit=time_limit, capacity=capacity)
     with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
         a = _analyse(graph)
+    by_id = {b.id: b for b in graph.buffers}
+    n = len(a.ids)
+    align = np.array([by_id[b].alignment for b in a.ids], dtype=np.int64)
+    size = -(-np.array([by_id[b].size_bytes for b in a.ids], dtype=np.int64) // align) * align
+    rows = np.arange(n)
+    length = a.end - a.first
+    overlapping = _overlapping_pairs(a.first, a.end)
+    everything = n * (n - 1) // 2
+    # name -> (np.lexsort keys, most significant last; prune; pairs tested)
+    orderings = {
+        "start": ((rows, -size, a.first), True, overlapping),
+        "size": ((rows, a.first, -size), False, everything),
+        "length": ((rows, -size, -length), False, everything),
+    }
+    exact: tuple[np.ndarray, int, str] | None = None
+    conflict_pairs = 0
+    for name, (keys, prune, pairs) in orderings.items():
+        # The first-access ordering always runs: it tests the same pairs the interval
+        # planner visits, in numpy rather than Python.
+        if name != "start" and pairs > MAX_EXACT_PAIRS:
+            continue
+        off, top, conflict_pairs = _place_exact(np.lexsort(keys), size, align, a, prune)
+        if exact is None or top < exact[1]:
+            exact = (off, top, f"conflict_best_fit_{name}")
+    assert exact is not None
     safe = a.safe
-    sizes = {b.id: b.size_bytes for b in graph.buffers}
-    aligns = {b.id: b.alignment for b in graph.buffers}
-    plan = plan_buffers(sizes, aligns, safe, mode=mode, time_limit=time_limit, capacity=capacity)
-    chosen = {b: int(o) for b, o in plan.offsets.items()}
-    arena, strategy = int(plan.arena_bytes), plan.strategy
-    ids = list(safe)
-    rounded = [int(plan.sizes[b]) for b in ids]
-    with paused_gc():
-        nbrs = _conflicts(a, ids, MAX_CONFLICT_PAIRS)
-    if nbrs is not None:
-        align = [aligns[b] for b in ids]
-        length = [safe[b][1] - safe[b][0] for b in ids]
-        orderings = {
-            "size": sorted(range(len(ids)), key=lambda i: (-rounded[i], i)),
-            "length": sorted(range(len(ids)), key=lambda i: (-length[i], -rounded[i], i)),
-            "area": sorted(range(len(ids)), key=lambda i: (-length[i] * rounded[i], i)),
-        }
-        for name, order in orderings.items():
-            off, top = _best_fit(order, rounded, align, nbrs)
-            if top < arena:
-                arena, strategy = top, f"conflict_best_fit_{name}"
-                chosen = {b: off[i] for i, b in enumerate(ids)}
+    interval_lb = _peak(a.first, a.end, size)
+    if overlapping <= MAX_INTERVAL_PAIRS or mode == "exact":
+        sizes = {b: by_id[b].size_bytes for b in a.ids}
+        aligns = {b: by_id[b].alignment for b in a.ids}
+        plan = plan_buffers(
+            sizes, aligns, safe, mode=mode, time_limit=time_limit, capacity=capacity
+        )
+        chosen = {b: int(o) for b, o in plan.offsets.items()}
+        arena, strategy = int(plan.arena_bytes), plan.strategy
+        if exact[1] < arena:
+            chosen = dict(zip(a.ids, exact[0].tolist(), strict=True))
+            arena, strategy = exact[1], exact[2]
+    else:
+        chosen = dict(zip(a.ids, exact[0].tolist(), strict=True))
+        arena, strategy = exact[1], exact[2]
+        plan = MemoryPlan(
+            offsets=chosen,
+            sizes=dict(zip(a.ids, size.tolist(), strict=True)),
+            lifetimes=safe,
+            arena_bytes=arena,
+            lower_bound=interval_lb,
+            optimal=arena <= interval_lb,
+            ratio=arena / interval_lb if interval_lb else 1.0,
+            seconds=time.perf_counter() - t0,
+            strategy=strategy,
+            mode=mode,
+            fits=None if capacity is None else arena <= capacity,
+        )
     offsets: dict[BufferId, int] = {}
     buffers = []
     for b in graph.buffers:
@@ -380,7 +546,7 @@ def plan_memory(
         off = chosen.get(b.id, 0)
         offsets[b.id] = off
         buffers.append(replace(b, offset=off))
-    lower = _peak(a.live, {b: int(plan.sizes[b]) for b in a.live})
+    lower = _peak(a.first, a.last + 1, size)
     fits = None if capacity is None else arena <= capacity
     message = None
     if fits is False:
@@ -395,14 +561,14 @@ def plan_memory(
         order=a.order,
         arena_bytes=arena,
         lower_bound=lower,
-        interval_lower_bound=int(plan.lower_bound),
+        interval_lower_bound=interval_lb,
         ratio=arena / lower if lower else 1.0,
         strategy=strategy,
         mode=mode,
         optimal=arena == lower,
         fits=fits,
         message=message,
-        conflict_pairs=None if nbrs is None else sum(map(len, nbrs)) // 2,
+        conflict_pairs=conflict_pairs,
         seconds=time.perf_counter() - t0,
     )
     return PassResult(graph.with_changes(buffers=buffers), {"memory": report})
