@@ -366,7 +366,7 @@ def _overlaps(p: _Problem) -> tuple[list[int], np.ndarray]:
 _DENSE = 256
 
 # Start-sorted positions are grouped in chunks of this many for the time index (_TimeIndex).
-_CHUNK = 32
+_CHUNK = 8
 
 # Ordering windows probed for a batch: between these sizes, adapted to the batches found.
 _WINDOW_MIN = 8
@@ -682,14 +682,19 @@ def _place_batch(
     last[:-1] = first[1:]
     sl = sg[last]
     top = run[last]
+    # Round up to the (power of two) alignment with a mask: int64 division is slow.
     if uniform == 0:
         a = align_np[items][sg]
-        start = -(-start // a) * a
+        start += a - 1
+        start &= -a
         al = align_np[items][sl]
-        top = -(-top // al) * al
+        top += al - 1
+        top &= -al
     elif uniform > 1:
-        start = -(-start // uniform) * uniform
-        top = -(-top // uniform) * uniform
+        start += uniform - 1
+        start &= -uniform
+        top += uniform - 1
+        top &= -uniform
     res[sl] = top  # no gap: on top of the neighbours
     gap = o - start
     fits = np.flatnonzero(gap >= size_np[items][sg])
