@@ -377,6 +377,9 @@ _WINDOW_MAX = 512
 _SMALL_BATCH = 4
 _STRETCH = 64
 
+# Below this many neighbours a batch is sorted with numpy's stable sort (see _place_batch).
+_SMALL_SORT = 8192
+
 # Batches are sorted by (batch member, offset) as one int64 key: member * (arena + 1) + offset.
 _KEY_LIMIT = 1 << 62
 
@@ -666,7 +669,9 @@ def _place_batch(
     t = top_np[cand[placed]]
     sg = seg[placed]
     shift = sg * (arena + 1)  # offsets and tops are <= arena, so keys do not mix items
-    idx = np.argsort(shift + o)  # equal offsets in any order: only the first can start a gap
+    # Equal offsets may come in any order (only the first can start a gap); numpy's stable
+    # (radix/tim) sort is the faster one on small arrays, its quicksort on large ones.
+    idx = np.argsort(shift + o, kind="stable" if len(o) < _SMALL_SORT else "quicksort")
     o, t, sg, shift = o[idx], t[idx], sg[idx], shift[idx]
     run = np.maximum.accumulate(t + shift)
     run -= shift
