@@ -454,7 +454,7 @@ def verify_plan(plan: ExecutionPlan) -> None:
     from oxiwork.analysis import paused_gc
     from oxiwork.executor.happens_before import plan_clocks
 
-    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+    with paused_gc():  # many acyclic allocations: a GC pass would rescan them all
         _check_structure(plan)
         vc = plan_clocks(plan)
         _check_dependencies(plan, vc)

@@ -481,7 +481,7 @@ def plan_memory(
     t0 = time.perf_counter()
     # Check the options up front, as the planner would (it may not run): an empty plan.
     plan_buffers({}, {}, {}, mode=mode, time_limit=time_limit, capacity=capacity)
-    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+    with paused_gc():  # many acyclic allocations: a GC pass would rescan them all
         a = _analyse(graph)
     by_id = {b.id: b for b in graph.buffers}
     n = len(a.ids)

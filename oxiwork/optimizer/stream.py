@@ -821,7 +821,7 @@ def assign_streams(
     >>> sa.num_streams, sa.event_count, sa.method
     (1, 0, 'chains')
     """
-    with paused_gc():  # O(n) acyclic allocations; see oxiwork.analysis._util
+    with paused_gc():  # many acyclic allocations: a GC pass would rescan them all
         return _assign_streams(graph, max_streams, costs)
 
 
