@@ -160,4 +160,11 @@ def node_costs(graph: ComputeGraph, profile: DeviceProfile | None = None) -> dic
     4
     """
     p = profile or DeviceProfile()
-    return {n.id: node_time(graph, n, p) for n in graph.nodes}
+    # A graph is immutable, so its costs under one (frozen, hashable) profile never change;
+    # the stream pass, the plan, the timeline and the widget each ask for them.
+    key = ("cost.node_costs", p)
+    costs = graph._cache.get(key)
+    if costs is None:
+        costs = {n.id: node_time(graph, n, p) for n in graph.nodes}
+        graph._cache[key] = costs
+    return dict(costs)

@@ -266,7 +266,8 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     # contiguously, and filling the result dicts (which touches every value) then walks
     # memory in order instead of chasing floats scattered by the sweeps.
     asap_a = np.array(asap)
-    alap_a = np.array(alap)
+    raw_alap_a = np.array(alap)
+    alap_a = raw_alap_a
     tol = _REL_TOL * makespan
     alap_a = np.where(alap_a - asap_a > tol, alap_a, asap_a)
     # The walk follows the predecessor that finished last, so every node on it has zero
@@ -275,8 +276,12 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     slack_a = alap_a - asap_a
     level_a = np.array(level, dtype=np.int64)
     widths = np.bincount(level_a, minlength=1 if n else 0).tolist()  # levels: 0..max
-    # lexsort is stable and sorts by its last key first: (alap, level, position).
-    prio = np.lexsort((level_a, alap_a)).tolist()
+    # lexsort is stable and sorts by its last key first: (alap, level, position). It sorts
+    # the ALAP of the sweep, not the snapped one: in floats ``fl(m - c) <= m`` for c >= 0, so
+    # the sweep's ALAP never decreases along an edge and, with level breaking ties, the
+    # priority is a topological order; snapping a node to its ASAP can break that (a
+    # predecessor left 1e-18 above a snapped successor).
+    prio = np.lexsort((level_a, raw_alap_a)).tolist()
 
     order = graph.topological_order()
     return TopoInfo(

@@ -184,3 +184,16 @@ def test_sparse_ids(g: ComputeGraph) -> None:
     assert b.asap == {f(v): t for v, t in a.asap.items()}
     assert b.slack == {f(v): t for v, t in a.slack.items()}
     assert b.critical_path == tuple(map(f, a.critical_path)) and b.makespan == a.makespan
+
+
+def test_priority_is_topological_when_snapping_rounds_alap() -> None:
+    # Found by hypothesis: a zero-cost predecessor of a long node whose ALAP is snapped to
+    # its ASAP came out 2.9e-17 later than it, so (alap, level) put it after its successor.
+    b = GraphBuilder()
+    zero, short, long_ = b.add_barrier("zero"), b.add_barrier("short"), b.add_barrier("long")
+    b.fan_in([zero, short], long_)
+    g = b.build()
+    info = topo.analyze(g, costs={zero: 0.0, short: 1e-6, long_: 0.5})
+    rank = {nid: i for i, nid in enumerate(info.priority)}
+    assert all(rank[u] < rank[v] for u, v in g.edges)
+    assert info.slack[long_] == 0.0
