@@ -26,7 +26,6 @@ True
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import re
@@ -37,6 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from oxiwork import ops
+from oxiwork.analysis import paused_gc
 from oxiwork.error import CycleError, EmptyGraph, InvalidArgument, UnknownBuffer, UnknownNode
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import (
@@ -478,9 +478,7 @@ class GraphBuilder:
         # A 100k-node build allocates about a million small containers, and every
         # generation-2 collection they trigger walks the whole (growing) heap: a third of the
         # build's time. Nothing made here is cyclic garbage, so collect after, not during.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with paused_gc():
             self.notes = []
             self.warnings = []
             nodes = self._bind_copies()
@@ -526,9 +524,6 @@ class GraphBuilder:
 
             verify(graph)
             return graph
-        finally:
-            if collecting:
-                gc.enable()
 
     # ------------------------------------------------------------------ internals
     def _warn(self, message: str) -> None:
