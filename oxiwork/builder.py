@@ -350,13 +350,7 @@ class GraphBuilder:
             raise InvalidArgument(f"memcpy {name!r} is DeviceToHost: its destination is the host")
         ins = () if src is None else (self._check_buffer(src, name),)
         outs = () if dst is None else (self._check_buffer(dst, name),)
-        for bid in (*ins, *outs):
-            buf = self._buffers[self._buffer_pos(bid)]
-            if size_bytes > buf.size_bytes:
-                raise InvalidArgument(
-                    f"memcpy {name!r} copies {size_bytes} bytes but buffer {buf.name!r} "
-                    f"holds {buf.size_bytes}"
-                )
+        self._check_fits(f"memcpy {name!r} copies", size_bytes, (*ins, *outs))
         return self._add(
             name=name,
             kind=NodeKind.Memcpy,
@@ -375,13 +369,7 @@ class GraphBuilder:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
             raise InvalidArgument(f"memset {name!r}: value must be a byte 0..255, got {value!r}")
         outs = () if dst is None else (self._check_buffer(dst, name),)
-        for bid in outs:
-            buf = self._buffers[self._buffer_pos(bid)]
-            if size_bytes > buf.size_bytes:
-                raise InvalidArgument(
-                    f"memset {name!r} sets {size_bytes} bytes but buffer {buf.name!r} "
-                    f"holds {buf.size_bytes}"
-                )
+        self._check_fits(f"memset {name!r} sets", size_bytes, outs)
         return self._add(
             name=name,
             kind=NodeKind.Memset,
@@ -526,6 +514,15 @@ class GraphBuilder:
             return graph
 
     # ------------------------------------------------------------------ internals
+    def _check_fits(self, what: str, size_bytes: int, buffers: Iterable[BufferId]) -> None:
+        """``what`` ("memcpy 'x' copies") touches ``size_bytes`` of each buffer: they must fit."""
+        for bid in buffers:
+            buf = self._buffers[self._buffer_pos(bid)]
+            if size_bytes > buf.size_bytes:
+                raise InvalidArgument(
+                    f"{what} {size_bytes} bytes but buffer {buf.name!r} holds {buf.size_bytes}"
+                )
+
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
         warnings.warn(message, GraphWarning, stacklevel=3)
