@@ -32,7 +32,7 @@ def _names(graph: ComputeGraph, ids: object) -> str:
 
 def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.stdout) -> int:
     """Print the analyses, the pass trace, the plan and a simulation check of ``graph``."""
-    from oxiwork import reference
+    from oxiwork import cost, reference
     from oxiwork.analysis import dominance, liveness, topo
     from oxiwork.executor.plan import ExecutionPlan
     from oxiwork.executor.simulator import SequentialExecutor, input_names
@@ -46,17 +46,20 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
         f"{len(graph.edges)} edges"
     )
 
-    t = topo.analyze(graph)
-    levels = topo.levels(graph)
-    p(f"\n[topo] {len(levels)} levels, widths {[len(lv) for lv in levels][:12]}")
+    # Times from the cost model (H200 defaults), in microseconds.
+    t = topo.analyze(graph, cost.node_costs(graph))
+    us = 1e6
+    levels = t.level_widths
+    p(f"\n[topo] {len(levels)} levels, widths {list(levels[:12])}")
     path = list(t.critical_path)
     shown = _names(graph, path[:8]) + (f", … (+{len(path) - 8} more)" if len(path) > 8 else "")
-    p(f"[topo] critical path: {len(path)} nodes, {t.makespan:g} cost units: {shown}")
+    p(f"[topo] critical path: {len(path)} nodes, {t.makespan * us:.2f} us: {shown}")
     if graph.num_nodes <= 12:
         for nid in graph.topological_order():
             p(
-                f"  {graph.node(nid).name:<12} level {t.level[nid]}  asap {t.asap[nid]:g}  "
-                f"alap {t.alap[nid]:g}  slack {t.slack[nid]:g}"
+                f"  {graph.node(nid).name:<12} level {t.level[nid]}  "
+                f"asap {t.asap[nid] * us:6.2f} us  alap {t.alap[nid] * us:6.2f} us  "
+                f"slack {t.slack[nid] * us:.2f} us"
             )
 
     live = liveness.analyze(graph)
