@@ -12,6 +12,15 @@ Fidge 1988; Mattern 1989), the same relation the memory pass and the plan verifi
 2009). Conflicts are checked per buffer, and between different buffers that the memory
 plan put on overlapping arena bytes.
 
+Big plans have hundreds of thousands of overlapping buffer pairs (the memory plan reuses
+bytes a lot), so the candidates are screened in numpy first: the overlapping pairs come
+from a sort (:func:`oxiwork.executor.arena.overlapping_ranges`), a buffer pair is ruled
+out when all accesses of one happen before all accesses of the other (the per-buffer
+clock dominance test the memory pass places buffers with,
+:meth:`~oxiwork.executor.happens_before.ClockArrays.bounds`), and a buffer is ruled out
+when every write is ordered with every other access. Only what survives (nothing, in a
+correctly synchronised plan) is checked access pair by access pair to build the reports.
+
 Example
 -------
 >>> import dataclasses
@@ -26,10 +35,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from oxiwork.error import InvalidArgument
-from oxiwork.executor.arena import overlapping_pairs, plan_buffers
-from oxiwork.executor.happens_before import plan_clocks
-from oxiwork.executor.plan import ExecutionPlan, PlanStep
+from oxiwork.executor.arena import overlapping_ranges, plan_buffers
+from oxiwork.executor.happens_before import ClockArrays, groups_ordered, plan_clocks
+from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.node import BufferId, NodeKind
 
 __all__ = ["Race", "drop_event", "find_races"]
@@ -119,6 +130,10 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
     the schedule does not order). Each race is reported once per step pair and buffer
     pair, sorted by ``(second, first)``.
 
+    Candidates are screened in numpy (see the module docstring): on the fused 10k-node
+    layered example, 634k overlapping buffer pairs take about 0.07 s, against 0.9 s for the
+    per-pair Python loop that still builds the reports of the pairs that survive.
+
     Parameters
     ----------
     plan
@@ -146,8 +161,13 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
     ordered = vc.ordered
     stream = [int(s.stream) for s in steps]
 
-    acc = _accesses(plan)
     args = plan_buffers(plan)
+    # numpy screens every candidate at once; only the survivors (none in a correctly
+    # synchronised plan) go through ``check``, in the order the full loop would visit them,
+    # so ``seen`` and the stable sort below see the same sequence.
+    screen = _Screen(plan, vc.arrays(), args)
+    conflicted, overlaps = screen.conflicted_buffers(), screen.unordered_overlaps()
+    acc = _accesses(plan) if conflicted or overlaps else {}
     seen: set[tuple[int, int, BufferId, BufferId]] = set()
     races: list[Race] = []
 
@@ -186,13 +206,91 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
                     )
                 )
 
-    for bid, arg in args.items():
+    for k in conflicted:
+        bid, arg = screen.ids[k], screen.args[k]
         in_arena = not arg.external and arg.offset is not None
         check(bid, bid, (arg.offset, arg.offset + arg.size_bytes) if in_arena else None)
-    for ba, bb, lo, hi in overlapping_pairs(args.values()):
-        check(ba, bb, (lo, hi))
+    for i, j, lo, hi in overlaps:
+        check(screen.ids[i], screen.ids[j], (lo, hi))
     races.sort(key=lambda r: (r.second, r.first, r.buffers))
     return races
+
+
+class _Screen:
+    """The accesses of a plan as numpy arrays, to rule out race-free candidates in bulk.
+
+    Row ``k`` is buffer ``ids[k]`` (the order of :func:`plan_buffers`); access ``t`` is step
+    ``step[t]`` touching row ``row[t]``, writing iff ``write[t]``.
+    """
+
+    def __init__(self, plan: ExecutionPlan, clocks: ClockArrays, args: dict[BufferId, BufferArg]):
+        self.clocks = clocks
+        self.ids = list(args)
+        self.args = list(args.values())
+        where = {bid: k for k, bid in enumerate(self.ids)}
+        row: list[int] = []
+        step: list[int] = []
+        write: list[bool] = []
+        for st in plan.steps:
+            for arg in st.inputs:
+                row.append(where[arg.buffer])
+                step.append(st.index)
+                write.append(False)
+            for arg in st.outputs:
+                row.append(where[arg.buffer])
+                step.append(st.index)
+                write.append(True)
+        self.row = np.array(row, dtype=np.int64)
+        self.step = np.array(step, dtype=np.int64)
+        self.write = np.array(write, dtype=bool)
+
+    def conflicted_buffers(self) -> list[int]:
+        """Rows with a write and another access, on different streams, that no event orders.
+
+        Exactly the buffers on which ``check(b, b)`` reports something (ascending rows):
+        every pair with a write is a write access against any access of the same buffer.
+        """
+        srt = np.argsort(self.row, kind="stable")
+        row, step, write = self.row[srt], self.step[srt], self.write[srt]
+        n = len(self.ids)
+        begin = np.searchsorted(row, np.arange(n), side="left")
+        size = np.searchsorted(row, np.arange(n), side="right") - begin
+        w = np.flatnonzero(write)
+        count = size[row[w]]
+        wa = np.repeat(w, count)
+        # Each write against every access of its buffer (itself included, dropped below).
+        run_start = np.cumsum(count) - count
+        other = np.repeat(begin[row[w]], count) + np.arange(len(wa)) - np.repeat(run_start, count)
+        x, y = step[wa], step[other]
+        c = self.clocks
+        a, b = np.minimum(x, y), np.maximum(x, y)
+        # Issue order is consistent with happens-before, so only a before b can hold.
+        bad = (c.stream_index[x] != c.stream_index[y]) & ~c.happens_before(a, b)
+        return np.unique(row[wa[bad]]).tolist()
+
+    def unordered_overlaps(self) -> list[tuple[int, int, int, int]]:
+        """``(row_i, row_j, lo, hi)`` for the arena overlaps of :func:`overlapping_pairs` (in
+        its order) whose accesses are not all ordered one buffer before the other."""
+        placed = np.array(
+            [k for k, a in enumerate(self.args) if not a.external and a.offset is not None],
+            dtype=np.int64,
+        )
+        start = np.array([self.args[k].offset for k in placed.tolist()], dtype=np.int64)
+        stop = start + np.array([self.args[k].size_bytes for k in placed.tolist()], np.int64)
+        tie = np.array([int(self.ids[k]) for k in placed.tolist()], dtype=np.int64)
+        pi, pj = overlapping_ranges(start, stop, tie)
+        last, floor = self.clocks.bounds(self.row, self.step, len(self.ids))
+        keep = np.flatnonzero(~groups_ordered(last, floor, placed[pi], placed[pj]))
+        pi, pj = pi[keep], pj[keep]
+        return list(
+            zip(
+                placed[pi].tolist(),
+                placed[pj].tolist(),
+                start[pj].tolist(),
+                np.minimum(stop[pi], stop[pj]).tolist(),
+                strict=True,
+            )
+        )
 
 
 def drop_event(plan: ExecutionPlan, event: int) -> ExecutionPlan:

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from oxiwork import GraphBuilder, MemcpyDir
 from oxiwork.error import InvalidArgument
 from oxiwork.examples import random_op_dag
+from oxiwork.executor import races as races_mod
+from oxiwork.executor.arena import plan_buffers
+from oxiwork.executor.happens_before import plan_clocks
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.races import Race, drop_event, find_races
 from oxiwork.node import NodeKind
@@ -138,3 +141,119 @@ def test_some_dropped_event_is_caught():
         for e in range(plan_of(seed, 4).event_count)
     )
     assert caught > 0
+
+
+# --- the numpy screen against the previous all-pairs implementation -------------------------
+
+
+def _sweep_pairs(args):
+    """The previous ``overlapping_pairs``: a Python sweep over the regions sorted by start."""
+    regs = sorted(
+        (a.offset, a.offset + a.size_bytes, a.buffer)
+        for a in args
+        if not a.external and a.offset is not None
+    )
+    out, active = [], []
+    for lo, hi, bid in regs:
+        active = [r for r in active if r[1] > lo]
+        out.extend((abid, bid, lo, min(ahi, hi)) for _, ahi, abid in active)
+        active.append((lo, hi, bid))
+    return out
+
+
+def reference_races(plan: ExecutionPlan) -> list[Race]:
+    """The previous ``find_races``: every access pair of every candidate buffer pair, tested
+    one by one in Python (no numpy screen)."""
+    vc = plan_clocks(plan)
+    steps = plan.steps
+    stream = [int(s.stream) for s in steps]
+    acc = races_mod._accesses(plan)
+    args = plan_buffers(plan)
+    seen, out = set(), []
+
+    def check(ba, bb, rng):
+        same = ba == bb
+        for x, ax in acc.get(ba, ()):
+            for y, ay in acc.get(bb, ()):
+                if x == y or (ax == "read" and ay == "read") or stream[x] == stream[y]:
+                    continue
+                if (same and x > y) or vc.ordered(x, y):
+                    continue
+                if x < y:
+                    a, acc_a, buf_a, b, acc_b, buf_b = x, ax, ba, y, ay, bb
+                else:
+                    a, acc_a, buf_a, b, acc_b, buf_b = y, ay, bb, x, ax, ba
+                if (a, b, buf_a, buf_b) in seen:
+                    continue
+                seen.add((a, b, buf_a, buf_b))
+                na, nb = args[buf_a].name, args[buf_b].name
+                msg = races_mod._message(plan, a, acc_a, na, b, acc_b, nb, rng)
+                kind = "conflict" if same else "overlap"
+                out.append(
+                    Race(a, b, steps[a].name, steps[b].name, stream[a], stream[b], acc_a, acc_b,
+                         (na, nb), rng, kind, msg)
+                )  # fmt: skip
+
+    for bid, arg in args.items():
+        in_arena = not arg.external and arg.offset is not None
+        check(bid, bid, (arg.offset, arg.offset + arg.size_bytes) if in_arena else None)
+    for ba, bb, lo, hi in _sweep_pairs(args.values()):
+        check(ba, bb, (lo, hi))
+    out.sort(key=lambda r: (r.second, r.first, r.buffers))
+    return out
+
+
+def with_offsets(plan: ExecutionPlan, offsets: dict[str, int]) -> ExecutionPlan:
+    """``plan`` with the named buffers moved to the given arena offsets (in every step)."""
+
+    def move(a):
+        return dataclasses.replace(a, offset=offsets[a.name]) if a.name in offsets else a
+
+    return dataclasses.replace(
+        plan,
+        steps=tuple(
+            dataclasses.replace(
+                s, inputs=tuple(map(move, s.inputs)), outputs=tuple(map(move, s.outputs))
+            )
+            for s in plan.steps
+        ),
+    )
+
+
+@st.composite
+def messy_plans(draw) -> ExecutionPlan:
+    """Built plans, some with an event dropped, some with buffers forced onto few offsets."""
+    seed = draw(st.integers(0, 10_000))
+    plan = ExecutionPlan.build(
+        random_op_dag(seed, draw(st.integers(2, 24))),
+        max_streams=draw(st.integers(1, 6)),
+        fusion=draw(st.booleans()),
+    )
+    if plan.event_count and draw(st.booleans()):
+        plan = drop_event(plan, draw(st.integers(0, plan.event_count - 1)))
+    if draw(st.booleans()):
+        placed = sorted(
+            {a.name for s in plan.steps for a in (*s.inputs, *s.outputs) if not a.external}
+        )
+        # a small pool of offsets (some misaligned) makes many buffers share bytes
+        pool = draw(st.lists(st.integers(0, 4096), min_size=1, max_size=4))
+        chosen = draw(st.lists(st.sampled_from(pool), min_size=len(placed), max_size=len(placed)))
+        plan = with_offsets(plan, dict(zip(placed, chosen, strict=True)))
+    return plan
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=messy_plans())
+def test_matches_the_all_pairs_reference(plan):
+    """Same races, same order, same messages as testing every access pair in Python."""
+    assert find_races(plan) == reference_races(plan)
+
+
+def test_reference_sees_races_in_messy_plans():
+    """The comparison above is not vacuous: collided and event-less plans do race."""
+    plan = plan_of(3, 4)
+    names = sorted({a.name for s in plan.steps for a in s.outputs if not a.external})
+    bad = with_offsets(plan, dict.fromkeys(names, 0))
+    got = find_races(bad)
+    assert any(r.kind == "overlap" for r in got)
+    assert got == reference_races(bad)

@@ -1,0 +1,48 @@
+"""Tests of oxiwork.executor.happens_before's array form against item-by-item clocks."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork.executor.happens_before import groups_ordered, vector_clocks
+
+
+@st.composite
+def schedules(draw):
+    """Random streams, sync pairs (record before wait) and groups of items."""
+    n = draw(st.integers(1, 20))
+    streams = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=8))
+    sync = [(a, b) for a, b in pairs if a < b]
+    groups = draw(st.integers(1, 6))
+    member = draw(
+        st.lists(st.tuples(st.integers(0, groups - 1), st.integers(0, n - 1)), max_size=20)
+    )
+    return vector_clocks(streams, sync), groups, member
+
+
+@settings(max_examples=200, deadline=None)
+@given(sched=schedules())
+def test_array_tests_match_item_tests(sched):
+    vc, groups, member = sched
+    ca = vc.arrays()
+    n = len(vc)
+    a, b = np.divmod(np.arange(n * n), n)
+    assert ca.happens_before(a, b).tolist() == [
+        vc.happens_before(x, y) for x, y in zip(a.tolist(), b.tolist(), strict=True)
+    ]
+    group = np.array([g for g, _ in member], dtype=np.int64)
+    item = np.array([x for _, x in member], dtype=np.int64)
+    last, floor = ca.bounds(group, item, groups)
+    items = [sorted({x for g2, x in member if g2 == g}) for g in range(groups)]
+    for g in range(groups):
+        assert last[g].tolist() == vc.access_clock(items[g])
+    gs, hs = np.divmod(np.arange(groups * groups), groups)
+    got = groups_ordered(last, floor, gs, hs).tolist()
+    for k, (g, h) in enumerate(zip(gs.tolist(), hs.tolist(), strict=True)):
+        pairs = [(x, y) for x in items[g] for y in items[h]]
+        before = all(vc.happens_before(x, y) for x, y in pairs)
+        after = all(vc.happens_before(y, x) for x, y in pairs)
+        assert got[k] == (before or after), (g, h, items[g], items[h])
