@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, plan_memory, rename, select, set_memory_mode, set_pass, sim
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, plan_memory, rename, select, set_memory_mode, set_pass, set_stream_mode, sim
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     },
     "inspect": {"buffer": Field("int")},
     "set_memory_mode": {"mode": Field("str", choices=("heuristic", "exact"))},
+    "set_stream_mode": {"mode": Field("str", choices=("graph", "stream"))},
     "plan_memory": {},
     "add_buffer": {
         "name": Field("str"),

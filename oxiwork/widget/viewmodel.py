@@ -19,8 +19,9 @@ Sections (keys of :func:`view_model`):
     The memory Gantt chart: one rectangle per planned buffer (steps x arena bytes), the arena
     size and the liveness lower bound.
 ``streams``
-    The stream timeline: one bar per step on its stream's lane, from the cost model, and the
-    event arrows between lanes.
+    The plan's stream timeline (:mod:`oxiwork.executor.timeline`): one bar per step on its
+    stream's lane, from the cost model, the event arrows between lanes, and the totals of the
+    two launch modes (one CUDA graph launch versus a launch per kernel).
 ``sim``
     The simulator's steps, position, race reports, and what to highlight in the other views.
 
@@ -48,6 +49,8 @@ from oxiwork.analysis import dominance, liveness, topo
 from oxiwork.analysis.dominance import DomTree
 from oxiwork.analysis.topo import TopoInfo
 from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.timeline import MODES as TIMELINE_MODES
+from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
 from oxiwork.optimizer import memory
@@ -57,11 +60,13 @@ __all__ = [
     "INT_COLUMNS",
     "KINDS",
     "MAGIC",
+    "NO_STREAMS",
     "STATE_CREATED",
     "STATE_NORMAL",
     "STATE_REMOVED",
     "buffers_section",
     "dag_section",
+    "has_streams",
     "inspector_section",
     "memory_section",
     "node_details",
@@ -559,62 +564,62 @@ def memory_section(
     }
 
 
-def streams_section(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> dict[str, Any]:
-    """The stream timeline: nodes list-scheduled on their assigned streams with the cost model.
+NO_STREAMS = "no stream assignment yet: move the pass slider past the stream pass"
 
-    A step starts when its stream is free and every predecessor has finished (the ordering
-    the stream pass' events enforce); an event wait draws an arrow from its record's lane.
-    ``serial_total`` is the time on one stream, ``stream_total`` the makespan on the
-    assigned streams, ``critical_path`` the dependency-only lower bound.
+
+def has_streams(graph: ComputeGraph) -> bool:
+    """Whether the stream pass has run on ``graph`` (some node has a stream).
 
     >>> from oxiwork.examples import quick_start
-    >>> streams_section(quick_start())["available"]
+    >>> has_streams(quick_start())
     False
     """
-    if not any(n.stream is not None for n in graph.nodes):
-        return unavailable("no stream assignment yet: move the pass slider past the stream pass")
-    costs, _ = _guarded("cost model", lambda: cost.node_costs(graph))
-    if costs is None:  # the timeline still draws, with the nodes' own costs
-        costs = {n.id: n.cost or 1.0 for n in graph.nodes}
-    order = list(order) if order is not None else list(graph.topological_order())
-    finish: dict[NodeId, float] = {}
-    stream_free: dict[int, float] = {}
-    bars = []
-    events = []
-    serial = 0.0
-    crit: dict[NodeId, float] = {}
-    for nid in order:
-        n = graph.node(nid)
-        s = int(n.stream) if n.stream is not None else 0
-        c = float(costs.get(nid, 0.0))
-        ready = max((finish[p] for p in graph.predecessors(nid) if p in finish), default=0.0)
-        start = max(ready, stream_free.get(s, 0.0))
-        end = start + c
-        finish[nid] = end
-        stream_free[s] = end
-        serial += c
-        crit[nid] = max((crit[p] for p in graph.predecessors(nid) if p in crit), default=0.0) + c
-        bars.append({"node": int(nid), "name": n.name, "stream": s, "start": start, "end": end,
-                     "kind": n.kind.value})  # fmt: skip
-        if n.kind is NodeKind.EventWait and n.event is not None and graph.has_node(n.event):
-            rec = graph.node(n.event)
-            events.append(
-                {
-                    "from_stream": int(rec.stream) if rec.stream is not None else 0,
-                    "to_stream": s,
-                    "time": finish.get(rec.id, start),
-                    "name": n.name,
-                }
-            )
-    num_streams = max(stream_free, default=0) + 1
+    return any(n.stream is not None for n in graph.nodes)
+
+
+def streams_section(
+    plan: ExecutionPlan, *, mode: str = "graph", profile: cost.DeviceProfile | None = None
+) -> dict[str, Any]:
+    """The stream timeline of ``plan``: :func:`oxiwork.executor.timeline.timeline`, for drawing.
+
+    One lane per stream, one bar per step (``step`` is its index in ``plan.steps``, ``node``
+    the node it runs), event ``arrows`` from a record to its wait, the makespan of ``mode``
+    and ``totals`` of both launch modes. ``work`` (every step back to back on one stream,
+    launch overheads excluded) and ``critical_path`` (dependencies only, launch overheads
+    excluded) bound the makespan from above and below for comparison.
+
+    Raises
+    ------
+    InvalidArgument
+        Unknown ``mode``.
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> s = streams_section(ExecutionPlan.build(quick_start()), mode="stream")
+    >>> [b["name"] for b in s["bars"]], s["totals"]["graph"] < s["totals"]["stream"]
+    (['upload', 'relu+scale', 'download'], True)
+    """
+    p = profile or cost.DeviceProfile()
+    d = timeline(plan, p, mode).to_dict()
+    node_of = {st.index: int(st.node) for st in plan.steps}
+    for b in d["bars"]:
+        b["node"] = node_of[b["step"]]
+    costs, _ = _guarded("cost model", lambda: cost.node_costs(plan.graph, p))
+    info, _ = _guarded("topological analysis", lambda: topo.analyze(plan.graph, costs=costs))
     return {
         "available": True,
-        "num_streams": num_streams,
-        "bars": bars,
-        "events": events,
-        "serial_total": serial,
-        "stream_total": max(finish.values(), default=0.0),
-        "critical_path": max(crit.values(), default=0.0),
+        "mode": d["mode"],
+        "modes": list(TIMELINE_MODES),
+        "num_streams": d["num_streams"],
+        "lanes": d["lanes"],
+        "bars": d["bars"],
+        "arrows": d["arrows"],
+        "makespan": d["makespan"],
+        "totals": d["totals"],
+        "work": sum(b["end"] - b["start"] for b in d["bars"]),
+        "critical_path": info.makespan if info is not None else None,
+        "overheads": {"stream": p.launch_overhead_stream, "graph": p.launch_overhead_graph},
         "time_unit": "s",
     }
 

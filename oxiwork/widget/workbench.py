@@ -31,8 +31,17 @@ import numpy as np
 import traitlets
 
 from oxiwork.builder import GraphBuilder, GraphWarning
-from oxiwork.error import ExecutionError, GraphError, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.error import (
+    ExecutionError,
+    GraphError,
+    InvalidPlan,
+    MessageError,
+    UnknownBuffer,
+    UnknownNode,
+)
 from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.timeline import MODES as STREAM_MODES
+from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 from oxiwork.widget import viewmodel as vm
@@ -82,6 +91,8 @@ class Workbench(anywidget.AnyWidget):
     sim_position = traitlets.Int(-1).tag(sync=True)
     color_mode = traitlets.Unicode("kind").tag(sync=True)
     memory_mode = traitlets.Unicode("heuristic").tag(sync=True)
+    #: Launch mode of the stream timeline: ``"graph"`` (one CUDA graph launch) or ``"stream"``.
+    stream_mode = traitlets.Unicode("graph").tag(sync=True)
     sim_state = traitlets.Dict().tag(sync=True)
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
@@ -104,6 +115,8 @@ class Workbench(anywidget.AnyWidget):
         t1 = time.perf_counter()
         self._dag_cache: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._memory_cache: dict[str, dict[str, Any]] = {}
+        # The plan's timeline per launch mode: the same at every slider stop that shows it.
+        self._streams_cache: dict[str, dict[str, Any]] = {}
         self._summary_cache: dict[int, list[list[str]]] = {}
         self._topo_cache: dict[int, Any] = {}
         self.on_msg(self._on_msg)
@@ -137,6 +150,31 @@ class Workbench(anywidget.AnyWidget):
         (the simulator panel and ``session.notes["plan"]`` say why)."""
         return self.session.plan
 
+    def chrome_trace(self, mode: str | None = None) -> str:
+        """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto).
+
+        ``mode`` is ``"graph"`` or ``"stream"`` (default: :attr:`stream_mode`). Write it to a
+        file and open it there: ``pathlib.Path("plan.json").write_text(w.chrome_trace())``.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph, so there is no plan to trace.
+        InvalidArgument
+            Unknown ``mode``.
+
+        Examples
+        --------
+        >>> import json
+        >>> from oxiwork.examples import quick_start
+        >>> trace = json.loads(Workbench(quick_start()).chrome_trace("stream"))
+        >>> [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"]
+        ['upload', 'relu+scale', 'download']
+        """
+        if self.session.plan is None:
+            raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
+        return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
+
     def _set_graph(self, graph: ComputeGraph) -> None:
         session = Session(graph, self._max_streams, self.memory_mode)
         # Commit only after the engine accepted the graph.
@@ -144,6 +182,7 @@ class Workbench(anywidget.AnyWidget):
         self.session = session
         self._dag_cache.clear()
         self._memory_cache.clear()
+        self._streams_cache.clear()
         self._summary_cache.clear()
         self._topo_cache.clear()
         self._refresh(reset=True)
@@ -163,6 +202,14 @@ class Workbench(anywidget.AnyWidget):
             )
         return proposal["value"]
 
+    @traitlets.validate("stream_mode")
+    def _valid_stream_mode(self, proposal: Any) -> str:
+        if proposal["value"] not in STREAM_MODES:
+            raise traitlets.TraitError(
+                f"stream_mode must be one of {', '.join(STREAM_MODES)}, got {proposal['value']!r}"
+            )
+        return proposal["value"]
+
     @traitlets.validate("pass_index")
     def _valid_pass_index(self, proposal: Any) -> int:
         n = len(self.session.stages) if hasattr(self, "session") else 1
@@ -172,7 +219,7 @@ class Workbench(anywidget.AnyWidget):
             )
         return proposal["value"]
 
-    @traitlets.observe("pass_index", "memory_mode")
+    @traitlets.observe("pass_index", "memory_mode", "stream_mode")
     def _redraw(self, _change: Any) -> None:
         if hasattr(self, "_summary_cache"):  # not during __init__
             self._refresh()
@@ -246,14 +293,22 @@ class Workbench(anywidget.AnyWidget):
 
     def _streams(self) -> dict[str, Any]:
         s = self.session
-        # The timeline shows the graph at the slider (stream lanes appear after the stream
-        # pass), scheduled in the plan's order when it shows the plan's graph.
-        g = s.stages[self._stage_index()].graph
-        order = s.step_order if s.plan is not None and g is s.final_graph else None
-        try:
-            return vm.streams_section(g, order)
-        except Exception as e:  # an engine error must not take the whole widget down
-            return vm.unavailable(f"stream timeline failed: {type(e).__name__}: {e}")
+        # Lanes appear once the slider is at or past the stream pass; from there on the view
+        # draws the plan's timeline (the graph the stream pass made, plus events and placed
+        # buffers), so its bars are the plan's steps, which the simulator walks.
+        if not vm.has_streams(self._graph_shown()):
+            return vm.unavailable(vm.NO_STREAMS)
+        if s.plan is None:
+            return vm.unavailable(s.notes["plan"])
+        mode = self.stream_mode
+        if mode not in self._streams_cache:
+            try:
+                self._streams_cache[mode] = vm.streams_section(s.plan, mode=mode)
+            except Exception as e:  # an engine error must not take the whole widget down
+                self._streams_cache[mode] = vm.unavailable(
+                    f"stream timeline failed: {type(e).__name__}: {e}"
+                )
+        return self._streams_cache[mode]
 
     def _sim(self) -> dict[str, Any]:
         """The simulator's static part (the steps); the moving part is :meth:`_sim_state`."""
@@ -415,6 +470,10 @@ class Workbench(anywidget.AnyWidget):
         self.memory_mode = m["mode"]  # redraws (see _redraw)
         return f"memory planner: {m['mode']}"
 
+    def _h_set_stream_mode(self, m: dict[str, Any]) -> str:
+        self.stream_mode = m["mode"]  # redraws (see _redraw)
+        return f"stream timeline: {m['mode']} launch"
+
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
         self._memory_requested = True
         self._refresh()
@@ -489,6 +548,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "select": Workbench._h_select,
     "set_pass": Workbench._h_set_pass,
     "set_memory_mode": Workbench._h_set_memory_mode,
+    "set_stream_mode": Workbench._h_set_stream_mode,
     "plan_memory": Workbench._h_plan_memory,
     "sim": Workbench._h_sim,
     "inspect": Workbench._h_inspect,

@@ -164,6 +164,9 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         "memory Gantt drew one rectangle per buffer",
         "the hostile name is shown literally",
         "stream timeline drew one bar per step",
+        "the stream view shows both launch modes' totals",
+        "the launch mode switch reaches the kernel",
+        "the stream timeline highlights the simulator's step",
         "the simulator panel is available",
         "stepping the simulator moves the highlight",
     ):

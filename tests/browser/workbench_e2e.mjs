@@ -216,7 +216,16 @@ try {
   await big.locator('.ow-bottom .ow-tab[data-tab="streams"]').click();
   await waitAttr(big.locator(".ow-streams"), "data-drawn-bars", finalNodes);
   check("stream timeline drew one bar per step", true, `${finalNodes}`);
+  const totalsText = await big.locator(".ow-stream-totals").textContent();
+  check("the stream view shows both launch modes' totals", /graph launch .* stream launches /.test(totalsText), totalsText);
   await shot(big.locator(".ow-bottom"), "streams");
+  await big.locator(".ow-stream-mode").selectOption("stream");
+  await waitAttr(big.locator(".ow-streams"), "data-mode", "stream");
+  check("the launch mode switch reaches the kernel", (await py("print(big.stream_mode)")) === "stream");
+  await waitAttr(big.locator(".ow-streams"), "data-drawn-bars", finalNodes);
+  await shot(big.locator(".ow-bottom"), "streams-stream-mode");
+  await big.locator(".ow-stream-mode").selectOption("graph");
+  await waitAttr(big.locator(".ow-streams"), "data-mode", "graph");
 
   // 8. Dominator trees.
   for (const [tab, cls] of [["dom", ".ow-tree-dominator"], ["postdom", ".ow-tree-post-dominator"]]) {
@@ -243,6 +252,9 @@ try {
   check("stepping the simulator moves the highlight", first !== second && second !== "", `${first} -> ${second}`);
   const pos = await py("print(big.sim_position)");
   check("the kernel's simulator position follows", pos === "1", pos);
+  const secondStep = await py("print(int(big.session.plan.steps[1].node))");
+  await waitAttr(big.locator(".ow-streams"), "data-sim-node", secondStep);
+  check("the stream timeline highlights the simulator's step", true, secondStep);
   await big.locator(".ow-sim-back").click();
   await waitAttr(big, "data-sim-position", 0);
   check("step back returns to the previous highlight", (await big.locator(".ow-dag").getAttribute("data-sim")) === first);

@@ -19,6 +19,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sim": {"action": "run", "breakpoint": 2},
     "inspect": {"buffer": 0},
     "set_memory_mode": {"mode": "exact"},
+    "set_stream_mode": {"mode": "stream"},
     "plan_memory": {},
     "add_buffer": {"name": "b", "size_bytes": 64, "dtype": "float32"},
     "add_kernel": {

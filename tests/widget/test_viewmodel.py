@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from oxiwork import ops
 from oxiwork.analysis import dominance, liveness
+from oxiwork.error import InvalidArgument
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
+from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.widget import viewmodel as vm
@@ -148,27 +150,51 @@ class TestMemorySection:
 
 
 class TestStreamsSection:
-    def test_unavailable_before_streams(self) -> None:
-        s = vm.streams_section(quick_start())
-        assert s == {"available": False, "reason": s["reason"]} and "stream" in s["reason"]
-
-    def test_schedule_respects_streams_and_edges(self) -> None:
+    def test_has_streams(self) -> None:
         from oxiwork.optimizer.stream import assign_streams
 
-        g = assign_streams(fuse(transformer_block(1)).graph).graph
-        s = vm.streams_section(g)
-        bars = {b["node"]: b for b in s["bars"]}
-        assert len(bars) == g.num_nodes
-        for a, b in g.edges:
-            assert bars[int(b)]["start"] >= bars[int(a)]["end"] - 1e-15
-        by_stream: dict[int, list[tuple[float, float]]] = {}
-        for b in s["bars"]:
-            by_stream.setdefault(b["stream"], []).append((b["start"], b["end"]))
-        for spans in by_stream.values():
-            spans.sort()
-            for (_, e0), (s1, _) in itertools.pairwise(spans):
-                assert s1 >= e0 - 1e-15
-        assert s["critical_path"] <= s["stream_total"] + 1e-15 <= s["serial_total"] + 2e-15
+        g = fuse(transformer_block(1)).graph
+        assert not vm.has_streams(g)
+        assert vm.has_streams(assign_streams(g).graph)
+
+    def test_unknown_mode(self) -> None:
+        with pytest.raises(InvalidArgument, match="mode"):
+            vm.streams_section(ExecutionPlan.build(quick_start()), mode="warp")
+
+    @settings(max_examples=25, deadline=None)
+    @given(
+        st.integers(0, 10_000),
+        st.integers(2, 40),
+        st.integers(1, 4),
+        st.sampled_from(["graph", "stream"]),
+    )
+    def test_bars_are_the_plan_steps_on_their_streams(
+        self, seed: int, n: int, streams: int, mode: str
+    ) -> None:
+        plan = ExecutionPlan.build(random_op_dag(seed, n), max_streams=streams)
+        s = vm.streams_section(plan, mode=mode)
+        bars = s["bars"]
+        # One bar per step, in step order, keyed by step and node (the simulator highlight
+        # and the click-to-select rely on both).
+        assert [b["step"] for b in bars] == list(range(len(plan.steps)))
+        assert [b["node"] for b in bars] == [int(st.node) for st in plan.steps]
+        assert all(0 <= b["stream"] < s["num_streams"] for b in bars)
+        assert len(s["lanes"]) == s["num_streams"]
+        for lane in s["lanes"]:
+            on = [b for b in bars if b["stream"] == lane["stream"]]
+            assert lane["steps"] == len(on)
+            # A stream runs its steps in plan order, one at a time.
+            for a, b in itertools.pairwise(on):
+                assert b["start"] >= a["end"] - 1e-15
+        for a in s["arrows"]:
+            assert bars[a["wait"]]["start"] >= a["time"] - 1e-15
+            assert bars[a["record"]]["stream"] == a["from_stream"]
+            assert bars[a["wait"]]["stream"] == a["to_stream"]
+        assert s["mode"] == mode and set(s["totals"]) == {"graph", "stream"}
+        assert s["makespan"] == s["totals"][mode] >= max(b["end"] for b in bars) - 1e-15
+        # Launch overheads only delay steps: the dependency-only bound stays below.
+        assert s["critical_path"] <= min(s["totals"].values()) + 1e-12
+        assert s["critical_path"] <= s["work"] + 1e-12
 
 
 class TestInspector:

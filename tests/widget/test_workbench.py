@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from oxiwork.widget import Workbench
 from oxiwork.widget.viewmodel import unpack_dag
 
 SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "color_mode",
-          "memory_mode", "inspector", "inspector_values")  # fmt: skip
+          "memory_mode", "stream_mode", "inspector", "inspector_values")  # fmt: skip
 
 
 def snapshot(w: Workbench) -> dict[str, Any]:
@@ -177,6 +178,41 @@ class TestMessages:
         assert "12345" in sent[-1]["message"]
 
 
+class TestStreams:
+    """The stream view draws the plan's timeline once the slider is past the stream pass."""
+
+    def test_before_and_after_the_stream_pass(self) -> None:
+        w = Workbench(transformer_block(1))
+        assert w.view["streams"] == {"available": False, "reason": w.view["streams"]["reason"]}
+        assert "stream" in w.view["streams"]["reason"]
+        for i, stage in enumerate(w.session.stages):
+            w.pass_index = i
+            streams = w.view["streams"]
+            assert streams["available"] == any(n.stream is not None for n in stage.graph.nodes)
+            if streams["available"]:
+                assert [b["node"] for b in streams["bars"]] == [int(st.node) for st in w.plan.steps]
+        assert w.view["streams"]["available"]
+
+    def test_mode_switch(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.pass_index = len(w.session.stages) - 1
+        totals = w.view["streams"]["totals"]
+        assert totals["graph"] < totals["stream"]
+        for mode in ("stream", "graph"):
+            assert send(w, "set_stream_mode", mode=mode)["type"] == "ok"
+            assert w.stream_mode == mode
+            assert w.view["streams"]["mode"] == mode
+            assert w.view["streams"]["makespan"] == totals[mode]
+        with pytest.raises(traitlets.TraitError, match="stream_mode"):
+            w.stream_mode = "warp"
+
+    def test_chrome_trace(self, w: Workbench) -> None:
+        trace = json.loads(w.chrome_trace())
+        spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        assert [e["args"]["step"] for e in spans] == list(range(len(w.plan.steps)))
+        assert w.chrome_trace("stream") != w.chrome_trace("graph")
+
+
 class TestPipelineFailure:
     """A graph the engine fails on is shown with the real error; the widget stays usable."""
 
@@ -210,6 +246,8 @@ class TestPipelineFailure:
         assert w.view["dag"]["num_nodes"] == w.graph.num_nodes
         assert send(w, "select", node=node_id(w, "relu"))["type"] == "ok"
         assert send(w, "add_buffer", name="extra", size_bytes=64)["type"] == "ok"
+        with pytest.raises(InvalidPlan, match="no plan to trace"):
+            w.chrome_trace()
 
 
 class TestSimulator:
@@ -268,6 +306,7 @@ BAD_MESSAGES: list[dict[str, Any]] = [
     {"type": "set_pass", "index": -1},
     {"type": "inspect", "buffer": 999},
     {"type": "set_memory_mode", "mode": "magic"},
+    {"type": "set_stream_mode", "mode": "warp"},
     {"type": "add_dependency", "src": 3, "dst": 0},  # closes a cycle
     {"type": "add_dependency", "src": 0, "dst": 999},
     {"type": "add_dependency", "src": 1, "dst": 1},

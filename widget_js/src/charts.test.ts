@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { byteTicks, formatBytes, formatTime, ganttGeometry, niceTicks, timelineGeometry, treeGeometry } from "./charts";
+import { byteTicks, formatBytes, formatTime, ganttGeometry, modeTotals, niceTicks, timelineGeometry, treeGeometry } from "./charts";
 import type { MemorySection, StreamsSection } from "./types";
 
 const mem: MemorySection = {
@@ -42,29 +42,44 @@ describe("ganttGeometry", () => {
 
 const st: StreamsSection = {
   available: true,
+  mode: "graph",
+  modes: ["graph", "stream"],
   num_streams: 2,
-  bars: [
-    { node: 0, name: "a", stream: 0, start: 0, end: 1e-6, kind: "kernel" },
-    { node: 1, name: "b", stream: 1, start: 1e-6, end: 3e-6, kind: "kernel" },
+  lanes: [
+    { stream: 0, label: "stream 0", busy: 1e-6, steps: 2 },
+    { stream: 1, label: "stream 1", busy: 2e-6, steps: 1 },
   ],
-  events: [{ from_stream: 0, to_stream: 1, time: 1e-6, name: "w" }],
-  serial_total: 3e-6,
-  stream_total: 3e-6,
-  critical_path: 3e-6,
+  bars: [
+    { step: 0, node: 0, name: "a", stream: 0, launch: 0, start: 0, end: 1e-6, kind: "kernel" },
+    { step: 1, node: 4, name: "rec", stream: 0, launch: 0, start: 1e-6, end: 1e-6, kind: "event_record" },
+    { step: 2, node: 1, name: "b", stream: 1, launch: 0, start: 1.5e-6, end: 3e-6, kind: "kernel" },
+  ],
+  arrows: [{ event: 0, record: 1, wait: 2, from_stream: 0, to_stream: 1, time: 1e-6 }],
+  makespan: 3e-6,
+  totals: { graph: 3e-6, stream: 6e-6 },
+  work: 2.5e-6,
+  critical_path: 2.5e-6,
+  overheads: { graph: 1e-6, stream: 4e-6 },
   time_unit: "s",
 };
 
 describe("timelineGeometry", () => {
   const g = timelineGeometry(st, 500, 200);
   it("one bar per step, on its lane", () => {
-    expect(g.rects).toHaveLength(2);
-    expect(g.rects[1].y).toBeGreaterThan(g.rects[0].y + g.rects[0].h - 1e-9);
-    expect(g.rects[1].x).toBeCloseTo(g.rects[0].x + g.rects[0].w);
+    expect(g.rects).toHaveLength(3);
+    expect(g.rects[2].y).toBeGreaterThan(g.rects[0].y + g.rects[0].h - 1e-9);
+    expect(g.rects[2].x).toBeCloseTo(g.xOf(1.5e-6));
+    expect(g.xOf(st.makespan)).toBeCloseTo(500 - g.box.right);
   });
-  it("event arrows go from the recording lane to the waiting lane", () => {
+  it("event arrows go from the record on its lane to the wait on its lane", () => {
     expect(g.arrows).toHaveLength(1);
     expect(g.arrows[0].y0).toBeLessThan(g.arrows[0].y1);
     expect(g.arrows[0].x0).toBeCloseTo(g.xOf(1e-6));
+    expect(g.arrows[0].x1).toBeCloseTo(g.rects[2].x);
+  });
+  it("compares the launch modes", () => {
+    expect(modeTotals(st)).toBe("graph launch 3.0 µs · stream launches 6.0 µs (graph ×2.00 faster)");
+    expect(modeTotals({ ...st, totals: { graph: 2e-6, stream: 1e-6 } })).toContain("stream ×2.00 faster");
   });
 });
 

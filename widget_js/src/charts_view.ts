@@ -223,7 +223,8 @@ export class MemoryChart extends CanvasChart {
 export class StreamChart extends CanvasChart {
   private st: StreamsSection | null = null;
   private reason = "";
-  private simNode = -1;
+  /** The simulator's current step: bars are the plan's steps, so they match by index. */
+  private simStep = -1;
   private selectedNode = -1;
   onPick: (node: number) => void = () => {};
 
@@ -232,13 +233,17 @@ export class StreamChart extends CanvasChart {
     this.root.dataset.bars = "0";
   }
 
-  set(st: StreamsSection | null, reason: string, simNode: number, selectedNode: number): void {
+  set(st: StreamsSection | null, reason: string, simStep: number, selectedNode: number): void {
     this.st = st;
     this.reason = reason;
-    this.simNode = simNode;
+    this.simStep = simStep;
     this.selectedNode = selectedNode;
     this.root.dataset.bars = String(st ? st.bars.length : 0);
-    this.root.dataset.events = String(st ? st.events.length : 0);
+    this.root.dataset.events = String(st ? st.arrows.length : 0);
+    this.root.dataset.mode = st ? st.mode : "";
+    // The node of the bar the simulator highlights, for the browser test.
+    const hot = st?.bars.find((b) => b.step === simStep);
+    this.root.dataset.simNode = hot ? String(hot.node) : "";
     this.root.dataset.available = String(!!st);
     this.schedule();
   }
@@ -251,8 +256,9 @@ export class StreamChart extends CanvasChart {
     const b = this.st!.bars[index];
     return [
       h("div", { class: "ow-tt-name", text: b.name }),
-      h("div", { class: "ow-tt-sub", text: `${b.kind} on stream ${b.stream}` }),
-      h("div", { class: "ow-tt-sub", text: `${formatTime(b.start)} → ${formatTime(b.end)}` }),
+      h("div", { class: "ow-tt-sub", text: `step ${b.step} · ${b.kind} on stream ${b.stream}` }),
+      h("div", { class: "ow-tt-sub", text: `${formatTime(b.start)} → ${formatTime(b.end)} (${formatTime(b.end - b.start)})` }),
+      h("div", { class: "ow-tt-sub", text: `launched at ${formatTime(b.launch)} (${this.st!.mode} mode)` }),
     ];
   }
 
@@ -285,7 +291,7 @@ export class StreamChart extends CanvasChart {
     for (const v of niceTicks(0, g.tMax, 6)) ctx.fillText(formatTime(v), g.xOf(v), bottom + 5);
     g.rects.forEach((r, i) => {
       const b = st.bars[r.index];
-      const hot = b.node === this.simNode;
+      const hot = b.step === this.simStep;
       const sel = b.node === this.selectedNode;
       ctx.fillStyle = PALETTE[b.stream >= 0 ? b.stream % PALETTE.length : 9];
       ctx.globalAlpha = i === this.hover || hot || sel ? 1 : 0.8;

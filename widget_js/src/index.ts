@@ -10,7 +10,7 @@ import { clear, h } from "./dom";
 import { remember, stableLayout, type Layout, type Placed } from "./layout";
 import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
 import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
-import { formatBytes, formatTime } from "./charts";
+import { formatBytes, formatTime, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
 import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
 
@@ -96,7 +96,12 @@ export class App {
       ),
       h("div", { class: "ow-bottom" }, h("div", { class: "ow-bottom-head" }, this.bottomTabs, this.bottomTools), this.bottomBody),
     );
-    this.streams.onPick = (id) => this.send("select", { node: id });
+    // The timeline is the plan's: a step's node (an event the plan added) may not be in the
+    // graph on screen at an earlier slider stop, and then there is nothing to select.
+    this.streams.onPick = (id) => {
+      const pos = this.posOf.get(id);
+      if (pos !== undefined && this.dag.int.state[pos] !== STATE_REMOVED) this.send("select", { node: id });
+    };
     this.domTree.onPick = (pos) => this.send("select", { node: this.dag.int.id[pos] });
     this.postTree.onPick = (pos) => this.send("select", { node: this.dag.int.id[pos] });
     el.append(this.root);
@@ -341,7 +346,7 @@ export class App {
     const selId = Number(this.model.get("selection") ?? -1);
     const ins = this.model.get("inspector") as { buffer?: number } | undefined;
     this.memory.set(isAvailable(vm.memory) ? vm.memory : null, isAvailable(vm.memory) ? "" : vm.memory.reason, simStep, ins?.buffer ?? -1);
-    this.streams.set(isAvailable(vm.streams) ? vm.streams : null, isAvailable(vm.streams) ? "" : vm.streams.reason, simNode, selId);
+    this.streams.set(isAvailable(vm.streams) ? vm.streams : null, isAvailable(vm.streams) ? "" : vm.streams.reason, simStep, selId);
     const dm = isAvailable(vm.dag) ? vm.dag : null;
     const live = Int32Array.from(this.dag.int.state, (s) => (s === STATE_REMOVED ? 0 : 1));
     const simPos = simNode >= 0 ? (this.posOf.get(simNode) ?? -1) : -1;
@@ -382,8 +387,15 @@ export class App {
     }
     if (this.bottom === "streams" && isAvailable(vm.streams)) {
       const s = vm.streams;
+      const modeSel = h("select", { class: "ow-input ow-stream-mode", "aria-label": "launch mode" });
+      for (const m of s.modes) modeSel.append(h("option", { value: m, text: m === "graph" ? "one graph launch" : "a launch per kernel" }));
+      modeSel.value = s.mode;
+      modeSel.addEventListener("change", () => this.send("set_stream_mode", { mode: modeSel.value }));
+      const bounds = `${s.num_streams} streams · device work ${formatTime(s.work)}${s.critical_path !== null ? ` · critical path ${formatTime(s.critical_path)}` : ""}`;
+      const why = `Makespans from the cost model. A graph launch pays ${formatTime(s.overheads.stream ?? 0)} once and ${formatTime(s.overheads.graph ?? 0)} per node; stream launches pay ${formatTime(s.overheads.stream ?? 0)} per kernel, copy and memset, issued one after another. Device work (every step back to back) and the critical path leave launch overheads out.`;
       this.bottomTools.append(
-        h("span", { class: "ow-muted ow-stream-totals", text: `one stream ${formatTime(s.serial_total)} · ${s.num_streams} streams ${formatTime(s.stream_total)} (×${(s.serial_total / Math.max(1e-15, s.stream_total)).toFixed(2)}) · critical path ${formatTime(s.critical_path)}` }),
+        h("span", { class: "ow-muted ow-stream-totals", text: `${modeTotals(s)} · ${bounds}`, title: why }),
+        h("label", { class: "ow-inline" }, h("span", { text: "drawn" }), modeSel),
       );
     }
     this.memory.schedule();

@@ -71,31 +71,52 @@ export interface MemorySection {
   optimal?: boolean;
 }
 
+/** One plan step on its stream (oxiwork.executor.timeline): launched at `launch`, runs [start, end). */
 export interface StreamBar {
+  /** Index in plan.steps (what the simulator's position counts). */
+  step: number;
   node: number;
   name: string;
+  kind: string;
   stream: number;
+  launch: number;
   start: number;
   end: number;
-  kind: string;
 }
 
-export interface StreamEvent {
+/** An event: recorded by step `record` (done at `time`), waited for by step `wait`. */
+export interface StreamArrow {
+  event: number;
+  record: number;
+  wait: number;
   from_stream: number;
   to_stream: number;
   time: number;
-  name: string;
+}
+
+export interface StreamLane {
+  stream: number;
+  label: string;
+  busy: number;
+  steps: number;
 }
 
 export interface StreamsSection {
   available: true;
+  /** Launch mode drawn: "graph" (one CUDA graph launch) or "stream" (a launch per kernel). */
+  mode: string;
+  modes: string[];
   num_streams: number;
+  lanes: StreamLane[];
   bars: StreamBar[];
-  events: StreamEvent[];
-  /** Time on one stream (sum of costs), makespan on the assigned streams, dependency-only bound. */
-  serial_total: number;
-  stream_total: number;
-  critical_path: number;
+  arrows: StreamArrow[];
+  makespan: number;
+  /** Makespan of each launch mode. */
+  totals: Record<string, number>;
+  /** Every step back to back on one stream, and the dependency-only bound (no launch overheads). */
+  work: number;
+  critical_path: number | null;
+  overheads: Record<string, number>;
   time_unit: string;
 }
 
