@@ -275,26 +275,17 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     touched = set(acc_b)
     ids = [b.id for b in graph.buffers if b.id in touched]
     row = {b: k for k, b in enumerate(ids)}
-    n, width = len(ids), max(len(vc.streams), 1)
-    big = np.iinfo(np.int64).max
-    clocks = np.array(vc.clocks, dtype=np.int64).reshape(len(order), width)
-    stream = np.array(vc.stream_index, dtype=np.int64)
-    position = np.array(vc.position, dtype=np.int64)
+    n = len(ids)
+    arrays = vc.arrays()
+    clocks, width = arrays.clocks, arrays.clocks.shape[1]
     rb = np.array([row[b] for b in acc_b], dtype=np.int64)
     x = np.array(acc_x, dtype=np.int64)
-    first = np.full(n, big, dtype=np.int64)
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
     last = np.full(n, -1, dtype=np.int64)
     np.minimum.at(first, rb, x)
     np.maximum.at(last, rb, x)
-    last_clock = np.full((n, width), -1, dtype=np.int64)
-    first_pos = np.full((n, width), big, dtype=np.int64)
-    np.maximum.at(last_clock, (rb, stream[x]), position[x])
-    np.minimum.at(first_pos, (rb, stream[x]), position[x])
-    from_clock = first_pos - 1  # big - 1 where the buffer has no access on the stream
-    if n:
-        srt = np.argsort(rb, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, rb[srt][1:] != rb[srt][:-1]])
-        np.minimum(from_clock, np.minimum.reduceat(clocks[x[srt]], cuts, axis=0), out=from_clock)
+    # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
+    last_clock, from_clock = arrays.bounds(rb, x, n)
     end = last + 1
     for s, members in enumerate(vc.members):
         if not members or not n:
