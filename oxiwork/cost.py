@@ -121,11 +121,13 @@ def _exact(params: tuple[tuple[str, object], ...]) -> tuple[object, ...] | None:
 
     Plain ``==`` is not exact here: ``True == 1`` (bind rejects bools) and
     ``-0.0 == 0.0`` (a shape rule sees the sign), so floats key by their hex form and
-    anything but an exact int or float is not memoised.
+    anything but an exact int or float under a str name is not memoised.
     """
     out: list[object] = []
     for k, v in params:
         t = type(v)
+        if type(k) is not str:
+            return None
         if t is float:
             out += (k, v.hex())  # type: ignore[attr-defined]
         elif t is int:
