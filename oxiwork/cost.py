@@ -23,15 +23,13 @@ True
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oxiwork.error import GraphError
-from oxiwork.node import Buffer, FusedProgram, GraphNode, MemcpyDir, NodeId, NodeKind
+from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
 from oxiwork.ops.program import bind
-from oxiwork.ops.table import OpDef, get
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -82,110 +80,25 @@ def kernel_work(graph: ComputeGraph, node: GraphNode) -> tuple[float, float]:
     >>> kernel_work(g, g.nodes[1])  # relu on 1024 floats
     (1024.0, 8192.0)
     """
-    ins = [graph.buffer(b) for b in node.inputs]
-    outs = [graph.buffer(b) for b in node.outputs]
-    # each distinct buffer once per side: a kernel reading x twice loads it once
     moved = float(
-        sum({i: b.size_bytes for i, b in zip(node.inputs, ins, strict=True)}.values())
-        + sum({i: b.size_bytes for i, b in zip(node.outputs, outs, strict=True)}.values())
+        sum(
+            graph.buffer(b).size_bytes
+            for b in (*dict.fromkeys(node.inputs), *dict.fromkeys(node.outputs))
+        )
     )
     if node.fused is None and node.op is None:
         threads = node.config.total_threads if node.config is not None else 0
         return float(threads), moved
-    work = _program_work(graph, node, ins, outs)
-    if work is None:
-        # cost estimates must not fail on a kernel the evaluator would reject
-        return 0.0, moved
-    flops, step_bytes = work
-    return flops, moved if step_bytes is None else step_bytes
-
-
-# Memo of what ``bind`` tells the cost model, ``(flops, bytes of a one-step program or
-# None)`` or None where bind raised a GraphError, shared by every graph: the pipeline's
-# graphs (input, fused, streamed, memory-planned) hold the same kernels, and a generated
-# graph holds thousands of kernels alike but for their names, so binding each one again
-# dominated costing (~26 us a bind, ~44k binds to open a 10k-node graph). Safe because
-# the result is a pure function of immutable values the key holds exactly (the program,
-# the registered ops, the buffers' dtypes and shapes; names only reach error messages,
-# which kernel_work drops), and the registry, the one mutable input, is checked on every
-# hit. Bounded (LRU) so a long session cannot grow it without limit.
-_Work = tuple[float, float | None]
-_WORK_MAX = 8192
-_WORK: OrderedDict[
-    tuple[object, ...], tuple[tuple[OpDef | None, ...], FusedProgram | None, _Work | None]
-] = OrderedDict()
-
-
-def _exact(params: tuple[tuple[str, object], ...]) -> tuple[object, ...] | None:
-    """``params`` as a key equal only for params bind treats alike, or None (don't memo).
-
-    Plain ``==`` is not exact here: ``True == 1`` (bind rejects bools) and
-    ``-0.0 == 0.0`` (a shape rule sees the sign), so floats key by their hex form and
-    anything but an exact int or float under a str name is not memoised.
-    """
-    out: list[object] = []
-    for k, v in params:
-        t = type(v)
-        if type(k) is not str:
-            return None
-        if t is float:
-            out += (k, v.hex())  # type: ignore[attr-defined]
-        elif t is int:
-            out += (k, v)
-        else:
-            return None
-    return tuple(out)
-
-
-def _program_work(
-    graph: ComputeGraph, node: GraphNode, ins: list[Buffer], outs: list[Buffer]
-) -> _Work | None:
-    """``(flops, bytes or None)`` from ``bind``, or None where bind raises a GraphError."""
-    # all bind reads of the buffers but their names (array_shape and num_elements derive
-    # from these fields; raw fields also keep an unknown dtype's error out of the key)
-    sig = (
-        tuple((b.dtype, b.shape, b.size_bytes) for b in ins),
-        tuple((b.dtype, b.shape, b.size_bytes) for b in outs),
-    )
-    fused = node.fused
-    key: tuple[object, ...] | None
-    if fused is not None:
-        # fused programs are few and shared by the graphs after fusion: key by identity
-        # (the entry holds the program, so the id cannot be reused while it is cached)
-        ops = tuple(get(st.op) for st in fused.steps)
-        key = ("fused", id(fused), sig)
-    else:
-        ops = (get(node.op),)
-        params = _exact(node.params)
-        key = None if params is None else ("op", node.op, params, sig)
-    if key is not None:
-        hit = _WORK.get(key)
-        if (
-            hit is not None
-            and hit[1] is fused
-            and len(hit[0]) == len(ops)
-            and all(a is b for a, b in zip(hit[0], ops, strict=True))
-        ):
-            _WORK.move_to_end(key)
-            return hit[2]
-    work: _Work | None
     try:
         bound = bind(graph, node)
     except GraphError:
-        work = None
-    else:
-        flops = float(sum(st.op.op_cost(st.in_shapes, st.shape)[0] for st in bound.steps))
-        if len(bound.steps) == 1:
-            st = bound.steps[0]
-            work = flops, float(st.op.op_cost(st.in_shapes, st.shape)[1])
-        else:
-            work = flops, None
-    if key is not None:
-        _WORK[key] = (ops, fused, work)
-        _WORK.move_to_end(key)
-        if len(_WORK) > _WORK_MAX:
-            _WORK.popitem(last=False)
-    return work
+        # cost estimates must not fail on a kernel the evaluator would reject
+        return 0.0, moved
+    flops = sum(st.op.op_cost(st.in_shapes, st.shape)[0] for st in bound.steps)
+    if len(bound.steps) == 1:
+        st = bound.steps[0]
+        return float(flops), float(st.op.op_cost(st.in_shapes, st.shape)[1])
+    return float(flops), moved
 
 
 def _kernel_time(graph: ComputeGraph, node: GraphNode, p: DeviceProfile) -> float:
