@@ -5,8 +5,8 @@
 source (and, for post-dominators, a virtual exit reached from every sink). A node whose
 immediate dominator is that virtual root has ``idom`` ``None``.
 
-The fusion pass uses dominance to find single-entry regions, the stream pass to find
-fork/join points.
+The fusion pass uses post-dominators to find the node that closes an element-wise
+fan-out region; the workbench colours nodes by dominator subtree and draws both trees.
 
 Algorithm: the iterative intersect of K. D. Cooper, T. J. Harvey, K. Kennedy, "A simple,
 fast dominance algorithm", Software Practice and Experience 4, 2001, run once in a
