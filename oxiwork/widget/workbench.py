@@ -44,6 +44,7 @@ from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
+from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 from oxiwork.widget import viewmodel as vm
 from oxiwork.widget.edits import EDITS, apply_edit
 from oxiwork.widget.messages import validate
@@ -56,7 +57,6 @@ MAX_ERRORS = 20
 # Above this many buffers the memory chart is planned on request (see "plan_memory").
 LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
-MEMORY_MODES = ("heuristic", "exact")
 
 
 class Workbench(anywidget.AnyWidget):
@@ -90,9 +90,9 @@ class Workbench(anywidget.AnyWidget):
     pass_index = traitlets.Int(0).tag(sync=True)
     sim_position = traitlets.Int(-1).tag(sync=True)
     color_mode = traitlets.Unicode("kind").tag(sync=True)
-    memory_mode = traitlets.Unicode("heuristic").tag(sync=True)
+    memory_mode = traitlets.Enum(MEMORY_MODES, default_value="heuristic").tag(sync=True)
     #: Launch mode of the stream timeline: ``"graph"`` (one CUDA graph launch) or ``"stream"``.
-    stream_mode = traitlets.Unicode("graph").tag(sync=True)
+    stream_mode = traitlets.Enum(STREAM_MODES, default_value="graph").tag(sync=True)
     sim_state = traitlets.Dict().tag(sync=True)
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
@@ -193,22 +193,6 @@ class Workbench(anywidget.AnyWidget):
     def _valid_color_mode(self, proposal: Any) -> str:
         value = proposal["value"]
         return value if value in COLOR_MODES else "kind"
-
-    @traitlets.validate("memory_mode")
-    def _valid_memory_mode(self, proposal: Any) -> str:
-        if proposal["value"] not in MEMORY_MODES:
-            raise traitlets.TraitError(
-                f"memory_mode must be one of {', '.join(MEMORY_MODES)}, got {proposal['value']!r}"
-            )
-        return proposal["value"]
-
-    @traitlets.validate("stream_mode")
-    def _valid_stream_mode(self, proposal: Any) -> str:
-        if proposal["value"] not in STREAM_MODES:
-            raise traitlets.TraitError(
-                f"stream_mode must be one of {', '.join(STREAM_MODES)}, got {proposal['value']!r}"
-            )
-        return proposal["value"]
 
     @traitlets.validate("pass_index")
     def _valid_pass_index(self, proposal: Any) -> int:
