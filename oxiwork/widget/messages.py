@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from oxiwork.error import MessageError
+from oxiwork.executor.timeline import MODES as STREAM_MODES
+from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 
 __all__ = ["MAX_LIST", "MAX_MESSAGE_BYTES", "MAX_STRING", "SCHEMAS", "Field", "validate"]
 
@@ -55,8 +57,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "breakpoint": Field("int", required=False, nullable=True),
     },
     "inspect": {"buffer": Field("int")},
-    "set_memory_mode": {"mode": Field("str", choices=("heuristic", "exact"))},
-    "set_stream_mode": {"mode": Field("str", choices=("graph", "stream"))},
+    "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
+    "set_stream_mode": {"mode": Field("str", choices=STREAM_MODES)},
     "plan_memory": {},
     "add_buffer": {
         "name": Field("str"),
