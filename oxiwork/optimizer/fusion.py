@@ -7,8 +7,9 @@ Compiler for Deep Learning", OSDI 2018, section 4.1): ops are classified by
 fuses with everything up to the immediate post-dominator that closes it (computed by
 :func:`oxiwork.analysis.dominance.post_dominators`) when every op in between is
 fusible, and element-wise ops fuse before (prologue) and after (epilogue) one reduction.
-Groups are formed greedily in topological order with union of groups; a merge is kept
-only if the merged group is still legal:
+Groups are formed greedily in topological order with union of groups, in rounds until
+no more merge (so fusing a fused graph again changes nothing); a merge is kept only if
+the merged group is still legal:
 
 - every member is a fusible kernel (``node.fusible``, a registered element-wise,
   broadcast or reduction op; never opaque, matmul or injective) with one output, and all
@@ -21,9 +22,9 @@ only if the merged group is still legal:
 - merging keeps the graph acyclic: no path leaves the group and re-enters it;
 - at most ``max_group_size`` members.
 
-At the end, peak live memory (a sweep over buffer lifetimes in topological order) is
-compared before and after; groups are undone, latest first, until fusion no longer
-raises it.
+After each round, peak live memory (a sweep over buffer lifetimes along
+:func:`program_order`) is compared with the input graph's; groups are undone, latest
+first, until fusion no longer raises it.
 
 Example
 -------
@@ -52,7 +53,7 @@ from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, KernelCon
 from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.pipeline import PassResult
 
-__all__ = ["fuse"]
+__all__ = ["fuse", "peak_live_bytes", "program_order"]
 
 _FUSIBLE_CLASSES = {
     FusionClass.ELEMENTWISE: "E",
@@ -74,14 +75,24 @@ class _Info:
 
 
 class _Fuser:
-    def __init__(self, graph: ComputeGraph, max_group_size: int) -> None:
+    def __init__(
+        self,
+        graph: ComputeGraph,
+        max_group_size: int,
+        known: dict[NodeId, _Info | None] | None = None,
+    ) -> None:
         self.g = graph
         self.max = max_group_size
         self.order = graph.topological_order()
         self.pos = {nid: i for i, nid in enumerate(self.order)}
         self.info: dict[NodeId, _Info] = {}
+        # A node keeps its id, buffers and op across rounds, so its classification can
+        # be reused (``known``): later rounds only classify the nodes they have not seen.
+        known = {} if known is None else known
         for n in graph.nodes:
-            inf = _classify(graph, n)
+            if n.id not in known:
+                known[n.id] = _classify(graph, n)
+            inf = known[n.id]
             if inf is not None:
                 self.info[n.id] = inf
         # readers of each candidate's output, and whether it could become internal: both
@@ -362,6 +373,8 @@ def _apply(
     graph: ComputeGraph, groups: list[list[NodeId]], made: list[tuple[GraphNode, set[BufferId]]]
 ) -> tuple[ComputeGraph, list[BufferId]]:
     """The graph with each group replaced by its fused kernel (``made[k]`` for group k)."""
+    if not groups:
+        return graph, []
     owner: dict[NodeId, NodeId] = {}
     fused: list[GraphNode] = []
     removed: set[BufferId] = set()
@@ -376,17 +389,48 @@ def _apply(
     return graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), sorted(removed)
 
 
+def program_order(graph: ComputeGraph) -> list[NodeId]:
+    """The order peak memory is measured in: Kahn's algorithm (CACM 1962) with a heap
+    that releases ready nodes by origin id (a fused kernel counts as its first member).
+
+    Keying by origin makes the order of a fused graph the original order with each group
+    collapsed, so peak memory before and after fusion (and across repeated fusion) is
+    measured on the same schedule and the comparison cannot flip with an unrelated
+    tie-break.
+
+    >>> from oxiwork.examples import quick_start
+    >>> [int(n) for n in program_order(quick_start())]
+    [0, 1, 2, 3]
+    """
+    key = {n.id: (min(n.fused_from) if n.fused_from else n.id) for n in graph.nodes}
+    indeg = {n.id: 0 for n in graph.nodes}
+    for _, b in graph.edges:
+        indeg[b] += 1
+    heap = [(key[v], v) for v, d in indeg.items() if d == 0]
+    heapq.heapify(heap)
+    out: list[NodeId] = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        out.append(v)
+        for s in graph.successors(v):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (key[s], s))
+    return out
+
+
 def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) -> int:
     """Largest total size of non-external buffers live at once along ``order``.
 
     A buffer is live from the first to the last step that touches it (Appel, "Modern
-    Compiler Implementation", ch. 10: live ranges over a linear order).
+    Compiler Implementation", ch. 10: live ranges over a linear order). The default
+    order is :func:`program_order`.
 
     >>> from oxiwork.examples import quick_start
     >>> peak_live_bytes(quick_start())
     8192
     """
-    order = list(order if order is not None else graph.topological_order())
+    order = list(order if order is not None else program_order(graph))
     step = {nid: i for i, nid in enumerate(order)}
     first: dict[BufferId, int] = {}
     last: dict[BufferId, int] = {}
@@ -409,23 +453,37 @@ def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) 
     return peak
 
 
-def _order_like(fused: ComputeGraph, rank: dict[NodeId, int]) -> list[NodeId]:
-    """A topological order of ``fused`` as close as possible to the original one: Kahn's
-    algorithm (CACM 1962) with a heap keyed by each node's (first member's) original rank."""
-    indeg = {n.id: 0 for n in fused.nodes}
-    for _, b in fused.edges:
-        indeg[b] += 1
-    heap = [(rank[v], v) for v, d in indeg.items() if d == 0]
-    heapq.heapify(heap)
-    out: list[NodeId] = []
-    while heap:
-        _, v = heapq.heappop(heap)
-        out.append(v)
-        for s in fused.successors(v):
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (rank[s], s))
-    return out
+def _round(
+    graph: ComputeGraph, max_group_size: int, limit: int, known: dict[NodeId, _Info | None]
+) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], Counter[str]]:
+    """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
+    buffers removed, the groups undone (they raised peak memory above ``limit``) and the
+    refusals."""
+    fuser = _Fuser(graph, max_group_size, known)
+    groups = fuser.run()
+    # Every group must generate CUDA; a failure here is a bug in the rules above, so the
+    # group is dropped rather than producing a kernel nobody can compile.
+    checked: list[list[NodeId]] = []
+    made: list[tuple[GraphNode, set[BufferId]]] = []
+    first = int(graph.next_node_id())  # fused nodes are numbered from here, in group order
+    for group in groups:
+        try:
+            node, internal = _fused_node(graph, NodeId(first + len(made)), group)
+            kernel_source(graph, node)
+        except GraphError:
+            fuser.rejected["generated kernel failed to build"] += 1
+            continue
+        checked.append(group)
+        made.append((node, internal))
+    groups = checked
+    undone: list[list[NodeId]] = []
+    while True:
+        new, removed = _apply(graph, groups, made)
+        peak = peak_live_bytes(new) if groups else limit
+        if peak <= limit:
+            return new, peak, groups, removed, undone, fuser.rejected
+        undone.append(groups.pop())  # undo the latest group first
+        made.pop()
 
 
 def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
@@ -446,8 +504,10 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
         edges rewired. ``artefacts``: ``groups`` (lists of original ids),
         ``fused_nodes`` (new id -> originals), ``removed_buffers`` (ids),
         ``kernels_before``, ``kernels_after``, ``peak_bytes_before``,
-        ``peak_bytes_after``, ``undone`` (groups undone because they raised peak memory)
-        and ``rejected`` (reason -> count of merges refused).
+        ``peak_bytes_after`` (both along :func:`program_order`), ``undone`` (groups
+        undone because they raised peak memory), ``rejected`` (reason -> count of
+        merges refused in the last round) and ``rounds`` (grouping sweeps run until
+        nothing more merged; ``fuse`` of its own result forms no group).
 
     References
     ----------
@@ -465,46 +525,41 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
         raise InvalidArgument(f"max_group_size must be an int >= 1, got {max_group_size!r}")
     if max_group_size < 1:
         raise InvalidArgument(f"max_group_size must be >= 1, got {max_group_size}")
-    fuser = _Fuser(graph, max_group_size)
-    groups = fuser.run() if max_group_size > 1 else []
-    # Every group must generate CUDA; a failure here is a bug in the rules above, so the
-    # group is dropped rather than producing a kernel nobody can compile.
-    checked: list[list[NodeId]] = []
-    made: list[tuple[GraphNode, set[BufferId]]] = []
-    first = int(graph.next_node_id())  # fused nodes are numbered from here, in group order
-    for group in groups:
-        try:
-            node, internal = _fused_node(graph, NodeId(first + len(made)), group)
-            kernel_source(graph, node)
-        except GraphError:
-            fuser.rejected["generated kernel failed to build"] += 1
-            continue
-        checked.append(group)
-        made.append((node, internal))
-    groups = checked
     before = peak_live_bytes(graph)
-    rank = {nid: i for i, nid in enumerate(graph.topological_order())}
-    undone: list[list[NodeId]] = []
-    while True:
-        new, removed = _apply(graph, groups, made)
-        new_rank = dict(rank)
-        for k, group in enumerate(groups):
-            new_rank[NodeId(first + k)] = min(rank[m] for m in group)
-        after = peak_live_bytes(new, _order_like(new, new_rank))
-        if after <= before or not groups:
+    # Rounds until nothing more merges: undoing a group or collapsing one changes the
+    # post-dominators and the peak, which can make a merge refused earlier legal. Fused
+    # kernels never join another group, so every group is a list of original kernels and
+    # running ``fuse`` on its own result changes nothing.
+    new, after, groups, removed = graph, before, [], []
+    known: dict[NodeId, _Info | None] = {}
+    fused_nodes: dict[NodeId, tuple[NodeId, ...]] = {}
+    undone: dict[frozenset[NodeId], list[NodeId]] = {}
+    rejected: Counter[str] = Counter()
+    rounds = 0
+    while max_group_size > 1:
+        first = int(new.next_node_id())
+        new, peak, got, gone, dropped, rejected = _round(new, max_group_size, before, known)
+        rounds += 1
+        for k, group in enumerate(got):
+            fused_nodes[NodeId(first + k)] = tuple(group)
+            undone.pop(frozenset(group), None)
+        undone.update((frozenset(g), g) for g in dropped)
+        groups += got
+        removed += gone
+        if not got:
             break
-        undone.append(groups.pop())  # undo the latest group first
-        made.pop()
+        after = peak
     kernels_before = sum(1 for n in graph.nodes if n.is_kernel)
     artefacts: dict[str, Any] = {
         "groups": groups,
-        "fused_nodes": {NodeId(first + k): tuple(group) for k, group in enumerate(groups)},
-        "removed_buffers": removed,
+        "fused_nodes": fused_nodes,
+        "removed_buffers": sorted(removed),
         "kernels_before": kernels_before,
         "kernels_after": sum(1 for n in new.nodes if n.is_kernel),
         "peak_bytes_before": before,
         "peak_bytes_after": after,
-        "undone": undone,
-        "rejected": dict(fuser.rejected),
+        "undone": list(undone.values()),
+        "rejected": dict(rejected),
+        "rounds": rounds,
     }
     return PassResult(new, artefacts)

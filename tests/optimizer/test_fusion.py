@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, MemcpyDir, ops
@@ -302,10 +302,15 @@ class TestProperties:
 
     @settings(max_examples=40, deadline=None)
     @given(st.integers(0, 1_000_000), st.integers(5, 30))
+    @example(seed=328, n=26)  # CI found it: undone groups became legal in a second call
     def test_idempotent(self, seed, n):
-        once = fuse(random_op_dag(seed, n)).graph
-        twice = fuse(once).graph
-        assert kernel_count(twice) == kernel_count(once)
+        once = fuse(random_op_dag(seed, n))
+        twice = fuse(once.graph)
+        assert twice.artefacts["groups"] == []
+        assert twice.graph == once.graph
+        # peak is measured on the same schedule both times, so it carries over exactly
+        assert twice.artefacts["peak_bytes_before"] == once.artefacts["peak_bytes_after"]
+        assert once.artefacts["rounds"] >= 1
 
 
 class TestExamples:
