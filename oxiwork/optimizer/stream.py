@@ -22,12 +22,14 @@ pair. The pass therefore
      fewer events but gives a longer makespan (measured: 3-15% on the examples), so list
      scheduling usually wins;
 
-3. inserts an EventRecord after the producer and an EventWait before the consumer for
-   exactly the cross-stream edges of the transitive reduction of "dependencies + stream
-   order" that are not already an event of the input graph. Every other cross-stream
-   dependency is implied by stream order plus these events, transitively; and none of
-   these edges can be dropped (an edge of a transitive reduction has no other path), so
-   the event count is the minimum for the assignment (``min_event_count``, below).
+3. inserts an EventWait before the consumer for exactly the cross-stream edges of the
+   transitive reduction of "dependencies + stream order" that are not already an event
+   of the input graph, and one EventRecord after each producer those waits name (shared
+   by all its waits). Every other cross-stream dependency is implied by stream order plus
+   these events, transitively; and none of these edges can be dropped (an edge of a
+   transitive reduction has no other path), so the wait count is the minimum for the
+   assignment (``min_event_count``, below) and the record count is the number of
+   producers they wait for.
 
 Both the matching and the reduction avoid materialising the transitive closure on big
 graphs: the reduction is read off per-stream vector clocks (O(E x streams)); the exact
@@ -121,10 +123,14 @@ class StreamAssignment:
     num_streams : int
         ``max(stream) + 1``: the streams an executor must create.
     events : tuple of (record, wait, producer, consumer)
-        The event pairs inserted: the record follows ``producer`` on its stream, the wait
-        precedes ``consumer`` on its stream.
+        The synchronisations inserted: the record follows ``producer`` on its stream, the
+        wait precedes ``consumer`` on its stream. A producer that several streams wait for
+        has one record shared by its waits.
     event_count, min_event_count : int
-        Pairs inserted, and the minimum for this assignment (module docstring); equal.
+        Waits inserted (cross-stream synchronisations), and the minimum for this
+        assignment (module docstring); equal.
+    record_count : int
+        Event records inserted: one per producer some other stream waits for.
     width : int
         The DAG's width (largest antichain) if ``width_exact``, else a lower bound (the
         largest level).
@@ -152,6 +158,7 @@ class StreamAssignment:
     events: tuple[tuple[NodeId, NodeId, NodeId, NodeId], ...]
     event_count: int
     min_event_count: int
+    record_count: int
     width: int
     width_exact: bool
     chains: int
@@ -175,6 +182,7 @@ class StreamAssignment:
             "events": [[int(x) for x in e] for e in self.events],
             "event_count": self.event_count,
             "min_event_count": self.min_event_count,
+            "record_count": self.record_count,
             "width": self.width,
             "width_exact": self.width_exact,
             "chains": self.chains,
@@ -598,15 +606,29 @@ def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -
     new_stream: dict[NodeId, int] = {}
     edges = list(graph.edges)
     events = []
+    # One record per producer, however many streams wait for it: a CUDA event recorded
+    # once can be waited on by any number of streams (cuStreamWaitEvent), so the extra
+    # records a record/wait pair per edge would issue order nothing more.
+    record_of: dict[int, NodeId] = {}
     for u, v in need:
-        rec, wait = NodeId(next_id), NodeId(next_id + 1)
-        next_id += 2
         un = nodes[u]
-        new_nodes.append(
-            GraphNode(
-                rec, f"record({_short(un.name)})", NodeKind.EventRecord, stream=StreamId(stream[u])
+        rec = record_of.get(u)
+        if rec is None:
+            rec = record_of[u] = NodeId(next_id)
+            next_id += 1
+            new_nodes.append(
+                GraphNode(
+                    rec,
+                    f"record({_short(un.name)})",
+                    NodeKind.EventRecord,
+                    stream=StreamId(stream[u]),
+                )
             )
-        )
+            new_stream[rec] = stream[u]
+            after.setdefault(u, []).append(rec)
+            edges.append((ids[u], rec))
+        wait = NodeId(next_id)
+        next_id += 1
         new_nodes.append(
             GraphNode(
                 wait,
@@ -616,10 +638,9 @@ def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -
                 event=rec,
             )
         )
-        new_stream[rec], new_stream[wait] = stream[u], stream[v]
-        after.setdefault(u, []).append(rec)
+        new_stream[wait] = stream[v]
         before.setdefault(v, []).append(wait)
-        edges += [(ids[u], rec), (rec, wait), (wait, ids[v])]
+        edges += [(rec, wait), (wait, ids[v])]
         events.append((rec, wait, ids[u], ids[v]))
     for waits in before.values():  # waits before v in the order of their producers
         waits.sort()
@@ -767,6 +788,7 @@ def _finish(
         events=real.events,
         event_count=len(real.events),
         min_event_count=len(real.events),
+        record_count=len({e[0] for e in real.events}),
         width=width,
         width_exact=width_exact,
         chains=chains,

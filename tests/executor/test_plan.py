@@ -129,10 +129,25 @@ class TestVerifyPlan:
     def test_raises_when_an_event_is_removed(self):
         plan = multi_stream_plan()
         rec = next(s for s in plan.steps if s.kind is NodeKind.EventRecord)
-        wait = next(s for s in plan.steps if s.kind is NodeKind.EventWait and s.event == rec.event)
-        broken = drop_steps(plan, {rec.index, wait.index})
+        # the record and every wait on it (a producer's record is shared by its waits)
+        gone = {s.index for s in plan.steps if s.event == rec.event}
+        broken = drop_steps(plan, gone)
         with pytest.raises(InvalidPlan, match="neither stream order nor any event pair orders"):
             verify_plan(broken)
+
+    def test_raises_when_one_wait_of_a_shared_record_loses_its_record(self):
+        plan = multi_stream_plan()
+        shared = next(
+            s
+            for s in plan.steps
+            if s.kind is NodeKind.EventRecord
+            and sum(w.event == s.event for w in plan.steps if w.kind is NodeKind.EventWait) > 1
+        )
+        wait = next(
+            s for s in plan.steps if s.kind is NodeKind.EventWait and s.event == shared.event
+        )
+        with pytest.raises(InvalidPlan, match="outside"):
+            verify_plan(drop_steps(plan, {shared.index, wait.index}))
 
     @pytest.mark.parametrize("cap", [2, 3, 4])
     def test_raises_for_every_removed_event(self, cap):

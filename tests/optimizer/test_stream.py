@@ -80,6 +80,14 @@ def check_assignment(before: ComputeGraph, after: ComputeGraph, sa: StreamAssign
         assert after.node(wait).stream == after.node(cons).stream
         assert {(prod, rec), (rec, wait), (wait, cons)} <= set(after.edges)
     assert sa.event_count == len(sa.events) == sa.min_event_count
+    # one record per producer, shared by all of its waits; no record without a wait
+    producer_of = {}
+    for rec, _wait, prod, _cons in sa.events:
+        assert producer_of.setdefault(prod, rec) == rec, f"two records after {prod}"
+    inserted = {n.id for n in after.nodes if n.kind is NodeKind.EventRecord} - {
+        n.id for n in before.nodes
+    }
+    assert sa.record_count == len(producer_of) == len(inserted)
     assert sa.makespan >= sa.lower_bound * (1 - 1e-9)
     assert sa.lower_bound >= sa.critical_path * (1 - 1e-9)
 
