@@ -72,7 +72,7 @@ def bench_graph(shape: str, n: int, cap: int, max_pairs: int, rows: dict[str, li
         width = f"{sa.width:,}" + ("" if sa.width_exact else "+")
         rows["streams"].append(
             f"| {shape} | {fused.num_nodes:,} | {name} | {sa.method} | {sa.num_streams} | "
-            f"{width} | {sa.event_count:,} | {sa.min_event_count:,} | "
+            f"{width} | {sa.event_count:,} | {sa.min_event_count:,} | {sa.record_count:,} | "
             f"{sa.makespan * 1e3:.3f} | {sa.lower_bound * 1e3:.3f} | {sa.ratio:.3f} | {ts:.2f} |"
         )
         if name == "ours":
@@ -132,10 +132,10 @@ def main() -> None:
     print("\n".join(rows["fusion"]))
     print(f"\n## Streams (cap {args.streams}; width '+' = lower bound only)\n")
     print(
-        "| graph | nodes (fused) | assignment | method | streams | width | events | "
-        "min events | makespan ms | lower bound ms | ratio | s |"
+        "| graph | nodes (fused) | assignment | method | streams | width | events (waits) | "
+        "min events | records | makespan ms | lower bound ms | ratio | s |"
     )
-    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows["streams"]))
     print("\n## Memory (happens-before safe lifetimes on the stream schedule)\n")
     print(
