@@ -5,18 +5,29 @@ rejects a graph, or the engine fails on it, the error is recorded in :attr:`Sess
 and the views that need the plan show it instead of data; the workbench stays usable, so the
 user can fix the graph.
 
+A lazy session (``lazy=True``) holds only the input graph until something asks for the
+pipeline: :attr:`Session.stages`, :attr:`Session.plan`, :attr:`Session.notes` and
+:attr:`Session.sim` run it on first access (:meth:`Session.load`), so a reader never sees a
+half-built session. The workbench uses this to draw the input graph before the passes run.
+
 Example
 -------
 >>> from oxiwork.examples import quick_start
 >>> s = Session(quick_start())
 >>> [st.name for st in s.stages][:2], s.notes
 (['input', 'fusion'], {})
+>>> lazy = Session(quick_start(), lazy=True)
+>>> lazy.loaded, lazy.input_stage.name
+(False, 'input')
+>>> lazy.plan is not None, lazy.loaded
+(True, True)
 """
 
 from __future__ import annotations
 
+import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from oxiwork.error import GraphError
 from oxiwork.executor.plan import ExecutionPlan
@@ -39,14 +50,23 @@ class Stage:
     seconds: float = 0.0
 
 
-@dataclass
 class Session:
     """Engine state for a graph; rebuilt whenever the graph changes.
+
+    Parameters
+    ----------
+    graph
+        The input graph (what edits change).
+    max_streams, memory_mode
+        Options of :meth:`~oxiwork.executor.plan.ExecutionPlan.build`.
+    lazy
+        Run the pipeline on first access to :attr:`stages`, :attr:`plan`, :attr:`notes` or
+        :attr:`sim` (or on :meth:`load`) instead of now.
 
     Attributes
     ----------
     graph
-        The input graph (what edits change).
+        The input graph.
     stages
         ``stages[0]`` is the input graph, then one stage per pass of the pipeline.
     plan
@@ -57,31 +77,102 @@ class Session:
     sim
         The :class:`~oxiwork.executor.simulator.Simulator` over the plan, or ``None``
         (``notes["sim"]`` says why).
+    seconds
+        Wall time :meth:`load` took (0 until it ran).
     """
 
-    graph: ComputeGraph
-    max_streams: int = 4
-    memory_mode: str = "heuristic"
-    stages: list[Stage] = field(default_factory=list)
-    plan: ExecutionPlan | None = None
-    notes: dict[str, str] = field(default_factory=dict)
-    sim: Simulator | None = None
+    __slots__ = ("_loaded", "_notes", "_plan", "_sim", "_stages", "graph", "max_streams",
+                 "memory_mode", "seconds")  # fmt: skip
 
-    def __post_init__(self) -> None:
-        self.stages = [Stage("input", self.graph)]
+    def __init__(
+        self,
+        graph: ComputeGraph,
+        max_streams: int = 4,
+        memory_mode: str = "heuristic",
+        *,
+        lazy: bool = False,
+    ) -> None:
+        self.graph = graph
+        self.max_streams = max_streams
+        self.memory_mode = memory_mode
+        self.seconds = 0.0
+        self._stages: list[Stage] = [Stage("input", graph)]
+        self._plan: ExecutionPlan | None = None
+        self._notes: dict[str, str] = {}
+        self._sim: Simulator | None = None
+        self._loaded = False
+        if not lazy:
+            self.load()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the pipeline has run (always true for a session made with ``lazy=False``)."""
+        return self._loaded
+
+    @property
+    def input_stage(self) -> Stage:
+        """``stages[0]`` without running the pipeline."""
+        return self._stages[0]
+
+    @property
+    def stages(self) -> list[Stage]:
+        self.load()
+        return self._stages
+
+    @property
+    def plan(self) -> ExecutionPlan | None:
+        self.load()
+        return self._plan
+
+    @property
+    def notes(self) -> dict[str, str]:
+        self.load()
+        return self._notes
+
+    @property
+    def sim(self) -> Simulator | None:
+        self.load()
+        return self._sim
+
+    def load(self) -> Session:
+        """Run the pipeline, build the plan and start the simulator, once; return ``self``.
+
+        >>> from oxiwork.examples import quick_start
+        >>> s = Session(quick_start(), lazy=True).load()
+        >>> s.loaded, s.stages[0].name, len(s.stages) > 1
+        (True, 'input', True)
+        """
+        if self._loaded:
+            return self
+        t0 = time.perf_counter()
         try:
-            self.plan = ExecutionPlan.build(
+            self._build()  # records the engine's errors in notes; they are not retried
+        except BaseException:
+            # Interrupted (Ctrl-C in the kernel): leave the session as it was, so the next
+            # access runs the pipeline again instead of finding half of it.
+            del self._stages[1:]
+            self._plan, self._sim = None, None
+            self._notes.clear()
+            raise
+        self._loaded = True
+        self.seconds = time.perf_counter() - t0
+        return self
+
+    def _build(self) -> None:
+        try:
+            self._plan = ExecutionPlan.build(
                 self.graph, max_streams=self.max_streams, memory_mode=self.memory_mode
             )
         except GraphError as e:  # the user's graph: PassFailed names the pass
-            self.notes["plan"] = f"the pipeline failed on this graph: {e}"
+            self._notes["plan"] = f"the pipeline failed on this graph: {e}"
         except Exception as e:  # a bug in the engine: show it, keep the workbench usable
-            self.notes["plan"] = f"building the execution plan raised {type(e).__name__}: {e}"
-        if self.plan is None:
-            self.notes["sim"] = f"no execution plan to simulate: {self.notes['plan']}"
+            self._notes["plan"] = f"building the execution plan raised {type(e).__name__}: {e}"
+        if self._plan is None:
+            self._notes["sim"] = f"no execution plan to simulate: {self._notes['plan']}"
             return
-        for t in self.plan.trace:
-            self.stages.append(
+        plan = self._plan
+        for t in plan.trace:
+            self._stages.append(
                 Stage(
                     t.name,
                     t.after,
@@ -91,13 +182,13 @@ class Session:
                     float(t.seconds),
                 )
             )
-        last = self.stages[-1].graph
-        if self.plan.graph is not last and self.plan.graph != last:
+        last = self._stages[-1].graph
+        if plan.graph is not last and plan.graph != last:
             # The plan's own graph (events inserted, buffers placed) is the last slider stop.
             before_ids = {n.id for n in last.nodes}
-            after_ids = {n.id for n in self.plan.graph.nodes}
-            self.stages.append(
-                Stage("plan", self.plan.graph, last, tuple(sorted(after_ids - before_ids)),
+            after_ids = {n.id for n in plan.graph.nodes}
+            self._stages.append(
+                Stage("plan", plan.graph, last, tuple(sorted(after_ids - before_ids)),
                       tuple(sorted(before_ids - after_ids)))
             )  # fmt: skip
         try:
@@ -105,9 +196,9 @@ class Session:
             # shows it in the simulator panel instead).
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self.sim = Simulator(self.plan)
+                self._sim = Simulator(plan)
         except Exception as e:  # GraphError or an engine bug: the panel shows it
-            self.notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
+            self._notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
 
     @property
     def final_graph(self) -> ComputeGraph:
