@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, plan_memory, rename, select, set_memory_mode, set_pass, set_stream_mode, sim
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_pass, set_stream_mode, sim
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
     "set_stream_mode": {"mode": Field("str", choices=STREAM_MODES)},
     "plan_memory": {},
+    # Sent by the frontend after its first draw: run the pass pipeline, fill its views.
+    "load_passes": {},
     "add_buffer": {
         "name": Field("str"),
         "size_bytes": Field("int"),

@@ -6,12 +6,24 @@ buffers; requests from the frontend are typed messages, validated by
 :mod:`oxiwork.widget.messages`, and their errors come back as ``{"type": "error", ...}``
 messages and in the ``errors`` trait, never lost in the kernel log.
 
+The workbench opens progressively: the constructor syncs the input graph's DAG (cheap
+analyses only) and marks the views that need the pass pipeline as pending
+(``view["pending"]``); the frontend draws, then asks for the rest with a ``load_passes``
+message, which runs the pipeline in the kernel and fills those views. Nothing runs in the
+background: Python code that needs the pipeline (:attr:`Workbench.plan`,
+:meth:`Workbench.chrome_trace`, ``pass_index``, the planner modes, simulator requests) runs
+it on the spot, and :meth:`Workbench.load_passes` fills the views from Python.
+
 Example
 -------
 >>> from oxiwork.examples import quick_start
 >>> w = Workbench(quick_start())
->>> w.view["dag"]["num_nodes"], w.selection
-(4, -1)
+>>> w.view["dag"]["num_nodes"], w.selection, w.view["pending"]
+(4, -1, True)
+>>> w.handle_message({"type": "load_passes", "request_id": "r0"})["type"]
+'ok'
+>>> w.view["pending"], w.view["passes"]["entries"][1]["name"]
+(False, 'fusion')
 >>> w.handle_message({"type": "select", "request_id": "r1", "node": 1})
 {'type': 'ok', 'request_id': 'r1', 'message': 'selected relu'}
 >>> w.selection
@@ -57,6 +69,8 @@ MAX_ERRORS = 20
 # Above this many buffers the memory chart is planned on request (see "plan_memory").
 LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
+#: Shown in the views that need the pass pipeline until it has run.
+PENDING = "computing passes…"
 
 
 class Workbench(anywidget.AnyWidget):
@@ -71,6 +85,11 @@ class Workbench(anywidget.AnyWidget):
         Streams for the execution plan.
     memory_mode
         ``"heuristic"`` or ``"exact"`` for the memory chart.
+    progressive
+        Open with the input graph's DAG and run the pass pipeline when the frontend asks
+        for it after its first draw (or when Python needs it). ``False`` runs it in the
+        constructor, so the first synced state is complete (for headless runs whose saved
+        widget state should hold every view).
 
     Attributes
     ----------
@@ -104,14 +123,16 @@ class Workbench(anywidget.AnyWidget):
         *,
         max_streams: int = 4,
         memory_mode: str = "heuristic",
+        progressive: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._max_streams = max_streams
+        self._progressive = progressive
         self.memory_mode = memory_mode
         self._graph = self._coerce(graph_or_builder)
         t0 = time.perf_counter()
-        self.session = Session(self._graph, max_streams, memory_mode)
+        self.session = Session(self._graph, max_streams, memory_mode, lazy=progressive)
         t1 = time.perf_counter()
         self._dag_cache: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._memory_cache: dict[str, dict[str, Any]] = {}
@@ -121,7 +142,8 @@ class Workbench(anywidget.AnyWidget):
         self._topo_cache: dict[int, Any] = {}
         self.on_msg(self._on_msg)
         self._refresh(reset=True)
-        #: Seconds the engine (pipeline, plan, simulator) and the view-model took to open.
+        #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
+        #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
 
     # ------------------------------------------------------------------ public API
@@ -147,8 +169,39 @@ class Workbench(anywidget.AnyWidget):
     @property
     def plan(self) -> ExecutionPlan | None:
         """The execution plan of the current graph, or ``None`` if the pipeline failed on it
-        (the simulator panel and ``session.notes["plan"]`` say why)."""
+        (the simulator panel and ``session.notes["plan"]`` say why). Runs the pipeline first
+        if it has not run yet."""
+        self.load_passes()
         return self.session.plan
+
+    @property
+    def passes_loaded(self) -> bool:
+        """Whether the pass pipeline of the current graph has run and its views are synced."""
+        return self.session.loaded and not self._view_pending
+
+    def load_passes(self) -> None:
+        """Run the pass pipeline now if it has not run, and fill the views that wait for it.
+
+        The frontend asks for this (a ``load_passes`` message) after its first draw; call it
+        from Python to get the complete view-model without a frontend. Idempotent.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import quick_start
+        >>> w = Workbench(quick_start())
+        >>> w.passes_loaded, w.view["memory"]["reason"]
+        (False, 'computing passes…')
+        >>> w.load_passes()
+        >>> w.passes_loaded, w.view["memory"]["available"]
+        (True, True)
+        """
+        if not self.session.loaded:
+            self.session.load()
+            self.timings["passes_s"] = self.session.seconds
+        if self._view_pending:
+            t0 = time.perf_counter()
+            self._refresh()
+            self.timings["passes_view_s"] = time.perf_counter() - t0
 
     def chrome_trace(self, mode: str | None = None) -> str:
         """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto).
@@ -171,12 +224,15 @@ class Workbench(anywidget.AnyWidget):
         >>> [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"]
         ['upload', 'relu+scale', 'download']
         """
-        if self.session.plan is None:
+        if self.plan is None:
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
         return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
 
     def _set_graph(self, graph: ComputeGraph) -> None:
-        session = Session(graph, self._max_streams, self.memory_mode)
+        # Past the input on the slider, the stages must exist to stay there (as before an
+        # edit); at the input, the new graph is drawn first and its passes follow.
+        lazy = self._progressive and self.pass_index == 0
+        session = Session(graph, self._max_streams, self.memory_mode, lazy=lazy)
         # Commit only after the engine accepted the graph.
         self._graph = graph
         self.session = session
@@ -196,7 +252,12 @@ class Workbench(anywidget.AnyWidget):
 
     @traitlets.validate("pass_index")
     def _valid_pass_index(self, proposal: Any) -> int:
-        n = len(self.session.stages) if hasattr(self, "session") else 1
+        if not hasattr(self, "session"):
+            n = 1
+        elif proposal["value"] == 0:
+            n = self._num_stages()  # the input is always there: no need for the pipeline
+        else:
+            n = len(self.session.stages)  # runs the pipeline if it has not run yet
         if not 0 <= proposal["value"] < n:
             raise traitlets.TraitError(
                 f"pass_index is {proposal['value']}; the pipeline has positions 0..{n - 1}"
@@ -204,8 +265,10 @@ class Workbench(anywidget.AnyWidget):
         return proposal["value"]
 
     @traitlets.observe("pass_index", "memory_mode", "stream_mode")
-    def _redraw(self, _change: Any) -> None:
+    def _redraw(self, change: Any) -> None:
         if hasattr(self, "_summary_cache"):  # not during __init__
+            if change["name"] != "pass_index":
+                self.session.load()  # a planner mode is a question about the passes
             self._refresh()
 
     @traitlets.observe("selection")
@@ -214,12 +277,20 @@ class Workbench(anywidget.AnyWidget):
             self._update_details()
 
     # ------------------------------------------------------------------ view-model
+    # Until the pipeline has run, the views see one stage (the input graph) and the sections
+    # that need the passes are pending; nothing here runs the pipeline by reading the session.
+    def _num_stages(self) -> int:
+        return len(self.session.stages) if self.session.loaded else 1
+
+    def _stage(self, index: int) -> Any:
+        return self.session.stages[index] if index else self.session.input_stage
+
     def _stage_index(self) -> int:
-        return max(0, min(self.pass_index, len(self.session.stages) - 1))
+        return max(0, min(self.pass_index, self._num_stages() - 1))
 
     def _dag_for(self, index: int) -> tuple[dict[str, Any], bytes]:
         if index not in self._dag_cache:
-            st = self.session.stages[index]
+            st = self._stage(index)
             title = "input graph" if index == 0 else f"after {st.name}"
             self._dag_cache[index] = vm.dag_section(
                 st.graph, before=st.before, created=st.created, removed=st.removed,
@@ -228,6 +299,8 @@ class Workbench(anywidget.AnyWidget):
         return self._dag_cache[index]
 
     def _passes(self) -> dict[str, Any]:
+        if not self.session.loaded:
+            return _pending()
         stages = self.session.stages
         entries = []
         for st in stages:
@@ -249,6 +322,8 @@ class Workbench(anywidget.AnyWidget):
         return {"available": True, "entries": entries}
 
     def _memory(self) -> dict[str, Any]:
+        if not self.session.loaded:
+            return _pending()
         mode = self.memory_mode
         if mode not in self._memory_cache:
             s = self.session
@@ -277,6 +352,8 @@ class Workbench(anywidget.AnyWidget):
 
     def _streams(self) -> dict[str, Any]:
         s = self.session
+        if not s.loaded:
+            return _pending()
         # Lanes appear once the slider is at or past the stream pass; from there on the view
         # draws the plan's timeline (the graph the stream pass made, plus events and placed
         # buffers), so its bars are the plan's steps, which the simulator walks.
@@ -297,6 +374,8 @@ class Workbench(anywidget.AnyWidget):
     def _sim(self) -> dict[str, Any]:
         """The simulator's static part (the steps); the moving part is :meth:`_sim_state`."""
         s = self.session
+        if not s.loaded:
+            return _pending()
         if s.sim is None or s.plan is None:
             return vm.unavailable(s.notes["sim"])
         steps = [
@@ -309,7 +388,7 @@ class Workbench(anywidget.AnyWidget):
     def _sim_state(self) -> dict[str, Any]:
         """Where the simulator is; synced on its own so a step does not resend the graph."""
         s = self.session
-        if s.sim is None or s.plan is None:
+        if not s.loaded or s.sim is None or s.plan is None:
             return {}
         sim = s.sim
         state = sim.state
@@ -346,10 +425,13 @@ class Workbench(anywidget.AnyWidget):
 
     _sim_message = ""
     _memory_requested = False
+    # Whether the synced view still shows the pending sections (see load_passes).
+    _view_pending = True
 
     def _refresh(self, *, reset: bool = False) -> None:
+        loaded = self.session.loaded
         if reset:
-            last = len(self.session.stages) - 1
+            last = self._num_stages() - 1
             self.pass_index = min(self.pass_index, last)
             if self.selection >= 0 and not self._graph_shown().has_node(self.selection):
                 self.selection = -1
@@ -360,6 +442,8 @@ class Workbench(anywidget.AnyWidget):
         meta, blob = self._dag_for(self._stage_index())
         view = {
             "version": 1,
+            # The pass pipeline has not run yet: the frontend asks for it ("load_passes").
+            "pending": not loaded,
             "dag": meta,
             "passes": self._passes(),
             "memory": self._memory(),
@@ -377,16 +461,20 @@ class Workbench(anywidget.AnyWidget):
             self.view = view
             self.sim_state = self._sim_state()
             self._update_details()
+        self._view_pending = not loaded
 
     def _summary(self) -> list[list[str]]:
         i = self._stage_index()
+        s = self.session
+        if not s.loaded:
+            # Not cached: the same stage gets its plan row once the passes have run.
+            return vm.summary_section(s.input_stage.graph, None, {"plan": PENDING})
         if i not in self._summary_cache:
-            s = self.session
             self._summary_cache[i] = vm.summary_section(s.stages[i].graph, s.plan, s.notes)
         return self._summary_cache[i]
 
     def _graph_shown(self) -> ComputeGraph:
-        return self.session.stages[self._stage_index()].graph
+        return self._stage(self._stage_index()).graph
 
     def _update_details(self) -> None:
         g = self._graph_shown()
@@ -417,6 +505,10 @@ class Workbench(anywidget.AnyWidget):
             # (a new simulator position with the old highlight).
             with self.hold_sync():
                 text = _HANDLERS[msg["type"]](self, msg)
+                if self._view_pending and self.session.loaded:
+                    # The request ran the pipeline (a simulator step...): show its views too.
+                    # Only on success, so a refused request changes nothing but `errors`.
+                    self._refresh()
         except GraphError as e:
             return self._error(rid[:64], e)
         except Exception as e:  # a bug: still report it in the widget, never lose it
@@ -460,8 +552,17 @@ class Workbench(anywidget.AnyWidget):
 
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
         self._memory_requested = True
+        self.session.load()
         self._refresh()
         return "memory planned"
+
+    def _h_load_passes(self, m: dict[str, Any]) -> str:
+        if self.passes_loaded:
+            return "passes already computed"
+        self.load_passes()
+        s = self.session
+        done = f"passes computed in {s.seconds:.2f} s"
+        return done if s.plan is not None else f"{done}; {s.notes['plan']}"
 
     def _h_edit(self, m: dict[str, Any]) -> str:
         if self._stage_index() != 0:
@@ -534,10 +635,16 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "set_memory_mode": Workbench._h_set_memory_mode,
     "set_stream_mode": Workbench._h_set_stream_mode,
     "plan_memory": Workbench._h_plan_memory,
+    "load_passes": Workbench._h_load_passes,
     "sim": Workbench._h_sim,
     "inspect": Workbench._h_inspect,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
+
+
+def _pending() -> dict[str, Any]:
+    """A section that waits for the pass pipeline (``pending`` tells the frontend so)."""
+    return {**vm.unavailable(PENDING), "pending": True}
 
 
 # ---------------------------------------------------------------------- simulator actions

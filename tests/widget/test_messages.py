@@ -21,6 +21,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set_memory_mode": {"mode": "exact"},
     "set_stream_mode": {"mode": "stream"},
     "plan_memory": {},
+    "load_passes": {},
     "add_buffer": {"name": "b", "size_bytes": 64, "dtype": "float32"},
     "add_kernel": {
         "name": "k",

@@ -18,6 +18,7 @@ from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.node import MemcpyDir
 from oxiwork.widget import Workbench
 from oxiwork.widget.viewmodel import unpack_dag
+from oxiwork.widget.workbench import PENDING
 
 SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "color_mode",
           "memory_mode", "stream_mode", "inspector", "inspector_values")  # fmt: skip
@@ -107,8 +108,11 @@ class TestMessages:
         assert w.selection == -1 and w.details == {}
 
     def test_set_pass(self, w: Workbench) -> None:
-        last = len(w.view["passes"]["entries"]) - 1
+        # Before the frontend asked for the passes: set_pass runs them on the spot.
+        assert w.view["pending"]
+        last = len(w.session.stages) - 1
         assert send(w, "set_pass", index=last)["type"] == "ok"
+        assert len(w.view["passes"]["entries"]) == last + 1
         assert w.pass_index == last
         assert w.view["dag"]["pass_index"] == last
         shown = w.session.stages[last].graph
@@ -183,6 +187,7 @@ class TestStreams:
 
     def test_before_and_after_the_stream_pass(self) -> None:
         w = Workbench(transformer_block(1))
+        w.load_passes()
         assert w.view["streams"] == {"available": False, "reason": w.view["streams"]["reason"]}
         assert "stream" in w.view["streams"]["reason"]
         for i, stage in enumerate(w.session.stages):
@@ -253,6 +258,7 @@ class TestPipelineFailure:
 class TestSimulator:
     def test_step_back_run_reset(self) -> None:
         w = Workbench(quick_start())
+        w.load_passes()
         assert w.view["sim"]["available"], w.session.notes
         n = len(w.view["sim"]["steps"])
         assert send(w, "sim", action="step")["type"] == "ok"
@@ -270,6 +276,7 @@ class TestSimulator:
 
     def test_step_does_not_resend_the_graph(self) -> None:
         w = Workbench(quick_start())
+        w.load_passes()
         view, dag = copy.deepcopy(w.view), w.dag
         send(w, "sim", action="step")
         assert w.view == view and w.dag == dag
@@ -343,6 +350,7 @@ def test_bad_message_changes_nothing(bad: dict[str, Any]) -> None:
 
 def test_edits_refused_past_the_input() -> None:
     w = Workbench(quick_start())
+    w.load_passes()
     send(w, "set_pass", index=len(w.view["passes"]["entries"]) - 1)
     assert w.pass_index > 0
     before = snapshot(w)
@@ -385,3 +393,132 @@ def test_random_messages_never_raise(message: dict[str, Any]) -> None:
     if reply["type"] == "error":
         assert snapshot(w) == before
         assert "internal error" not in reply["message"]
+
+
+def stable(view: dict[str, Any]) -> dict[str, Any]:
+    """The view without wall times (the passes' seconds differ from run to run)."""
+    v = copy.deepcopy(view)
+    if v.get("passes", {}).get("available"):
+        for e in v["passes"]["entries"]:
+            e.pop("seconds")
+    return v
+
+
+PASS_SECTIONS = ("passes", "memory", "streams", "sim")
+# Python-side accesses that need the pass pipeline: each runs it on the spot.
+ON_DEMAND: dict[str, Any] = {
+    "plan": lambda w: w.plan,
+    "chrome_trace": lambda w: w.chrome_trace(),
+    "pass_index": lambda w: setattr(w, "pass_index", 1),
+    "memory_mode": lambda w: setattr(w, "memory_mode", "exact"),
+    "stream_mode": lambda w: setattr(w, "stream_mode", "stream"),
+    "set_pass": lambda w: send(w, "set_pass", index=1),
+    "sim": lambda w: send(w, "sim", action="step"),
+    "inspect": lambda w: send(w, "inspect", buffer=0),
+    "plan_memory": lambda w: send(w, "plan_memory"),
+}
+
+
+class TestProgressive:
+    """The constructor syncs the input DAG only; the passes follow on request or on demand."""
+
+    def test_opens_with_the_input_dag_and_pending_pass_views(self, w: Workbench) -> None:
+        assert not w.session.loaded  # the constructor did not run the pipeline
+        assert w.view["pending"] and not w.passes_loaded
+        for k in PASS_SECTIONS:
+            assert w.view[k] == {"available": False, "reason": PENDING, "pending": True}
+        assert w.view["dag"]["num_nodes"] == w.graph.num_nodes and w.view["editable"]
+        assert ["plan", PENDING] in w.view["summary"]
+        assert w.sim_state == {}
+
+    def test_load_passes_fills_the_same_views_as_an_eager_workbench(self, w: Workbench) -> None:
+        eager = Workbench(quick_start(), progressive=False)
+        assert not eager.view["pending"] and eager.passes_loaded
+        dag = w.dag
+        r = send(w, "load_passes")
+        assert r["type"] == "ok" and "passes computed" in r["message"]
+        assert stable(w.view) == stable(eager.view)
+        assert w.dag == dag == eager.dag and w.sim_state == eager.sim_state
+        assert w.passes_loaded and w.timings["passes_s"] > 0
+        before = snapshot(w)
+        assert send(w, "load_passes")["message"] == "passes already computed"
+        assert snapshot(w) == before
+
+    @pytest.mark.parametrize("access", ON_DEMAND.values(), ids=ON_DEMAND.keys())
+    def test_python_access_runs_the_passes_on_demand(self, w: Workbench, access: Any) -> None:
+        reply = access(w)
+        assert not (isinstance(reply, dict) and reply.get("type") == "error"), reply
+        assert w.passes_loaded and not w.view["pending"]
+        assert all(not w.view[k].get("pending") for k in PASS_SECTIONS)
+
+    def test_refused_request_leaves_the_views_pending(self, w: Workbench) -> None:
+        before = snapshot(w)
+        assert send(w, "set_pass", index=99)["type"] == "error"
+        assert snapshot(w) == before and w.view["pending"]
+        assert send(w, "load_passes")["type"] == "ok"
+        assert not w.view["pending"] and w.view["passes"]["available"]
+
+    def test_edit_before_the_passes_load(self, w: Workbench) -> None:
+        assert send(w, "add_buffer", name="extra", size_bytes=256)["type"] == "ok"
+        assert w.view["pending"] and not w.session.loaded
+        assert "extra" in [b["name"] for b in w.view["buffers"]]
+        send(w, "load_passes")
+        eager = Workbench(w.graph, progressive=False)
+        assert stable(w.view) == stable(eager.view)
+
+    def test_edit_after_the_passes_load_waits_for_the_next_request(self, w: Workbench) -> None:
+        w.load_passes()
+        assert send(w, "add_buffer", name="extra", size_bytes=256)["type"] == "ok"
+        assert w.view["pending"] and not w.passes_loaded
+        w.load_passes()
+        assert w.view["memory"]["available"]
+
+    def test_graph_setter_past_the_input_keeps_the_slider(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.pass_index = 2
+        w.graph = transformer_block(2)
+        assert w.pass_index == 2 and not w.view["pending"]
+        w.pass_index = 0
+        w.graph = transformer_block(1)
+        assert w.view["pending"]
+
+    def test_eager_edits_stay_eager(self) -> None:
+        w = Workbench(quick_start(), progressive=False)
+        assert send(w, "add_buffer", name="extra", size_bytes=256)["type"] == "ok"
+        assert not w.view["pending"] and w.view["memory"]["available"]
+
+
+MESSAGES = st.one_of(
+    st.fixed_dictionaries({"type": st.just("select"), "node": st.integers(-1, 6)}),
+    st.fixed_dictionaries({"type": st.just("set_pass"), "index": st.integers(-1, 6)}),
+    st.fixed_dictionaries({"type": st.just("sim"), "action": st.sampled_from(["step", "back", "run", "reset"])}),
+    st.fixed_dictionaries({"type": st.just("inspect"), "buffer": st.integers(-1, 4)}),
+    st.fixed_dictionaries({"type": st.just("set_memory_mode"), "mode": st.sampled_from(["heuristic", "exact"])}),
+    st.fixed_dictionaries({"type": st.just("set_stream_mode"), "mode": st.sampled_from(["graph", "stream"])}),
+    st.fixed_dictionaries({"type": st.just("add_buffer"), "name": st.sampled_from(["b1", "b2", "input"]), "size_bytes": st.just(256)}),
+    st.fixed_dictionaries({"type": st.just("delete"), "node": st.integers(0, 5)}),
+    st.fixed_dictionaries({"type": st.sampled_from(["load_passes", "plan_memory"])}),
+)  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(MESSAGES, max_size=6))
+def test_progressive_behaves_like_eager(messages: list[dict[str, Any]]) -> None:
+    """Any sequence of requests gets the same replies and leaves the same state whether the
+    passes ran in the constructor or on request; only `pending` tells them apart."""
+    lazy, eager = Workbench(quick_start()), Workbench(quick_start(), progressive=False)
+    for m in messages:
+        a, b = (x.handle_message({"request_id": "p", **m}) for x in (lazy, eager))
+        assert a["type"] == b["type"], (m, a, b)
+        if a["type"] == "error" or m["type"] != "load_passes":
+            assert a["message"] == b["message"]
+        for k in ("selection", "pass_index", "sim_position", "memory_mode", "stream_mode",
+                  "details", "inspector", "inspector_values", "errors"):  # fmt: skip
+            assert getattr(lazy, k) == getattr(eager, k), k
+        assert lazy.graph == eager.graph and lazy.dag == eager.dag
+        if not lazy.view["pending"]:
+            assert stable(lazy.view) == stable(eager.view)
+            assert lazy.sim_state == eager.sim_state
+    lazy.load_passes()
+    eager.load_passes()
+    assert stable(lazy.view) == stable(eager.view)
