@@ -2,6 +2,8 @@
 // the kernel-side view-model (the `view` trait plus the binary `dag` columns); local state is
 // limited to zoom, open tabs and the layout cache that keeps nodes in place across passes.
 // Requests go to Python as typed messages; their errors come back as messages and traits.
+// The kernel syncs the input graph's DAG first; after drawing it, the frontend asks for the
+// pass pipeline (see passes.ts) and the pending views fill in when it arrives.
 
 import { COLOR_MODES, type LegendItem } from "./colors";
 import { decodeDag, STATE_REMOVED, type DagArrays } from "./dagdata";
@@ -12,6 +14,7 @@ import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
 import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
 import { formatBytes, formatTime, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
+import { PassLoader } from "./passes";
 import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
 
 /** The part of the anywidget model API this widget uses. */
@@ -55,11 +58,16 @@ export class App {
   private bottomTabs: HTMLDivElement;
   private dismissed = 0;
   private handlers: [string, (...a: any[]) => void][] = [];
+  private passes: PassLoader;
+  private readonly t0: number;
   /** Time of the first DAG draw after construction, in ms (read by the benchmark). */
   firstDrawMs = -1;
+  /** Time from construction until the pass views were filled, in ms (-1 until then). */
+  passesMs = -1;
 
   constructor(private model: Model, el: HTMLElement) {
-    const t0 = performance.now();
+    const t0 = (this.t0 = performance.now());
+    this.passes = new PassLoader(() => this.requestPasses());
     this.dagView = new DagView({
       onSelect: (pos) => this.send("select", { node: pos >= 0 ? this.dag.int.id[pos] : null }),
       onLink: (a, b) => this.send("add_dependency", { src: this.dag.int.id[a], dst: this.dag.int.id[b] }),
@@ -106,7 +114,13 @@ export class App {
     this.postTree.onPick = (pos) => this.send("select", { node: this.dag.int.id[pos] });
     el.append(this.root);
 
-    this.listen("change:view change:dag", () => this.refresh(true));
+    // The view and the DAG columns change together (one sync message), so a new view-model
+    // fires both events: the pass request waits for the view's.
+    this.listen("change:view", () => {
+      this.refresh(true);
+      this.passes.viewArrived(this.pending);
+    });
+    this.listen("change:dag", () => this.refresh(true));
     this.listen("change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index", () => this.refresh(false));
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
     this.listen("change:errors", () => this.renderErrors());
@@ -115,6 +129,24 @@ export class App {
     this.dagView.drawNow();
     this.firstDrawMs = performance.now() - t0;
     this.root.dataset.firstDrawMs = this.firstDrawMs.toFixed(1);
+    this.root.dataset.passesAtFirstDraw = this.pending ? "pending" : "ready";
+    // Drawn: now the kernel may spend its time on the passes.
+    this.passes.viewArrived(this.pending);
+  }
+
+  /** Whether the view-model on screen waits for the pass pipeline. */
+  private get pending(): boolean {
+    return this.vm?.pending === true;
+  }
+
+  private requestPasses(): string | null {
+    try {
+      const id = this.send("load_passes", {});
+      this.status.textContent = "computing passes…";
+      return id;
+    } catch {
+      return null; // no kernel (a static export): the synced views are all there is
+    }
   }
 
   private listen(events: string, cb: (...a: any[]) => void): void {
@@ -143,6 +175,7 @@ export class App {
   }
 
   private onMessage(msg: { type?: string; message?: string; request_id?: string }): void {
+    if (msg.type === "ok" || msg.type === "error") this.passes.replied(msg.request_id, this.pending);
     if (msg.type === "error") {
       this.status.textContent = `✗ ${msg.message ?? "error"}`;
       this.status.className = "ow-status ow-bad";
@@ -150,6 +183,8 @@ export class App {
       this.status.textContent = msg.message ? `✓ ${msg.message}` : "✓";
       this.status.className = "ow-status ow-good";
     }
+    // The reply to an edit comes after the request for its passes went out: say both.
+    if ((msg.type === "ok" || msg.type === "error") && this.passes.waiting) this.status.textContent += " · computing passes…";
   }
 
   /** The simulator section: its steps from the view-model, its position from `sim_state`. */
@@ -207,6 +242,11 @@ export class App {
     this.renderSide();
     this.renderBottom();
     this.renderErrors();
+    this.root.dataset.passes = this.pending ? "pending" : "ready";
+    if (!this.pending && this.passesMs < 0 && isAvailable(vm.passes)) {
+      this.passesMs = performance.now() - this.t0;
+      this.root.dataset.passesMs = this.passesMs.toFixed(1);
+    }
     this.root.dataset.passIndex = String(this.model.get("pass_index") ?? 0);
     this.root.dataset.simPosition = String(this.model.get("sim_position") ?? -1);
   }
@@ -242,7 +282,10 @@ export class App {
     const passes = this.vm.passes;
     clear(this.passbar);
     if (!isAvailable(passes) || passes.entries.length === 0) {
-      this.passbar.append(h("span", { class: "ow-muted", text: isAvailable(passes) ? "no passes" : passes.reason }));
+      const text = isAvailable(passes) ? "no passes" : passes.reason;
+      if (!isAvailable(passes) && passes.pending) {
+        this.passbar.append(h("span", { class: "ow-passlabel", text: "Pipeline" }), h("span", { class: "ow-muted ow-computing", text }));
+      } else this.passbar.append(h("span", { class: "ow-muted", text }));
       return;
     }
     const idx = Math.min(Number(this.model.get("pass_index") ?? 0), passes.entries.length - 1);

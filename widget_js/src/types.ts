@@ -8,6 +8,8 @@ export interface Unavailable {
   reason: string;
   /** The kernel can compute this section on request (memory of large graphs). */
   can_plan?: boolean;
+  /** The section waits for the pass pipeline, which the frontend asks for ("load_passes"). */
+  pending?: boolean;
 }
 
 export interface DagMeta {
@@ -214,6 +216,8 @@ export type Section<T> = T | Unavailable;
 
 export interface ViewModel {
   version: number;
+  /** The pass pipeline has not run yet: passes, memory, streams and sim are pending. */
+  pending?: boolean;
   dag: Section<DagMeta>;
   passes: Section<PassesSection>;
   memory: Section<MemorySection>;
