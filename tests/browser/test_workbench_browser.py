@@ -158,6 +158,11 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
     assert proc.returncode == 0
     names = {c["name"] for c in results["checks"]}
     for must in (
+        "widget 1 drew its DAG before the passes were computed",
+        "widget 1 filled the pass views after its first draw",
+        "the kernel computed the passes on the frontend's request",
+        "the pass bar says the passes are being computed",
+        "edits made while the passes load apply, and the passes follow",
         "click selects the node in the kernel",
         "adding a kernel in the UI changes w.graph",
         "an invalid edit shows its error",

@@ -104,6 +104,16 @@ try {
   await page.waitForFunction(() => document.querySelectorAll(".ow-root .ow-dag[data-draws]").length >= 3, null, { timeout: 60000 });
   log("three widgets drawn");
 
+  // 0. Progressive opening: each workbench drew its input DAG with the pass views pending,
+  //    then asked for the passes and filled them in.
+  for (let i = 0; i < 3; i++) {
+    await waitAttr(widget(i), "data-passes", "ready", 60000);
+    const d = await widget(i).evaluate((el) => ({ ...el.dataset }));
+    check(`widget ${i} drew its DAG before the passes were computed`, d.passesAtFirstDraw === "pending", JSON.stringify(d));
+    check(`widget ${i} filled the pass views after its first draw`, Number(d.passesMs) > Number(d.firstDrawMs), `first draw ${d.firstDrawMs} ms, passes ${d.passesMs} ms`);
+  }
+  check("the kernel computed the passes on the frontend's request", (await py("print(w.passes_loaded, big.passes_loaded, hostile.passes_loaded)")) === "True True True");
+
   // 1. The DAG views drew the graphs' nodes.
   const expected = (await py("print(w.graph.num_nodes, big.graph.num_nodes, hostile.graph.num_nodes)")).split(/\s+/).map(Number);
   for (let i = 0; i < 3; i++) {
@@ -184,6 +194,39 @@ try {
   const after = await py("print(w.graph.num_nodes)");
   check("an invalid edit leaves the graph unchanged", Number(after) === expected[0] + 1, after);
   await shot(widget(0), "invalid-edit-error");
+
+  // 4b. While the passes of a new graph are computed (slowed down here so that the state can be
+  //     seen), the DAG is drawn, the pass views say so, and edits still work.
+  await py(
+    "import time as _t\nfrom oxiwork.widget.session import Session as _S\n_S._fast_build = _S._build\n" +
+      "def _slow_build(self):\n    _t.sleep(3)\n    _S._fast_build(self)\n_S._build = _slow_build\nprint('slow')",
+  );
+  try {
+    await build.locator(".ow-buf-name").fill("while_pending");
+    await build.locator(".ow-add-buffer").click();
+    await build.locator(".ow-bufrow", { hasText: "while_pending" }).waitFor({ timeout: 15000 });
+    await waitAttr(widget(0), "data-passes", "pending");
+    const bar = await widget(0).locator(".ow-passbar").textContent();
+    check("the pass bar says the passes are being computed", /computing passes/.test(bar), bar);
+    check("the memory view waits for the passes", (await widget(0).locator(".ow-memory").getAttribute("data-available")) === "false");
+    check("the DAG of the edited graph is drawn meanwhile", Number(await widget(0).locator(".ow-dag").getAttribute("data-drawn")) === expected[0] + 1);
+    await widget(0).locator('.ow-side .ow-tab[data-tab="sim"]').click();
+    const simHint = await widget(0).locator(".ow-sim .ow-hint").textContent();
+    check("the simulator panel waits for the passes", /computing passes/.test(simHint), simHint);
+    await shot(widget(0), "passes-pending");
+    await widget(0).locator('.ow-side .ow-tab[data-tab="build"]').click();
+    // An edit while the kernel computes the passes: it queues, then applies.
+    await build.locator(".ow-buf-name").fill("second_pending");
+    await build.locator(".ow-add-buffer").click();
+    await build.locator(".ow-bufrow", { hasText: "second_pending" }).waitFor({ timeout: 20000 });
+    await waitAttr(widget(0), "data-passes", "ready", 30000);
+    const bufs = await py("print(sorted(b.name for b in w.graph.buffers if b.name.endswith('pending')), w.passes_loaded)");
+    check("edits made while the passes load apply, and the passes follow", bufs === "['second_pending', 'while_pending'] True", bufs);
+    const ticksNow = await widget(0).locator(".ow-pass-tick").count();
+    check("the pass slider fills in", ticksNow >= 2, `${ticksNow} positions`);
+  } finally {
+    await py("_S._build = _S._fast_build\nprint('fast')");
+  }
 
   // 5. Passes: move the transformer to the last pass; the stream timeline then has one bar per step.
   const big = widget(1);
