@@ -287,6 +287,57 @@ class TestHeuristic:
             assert (heur, arena) == expected, name
         assert_valid(intervals, expected[0], align, expected[1])
 
+    @settings(max_examples=100, deadline=None)
+    @given(mixed_intervals(), st.booleans(), st.sampled_from([(0, 128), (62, 0), (0, 0)]))
+    def test_fallback_paths_match_reference(self, rows, best_fit, limits):
+        # The wave scan packs (member, offset, top) into one sort key when it fits (else it
+        # argsorts), and after a wave it places stragglers through numpy rather than syncing
+        # to Python (_SYNC_RATIO); forcing each path must not change the placement.
+        from oxiwork.optimizer import memory
+
+        intervals = [(s, e, z) for s, e, z, _ in rows]
+        aligns = [a for *_, a in rows]
+        p = memory._make_problem(memory._validate_intervals(intervals), aligns)
+        perm = np.argsort(p.start, kind="stable")
+        inv = np.empty(p.n, dtype=np.int64)
+        inv[perm] = np.arange(p.n)
+        order = np.lexsort([np.arange(p.n), -p.size])
+        size, align = p.size.tolist(), p.align.tolist()
+        expected = reference_placement(intervals, size, align, order.tolist(), best_fit)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory, "_PACK_BITS", limits[0])
+            mp.setattr(memory, "_SYNC_RATIO", limits[1])
+            for dense in (-1, 8, 10**9):
+                off, arena = memory._place_with(
+                    memory._TimeIndex(p.start[perm], p.end[perm]),
+                    inv[order],
+                    p.size[perm].tolist(),
+                    p.align[perm].tolist(),
+                    best_fit,
+                    dense,
+                )
+                assert ([off[k] for k in inv.tolist()], arena) == expected, dense
+
+    def test_large_input_orderings_never_worse_than_greedy(self, monkeypatch):
+        # Above _MANY_INTERVALS only _CHEAP runs; it must still contain greedy by size.
+        import random
+
+        from oxiwork.optimizer import memory
+
+        assert "greedy_by_size" in memory._CHEAP
+        monkeypatch.setattr(memory, "_MANY_INTERVALS", 10)
+        rng = random.Random(5)
+        for _ in range(20):
+            intervals = []
+            for k in range(rng.randint(11, 200)):
+                s = rng.randrange(100)
+                length = rng.randint(50, 100) if k % 25 == 0 else rng.randint(1, 10)
+                intervals.append((s, s + length, rng.randint(1, 1 << 12)))
+            plan = plan_intervals(intervals, alignment=8)
+            assert_valid(intervals, plan.offsets, [8] * len(intervals), plan.arena_bytes)
+            assert plan.strategy in memory._CHEAP
+            assert plan.arena_bytes <= greedy_by_size(intervals, 8).arena_bytes
+
     def test_long_lived_buffers_are_valid(self):
         import random
 
