@@ -183,15 +183,50 @@ def _accesses(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return acc
 
 
+def _buffer_table(graph: ComputeGraph) -> tuple[tuple[BufferId, ...], np.ndarray, np.ndarray]:
+    """Buffer ids, ``external`` flags and sizes by buffer index (cached per graph).
+
+    Reading three attributes of every buffer object is a pass over objects scattered in
+    memory; the graph is immutable, so it is done once, like :func:`_accesses`.
+    """
+    table = graph._cache.get("analysis.buffer_table")
+    if table is None:
+        buffers = graph.buffers
+        nb = len(buffers)
+        table = (
+            tuple([b.id for b in buffers]),
+            np.fromiter((b.external for b in buffers), dtype=bool, count=nb),
+            np.fromiter((b.size_bytes for b in buffers), dtype=np.int64, count=nb),
+        )
+        graph._cache["analysis.buffer_table"] = table
+    return table
+
+
+def _steps(positions: Sequence[int]) -> np.ndarray:
+    """``step_of[p]``: the step at which the node at position ``p`` runs."""
+    steps = len(positions)
+    step_of = np.empty(steps, dtype=np.int64)
+    step_of[np.asarray(positions, dtype=np.int64)] = np.arange(steps, dtype=np.int64)
+    return step_of
+
+
+def _default_steps(graph: ComputeGraph) -> np.ndarray:
+    """:func:`_steps` of the graph's own topological order (cached per graph)."""
+    step_of = graph._cache.get("analysis.default_steps")
+    if step_of is None:
+        step_of = _steps(graph.dense().topo)
+        step_of.setflags(write=False)  # shared by every call: nobody may write into it
+        graph._cache["analysis.default_steps"] = step_of
+    return step_of
+
+
 def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInfo:
     positions = _order_positions(graph, order)
-    buffers = graph.buffers
-    nb = len(buffers)
+    nb = len(graph.buffers)
     steps = len(positions)
     acc_pos, acc_buf, acc_read = _accesses(graph)
 
-    step_of = np.empty(steps, dtype=np.int64)
-    step_of[np.asarray(positions, dtype=np.int64)] = np.arange(steps, dtype=np.int64)
+    step_of = _default_steps(graph) if order is None else _steps(positions)
     acc_step = step_of[acc_pos]
     first = np.full(nb, steps, dtype=np.int64)
     np.minimum.at(first, acc_buf, acc_step)
@@ -201,18 +236,19 @@ def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInf
     read[acc_buf[acc_read]] = True
 
     used = first < steps
-    external = np.fromiter((b.external for b in buffers), dtype=bool, count=nb)
-    size = np.fromiter((b.size_bytes for b in buffers), dtype=np.int64, count=nb)
+    bids, external, size = _buffer_table(graph)
     placed = used & ~external
     delta = np.zeros(steps + 1, dtype=np.int64)
     np.add.at(delta, first[placed], size[placed])
     np.subtract.at(delta, end[placed], size[placed])
     live = np.cumsum(delta[:steps]).tolist()
 
-    bids = [b.id for b in buffers]
-    used_idx = np.flatnonzero(used).tolist()
-    used_ids = list(map(bids.__getitem__, used_idx))
-    spans = zip(first[used].tolist(), end[used].tolist(), strict=True)
+    if used.all():  # the common case: no id lookups or masked copies needed
+        used_ids: Sequence[BufferId] = bids
+        spans = zip(first.tolist(), end.tolist(), strict=True)
+    else:
+        used_ids = list(map(bids.__getitem__, np.flatnonzero(used).tolist()))
+        spans = zip(first[used].tolist(), end[used].tolist(), strict=True)
     intervals = dict(zip(used_ids, spans, strict=True))
     dead = map(bids.__getitem__, np.flatnonzero(placed & ~read).tolist())
     unused = map(bids.__getitem__, np.flatnonzero(~used).tolist())

@@ -240,10 +240,14 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
         asap[v] = t
         finish[v] = t + cost[v]
 
-    makespan = max(finish, default=0.0)
+    finish_a = np.array(finish)
+    makespan = float(finish_a.max()) if n else 0.0
     # End the critical path at a sink: with zero-cost nodes an inner node may finish at
     # the makespan too, but finish times never decrease along edges, so some sink does.
-    last = next((p for p in range(n) if finish[p] == makespan and not succ[p]), -1)
+    # numpy finds the few candidates, instead of a Python scan from position 0 (a chain's
+    # only sink is its last node).
+    ends = np.flatnonzero(finish_a == makespan).tolist()
+    last = next((p for p in ends if not succ[p]), -1)
 
     alap = [0.0] * n
     for v in reversed(sweep):

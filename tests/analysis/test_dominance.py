@@ -8,6 +8,7 @@ from hypothesis import given, settings
 
 from oxiwork import ComputeGraph, GraphBuilder, NodeId
 from oxiwork.analysis import dominance
+from oxiwork.analysis._util import positions_topological
 from oxiwork.error import UnknownNode
 from tests.strategies import SHAPES, any_dags, build_dag, dag_edges, small_dags, sparse_ids
 
@@ -155,3 +156,18 @@ def test_sparse_ids(graph: ComputeGraph) -> None:
             for v, d in dense_idom.items()
         }
         assert _tree(sparse, post).idom == expected == _nx_idom(sparse, reverse=post)
+
+
+@settings(max_examples=150, deadline=None)
+@given(graph=any_dags(max_nodes=60))
+def test_reversed_ids_take_the_ranked_path(graph: ComputeGraph) -> None:
+    # Ids descending along every edge: positions are then no topological numbering, so
+    # the trees come from the rank-translating pass rather than the position-based one.
+    flipped = sparse_ids(graph, scale=-1, shift=10**6)
+    assert not graph.edges or not positions_topological(flipped)
+    for post in (False, True):
+        expected = {
+            NodeId(10**6 - v): None if d is None else NodeId(10**6 - d)
+            for v, d in _tree(graph, post).idom.items()
+        }
+        assert _tree(flipped, post).idom == expected == _nx_idom(flipped, reverse=post)
