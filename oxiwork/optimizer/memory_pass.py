@@ -37,14 +37,15 @@ access + 1, i.e. plain liveness.
 
 Placement. Two plans are made and the smaller arena wins; both are safe.
 
-1. The exact placement: buffers in a few orders (by first access, by size, by safe-interval
+1. The exact placement: buffers in one or two orders (by first access, by safe-interval
    length), each into the best-fitting aligned gap among the placed buffers it conflicts
    with (the best fit of XLA's heap simulator, over happens-before conflicts instead of
    time overlaps). In first-access order a placed buffer whose safe interval ended before
    the current buffer's first access is ordered before it and every later one, so it is
    dropped from the scan: that ordering tests only the pairs of overlapping safe intervals.
-   The first-access ordering always runs; the others only while the pairs they test are at
-   most :data:`MAX_EXACT_PAIRS` (all pairs: ``O(n**2 S)`` element operations).
+   The first-access ordering always runs; the one by length only while the pairs it tests
+   are at most :data:`MAX_EXACT_PAIRS` (all pairs: ``O(n**2 S)`` element operations) and
+   the first did not meet the lower bound.
 2. The interval plan: :func:`oxiwork.optimizer.memory.plan_buffers` on the safe intervals.
    The intervals are conservative on several streams (``end`` waits until *every* stream
    has synchronised past the buffer), so where they overlap a lot their plan is poor and
@@ -52,12 +53,14 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
    unless ``mode="exact"``.
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
-arena / lower bound and pass seconds, one run on a shared 2-core machine: 1k nodes 1.03
-(0.2 s), 5k 1.01 (0.5 s), 10k 1.01 (1.3 s), 100k 1.01 (26 s). Before (a Python conflict
-list capped at 4M pairs, the interval plan always run): 1.03 (0.6 s), 1.83 (4.1 s), 1.81
-(16.7 s), 1.79 (358 s, and up to 23 GB in the interval planner's overlap graph). The
-placement is ``O(conflicting pairs x S)``: at 100k the 1.5 billion unordered pairs are
-what the remaining time is spent on.
+arena / lower bound and pass CPU seconds (best of 3), one run on a shared 2-core machine:
+1k nodes 1.07 (0.10 s), 5k 1.02 (0.17 s), 10k 1.01 (0.43 s). With the ordering by size as
+well and the length ordering up to 40M pairs (same arenas): 0.14 s, 0.47 s and 1.23 s; at
+100k that version took 26 s (1.01). Before that (a Python conflict list capped at 4M pairs,
+the interval plan always run): 1.03 (0.6 s), 1.83 (4.1 s), 1.81 (16.7 s), 1.79 (358 s, and
+up to 23 GB in the interval planner's overlap graph). The placement is ``O(conflicting pairs
+x S)``: at 10k most of the time goes to the 15M unordered pairs the first-access ordering
+meets, at 100k to 1.5 billion.
 
 The reported ``lower_bound`` is the most bytes live at once under plain liveness over
 ``L``: buffers live at the same index cannot be ordered (``L`` is topological), so no safe
@@ -194,13 +197,16 @@ class MemoryReport:
         return out
 
 
-MAX_EXACT_PAIRS = 40_000_000
-"""Most buffer pairs the orderings by size and by length of the exact placement may test.
+MAX_EXACT_PAIRS = 5_000_000
+"""Most buffer pairs the ordering by safe-interval length of the exact placement may test.
 
 A placement step tests the buffer against the placed buffers it may conflict with, a few
 numpy operations per stream over all of them (about 10-20 ns per pair on 4 streams). The
-orderings by size and by length test all ``n (n - 1) / 2`` pairs, so they run up to about
-9,000 buffers. The ordering by first access always runs: it tests only the pairs whose safe
+ordering by length tests all ``n (n - 1) / 2`` pairs, so it runs up to about 3,000 buffers,
+where it costs at most a few tenths of a second; on 126 graphs (layered, transformer, chain
+and random op DAGs of 100-3,000 nodes, 2-8 streams) it beat the first-access ordering twice,
+by 0.1% and 0.4%, so above that it is not worth its time (a third of the pass at 10k
+nodes). The ordering by first access always runs: it tests only the pairs whose safe
 intervals overlap, the very pairs the interval planner visits one by one in Python, so it
 is never the slower of the two (100k-node layered example: 26 s against 358 s)."""
 
@@ -318,67 +324,61 @@ def _place_exact(
     Returns the offsets (by row), the arena and the number of conflicting pairs met.
     """
     n, width = len(perm), a.last_clock.shape[1]
-    lc, fc = a.last_clock[perm], a.from_clock[perm]
-    sz, al = size[perm], align[perm]
-    begin, stop = a.first[perm].tolist(), a.end[perm].tolist()
-    # The placed buffers still in play, compacted: clocks by stream (rows contiguous), offsets.
-    act_l = np.empty((width, n), dtype=np.int64)
-    act_f = np.empty((width, n), dtype=np.int64)
-    act_off = np.empty(n, dtype=np.int64)
-    act_top = np.empty(n, dtype=np.int64)
-    act_end = np.empty(n, dtype=np.int64)
+    sz, al = size[perm].tolist(), align[perm].tolist()
+    begin = a.first[perm].tolist()
+    # One row per field, one column per buffer (in ``perm`` order): last and from clocks
+    # (positions, so int32 when they fit: half the memory traffic of the dominance test), and
+    # offset, top and end of the safe interval. The placed buffers still in play are kept
+    # compacted and sorted by offset in ``act_c``/``act``, so that inserting or pruning is a
+    # copy and a gap scan needs no sort.
+    ctype = np.int32 if len(a.order) < 2**31 - 1 else np.int64
+    clk = np.empty((2 * width, n), dtype=ctype)
+    clk[:width] = a.last_clock[perm].T
+    clk[width:] = a.from_clock[perm].T
+    rows = np.empty((3, n), dtype=np.int64)
+    rows[2] = a.end[perm]
+    act_c = np.empty_like(clk)
+    act = np.empty_like(rows)
     m = 0
-    off = np.zeros(n, dtype=np.int64)
+    off = rows[0]
     arena = conflicts = 0
     since = 0
-    before = np.empty(n, dtype=bool)
-    after = np.empty(n, dtype=bool)
-    tmp = np.empty(n, dtype=bool)
     for k in range(n):
         if prune and since >= every and m:
-            keep = np.flatnonzero(act_end[:m] > begin[k])
+            keep = np.flatnonzero(act[2, :m] > begin[k])
             if len(keep) < m:
                 m = len(keep)
-                act_l[:, :m] = act_l[:, keep]
-                act_f[:, :m] = act_f[:, keep]
-                act_off[:m] = act_off[keep]
-                act_top[:m] = act_top[keep]
-                act_end[:m] = act_end[keep]
+                act_c[:, :m] = act_c[:, keep]
+                act[:, :m] = act[:, keep]
             since = 0
-        s_k, a_k = int(sz[k]), int(al[k])
+        s_k, a_k = sz[k], al[k]
         cand = 0
         if m:
-            lk, fk = lc[k].tolist(), fc[k].tolist()
-            bf, af, t = before[:m], after[:m], tmp[:m]
-            # placed before k: from_k dominates its last; k before placed: the reverse.
-            np.less_equal(act_l[0, :m], fk[0], out=bf)
-            np.greater_equal(act_f[0, :m], lk[0], out=af)
-            for s in range(1, width):
-                bf &= np.less_equal(act_l[s, :m], fk[s], out=t)
-                af &= np.greater_equal(act_f[s, :m], lk[s], out=t)
-            bf |= af
-            hit = np.flatnonzero(~bf)
+            # Placed before k: from_k dominates its last clock; k before placed: the reverse.
+            # Conflicts are the placed buffers ordered neither way.
+            col = clk[:, k : k + 1]
+            ok = (act_c[:width, :m] <= col[width:]).all(axis=0)
+            ok |= (act_c[width:, :m] >= col[:width]).all(axis=0)
+            hit = np.flatnonzero(~ok)
             conflicts += len(hit)
             if 0 < len(hit) <= _DENSE:
-                cand = _gap_small(act_off[hit].tolist(), act_top[hit].tolist(), s_k, a_k)
+                cand = _gap_small(act[0, hit].tolist(), act[1, hit].tolist(), s_k, a_k)
             elif len(hit):
-                cand = _gap_dense(act_off[hit], act_top[hit], s_k, a_k)
-        off[perm[k]] = cand
-        # Keep the placed buffers sorted by offset, so a gap scan needs no sort.
-        at = int(np.searchsorted(act_off[:m], cand, side="right"))
+                cand = _gap_dense(act[0, hit], act[1, hit], s_k, a_k)
+        rows[0, k] = cand
+        rows[1, k] = cand + s_k
+        at = int(np.searchsorted(act[0, :m], cand, side="right"))
         if at < m:
-            act_l[:, at + 1 : m + 1] = act_l[:, at:m]
-            act_f[:, at + 1 : m + 1] = act_f[:, at:m]
-            act_off[at + 1 : m + 1] = act_off[at:m]
-            act_top[at + 1 : m + 1] = act_top[at:m]
-            act_end[at + 1 : m + 1] = act_end[at:m]
-        act_l[:, at] = lc[k]
-        act_f[:, at] = fc[k]
-        act_off[at], act_top[at], act_end[at] = cand, cand + s_k, stop[k]
+            act_c[:, at + 1 : m + 1] = act_c[:, at:m]
+            act[:, at + 1 : m + 1] = act[:, at:m]
+        act_c[:, at] = clk[:, k]
+        act[:, at] = rows[:, k]
         m += 1
         since += 1
         arena = max(arena, cand + s_k)
-    return off, arena, conflicts
+    out = np.empty(n, dtype=np.int64)
+    out[perm] = off
+    return out, arena, conflicts
 
 
 def _gap_small(offs: list[int], tops: list[int], sz: int, al: int) -> int:
@@ -397,15 +397,24 @@ def _gap_small(offs: list[int], tops: list[int], sz: int, al: int) -> int:
 def _gap_dense(o: np.ndarray, t: np.ndarray, sz: int, al: int) -> int:
     """:func:`_gap_small` in numpy: free space before each range starts at the aligned
     highest top below it."""
-    run = np.maximum.accumulate(t)
     start = np.empty_like(o)
     start[0] = 0
-    start[1:] = -(-run[:-1] // al) * al
+    np.maximum.accumulate(t[:-1], out=start[1:])
+    if al & (al - 1) == 0:  # power of two (as the builder enforces): a mask, no division
+        start += al - 1
+        start &= -al
+    else:
+        start = -(-start // al) * al
     gap = o - start
-    fits = np.flatnonzero(gap >= sz)
-    if len(fits) == 0:
-        return int(-(-int(run[-1]) // al) * al)
-    return int(start[fits[np.argmin(gap[fits])]])
+    gap[gap < sz] = _NO_GAP
+    i = int(gap.argmin())
+    if gap[i] == _NO_GAP:
+        return -(-max(int(start[-1]), int(t[-1])) // al) * al
+    return int(start[i])
+
+
+# Marks gaps too small to hold the buffer in _gap_dense (larger than any real gap).
+_NO_GAP = np.iinfo(np.int64).max
 
 
 def _overlapping_pairs(first: np.ndarray, end: np.ndarray) -> int:
@@ -482,18 +491,20 @@ def plan_memory(
     length = a.end - a.first
     overlapping = _overlapping_pairs(a.first, a.end)
     everything = n * (n - 1) // 2
-    # name -> (np.lexsort keys, most significant last; prune; pairs tested)
+    lower = _peak(a.first, a.last + 1, size)
+    # name -> (np.lexsort keys, most significant last; prune; pairs tested). An ordering by
+    # size (ties by first access) tied the first-access one on all 126 graphs measured (see
+    # MAX_EXACT_PAIRS) while testing all pairs, so it is not tried.
     orderings = {
         "start": ((rows, -size, a.first), True, overlapping),
-        "size": ((rows, a.first, -size), False, everything),
         "length": ((rows, -size, -length), False, everything),
     }
     exact: tuple[np.ndarray, int, str] | None = None
     conflict_pairs = 0
     for name, (keys, prune, pairs) in orderings.items():
         # The first-access ordering always runs: it tests the same pairs the interval
-        # planner visits, in numpy rather than Python.
-        if name != "start" and pairs > MAX_EXACT_PAIRS:
+        # planner visits, in numpy rather than Python. Nothing beats the lower bound.
+        if name != "start" and (pairs > MAX_EXACT_PAIRS or (exact and exact[1] <= lower)):
             continue
         off, top, conflict_pairs = _place_exact(np.lexsort(keys), size, align, a, prune)
         if exact is None or top < exact[1]:
@@ -537,7 +548,6 @@ def plan_memory(
         off = chosen.get(b.id, 0)
         offsets[b.id] = off
         buffers.append(replace(b, offset=off))
-    lower = _peak(a.first, a.last + 1, size)
     fits = None if capacity is None else arena <= capacity
     message = None
     if fits is False:

@@ -219,6 +219,38 @@ class TestExactPlacement:
                     assert safe, (a.ids[i], a.ids[j])
         assert conflicts == unordered
 
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.lists(st.tuples(st.integers(0, 400), st.integers(1, 60)), min_size=1, max_size=40),
+        st.integers(1, 80),
+        st.sampled_from([1, 2, 8, 64, 3]),
+    )
+    def test_gap_scans_agree(self, ranges, size, align):
+        # The exact placement scans gaps in Python for few conflicts and in numpy for many
+        # (mask rounding for powers of two, division otherwise): both must pick the same gap,
+        # and it must be aligned and free.
+        ranges.sort()
+        offs = [o for o, _ in ranges]
+        tops = [o + z for o, z in ranges]
+        small = memory_pass._gap_small(offs, tops, size, align)
+        dense = memory_pass._gap_dense(
+            np.array(offs, dtype=np.int64), np.array(tops, dtype=np.int64), size, align
+        )
+        assert small == dense
+        assert dense % align == 0
+        assert all(t <= dense or dense + size <= o for o, t in zip(offs, tops, strict=True))
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(2, 8))
+    def test_dense_gap_scan_is_safe(self, graph, cap):
+        # Small graphs rarely meet more than _DENSE conflicts at once: force the numpy scan.
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory_pass, "_DENSE", 0)
+            res = plan_memory(assign_streams(graph, max_streams=cap).graph)
+        check_safe(res.graph)
+        rep = res.artefacts["memory"]
+        assert rep.arena_bytes >= rep.lower_bound
+
     @pytest.mark.parametrize("streams", [2, 4, 8])
     def test_layered_graph_beats_the_intervals(self, streams):
         # The safe intervals wait for every stream to synchronise, so on a wide graph their plan
