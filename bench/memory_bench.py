@@ -3,30 +3,47 @@
 Prints markdown tables. For each MiniMalloc instance (capacity 1,048,576 bytes): lower bound,
 TFLite greedy-by-size arena and ratio, our heuristic's arena, ratio and time, and the exact
 mode's arena, whether it fits the capacity, its search nodes and time. Then heuristic timing on
-random interval sets of 1k/10k/100k intervals, with and without 1% long-lived buffers
-(ratios and times measured in this one run; the machine may be shared, so compare within it).
+random interval sets of 1k/10k/100k intervals, with and without 1% long-lived buffers: best of
+``--repeat`` CPU seconds, and the heuristic's time as a multiple of greedy-by-size's (ratios and
+times measured in this one run; the machine may be shared, so compare within it).
+
+``--baseline REV`` also times the planner as it was at git revision ``REV`` (its
+``oxiwork/optimizer/memory.py``, loaded as a separate module) on the same inputs, in the same
+run. ``--orderings`` prints, per input, every candidate ordering's arena relative to
+greedy-by-size and which ordering wins how often (what the large-input pair was chosen by).
 
 Usage::
 
-    python bench/memory_bench.py [--time-limit 120] [--instances A,B,C,D,E] [--sizes 1000,10000,100000]
+    python bench/memory_bench.py [--time-limit 120] [--instances A,B,C,D,E]
+                                 [--sizes 1000,10000,100000] [--skip-exact] [--repeat 3]
+                                 [--baseline HEAD~1] [--orderings]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import random
+import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import numpy as np
 
+from oxiwork.optimizer import memory
 from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
 
 DATA = Path("/work/shared/bench-data/minimalloc")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def load(path: Path) -> list[tuple[int, int, int]]:
@@ -64,13 +81,81 @@ def overlap_pairs(intervals: list[tuple[int, int, int]]) -> int:
     return int(np.maximum(stop - np.arange(1, len(arr) + 1), 0).sum())
 
 
+def baseline_module(rev: str) -> ModuleType:
+    """``oxiwork/optimizer/memory.py`` as of git revision ``rev``, imported as its own module."""
+    src = subprocess.run(
+        ["git", "show", f"{rev}:oxiwork/optimizer/memory.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "memory_baseline.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("memory_baseline", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["memory_baseline"] = mod  # dataclasses look their module up here
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def best_cpu(fn: Callable[[], Any], repeat: int) -> tuple[Any, float]:
+    """Result and the least CPU seconds over ``repeat`` calls (CPU time: the machine is shared)."""
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        t = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - t)
+    return out, best
+
+
+def orderings_table(instances: list[str]) -> None:
+    """Every candidate ordering's arena / greedy-by-size's, per input, and the win counts."""
+    names = list(memory._ORDERINGS)
+    inputs: list[tuple[str, list[tuple[int, int, int]], int]] = []
+    for name in instances:
+        (path,) = DATA.glob(f"{name}.*.csv")
+        inputs.append((f"MiniMalloc {name}", load(path), 1))
+    for n, seeds in ((1000, 5), (5000, 5), (20000, 5), (100000, 1)):
+        for ll in (0.0, 0.01, 0.05):
+            for seed in range(seeds):
+                iv = random_intervals(n, seed=seed, long_lived=ll)
+                inputs.append((f"random {n:,} {ll:.0%} #{seed}", iv, 256))
+    print("\n## Candidate orderings: arena / greedy-by-size's (lower is better)\n")
+    print("| input | " + " | ".join(names) + " | winner |")
+    print("|---|" + "---|" * (len(names) + 1))
+    wins: Counter[str] = Counter()
+    sole: Counter[str] = Counter()
+    for label, iv, align in inputs:
+        p = memory._make_problem(memory._validate_intervals(iv), align)
+        arena = {nm: memory._heuristic(p, (nm,))[1] for nm in names}
+        best = min(arena.values())
+        won = [nm for nm in names if arena[nm] == best]
+        wins.update(won)
+        if len(won) == 1:
+            sole[won[0]] += 1
+        g = arena["greedy_by_size"]
+        cells = " | ".join(f"{arena[nm] / g:.4f}" for nm in names)
+        print(f"| {label} | {cells} | {', '.join(won)} |", flush=True)
+    print("\n| ordering | best (ties count for each) | sole best |")
+    print("|---|---:|---:|")
+    for nm in names:
+        print(f"| {nm} | {wins[nm]} of {len(inputs)} | {sole[nm]} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=120.0)
     ap.add_argument("--instances", default="A,B,C,D,E")
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--skip-exact", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="timings: best of this many runs")
+    ap.add_argument("--baseline", help="git revision whose planner to time alongside")
+    ap.add_argument("--orderings", action="store_true", help="print the orderings table")
     args = ap.parse_args()
+    base = baseline_module(args.baseline) if args.baseline else None
 
     print("## MiniMalloc challenging instances (capacity 1,048,576 bytes)\n")
     print(
@@ -95,27 +180,34 @@ def main() -> None:
             flush=True,
         )
 
-    print("\n## Heuristic on random interval sets (alignment 256)\n")
-    print(
+    print("\n## Heuristic on random interval sets (alignment 256, best of CPU seconds)\n")
+    head = (
         "| intervals | long-lived | overlap pairs | lower bound | greedy ratio | greedy s | "
-        "heuristic ratio | heuristic s | strategy |"
+        "heuristic ratio | heuristic s | heuristic / greedy time | strategy |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
+    if base is not None:
+        head += f" {args.baseline} ratio | {args.baseline} s | time / {args.baseline} |"
+        rule += "---|---|---|"
+    print(head)
+    print(rule)
     for long_lived in (0.0, 0.01):
         for n in (int(x) for x in args.sizes.split(",")):
             iv = random_intervals(n, long_lived=long_lived)
             pairs = overlap_pairs(iv)
-            t = time.perf_counter()
-            g = greedy_by_size(iv, alignment=256)
-            tg = time.perf_counter() - t
-            t = time.perf_counter()
-            h = plan_intervals(iv, alignment=256)
-            th = time.perf_counter() - t
-            print(
+            g, tg = best_cpu(lambda iv=iv: greedy_by_size(iv, alignment=256), args.repeat)
+            h, th = best_cpu(lambda iv=iv: plan_intervals(iv, alignment=256), args.repeat)
+            row = (
                 f"| {n:,} | {long_lived:.0%} | {pairs:,} | {h.lower_bound:,} | {g.ratio:.4f} | "
-                f"{tg:.3f} | {h.ratio:.4f} | {th:.3f} | {h.strategy} |",
-                flush=True,
+                f"{tg:.3f} | {h.ratio:.4f} | {th:.3f} | {th / tg:.2f} | {h.strategy} |"
             )
+            if base is not None:
+                b, tb = best_cpu(lambda iv=iv: base.plan_intervals(iv, alignment=256), args.repeat)
+                row += f" {b.ratio:.4f} | {tb:.3f} | {th / tb:.2f} |"
+            print(row, flush=True)
+
+    if args.orderings:
+        orderings_table(args.instances.split(","))
 
 
 if __name__ == "__main__":
