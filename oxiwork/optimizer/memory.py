@@ -521,6 +521,112 @@ def _place(
     )
 
 
+class _Placer:
+    """One ordering's placement state for :func:`_place_many` (first or best fit)."""
+
+    def __init__(
+        self,
+        nb: _Csr | _TimeIndex,
+        size: list[int],
+        align: list[int],
+        size_np: np.ndarray,
+        align_np: np.ndarray,
+        best_fit: bool,
+        dense: int,
+    ) -> None:
+        n = len(size)
+        self.nb, self.size, self.align, self.best_fit, self.dense = nb, size, align, best_fit, dense
+        self.size_np, self.align_np = size_np, align_np
+        self.uniform = int(align_np[0]) if n and (align_np == align_np[0]).all() else 0
+        # Offsets and tops are sums of sizes and multiples of alignments: multiples of the
+        # lowest bit set in any of them (a power of two), which packed sort keys may drop.
+        low = int(np.bitwise_or.reduce(size_np | align_np)) if n else 1
+        self.unit = ((low & -low) or 1).bit_length() - 1
+        # (offset, top) of each placed interval, None while unplaced: the Python scan collects
+        # the placed neighbours with filter/map at C speed. The numpy scan reads off_np/top_np;
+        # its results reach placed_at only when a Python scan is next (most large runs never
+        # need it).
+        self.placed_at: list[tuple[int, int] | None] = [None] * n
+        self.unsynced: list[np.ndarray] = []
+        self.pending = 0  # items in unsynced
+        self.instead = 0  # numpy placements made instead of syncing them
+        self.off_np = np.full(n, -1, dtype=np.int64)
+        self.top_np = np.zeros(n, dtype=np.int64)
+        self.count = nb.count.tolist()
+        self.arena = 0
+
+    def place_numpy(self, items: np.ndarray, cand: np.ndarray, seg: np.ndarray) -> None:
+        res = _place_batch(
+            items,
+            cand,
+            seg,
+            self.off_np,
+            self.top_np,
+            self.size_np,
+            self.align_np,
+            self.uniform,
+            self.best_fit,
+            self.arena,
+            self.unit,
+        )
+        top = res + self.size_np[items]
+        self.off_np[items] = res
+        self.top_np[items] = top
+        self.arena = max(self.arena, int(top.max()))
+        self.unsynced.append(items)
+        self.pending += len(items)
+
+    def place_python(self, j: int) -> None:
+        # Syncing costs about as much per item as a numpy placement costs per _SYNC_RATIO
+        # items: while more are pending, place through numpy and count the cost, so that a
+        # few stragglers after a big wave do not pay for copying the whole arena.
+        few = self.count[j] <= self.dense
+        if not few or self.pending > _SYNC_RATIO * (self.instead + 1):
+            self.instead += few
+            one = np.array([j], dtype=np.int64)
+            self.place_numpy(one, *self.nb.gather(one))
+            return
+        placed_at = self.placed_at
+        if self.unsynced:
+            items = np.concatenate(self.unsynced)
+            self.unsynced.clear()
+            self.pending = self.instead = 0
+            for k, o, t in zip(
+                items.tolist(),
+                self.off_np[items].tolist(),
+                self.top_np[items].tolist(),
+                strict=True,
+            ):
+                placed_at[k] = (o, t)
+        sz = self.size[j]
+        a = self.align[j]
+        placed = self.nb.placed(j, placed_at.__getitem__)
+        placed.sort()
+        cand = 0
+        if self.best_fit:
+            best = -1
+            best_gap = 0
+            for o, t in placed:
+                gap = o - cand
+                if gap >= sz and (best < 0 or gap < best_gap):
+                    best, best_gap = cand, gap
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+            if best >= 0:
+                cand = best
+        else:
+            for o, t in placed:
+                if o - cand >= sz:
+                    break
+                if t > cand:
+                    cand = t if a == 1 else -(-t // a) * a
+        placed_at[j] = (cand, cand + sz)
+        self.off_np[j] = cand
+        self.top_np[j] = cand + sz
+        if cand + sz > self.arena:
+            self.arena = cand + sz
+
+
 def _place_with(
     nb: _Csr | _TimeIndex,
     order: np.ndarray,
@@ -539,99 +645,43 @@ def _place_with(
     ``dense`` neighbours in all; single intervals with more than ``dense`` candidate
     neighbours go through it alone; the rest through Python.
     """
+    ((off, arena),) = _place_many(nb, order, size, align, (best_fit,), dense)
+    return off, arena
+
+
+def _place_many(
+    nb: _Csr | _TimeIndex,
+    order: np.ndarray,
+    size: list[int],
+    align: list[int],
+    fits: Sequence[bool],
+    dense: int = _DENSE,
+) -> list[tuple[list[int], int]]:
+    """:func:`_place_with` for one ordering and several fits (best fit when True) at once.
+
+    The waves depend only on the ordering, so the neighbours are gathered and the waves found
+    once for all fits (first and best fit by size share their ordering).
+    """
     n = len(size)
-    # (offset, top) of each placed interval, None while unplaced: the Python scan collects the
-    # placed neighbours with filter/map at C speed. The numpy scan reads off_np/top_np; its
-    # results reach placed_at only when a Python scan is next (most large runs never need it).
-    placed_at: list[tuple[int, int] | None] = [None] * n
-    get = placed_at.__getitem__
-    unsynced: list[np.ndarray] = []
-    pending = [0, 0]  # items in unsynced; numpy placements made instead of syncing them
-    off_np = np.full(n, -1, dtype=np.int64)
-    top_np = np.zeros(n, dtype=np.int64)
     size_np = np.asarray(size, dtype=np.int64)
     align_np = np.asarray(align, dtype=np.int64)
-    uniform = int(align_np[0]) if n and (align_np == align_np[0]).all() else 0
-    # Offsets and tops are sums of sizes and multiples of alignments: multiples of the lowest
-    # bit set in any of them (a power of two), which packed sort keys may drop.
-    low = int(np.bitwise_or.reduce(size_np | align_np)) if n else 1
-    unit = ((low & -low) or 1).bit_length() - 1
-    count = nb.count.tolist()
-    arena = 0
+    placers = [_Placer(nb, size, align, size_np, align_np, bf, dense) for bf in fits]
     i = 0
     width = _WINDOW_MIN * 4
     stretch = 0
-
-    def place_numpy(items: np.ndarray, cand: np.ndarray, seg: np.ndarray) -> None:
-        nonlocal arena
-        res = _place_batch(
-            items, cand, seg, off_np, top_np, size_np, align_np, uniform, best_fit, arena, unit
-        )
-        top = res + size_np[items]
-        off_np[items] = res
-        top_np[items] = top
-        arena = max(arena, int(top.max()))
-        unsynced.append(items)
-        pending[0] += len(items)
-
-    def place_python(j: int) -> None:
-        nonlocal arena
-        # Syncing costs about as much per item as a numpy placement costs per _SYNC_RATIO
-        # items: while more are pending, place through numpy and count the cost, so that a
-        # few stragglers after a big batch do not pay for copying the whole arena.
-        if count[j] > dense or pending[0] > _SYNC_RATIO * (pending[1] + 1):
-            pending[1] += count[j] <= dense
-            one = np.array([j], dtype=np.int64)
-            place_numpy(one, *nb.gather(one))
-            return
-        if unsynced:
-            items = np.concatenate(unsynced)
-            unsynced.clear()
-            pending[:] = [0, 0]
-            for k, o, t in zip(
-                items.tolist(), off_np[items].tolist(), top_np[items].tolist(), strict=True
-            ):
-                placed_at[k] = (o, t)
-        sz = size[j]
-        a = align[j]
-        placed = nb.placed(j, get)
-        placed.sort()
-        cand = 0
-        if best_fit:
-            best = -1
-            best_gap = 0
-            for o, t in placed:
-                gap = o - cand
-                if gap >= sz and (best < 0 or gap < best_gap):
-                    best, best_gap = cand, gap
-                if t > cand:
-                    cand = t if a == 1 else -(-t // a) * a
-            if best >= 0:
-                cand = best
-        else:
-            for o, t in placed:
-                if o - cand >= sz:
-                    break
-                if t > cand:
-                    cand = t if a == 1 else -(-t // a) * a
-        placed_at[j] = (cand, cand + sz)
-        off_np[j] = cand
-        top_np[j] = cand + sz
-        if cand + sz > arena:
-            arena = cand + sz
-
     # Items of the ordering taken into a window but not placed yet (they overlap an earlier
     # unplaced one), in order; they come before order[i:].
     pool = order[:0]
     rank = np.full(n, n, dtype=np.int64)
     while i < n or len(pool):
-        if stretch or (arena + 1) * width >= _KEY_LIMIT:
+        if stretch or (max(pl.arena for pl in placers) + 1) * width >= _KEY_LIMIT:
             # One at a time, in order: the waiting items first, as they come earlier.
             if len(pool):
                 j, pool = int(pool[0]), pool[1:]
             else:
                 j, i = int(order[i]), i + 1
-            place_python(j)
+            for pl in placers:
+                pl.place_python(j)
             stretch = max(stretch - 1, 0)
             continue
         take = max(width - len(pool), 0)
@@ -653,15 +703,16 @@ def _place_with(
             cand, seg = cand[keep], (np.cumsum(free) - 1)[seg[keep]]
         else:
             items, pool = win, rest
-        if len(cand) > dense:
-            place_numpy(items, cand, seg)
-        else:
-            for j in items.tolist():
-                place_python(j)
+        for pl in placers:
+            if len(cand) > dense:
+                pl.place_numpy(items, cand, seg)
+            else:
+                for j in items.tolist():
+                    pl.place_python(j)
         if len(items) < _SMALL_BATCH and len(win) >= _WINDOW_MIN:
             stretch = _STRETCH
         width = min(max(2 * len(items), _WINDOW_MIN), _WINDOW_MAX)
-    return off_np.tolist(), arena
+    return [(pl.off_np.tolist(), pl.arena) for pl in placers]
 
 
 def _place_batch(
@@ -822,6 +873,15 @@ _ORDERINGS: dict[str, tuple[_Keys, bool]] = {
 _CHEAP = ("greedy_by_size", "first_fit_size")
 
 
+# Orderings that sort by the same keys (they differ in first or best fit): name -> the first
+# such name, so that _heuristic places them in one pass over the ordering.
+_KEYS_OF = {
+    "first_fit_size": "greedy_by_size",
+    "first_fit_area": "best_fit_area",
+    "first_fit_total": "best_fit_total",
+}
+
+
 def _order(p: _Problem, name: str, tot: np.ndarray) -> np.ndarray:
     keys, _ = _ORDERINGS[name]
     return np.lexsort([np.arange(p.n), *keys(p, tot)])
@@ -854,9 +914,19 @@ def _heuristic(
     tot = _section_total(p, profile) if needs_total else np.zeros(0, dtype=np.int64)
     lb = int(profile[0].max()) if profile is not None and len(profile[0]) else -1
     best: tuple[list[int], int, str] | None = None
+    # Orderings with the same sort keys (first and best fit) are placed together; the first
+    # of ``names`` with the smallest arena wins, as if they ran one by one.
+    groups: dict[str, list[str]] = {}
     for name in names:
-        order = inv[_order(p, name, tot)]
-        off, arena = _place_with(index, order, size, align, _ORDERINGS[name][1])
+        groups.setdefault(_KEYS_OF.get(name, name), []).append(name)
+    done: dict[str, tuple[list[int], int]] = {}
+    for name in names:
+        if name not in done:
+            group = groups[_KEYS_OF.get(name, name)]
+            order = inv[_order(p, name, tot)]
+            fits = [_ORDERINGS[nm][1] for nm in group]
+            done.update(zip(group, _place_many(index, order, size, align, fits), strict=True))
+        off, arena = done[name]
         if best is None or arena < best[1]:
             best = (off, arena, name)
         if arena <= lb:

@@ -317,6 +317,18 @@ class TestHeuristic:
                     dense,
                 )
                 assert ([off[k] for k in inv.tolist()], arena) == expected, dense
+            # Both fits of one ordering in one pass (what _heuristic does for such pairs).
+            other = reference_placement(intervals, size, align, order.tolist(), not best_fit)
+            both = memory._place_many(
+                memory._TimeIndex(p.start[perm], p.end[perm]),
+                inv[order],
+                p.size[perm].tolist(),
+                p.align[perm].tolist(),
+                (best_fit, not best_fit),
+                8,
+            )
+            got = [([off[k] for k in inv.tolist()], arena) for off, arena in both]
+            assert got == [expected, other]
 
     def test_large_input_orderings_never_worse_than_greedy(self, monkeypatch):
         # Above _MANY_INTERVALS only _CHEAP runs; it must still contain greedy by size.
