@@ -115,7 +115,7 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
             scalars += [("float", p, v) for p, v in bound.steps[0].params.items()]
             return KernelSource(op.function_name, op.source, tuple(scalars))
     for j, st in enumerate(bound.steps):
-        if st.op.expr is None and st.op.row is None:
+        if st.op.expr is None and st.op.row is None and st.op.element is None:
             raise UnsupportedOp(
                 f"{bound.where}: op {st.op.name!r} (step {j}) has no CUDA code that can be "
                 "composed; give it an expr= (element-wise) or run it as its own kernel"
@@ -162,7 +162,7 @@ class _Gen:
     def __init__(self, bound: BoundProgram, node: GraphNode, graph: ComputeGraph) -> None:
         self.b = bound
         self.node = node
-        self.sizes: dict[str, int] = {}  # size_t scalar args in order of first use
+        self.sizes: dict[str, int] = {}  # size_t args of element steps (matmul), in order
         self.moduli: dict[int, int] = {}  # input k -> its element count when broadcast
         self.single = len(bound.steps) == 1
         # In-place kernels alias an input and an output: __restrict__ would be a lie.
@@ -186,12 +186,28 @@ class _Gen:
         self.moduli[i] = m
         return f"in{i}[{var} % m{i}]"
 
-    def step_line(self, j: int, var: str, space: int) -> str:
+    def step_lines(self, j: int, var: str, space: int) -> list[str]:
+        """C statements defining ``t{j}``, step j's value at index ``var``."""
         st = self.b.steps[j]
-        assert st.op.expr is not None
+        if st.op.element is not None:
+            # An out-element-wise step (matmul) reads whole input buffers, so its operands
+            # must be kernel inputs, never values of earlier steps.
+            if any(kind != "in" for kind, _ in st.args):
+                raise UnsupportedOp(
+                    f"{self.b.where}: step {j} ({st.op.name}) reads an earlier step; an "
+                    f"{st.op.name} can only start a fused kernel, reading its input buffers"
+                )
+            ptrs = [f"in{i}" for _, i in st.args]
+            lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape)
+            self.sizes.update(sizes)
+            return lines
+        if st.op.expr is None:
+            raise UnsupportedOp(
+                f"{self.b.where}: step {j} ({st.op.name}) cannot be computed per element here"
+            )
         args = [self.arg(kind, i, var, space) for kind, i in st.args]
         names = {p: self.param_name(j, p) for p in st.params}
-        return f"float t{j} = {st.op.expr.format(*args, **names)};"
+        return [f"float t{j} = {st.op.expr.format(*args, **names)};"]
 
     def signature(
         self, fname: str, sizes: list[tuple[str, int]]
@@ -200,6 +216,7 @@ class _Gen:
         ptrs = [f"const float*{r} in{k}" for k in range(len(self.b.in_shapes))]
         ptrs += [f"float*{r} out{k}" for k in range(len(self.b.out_shapes))]
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
+        scalars += [("size_t", name, v) for name, v in self.sizes.items()]
         scalars += [("size_t", f"m{k}", m) for k, m in sorted(self.moduli.items())]
         for j, st in enumerate(self.b.steps):
             scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
@@ -220,7 +237,7 @@ class _Gen:
     def elementwise_kernel(self, fname: str) -> KernelSource:
         n = math.prod(self.b.steps[self.b.outputs[0]].shape)
         self.check_space(list(range(len(self.b.steps))), n, "element-wise kernel")
-        body = [self.step_line(j, "i", n) for j in range(len(self.b.steps))]
+        body = [line for j in range(len(self.b.steps)) for line in self.step_lines(j, "i", n)]
         body += [f"out{k}[i] = t{s};" for k, s in enumerate(self.b.outputs)]
         sig, scalars = self.signature(fname, [("n", n)])
         loop = (
@@ -258,10 +275,10 @@ class _Gen:
                     "kernel writes only the reduction and its epilogue"
                 )
         kind, i = red.args[0]
-        pre_lines = [self.step_line(j, "i", full) for j in pre]
+        pre_lines = [line for j in pre for line in self.step_lines(j, "i", full)]
         value = self.arg(kind, i, "i", full)
         out_var = "i" if out_space == full else "row"
-        post_lines = [self.step_line(j, out_var, out_space) for j in post]
+        post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
         recipe = _ROW_RECIPES.get(red.op.row or "")
         if recipe is None:

@@ -65,13 +65,17 @@ class FusionClass(enum.Enum):
       (transpose); not fused here;
     - ``REDUCTION``: a row of the input becomes one value (sum, max) or a row again
       (softmax, layer_norm); element-wise prologues and epilogues fuse into it;
-    - ``OPAQUE``: never fused (matmul, custom kernels).
+    - ``OUT_ELEMENTWISE``: each output element is computed on its own from whole input
+      buffers (matmul); element-wise epilogues fuse after it, nothing fuses before it
+      (TVM's "out-elemwise-fusable" class);
+    - ``OPAQUE``: never fused (custom kernels).
     """
 
     ELEMENTWISE = "elementwise"
     BROADCAST = "broadcast"
     INJECTIVE = "injective"
     REDUCTION = "reduction"
+    OUT_ELEMENTWISE = "out_elementwise"
     OPAQUE = "opaque"
 
 
@@ -153,6 +157,9 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- costs
 CostFn = Callable[[Sequence[Shape], Shape], tuple[float, float]]
+ElementFn = Callable[
+    [int, Sequence[str], str, Sequence[Shape], Shape], tuple[list[str], list[tuple[str, int]]]
+]
 
 
 def _matmul_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
@@ -187,6 +194,13 @@ class OpDef:
     kernel
         Full-kernel generator ``kernel(function_name, in_shapes, out_shape, params) ->
         (source, scalar_args)`` for ops that are neither (matmul, transpose).
+    element
+        For ``OUT_ELEMENTWISE`` ops: ``element(j, pointers, var, in_shapes, out_shape) ->
+        (lines, sizes)``, C statements that define ``float t{j}``, the output element at
+        index ``var``, reading the input buffers named by ``pointers``; ``sizes`` are the
+        ``(name, value)`` size_t arguments the lines use (named after ``j`` so that steps
+        do not collide). A fused kernel starts with these lines and applies its
+        element-wise epilogue to ``t{j}``.
     source, function_name
         Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.
     shape
@@ -213,6 +227,7 @@ class OpDef:
     kernel: Callable[..., tuple[str, list[tuple[str, str, Any]]]] | None = field(
         default=None, repr=False
     )
+    element: ElementFn | None = field(default=None, repr=False)
     source: str | None = field(default=None, repr=False)
     function_name: str | None = field(default=None, repr=False)
     shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = field(
@@ -247,6 +262,11 @@ class OpDef:
             )
         if self.fusion_class is FusionClass.REDUCTION and self.row is None:
             raise InvalidArgument(f"op {self.name!r} is a REDUCTION but names no row recipe")
+        if self.fusion_class is FusionClass.OUT_ELEMENTWISE and self.element is None:
+            raise InvalidArgument(
+                f"op {self.name!r} is OUT_ELEMENTWISE but has no element= generator; give "
+                "it one, or make it OPAQUE"
+            )
 
     def _check_expr(self) -> None:
         assert self.expr is not None
@@ -274,7 +294,9 @@ class OpDef:
     @property
     def has_cuda(self) -> bool:
         """True if :func:`oxiwork.ops.kernel_source` can generate this op's kernel."""
-        return any(x is not None for x in (self.expr, self.row, self.kernel, self.source))
+        return any(
+            x is not None for x in (self.expr, self.row, self.kernel, self.element, self.source)
+        )
 
     def op_cost(self, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[float, float]:
         """``(flops, bytes)`` of one application on float32 data."""
@@ -461,6 +483,22 @@ def _matmul_kernel(
     return src, [("size_t", "m", m), ("size_t", "n", n), ("size_t", "k", k)]
 
 
+def _matmul_element(
+    j: int, ptrs: Sequence[str], var: str, ins: Sequence[Shape], out: Shape
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # The same products summed in the same order as _matmul_kernel, so fused and unfused
+    # results agree bit for bit when compiled with --fmad=false.
+    a, b = ptrs
+    n, k = f"s{j}_n", f"s{j}_k"
+    lines = [
+        f"float t{j} = 0.0f;",
+        f"for (size_t q{j} = 0; q{j} < {k}; ++q{j}) {{",
+        f"    t{j} += {a}[({var} / {n}) * {k} + q{j}] * {b}[q{j} * {n} + {var} % {n}];",
+        "}",
+    ]
+    return lines, [(n, out[-1]), (k, ins[0][-1])]
+
+
 def _transpose_kernel(
     fname: str, ins: Sequence[Shape], out: Shape, params: Mapping[str, float]
 ) -> tuple[str, list[tuple[str, str, Any]]]:
@@ -582,10 +620,11 @@ _BUILTINS: tuple[OpDef, ...] = (
     ),
     OpDef(
         "matmul",
-        FusionClass.OPAQUE,
+        FusionClass.OUT_ELEMENTWISE,
         2,
         reference=lambda xs: np.matmul(xs[0], xs[1]).astype(F32, copy=False),
         kernel=_matmul_kernel,
+        element=_matmul_element,
         shape=_matmul_shape,
         cost=_matmul_cost,
     ),

@@ -1,24 +1,30 @@
-"""Kernel fusion: merge chains and diamonds of element-wise ops, and element-wise
-prologues/epilogues of a reduction, into single kernels.
+"""Kernel fusion: merge chains and diamonds of element-wise ops, element-wise
+prologues/epilogues of a reduction, and element-wise epilogues of a matmul into single
+kernels.
 
 The rules follow TVM's FuseOps (T. Chen et al., "TVM: An Automated End-to-End Optimizing
 Compiler for Deep Learning", OSDI 2018, section 4.1): ops are classified by
 :class:`~oxiwork.ops.FusionClass`; an element-wise op fuses into its consumer, a fan-out
 fuses with everything up to the immediate post-dominator that closes it (computed by
 :func:`oxiwork.analysis.dominance.post_dominators`) when every op in between is
-fusible, and element-wise ops fuse before (prologue) and after (epilogue) one reduction.
+fusible, element-wise ops fuse before (prologue) and after (epilogue) one reduction, and
+after (only) one out-element-wise op such as matmul.
 Groups are formed greedily in topological order with union of groups, in rounds until
 no more merge (so fusing a fused graph again changes nothing); a merge is kept only if
 the merged group is still legal:
 
 - every member is a fusible kernel (``node.fusible``, a registered element-wise,
-  broadcast or reduction op; never opaque, matmul or injective) with one output, and all
-  members have the same stream pin;
+  broadcast, reduction or out-element-wise op; never opaque or injective) with one
+  output, and all members have the same stream pin;
 - no intermediate buffer escapes: a buffer written by a member and read by another
   member must not be external, must have that single writer and must be read by members
   only (not by copies or other kernels);
 - at most one reduction, with prologue steps on its input's index space and epilogue
   steps on its output's, so the group is one kernel (:mod:`oxiwork.ops.codegen`);
+- or at most one out-element-wise op (matmul, TVM's "out-elemwise-fusable"), reading
+  only buffers from outside the group, with element-wise steps on its output's index
+  space (a bias, an activation, a residual add: the epilogue of a GEMM), and no
+  reduction;
 - merging keeps the graph acyclic: no path leaves the group and re-enters it;
 - at most ``max_group_size`` members.
 
@@ -59,6 +65,7 @@ _FUSIBLE_CLASSES = {
     FusionClass.ELEMENTWISE: "E",
     FusionClass.BROADCAST: "E",
     FusionClass.REDUCTION: "R",
+    FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
 MAX_NAME = 200
@@ -68,7 +75,7 @@ MAX_NAME = 200
 class _Info:
     """What fusion needs to know about one fusible kernel."""
 
-    cls: str  # "E" element-wise/broadcast, "R" reduction
+    cls: str  # "E" element-wise/broadcast, "R" reduction, "M" out-element-wise (matmul)
     out: BufferId
     out_numel: int
     in_numel: tuple[int, ...]
@@ -198,12 +205,16 @@ class _Fuser:
         internal = self._internal(gset)
         inner = {self.info[m].out: m for m in group if self.info[m].out in internal}
         reds = [m for m in group if self.info[m].cls == "R"]
-        if len(reds) > 1:
+        heads = [m for m in group if self.info[m].cls == "M"]
+        if len(reds) + len(heads) > 1:
             return False
+        if heads and any(b in inner for b in self.g.node(heads[0]).inputs):
+            return False  # a matmul reads whole buffers: it starts a kernel, never follows
         if not reds:
             n = self.info[group[0]].out_numel
             return all(
-                self.info[m].out_numel == n and all(n % k == 0 for k in self.info[m].in_numel)
+                self.info[m].out_numel == n
+                and (self.info[m].cls == "M" or all(n % k == 0 for k in self.info[m].in_numel))
                 for m in group
             )
         r = reds[0]
@@ -297,7 +308,7 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | None:
     op = get(n.op)
     if op is None or op.fusion_class not in _FUSIBLE_CLASSES:
         return None
-    if op.expr is None and op.row is None:
+    if op.expr is None and op.row is None and op.element is None:
         return None
     if set(n.inputs) & set(n.outputs):
         return None  # in-place: reads and writes would race inside one kernel

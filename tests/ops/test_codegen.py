@@ -166,8 +166,10 @@ class TestNvrtc:
         kernels = fused_kernels()
         rows = [n for _, n in kernels if any(ops.get(s.op).row for s in n.fused.steps)]
         assert rows, "the examples should produce fused reduction kernels"
+        heads = [(g, n) for g, n in kernels if n.fused.steps[0].op == "matmul"]
+        assert heads, "the examples should produce matmul kernels with fused epilogues"
         seen = set()
-        for g, node in kernels:
+        for g, node in heads + kernels:
             ks = kernel_source(g, node)
             shape = tuple(s.op for s in node.fused.steps)
             if shape in seen and len(seen) > 25:
@@ -307,6 +309,7 @@ def _fused_cases():
 def test_fused_kernels_match_numpy(tmp_path):
     cases = _fused_cases()
     assert any(any(ops.get(s.op).row for s in n.fused.steps) for _, n in cases)
+    assert any(n.fused.steps[0].op == "matmul" for _, n in cases)
     for g, node in cases:
         arrays = [np.abs(a) + 0.5 for a in inputs_for(g, node)]  # keep log/div finite
         got, want = emulate(g, node, tmp_path, arrays)

@@ -82,7 +82,7 @@ class TestReferences:
             ("relu", FusionClass.ELEMENTWISE),
             ("bias_add", FusionClass.BROADCAST),
             ("softmax", FusionClass.REDUCTION),
-            ("matmul", FusionClass.OPAQUE),
+            ("matmul", FusionClass.OUT_ELEMENTWISE),
             ("transpose", FusionClass.INJECTIVE),
         ],
     )

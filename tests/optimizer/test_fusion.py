@@ -189,12 +189,39 @@ class TestRules:
         g = n.build()
         assert fuse(g).artefacts["groups"] == []
 
-    def test_never_across_opaque_matmul(self):
+    def test_matmul_takes_an_epilogue_never_a_prologue(self):
         n = Net()
         w = n.buf((8, 8), external=True)
-        y = n.k("relu", n.k("matmul", n.k("relu", n.input()), w))
+        b = n.buf((8,), external=True)
+        pre = n.k("relu", n.input())
+        mm = n.k("matmul", pre, w)
+        y = n.k("gelu", n.k("bias_add", mm, b))
         n.down(y)
-        assert fuse(n.build()).artefacts["groups"] == []
+        g = n.build()
+        res = fuse(g)
+        (group,) = res.artefacts["groups"]
+        assert n.ids["relu"] not in group  # a matmul reads whole rows: nothing before it
+        assert [g.node(m).op for m in group] == ["matmul", "bias_add", "gelu"]
+        assert_same_values(g, res.graph)
+
+    def test_two_matmuls_never_share_a_kernel(self):
+        n = Net()
+        w = n.buf((8, 8), external=True)
+        y = n.k("relu", n.k("matmul", n.k("matmul", n.input(), w), w))
+        n.down(y)
+        g = n.build()
+        for group in fuse(g).artefacts["groups"]:
+            assert [g.node(m).op for m in group].count("matmul") <= 1
+
+    def test_never_across_opaque(self):
+        ops.custom("blackbox", reference=lambda xs: xs[0] + 1)
+        try:
+            n = Net()
+            y = n.k("relu", n.k("blackbox", n.k("relu", n.input())))
+            n.down(y)
+            assert fuse(n.build()).artefacts["groups"] == []
+        finally:
+            ops.REGISTRY.pop("blackbox")
 
     def test_never_across_externally_consumed_intermediate(self):
         n = Net()
