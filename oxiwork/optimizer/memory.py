@@ -666,6 +666,7 @@ def _place_many(
     size_np = np.asarray(size, dtype=np.int64)
     align_np = np.asarray(align, dtype=np.int64)
     placers = [_Placer(nb, size, align, size_np, align_np, bf, dense) for bf in fits]
+    count = placers[0].count if placers else []
     i = 0
     width = _WINDOW_MIN * 4
     stretch = 0
@@ -675,15 +676,16 @@ def _place_many(
     rank = np.full(n, n, dtype=np.int64)
     while i < n or len(pool):
         if stretch or (max(pl.arena for pl in placers) + 1) * width >= _KEY_LIMIT:
-            # One at a time, in order: the waiting items first, as they come earlier.
-            if len(pool):
-                j, pool = int(pool[0]), pool[1:]
-            else:
-                j, i = int(order[i]), i + 1
-            for pl in placers:
-                pl.place_python(j)
-            stretch = max(stretch - 1, 0)
-            continue
+            # One at a time, in order: the waiting items first, as they come earlier. An item
+            # with many neighbours would go through numpy anyway: a wave costs no more.
+            j = int(pool[0]) if len(pool) else int(order[i])
+            if count[j] <= dense or not stretch:
+                pool, i = (pool[1:], i) if len(pool) else (pool, i + 1)
+                for pl in placers:
+                    pl.place_python(j)
+                stretch = max(stretch - 1, 0)
+                continue
+            stretch = 0
         take = max(width - len(pool), 0)
         win = np.concatenate([pool[:width], order[i : i + take]])
         rest = pool[width:]
