@@ -224,6 +224,19 @@ class TestHeuristic:
         plan = plan_intervals(intervals, alignment=alignment)
         assert plan.arena_bytes <= greedy.arena_bytes
 
+    @settings(max_examples=200, deadline=None)
+    @given(interval_lists(), ALIGNS)
+    def test_lower_bound_is_peak_live_bytes(self, intervals, alignment):
+        # From the definition: the most rounded bytes live at any one step.
+        peak = max(
+            (
+                sum(_round(z, alignment) for s, e, z in intervals if s <= t < e)
+                for t in {s for s, _, _ in intervals}
+            ),
+            default=0,
+        )
+        assert lower_bound(intervals, alignment) == peak
+
     def test_lower_bound_rounds_sizes(self):
         assert lower_bound([(0, 2, 10), (1, 3, 10)], alignment=1) == 20
         assert lower_bound([(0, 2, 10), (1, 3, 10)], alignment=64) == 128
