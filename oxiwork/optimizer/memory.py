@@ -705,15 +705,18 @@ def _place_many(
         rank[win] = np.arange(len(win))
         blocked = seg[rank[cand] < seg]
         rank[win] = n
+        # Only placed neighbours matter, and every placer has placed the same items.
+        keep = placers[0].off_np[cand] >= 0
         if len(blocked):
             free = np.ones(len(win), dtype=bool)
             free[blocked] = False
             items = win[free]
             pool = np.concatenate([win[~free], rest])
-            keep = free[seg]
+            keep &= free[seg]
             cand, seg = cand[keep], (np.cumsum(free) - 1)[seg[keep]]
         else:
             items, pool = win, rest
+            cand, seg = cand[keep], seg[keep]
         for pl in placers:
             if len(cand) > dense:
                 pl.place_numpy(items, cand, seg)
@@ -750,11 +753,12 @@ def _place_batch(
     res = np.zeros(len(items), dtype=np.int64)
     o = off_np[cand]
     placed = o >= 0
-    if not placed.any():
+    if not placed.all():  # the wave loop passes placed neighbours only
+        o, cand, seg = o[placed], cand[placed], seg[placed]
+    if not len(o):
         return res
-    o = o[placed]
-    t = top_np[cand[placed]]
-    sg = seg[placed]
+    t = top_np[cand]
+    sg = seg
     bits = (arena >> unit).bit_length()
     if (len(items) - 1).bit_length() + 2 * bits <= _PACK_BITS:
         # Pack (item, offset, top) into one int64 and sort the values: no argsort and no
