@@ -6,6 +6,10 @@ the ops, binds parameters, infers every step's shape from the buffers' shapes an
 them against the output buffers, so the reference evaluator, the code generator and the
 cost model all see the same validated description (and report the same clear errors).
 
+A graph is immutable, so a node's bound program is cached in the graph (``graph._cache``)
+and fusion, code generation and the cost model bind each kernel once per graph;
+:func:`share_bound` hands the entries of unchanged nodes on to a pass's output graph.
+
 Example
 -------
 >>> from oxiwork.examples import quick_start
@@ -26,13 +30,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnsupportedOp
-from oxiwork.node import FusedProgram, FusedStep, GraphNode, NodeKind
+from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, NodeKind
 from oxiwork.ops.table import OpDef, Shape, bind_params, get, infer_shape
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["BoundProgram", "BoundStep", "bind", "describe", "program_of", "run"]
+__all__ = [
+    "BoundProgram",
+    "BoundStep",
+    "bind",
+    "describe",
+    "program_of",
+    "run",
+    "share_bound",
+]
+
+# graph._cache key: node id -> (node, its BoundProgram, the op name each step looked up)
+_BOUND = "ops.bound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,55 +106,162 @@ def program_of(node: GraphNode) -> FusedProgram:
 
 
 def bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
-    """Resolve ``node``'s program against ``graph``'s buffers; raise naming what is wrong."""
+    """Resolve ``node``'s program against ``graph``'s buffers; raise naming what is wrong.
+
+    The result is cached in ``graph`` under ``node.id`` (shared: do not mutate it). A
+    cached program is reused only for a node with the same program, name and buffers
+    (``node`` need not be in ``graph``: fusion binds the kernels it is about to create)
+    and only while the registry still maps every step to the same op, so re-registering
+    an op with ``replace=True`` takes effect. Failures are not cached.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> k = g.nodes[1]
+    >>> bind(g, k) is bind(g, k), bind(g, k).steps[0].shape
+    (True, (1024,))
+    """
+    cache = graph._cache.get(_BOUND)
+    if cache is None:
+        cache = graph._cache[_BOUND] = {}
+    hit = cache.get(node.id)
+    if hit is not None and _same_program(hit[0], node) and _ops_current(hit[1], hit[2]):
+        return hit[1]
+    bound = _bind(graph, node)
+    names = (node.op or "",) if node.fused is None else tuple(st.op for st in node.fused.steps)
+    cache[node.id] = (node, bound, names)
+    return bound
+
+
+def share_bound(src: ComputeGraph, dst: ComputeGraph) -> None:
+    """Let ``dst`` reuse ``src``'s bound programs for the nodes a pass left unchanged.
+
+    An entry moves when ``dst`` has a node with that id, the same program and name, and
+    each of its buffers is the same in both graphs: binding it in ``dst`` would give an
+    equal result. Passes that rebuild a graph around unchanged kernels (fusion, streams)
+    call it so the cost model does not bind every kernel again.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> h = g.with_changes(edges=g.edges)
+    >>> b = bind(g, g.nodes[1])
+    >>> share_bound(g, h)
+    >>> bind(h, h.nodes[1]) is b
+    True
+    """
+    cache = src._cache.get(_BOUND)
+    if not cache:
+        return
+    out = dst._cache.get(_BOUND)
+    if out is None:
+        out = dst._cache[_BOUND] = {}
+    for nid, entry in cache.items():
+        if nid in out or not dst.has_node(nid):
+            continue
+        node = dst.node(nid)
+        if not _same_program(entry[0], node):
+            continue
+        if all(_same_buffer(src, dst, b) for b in (*node.inputs, *node.outputs)):
+            out[nid] = (node, entry[1], entry[2])
+
+
+def _same_program(a: GraphNode, b: GraphNode) -> bool:
+    """Would ``a`` and ``b`` (same id) bind to the same program? (what :func:`_bind` reads)"""
+    return a is b or (
+        a.name == b.name
+        and a.kind is b.kind
+        and a.op == b.op
+        and a.params == b.params
+        and a.fused == b.fused
+        and a.inputs == b.inputs
+        and a.outputs == b.outputs
+    )
+
+
+def _ops_current(bound: BoundProgram, names: tuple[str, ...]) -> bool:
+    """Does the registry still resolve every step of ``bound`` to the op it was bound to?"""
+    return all(get(name) is st.op for name, st in zip(names, bound.steps, strict=True))
+
+
+def _same_buffer(src: ComputeGraph, dst: ComputeGraph, bid: BufferId) -> bool:
+    # both graphs hold ``bid``: the node's own graph validated it, and the cached node
+    # (same buffers) was bound in ``src``
+    a, b = src.buffer(bid), dst.buffer(bid)
+    return a is b or a == b
+
+
+def _in_args(k: int) -> tuple[tuple[str, int], ...]:
+    """The arguments of a single-op kernel with ``k`` inputs: ``("in", 0) ... ("in", k-1)``."""
+    while len(_IN_ARGS) <= k:
+        _IN_ARGS.append((*_IN_ARGS[-1], ("in", len(_IN_ARGS) - 1)))
+    return _IN_ARGS[k]
+
+
+_IN_ARGS: list[tuple[tuple[str, int], ...]] = [()]
+
+
+def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
+    """:func:`bind` without the cache."""
     where = describe(node)
-    program = program_of(node)
-    in_bufs = [graph.buffer(b) for b in node.inputs]
-    out_bufs = [graph.buffer(b) for b in node.outputs]
+    # (op name, params, args, origin) per step, and which steps are results. A single-op
+    # kernel's one-step program is spelled out here rather than built by program_of: this
+    # runs for every kernel of every graph, so it skips allocating the FusedStep.
+    specs: Sequence[tuple[str, Any, tuple[tuple[str, int], ...], Any]]
+    if node.fused is None:
+        if node.op is None or get(node.op) is None:
+            program_of(node)  # raises UnsupportedOp naming what to do
+        specs = ((node.op, node.params, _in_args(len(node.inputs)), node.id),)
+        results: tuple[int, ...] = (0,)
+    else:
+        specs = [(st.op, st.params, st.args, st.node) for st in node.fused.steps]
+        results = node.fused.outputs
+    buffer = graph.buffer
+    in_bufs = [buffer(b) for b in node.inputs]
+    out_bufs = [buffer(b) for b in node.outputs]
     for buf in (*in_bufs, *out_bufs):
         if buf.dtype != "float32":
             raise UnsupportedOp(
                 f"{where} uses buffer {buf.name!r} of dtype {buf.dtype}; ops compute on "
                 "float32 only: allocate it with dtype='float32'"
             )
-    in_shapes = tuple(b.array_shape for b in in_bufs)
+    in_shapes = tuple([b.array_shape for b in in_bufs])
+    n_in = len(in_shapes)
     steps: list[BoundStep] = []
-    for j, st in enumerate(program.steps):
-        op = get(st.op)
+    for j, (name, given, args, origin) in enumerate(specs):
+        op = get(name)
         if op is None:
             raise UnsupportedOp(
-                f"{where}: step {j} names op {st.op!r}, which is not registered; register "
+                f"{where}: step {j} names op {name!r}, which is not registered; register "
                 "it with oxiwork.ops.custom() first"
             )
         shapes: list[Shape] = []
-        for kind, i in st.args:
-            if kind == "in" and 0 <= i < len(in_shapes):
+        for kind, i in args:
+            if kind == "in" and 0 <= i < n_in:
                 shapes.append(in_shapes[i])
             elif kind == "step" and 0 <= i < j:
                 shapes.append(steps[i].shape)
             else:
                 raise InvalidArgument(
-                    f"{where}: step {j} ({st.op}) reads {kind} {i}, which does not exist "
-                    f"(the kernel has {len(in_shapes)} input buffer(s); steps may only read "
+                    f"{where}: step {j} ({name}) reads {kind} {i}, which does not exist "
+                    f"(the kernel has {n_in} input buffer(s); steps may only read "
                     "earlier steps)"
                 )
-        step_where = where if len(program.steps) == 1 else f"{where} step {j}"
+        step_where = where if len(specs) == 1 else f"{where} step {j}"
         try:
-            params = bind_params(op, st.params, step_where)
+            params = bind_params(op, given, step_where)
             shape = infer_shape(op, shapes, params, step_where)
         except InvalidArgument as e:
-            if len(program.steps) > 1 or len(shapes) != op.arity:
+            if len(specs) > 1 or len(shapes) != op.arity:
                 raise
             # name the buffers too (built only on error: bind runs for every kernel)
             names = ", ".join(f"{b.name!r} {b.array_shape}" for b in in_bufs)
             raise InvalidArgument(str(e).replace(where, f"{where} reading {names}", 1)) from None
-        steps.append(BoundStep(op, params, st.args, tuple(shapes), shape, st.node))
-    if len(program.outputs) != len(out_bufs):
+        steps.append(BoundStep(op, params, args, tuple(shapes), shape, origin))
+    if len(results) != len(out_bufs):
         raise InvalidArgument(
-            f"{where} computes {len(program.outputs)} result(s) but writes "
-            f"{len(out_bufs)} buffer(s); give it exactly {len(program.outputs)} output(s)"
+            f"{where} computes {len(results)} result(s) but writes "
+            f"{len(out_bufs)} buffer(s); give it exactly {len(results)} output(s)"
         )
-    for k, (s, buf) in enumerate(zip(program.outputs, out_bufs, strict=True)):
+    for k, (s, buf) in enumerate(zip(results, out_bufs, strict=True)):
         if not 0 <= s < len(steps):
             raise InvalidArgument(f"{where}: output {k} names step {s}, which does not exist")
         got = steps[s].shape
@@ -152,9 +274,9 @@ def bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
     return BoundProgram(
         where,
         tuple(steps),
-        program.outputs,
+        results,
         in_shapes,
-        tuple(b.array_shape for b in out_bufs),
+        tuple([b.array_shape for b in out_bufs]),
     )
 
 
