@@ -87,6 +87,7 @@ from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
+from oxiwork.ops.program import share_bound
 from oxiwork.pipeline import PassResult
 
 __all__ = [
@@ -201,16 +202,6 @@ class StreamAssignment:
 # --------------------------------------------------------------------------------------------
 
 
-def _bits(x: int) -> list[int]:
-    """Positions of the set bits of ``x``, ascending."""
-    out = []
-    while x:
-        low = x & -x
-        out.append(low.bit_length() - 1)
-        x ^= low
-    return out
-
-
 def _hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int]) -> None:
     """Maximum matching of left ``u`` to right ``v in bits(adj[u])``, improving in place.
 
@@ -218,7 +209,17 @@ def _hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int
     vertex-disjoint shortest augmenting paths (iterative DFS). Adjacency rows are bitsets,
     so "unvisited neighbours" is one big-int operation and each right vertex is extracted
     at most once per BFS and once per DFS sweep.
+
+    The DFS from a left vertex at depth ``d`` only tries the right vertices that can extend
+    a shortest augmenting path: matched to a left vertex at depth ``d + 1`` (below the
+    depth of the first free right vertex, ``limit``), or free when ``d == limit``. Those
+    masks (``step``) are fixed for the phase: a right vertex still available has the match
+    and its partner the depth they had when the phase began (augmenting and dead ends only
+    touch vertices already taken off ``avail``). Masking them up front gives the same
+    matching as testing each bit as it comes up, without rescanning the dense closure
+    rows (tests compare both on random DAGs).
     """
+    nbytes = (n + 7) // 8
     while True:
         dist = [_INF] * n
         queue = [u for u in range(n) if match_l[u] < 0]
@@ -230,25 +231,39 @@ def _hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int
         while head < len(queue):
             u = queue[head]
             head += 1
-            if dist[u] >= limit:
+            du = dist[u]
+            if du >= limit:
                 continue
             new = adj[u] & ~seen
+            if not new:
+                continue
             seen |= new
-            for v in _bits(new):
-                w = match_r[v]
+            while new:
+                low = new & -new
+                new ^= low
+                w = match_r[low.bit_length() - 1]
                 if w < 0:
-                    limit = min(limit, dist[u])
+                    limit = min(limit, du)
                 elif dist[w] == _INF:
-                    dist[w] = dist[u] + 1
+                    dist[w] = du + 1
                     queue.append(w)
         if limit == _INF:
             return
+        # step[d]: right vertices a left vertex at depth d may take (built as bytes: one
+        # big-int per depth instead of one big-int operation per vertex).
+        layers = [bytearray(nbytes) for _ in range(limit + 1)]
+        for v in range(n):
+            w = match_r[v]
+            dw = 0 if w < 0 else dist[w]
+            if w < 0 or 0 < dw <= limit:  # free vertices go to layers[0] (used at limit)
+                layers[dw][v >> 3] |= 1 << (v & 7)
+        step = [int.from_bytes(b, "little") for b in (*layers[1:], layers[0])]
         avail = (1 << n) - 1
         for root in range(n):
             if match_l[root] >= 0 or dist[root] != 0:
                 continue
             stack_u = [root]
-            stack_c = [adj[root] & avail]
+            stack_c = [adj[root] & step[0]]
             path_v: list[int] = []
             while stack_u:
                 u = stack_u[-1]
@@ -262,22 +277,17 @@ def _hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int
                     continue
                 low = c & -c
                 stack_c[-1] = c ^ low
+                avail ^= low
                 v = low.bit_length() - 1
+                path_v.append(v)
                 w = match_r[v]
-                if w < 0:
-                    if dist[u] != limit:
-                        continue
-                    avail &= ~low
-                    path_v.append(v)
+                if w < 0:  # free: only reachable at depth limit, so a shortest path
                     for uu, vv in zip(stack_u, path_v, strict=True):
                         match_l[uu] = vv
                         match_r[vv] = uu
                     break
-                if dist[w] == dist[u] + 1 and dist[u] < limit:
-                    avail &= ~low
-                    path_v.append(v)
-                    stack_u.append(w)
-                    stack_c.append(adj[w] & avail)
+                stack_u.append(w)
+                stack_c.append(adj[w] & step[dist[w]])
 
 
 def _exact_chains(d: DenseGraph) -> list[list[int]]:
@@ -685,6 +695,7 @@ def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -
     for x in full:
         order[StreamId(stream_of[x])].append(x)
     new_graph = graph.with_changes(nodes=new_nodes, edges=edges)
+    share_bound(graph, new_graph)  # only streams changed: kernels bind as before
     return _Realized(
         new_graph,
         tuple(events),

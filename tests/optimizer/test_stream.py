@@ -276,3 +276,146 @@ class TestOverTheCapCandidates:
         chosen = assign_streams(graph, max_streams=cap, costs=info.cost).artefacts["streams"]
         if len(chains) > cap:
             assert chosen.makespan <= min(spans) * 1.001 + 1e-12
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+def reference_hopcroft_karp(n: int, adj: list[int], match_l: list[int], match_r: list[int]):
+    """The matcher as it was before the DFS masks (oxiwork 72a4d9b): every right vertex of
+    a row is tested as it comes up. Kept verbatim as the reference the fast one must equal
+    matching for matching (the chains, hence the streams, are read off the matching)."""
+    inf = 1 << 60
+    while True:
+        dist = [inf] * n
+        queue = [u for u in range(n) if match_l[u] < 0]
+        for u in queue:
+            dist[u] = 0
+        seen = 0
+        limit = inf
+        head = 0
+        while head < len(queue):
+            u = queue[head]
+            head += 1
+            if dist[u] >= limit:
+                continue
+            new = adj[u] & ~seen
+            seen |= new
+            for v in (i for i in range(n) if new >> i & 1):
+                w = match_r[v]
+                if w < 0:
+                    limit = min(limit, dist[u])
+                elif dist[w] == inf:
+                    dist[w] = dist[u] + 1
+                    queue.append(w)
+        if limit == inf:
+            return
+        avail = (1 << n) - 1
+        for root in range(n):
+            if match_l[root] >= 0 or dist[root] != 0:
+                continue
+            stack_u = [root]
+            stack_c = [adj[root] & avail]
+            path_v: list[int] = []
+            while stack_u:
+                u = stack_u[-1]
+                c = stack_c[-1] & avail
+                if not c:
+                    dist[u] = inf
+                    stack_u.pop()
+                    stack_c.pop()
+                    if path_v:
+                        path_v.pop()
+                    continue
+                low = c & -c
+                stack_c[-1] = c ^ low
+                v = low.bit_length() - 1
+                w = match_r[v]
+                if w < 0:
+                    if dist[u] != limit:
+                        continue
+                    avail &= ~low
+                    path_v.append(v)
+                    for uu, vv in zip(stack_u, path_v, strict=True):
+                        match_l[uu] = vv
+                        match_r[vv] = uu
+                    break
+                if dist[w] == dist[u] + 1 and dist[u] < limit:
+                    avail &= ~low
+                    path_v.append(v)
+                    stack_u.append(w)
+                    stack_c.append(adj[w] & avail)
+
+
+@st.composite
+def bipartite(draw, max_n: int = 24):
+    """Random bipartite graphs as bitset rows, with a random (valid) starting matching."""
+    n = draw(st.integers(1, max_n))
+    p = draw(st.sampled_from([0.05, 0.15, 0.4, 0.8]))
+    rnd = draw(st.randoms(use_true_random=False))
+    adj = [sum(1 << v for v in range(n) if rnd.random() < p) for _ in range(n)]
+    match_l, match_r = [-1] * n, [-1] * n
+    for u in range(n):  # a greedy start on a random subset, as _exact_chains does
+        if rnd.random() < 0.5:
+            for v in range(n):
+                if adj[u] >> v & 1 and match_r[v] < 0:
+                    match_l[u], match_r[v] = v, u
+                    break
+    return n, adj, match_l, match_r
+
+
+def nx_matching_size(n: int, adj: list[int]) -> int:
+    b = nx.Graph()
+    left = [("l", u) for u in range(n)]
+    b.add_nodes_from(left)
+    b.add_nodes_from(("r", v) for v in range(n))
+    b.add_edges_from((("l", u), ("r", v)) for u in range(n) for v in range(n) if adj[u] >> v & 1)
+    return len(nx.bipartite.maximum_matching(b, top_nodes=left)) // 2
+
+
+class TestHopcroftKarp:
+    @settings(max_examples=300, deadline=None)
+    @given(bipartite())
+    def test_maximum_and_equal_to_the_reference(self, case):
+        n, adj, ml, mr = case
+        fast_l, fast_r = ml[:], mr[:]
+        stream_mod._hopcroft_karp(n, adj, fast_l, fast_r)
+        ref_l, ref_r = ml[:], mr[:]
+        reference_hopcroft_karp(n, adj, ref_l, ref_r)
+        assert (fast_l, fast_r) == (ref_l, ref_r)  # the same matching, not just its size
+        size = sum(1 for v in fast_l if v >= 0)
+        assert size == nx_matching_size(n, adj)
+        for u, v in enumerate(fast_l):  # a matching of existing edges, both sides agree
+            if v >= 0:
+                assert adj[u] >> v & 1 and fast_r[v] == u
+        assert sum(1 for u in fast_r if u >= 0) == size
+
+    @settings(max_examples=60, deadline=None)
+    @given(dags(max_nodes=60, data=False))
+    def test_chain_cover_equals_the_reference_on_closures(self, graph):
+        fast = stream_mod._exact_chains(graph.dense())
+        assert fast == reference_chains(graph)
+        assert len(fast) == dilworth_width(graph)
+
+    @pytest.mark.parametrize("shape", ["chain", "layered", "transformer"])
+    def test_synthetic_equals_the_reference(self, shape):
+        g = synthetic(600, shape)
+        assert stream_mod._exact_chains(g.dense()) == reference_chains(g)
+
+
+def reference_chains(graph: ComputeGraph) -> list[list[int]]:
+    """_exact_chains with the reference matcher: same closure bitsets and greedy start."""
+    d = graph.dense()
+    n = len(d.ids)
+    reach = [0] * n
+    for v in reversed(d.topo):
+        for w in d.succ[v]:
+            reach[v] |= reach[w] | 1 << w
+    ml, mr = [-1] * n, [-1] * n
+    for u in d.topo:
+        for w in d.succ[u]:
+            if mr[w] < 0:
+                ml[u], mr[w] = w, u
+                break
+    reference_hopcroft_karp(n, reach, ml, mr)
+    return stream_mod._chains_from_matching(d, ml, mr)
