@@ -113,3 +113,15 @@ class TestNodeTime:
     def test_node_costs_keys(self):
         g = quick_start()
         assert set(node_costs(g)) == set(g.node_ids)
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(0, 10_000), st.integers(1, 4))
+    def test_costs_after_passes_equal_costs_of_a_fresh_copy(self, seed, cap):
+        # fusion and the stream pass hand their bound programs on to the graphs they make;
+        # a copy of each graph (no cache) must get exactly the same costs
+        from oxiwork.optimizer.stream import assign_streams
+
+        fg = fuse(random_op_dag(seed, 30)).graph
+        sg = assign_streams(fg, max_streams=cap).graph
+        for graph in (fg, sg):
+            assert node_costs(graph) == node_costs(graph.with_changes())

@@ -53,10 +53,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from oxiwork.analysis import paused_gc
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, KernelConfig, NodeId
 from oxiwork.ops import FusionClass, bind, get, kernel_source
+from oxiwork.ops.program import share_bound
 from oxiwork.pipeline import PassResult
 
 __all__ = ["fuse", "peak_live_bytes", "program_order"]
@@ -68,6 +70,7 @@ _FUSIBLE_CLASSES = {
     FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
+_PLACEHOLDER = KernelConfig.linear(1, _THREADS)  # a fused node's launch until it is bound
 MAX_NAME = 200
 
 
@@ -102,9 +105,17 @@ class _Fuser:
             inf = known[n.id]
             if inf is not None:
                 self.info[n.id] = inf
-        # readers of each candidate's output, and whether it could become internal: both
-        # are fixed for the input graph, so computed once.
+        # Neighbours, readers of each candidate's output, its first writer, inputs and
+        # stream, and whether the output could become internal: all fixed for the input
+        # graph, so computed once (the legality checks read them for every merge tried).
+        d = graph.dense()
+        ids = d.ids
+        self.succ = {ids[p]: [ids[q] for q in d.succ[p]] for p in range(len(ids))}
+        self.pred = {ids[p]: [ids[q] for q in d.pred[p]] for p in range(len(ids))}
         self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
+        self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
+        self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
+        self.stream = {nid: graph.node(nid).stream for nid in self.info}
         self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
@@ -157,7 +168,7 @@ class _Fuser:
         fwd: set[NodeId] = set()
         stack = [src]
         while stack:
-            for s in self.g.successors(stack.pop()):
+            for s in self.succ[stack.pop()]:
                 if s not in fwd and self.pos[s] < hi:
                     fwd.add(s)
                     stack.append(s)
@@ -166,7 +177,7 @@ class _Fuser:
         back: set[NodeId] = set()
         stack = [dst]
         while stack:
-            for p in self.g.predecessors(stack.pop()):
+            for p in self.pred[stack.pop()]:
                 if p not in back and self.pos[p] > lo and p in fwd:
                     back.add(p)
                     stack.append(p)
@@ -178,7 +189,7 @@ class _Fuser:
         if len(group) > self.max:
             return "group would exceed max_group_size"
         gset = set(group)
-        streams = {self.g.node(m).stream for m in group}
+        streams = {self.stream[m] for m in group}
         if len(streams) > 1:
             return "members are pinned to different streams"
         written: set[BufferId] = set()
@@ -192,8 +203,8 @@ class _Fuser:
             if inside and (not self.internalisable(m) or len(inside) != len(readers)):
                 return "an intermediate buffer has a consumer outside the group"
         for m in group:
-            for bid in self.g.node(m).inputs:
-                if bid in written and self.g.writers(bid)[0] not in gset:
+            for bid in self.inputs[m]:
+                if bid in written and self.first_writer[bid] not in gset:
                     return "a member overwrites a buffer another member reads"
         if not self.structure_ok(sorted(group, key=self.pos.__getitem__), gset):
             return "the members do not form one element-wise or reduction kernel"
@@ -208,22 +219,23 @@ class _Fuser:
         heads = [m for m in group if self.info[m].cls == "M"]
         if len(reds) + len(heads) > 1:
             return False
-        if heads and any(b in inner for b in self.g.node(heads[0]).inputs):
+        if heads and any(b in inner for b in self.inputs[heads[0]]):
             return False  # a matmul reads whole buffers: it starts a kernel, never follows
         if not reds:
             n = self.info[group[0]].out_numel
-            return all(
-                self.info[m].out_numel == n
-                and (self.info[m].cls == "M" or all(n % k == 0 for k in self.info[m].in_numel))
-                for m in group
-            )
+            for m in group:
+                inf = self.info[m]
+                if inf.out_numel != n:
+                    return False
+                if inf.cls != "M" and any(n % k for k in inf.in_numel):
+                    return False
+            return True
         r = reds[0]
         rpos = group.index(r)
-        r_node = self.g.node(r)
         full = self.info[r].in_numel[0]
         out = self.info[r].out_numel
         pre = set(group[:rpos])
-        src = inner.get(r_node.inputs[0])
+        src = inner.get(self.inputs[r][0])
         if src is not None and src not in pre:
             return False
         for m in group[:rpos]:
@@ -236,26 +248,31 @@ class _Fuser:
             inf = self.info[m]
             if inf.out_numel != out or any(out % k for k in inf.in_numel):
                 return False
-            if any(inner.get(b) in pre for b in self.g.node(m).inputs):
+            if any(inner.get(b) in pre for b in self.inputs[m]):
                 return False  # epilogues see the row result, not prologue values
         return True
 
     def _internal(self, gset: set[NodeId]) -> set[BufferId]:
-        return {self.info[m].out for m in gset if any(r in gset for r in self.readers[m])}
+        out: set[BufferId] = set()
+        for m in gset:
+            for r in self.readers[m]:
+                if r in gset:
+                    out.add(self.info[m].out)
+                    break
+        return out
 
     def closes_cycle(self, gset: set[NodeId]) -> bool:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
         hi = max(self.pos[m] for m in gset)
-        stack = [
-            s for m in gset for s in self.g.successors(m) if s not in gset and self.pos[s] < hi
-        ]
+        pos = self.pos
+        stack = [s for m in gset for s in self.succ[m] if s not in gset and pos[s] < hi]
         seen = set(stack)
         while stack:
             v = stack.pop()
-            for s in self.g.successors(v):
+            for s in self.succ[v]:
                 if s in gset:
                     return True
-                if s not in seen and self.pos[s] < hi:
+                if s not in seen and pos[s] < hi:
                     seen.add(s)
                     stack.append(s)
         return False
@@ -361,7 +378,7 @@ def _fused_node(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         stream=nodes[0].stream,
-        config=KernelConfig.linear(1, _THREADS),  # replaced below once shapes are known
+        config=_PLACEHOLDER,  # replaced below once shapes are known
         fusible=True,
         fused=program,
         fused_from=tuple(group),
@@ -397,7 +414,11 @@ def _apply(
     edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
     edges = {(a, b) for a, b in edges if a != b}
     buffers = [b for b in graph.buffers if b.id not in removed]
-    return graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), sorted(removed)
+    new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges)
+    # The kept kernels and the fused ones (bound while making them) keep their buffers,
+    # so the cost model and code generation on ``new`` need not bind them again.
+    share_bound(graph, new)
+    return new, sorted(removed)
 
 
 def program_order(graph: ComputeGraph) -> list[NodeId]:
@@ -536,6 +557,11 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
         raise InvalidArgument(f"max_group_size must be an int >= 1, got {max_group_size!r}")
     if max_group_size < 1:
         raise InvalidArgument(f"max_group_size must be >= 1, got {max_group_size}")
+    with paused_gc():  # many acyclic allocations: a GC pass would rescan them all
+        return _fuse(graph, max_group_size)
+
+
+def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     before = peak_live_bytes(graph)
     # Rounds until nothing more merges: undoing a group or collapsing one changes the
     # post-dominators and the peak, which can make a merge refused earlier legal. Fused

@@ -354,3 +354,16 @@ class TestExamples:
         res = fuse(g)
         assert res.artefacts["kernels_after"] < res.artefacts["kernels_before"]
         verify(res.graph)
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(0, 1_000_000), st.integers(5, 40))
+    def test_warm_bind_cache_gives_the_same_result(self, seed, n):
+        # the second run finds every kernel bound in the graph's cache; the result and the
+        # fused kernels' launches must not depend on that
+        g = random_op_dag(seed, n)
+        cold = fuse(g)
+        warm = fuse(g)
+        fresh = fuse(g.with_changes())
+        for res in (warm, fresh):
+            assert res.graph == cold.graph
+            assert res.artefacts == cold.artefacts
