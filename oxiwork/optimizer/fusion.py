@@ -434,20 +434,22 @@ def program_order(graph: ComputeGraph) -> list[NodeId]:
     >>> [int(n) for n in program_order(quick_start())]
     [0, 1, 2, 3]
     """
-    key = {n.id: (min(n.fused_from) if n.fused_from else n.id) for n in graph.nodes}
-    indeg = {n.id: 0 for n in graph.nodes}
-    for _, b in graph.edges:
-        indeg[b] += 1
-    heap = [(key[v], v) for v, d in indeg.items() if d == 0]
+    # On positions of the dense view (nodes sorted by id); the heap pops the least
+    # (origin, id) among the ready nodes, so the order does not depend on edge order.
+    d = graph.dense()
+    ids = d.ids
+    key = [min(n.fused_from) if n.fused_from else n.id for n in graph.nodes]
+    indeg = [len(p) for p in d.pred]
+    heap = [(key[p], ids[p], p) for p in range(len(ids)) if indeg[p] == 0]
     heapq.heapify(heap)
     out: list[NodeId] = []
     while heap:
-        _, v = heapq.heappop(heap)
+        _, v, p = heapq.heappop(heap)
         out.append(v)
-        for s in graph.successors(v):
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (key[s], s))
+        for q in d.succ[p]:
+            indeg[q] -= 1
+            if indeg[q] == 0:
+                heapq.heappush(heap, (key[q], ids[q], q))
     return out
 
 
@@ -466,11 +468,13 @@ def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) 
     step = {nid: i for i, nid in enumerate(order)}
     first: dict[BufferId, int] = {}
     last: dict[BufferId, int] = {}
+    node = graph.node
     for nid in order:
-        n = graph.node(nid)
+        n = node(nid)
+        i = step[nid]
         for bid in (*n.inputs, *n.outputs):
-            i = step[nid]
-            first.setdefault(bid, i)
+            if bid not in first:
+                first[bid] = i
             last[bid] = i
     delta = [0] * (len(order) + 1)
     for bid, f in first.items():
