@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oxiwork.analysis import paused_gc
 from oxiwork.error import GraphError
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
 from oxiwork.ops.program import bind
@@ -165,6 +166,7 @@ def node_costs(graph: ComputeGraph, profile: DeviceProfile | None = None) -> dic
     key = ("cost.node_costs", p)
     costs = graph._cache.get(key)
     if costs is None:
-        costs = {n.id: node_time(graph, n, p) for n in graph.nodes}
+        with paused_gc():  # binding kernels allocates many acyclic, cached objects
+            costs = {n.id: node_time(graph, n, p) for n in graph.nodes}
         graph._cache[key] = costs
     return dict(costs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -87,3 +89,14 @@ class TestShareBound:
         with pytest.raises(InvalidArgument, match="holds 2048"):
             bind(h, h.node(k.id))  # bound afresh against the new buffer, not reused
         assert bind(g, k) is b
+
+    def test_placed_buffers_are_shared(self):
+        # a memory plan only sets offsets, which binding never reads
+        g = quick_start()
+        k = next(n for n in g.nodes if n.name == "relu")
+        b = bind(g, k)
+        h = g.with_changes(
+            buffers=[dataclasses.replace(x, offset=0) if not x.external else x for x in g.buffers]
+        )
+        share_bound(g, h)
+        assert bind(h, h.node(k.id)) is b
