@@ -189,34 +189,42 @@ class _Fuser:
         if len(group) > self.max:
             return "group would exceed max_group_size"
         gset = set(group)
-        streams = {self.stream[m] for m in group}
+        stream = self.stream
+        streams = {stream[m] for m in group}
         if len(streams) > 1:
             return "members are pinned to different streams"
+        info, readers_of, can = self.info, self.readers, self._internalisable
         written: set[BufferId] = set()
+        internal: set[BufferId] = set()  # outputs read inside the group
         for m in group:
-            inf = self.info[m]
-            if inf.out in written:
+            out = info[m].out
+            if out in written:
                 return "two members write the same buffer"
-            written.add(inf.out)
-            readers = self.readers[m]
-            inside = [r for r in readers if r in gset]
-            if inside and (not self.internalisable(m) or len(inside) != len(readers)):
-                return "an intermediate buffer has a consumer outside the group"
+            written.add(out)
+            readers = readers_of[m]
+            inside = sum(1 for r in readers if r in gset)
+            if inside:
+                if not can[m] or inside != len(readers):
+                    return "an intermediate buffer has a consumer outside the group"
+                internal.add(out)
+        first_writer = self.first_writer
         for m in group:
             for bid in self.inputs[m]:
-                if bid in written and self.first_writer[bid] not in gset:
+                if bid in written and first_writer[bid] not in gset:
                     return "a member overwrites a buffer another member reads"
-        if not self.structure_ok(sorted(group, key=self.pos.__getitem__), gset):
+        if not self.structure_ok(sorted(group, key=self.pos.__getitem__), internal):
             return "the members do not form one element-wise or reduction kernel"
         if self.closes_cycle(gset):
             return "merging would create a cycle"
         return None
 
-    def structure_ok(self, group: list[NodeId], gset: set[NodeId]) -> bool:
-        internal = self._internal(gset)
-        inner = {self.info[m].out: m for m in group if self.info[m].out in internal}
-        reds = [m for m in group if self.info[m].cls == "R"]
-        heads = [m for m in group if self.info[m].cls == "M"]
+    def structure_ok(self, group: list[NodeId], internal: set[BufferId]) -> bool:
+        """Does ``group`` (in topological order; ``internal``: the outputs it reads itself)
+        form one element-wise, reduction or matmul-epilogue kernel?"""
+        info = self.info
+        inner = {info[m].out: m for m in group if info[m].out in internal}
+        reds = [m for m in group if info[m].cls == "R"]
+        heads = [m for m in group if info[m].cls == "M"]
         if len(reds) + len(heads) > 1:
             return False
         if heads and any(b in inner for b in self.inputs[heads[0]]):
@@ -251,15 +259,6 @@ class _Fuser:
             if any(inner.get(b) in pre for b in self.inputs[m]):
                 return False  # epilogues see the row result, not prologue values
         return True
-
-    def _internal(self, gset: set[NodeId]) -> set[BufferId]:
-        out: set[BufferId] = set()
-        for m in gset:
-            for r in self.readers[m]:
-                if r in gset:
-                    out.add(self.info[m].out)
-                    break
-        return out
 
     def closes_cycle(self, gset: set[NodeId]) -> bool:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
