@@ -98,6 +98,7 @@ from oxiwork.analysis import paused_gc
 from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
+from oxiwork.ops.program import share_bound
 from oxiwork.optimizer.memory import MemoryPlan, plan_buffers
 from oxiwork.optimizer.stream import issue_order
 from oxiwork.pipeline import PassResult
@@ -572,4 +573,6 @@ def plan_memory(
         conflict_pairs=conflict_pairs,
         seconds=time.perf_counter() - t0,
     )
-    return PassResult(graph.with_changes(buffers=buffers), {"memory": report})
+    planned = graph.with_changes(buffers=buffers)
+    share_bound(graph, planned)  # offsets do not change what a kernel computes
+    return PassResult(planned, {"memory": report})
