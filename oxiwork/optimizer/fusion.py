@@ -414,9 +414,6 @@ def _apply(
     edges = {(a, b) for a, b in edges if a != b}
     buffers = [b for b in graph.buffers if b.id not in removed]
     new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges)
-    # The kept kernels and the fused ones (bound while making them) keep their buffers,
-    # so the cost model and code generation on ``new`` need not bind them again.
-    share_bound(graph, new)
     return new, sorted(removed)
 
 
@@ -511,14 +508,37 @@ def _round(
         checked.append(group)
         made.append((node, internal))
     groups = checked
-    undone: list[list[NodeId]] = []
-    while True:
-        new, removed = _apply(graph, groups, made)
-        peak = peak_live_bytes(new) if groups else limit
-        if peak <= limit:
-            return new, peak, groups, removed, undone, fuser.rejected
-        undone.append(groups.pop())  # undo the latest group first
-        made.pop()
+    # Undo the latest groups until peak memory fits ``limit``. Each try rebuilds the graph,
+    # so instead of undoing one group at a time, undo 1, 2, 4, ... until a prefix fits
+    # and then bisect between it and the shortest prefix known not to fit: O(log k)
+    # rebuilds instead of k. Keeping no group always fits (this round's input is within
+    # the limit). Peak is not monotone in the groups kept, so this finds a long prefix
+    # that fits, not always the longest; the next round retries what it undid.
+    tried: dict[int, tuple[ComputeGraph, list[BufferId], int]] = {}
+
+    def fits(k: int) -> bool:
+        if k not in tried:
+            new, removed = _apply(graph, groups[:k], made[:k])
+            tried[k] = (new, removed, peak_live_bytes(new) if k else limit)
+        return tried[k][2] <= limit
+
+    keep = len(groups)
+    if keep and not fits(keep):
+        bad, step = keep, 1
+        keep = max(0, bad - step)
+        while keep and not fits(keep):
+            bad, step = keep, 2 * step
+            keep = max(0, bad - step)
+        while bad - keep > 1:
+            mid = (keep + bad) // 2
+            keep, bad = (mid, bad) if fits(mid) else (keep, mid)
+    fits(keep)
+    new, removed, peak = tried[keep]
+    undone = groups[keep:][::-1]  # latest first
+    # The kept kernels and the fused ones (bound while making them) keep their buffers,
+    # so the cost model and code generation on ``new`` need not bind them again.
+    share_bound(graph, new)
+    return new, peak, groups[:keep], removed, undone, fuser.rejected
 
 
 def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
