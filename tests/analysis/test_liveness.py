@@ -123,10 +123,12 @@ class TestAnalyze:
         assert info.live_bytes == brute
         assert info.max_live_bytes == max(brute, default=0)
         assert info.live_bytes[info.peak_step] == info.max_live_bytes
+        assert liveness.max_live_bytes(g, order) == info.max_live_bytes
 
     def test_default_order_is_topological_order(self) -> None:
         g = build_dag(*dag_edges("layered", 40, seed=5), seed=5)
         assert liveness.analyze(g) == liveness.analyze(g, g.topological_order())
+        assert liveness.max_live_bytes(g) == liveness.analyze(g).max_live_bytes
 
 
 @settings(max_examples=100, deadline=None)
