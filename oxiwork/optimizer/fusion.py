@@ -29,8 +29,8 @@ the merged group is still legal:
 - at most ``max_group_size`` members.
 
 After each round, peak live memory (a sweep over buffer lifetimes along
-:func:`program_order`) is compared with the input graph's; groups are undone, latest
-first, until fusion no longer raises it.
+:func:`program_order`) is compared with the input graph's; the latest groups are undone
+(1, 2, 4, ... of them, then bisecting) until fusion no longer raises it.
 
 Example
 -------
@@ -53,7 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import liveness, paused_gc
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, KernelConfig, NodeId
@@ -116,6 +116,7 @@ class _Fuser:
         self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
         self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
         self.stream = {nid: graph.node(nid).stream for nid in self.info}
+        # can each candidate's output live only inside a fused kernel (if all readers join)?
         self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
@@ -139,10 +140,6 @@ class _Fuser:
             self.members[keep].extend(self.members.pop(r))
 
     # ---------------------------------------------------------------- buffers
-    def internalisable(self, nid: NodeId) -> bool:
-        """Can ``nid``'s output live only inside a fused kernel (given all readers join)?"""
-        return self._internalisable[nid]
-
     def _can_internalise(self, nid: NodeId) -> bool:
         bid = self.info[nid].out
         buf = self.g.buffer(bid)
@@ -230,9 +227,9 @@ class _Fuser:
         if heads and any(b in inner for b in self.inputs[heads[0]]):
             return False  # a matmul reads whole buffers: it starts a kernel, never follows
         if not reds:
-            n = self.info[group[0]].out_numel
+            n = info[group[0]].out_numel
             for m in group:
-                inf = self.info[m]
+                inf = info[m]
                 if inf.out_numel != n:
                     return False
                 if inf.cls != "M" and any(n % k for k in inf.in_numel):
@@ -240,20 +237,20 @@ class _Fuser:
             return True
         r = reds[0]
         rpos = group.index(r)
-        full = self.info[r].in_numel[0]
-        out = self.info[r].out_numel
+        full = info[r].in_numel[0]
+        out = info[r].out_numel
         pre = set(group[:rpos])
         src = inner.get(self.inputs[r][0])
         if src is not None and src not in pre:
             return False
         for m in group[:rpos]:
-            inf = self.info[m]
+            inf = info[m]
             if inf.out not in inner or inf.out_numel != full:
                 return False  # a prologue result must feed the kernel, not leave it
             if any(full % k for k in inf.in_numel):
                 return False
         for m in group[rpos + 1 :]:
-            inf = self.info[m]
+            inf = info[m]
             if inf.out_numel != out or any(out % k for k in inf.in_numel):
                 return False
             if any(inner.get(b) in pre for b in self.inputs[m]):
@@ -292,7 +289,7 @@ class _Fuser:
         for p in self.order:
             if p not in self.info:
                 continue
-            if not self.internalisable(p):
+            if not self._internalisable[p]:
                 if self.readers[p]:
                     self.rejected["output is external, shared or read by a non-fusible node"] += 1
                 continue
@@ -413,8 +410,7 @@ def _apply(
     edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
     edges = {(a, b) for a, b in edges if a != b}
     buffers = [b for b in graph.buffers if b.id not in removed]
-    new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges)
-    return new, sorted(removed)
+    return graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), sorted(removed)
 
 
 def program_order(graph: ComputeGraph) -> list[NodeId]:
@@ -450,39 +446,14 @@ def program_order(graph: ComputeGraph) -> list[NodeId]:
 
 
 def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) -> int:
-    """Largest total size of non-external buffers live at once along ``order``.
-
-    A buffer is live from the first to the last step that touches it (Appel, "Modern
-    Compiler Implementation", ch. 10: live ranges over a linear order). The default
-    order is :func:`program_order`.
+    """Largest total size of non-external buffers live at once along ``order`` (default
+    :func:`program_order`): :func:`oxiwork.analysis.liveness.max_live_bytes` there.
 
     >>> from oxiwork.examples import quick_start
     >>> peak_live_bytes(quick_start())
     8192
     """
-    order = list(order if order is not None else program_order(graph))
-    step = {nid: i for i, nid in enumerate(order)}
-    first: dict[BufferId, int] = {}
-    last: dict[BufferId, int] = {}
-    node = graph.node
-    for nid in order:
-        n = node(nid)
-        i = step[nid]
-        for bid in (*n.inputs, *n.outputs):
-            if bid not in first:
-                first[bid] = i
-            last[bid] = i
-    delta = [0] * (len(order) + 1)
-    for bid, f in first.items():
-        buf = graph.buffer(bid)
-        if not buf.external:
-            delta[f] += buf.size_bytes
-            delta[last[bid] + 1] -= buf.size_bytes
-    peak = live = 0
-    for d in delta:
-        live += d
-        peak = max(peak, live)
-    return peak
+    return liveness.max_live_bytes(graph, list(program_order(graph) if order is None else order))
 
 
 def _round(
@@ -514,25 +485,24 @@ def _round(
     # rebuilds instead of k. Keeping no group always fits (this round's input is within
     # the limit). Peak is not monotone in the groups kept, so this finds a long prefix
     # that fits, not always the longest; the next round retries what it undid.
-    tried: dict[int, tuple[ComputeGraph, list[BufferId], int]] = {}
+    tried: dict[int, tuple[ComputeGraph, list[BufferId], int]] = {0: (graph, [], limit)}
 
     def fits(k: int) -> bool:
         if k not in tried:
             new, removed = _apply(graph, groups[:k], made[:k])
-            tried[k] = (new, removed, peak_live_bytes(new) if k else limit)
+            tried[k] = (new, removed, peak_live_bytes(new))
         return tried[k][2] <= limit
 
     keep = len(groups)
-    if keep and not fits(keep):
+    if not fits(keep):
         bad, step = keep, 1
         keep = max(0, bad - step)
-        while keep and not fits(keep):
+        while not fits(keep):
             bad, step = keep, 2 * step
             keep = max(0, bad - step)
         while bad - keep > 1:
             mid = (keep + bad) // 2
             keep, bad = (mid, bad) if fits(mid) else (keep, mid)
-    fits(keep)
     new, removed, peak = tried[keep]
     undone = groups[keep:][::-1]  # latest first
     # The kept kernels and the fused ones (bound while making them) keep their buffers,
