@@ -340,14 +340,10 @@ class Workbench(anywidget.AnyWidget):
                     ),
                     "can_plan": True,
                 }
-            try:
-                self._memory_cache[mode] = vm.memory_section(
-                    s.final_graph, s.step_order, mode=mode, plan=s.plan
-                )
-            except Exception as e:  # an engine error must not take the whole widget down
-                self._memory_cache[mode] = vm.unavailable(
-                    f"memory planning failed: {type(e).__name__}: {e}"
-                )
+            self._memory_cache[mode] = _section(
+                "memory planning",
+                lambda: vm.memory_section(s.final_graph, s.step_order, mode=mode, plan=s.plan),
+            )
         return self._memory_cache[mode]
 
     def _streams(self) -> dict[str, Any]:
@@ -363,12 +359,10 @@ class Workbench(anywidget.AnyWidget):
             return vm.unavailable(s.notes["plan"])
         mode = self.stream_mode
         if mode not in self._streams_cache:
-            try:
-                self._streams_cache[mode] = vm.streams_section(s.plan, mode=mode)
-            except Exception as e:  # an engine error must not take the whole widget down
-                self._streams_cache[mode] = vm.unavailable(
-                    f"stream timeline failed: {type(e).__name__}: {e}"
-                )
+            plan = s.plan
+            self._streams_cache[mode] = _section(
+                "stream timeline", lambda: vm.streams_section(plan, mode=mode)
+            )
         return self._streams_cache[mode]
 
     def _sim(self) -> dict[str, Any]:
@@ -648,6 +642,15 @@ def _pending() -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- simulator actions
+def _section(what: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``build()``, or an unavailable section saying why it failed: an engine error must
+    not take the whole widget down."""
+    try:
+        return build()
+    except Exception as e:
+        return vm.unavailable(f"{what} failed: {type(e).__name__}: {e}")
+
+
 def _sim_step(sim: Any, _bp: int | None) -> str:
     st = sim.step()
     return f"ran step {st.index}: {st.name}" if st is not None else "finished"
