@@ -618,8 +618,8 @@ def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -
     edges = list(graph.edges)
     events = []
     # One record per producer, however many streams wait for it: a CUDA event recorded
-    # once can be waited on by any number of streams (cuStreamWaitEvent), so the extra
-    # records a record/wait pair per edge would issue order nothing more.
+    # once can be waited on by any number of streams (cuStreamWaitEvent), so a record per
+    # wait would add launches that order nothing more.
     record_of: dict[int, NodeId] = {}
     for u, v in need:
         un = nodes[u]
