@@ -275,6 +275,17 @@ try {
     await big.locator(`.ow-bottom .ow-tab[data-tab="${tab}"]`).click();
     await waitAttr(big.locator(cls), "data-drawn-nodes", finalNodes);
     await shot(big.locator(".ow-bottom"), tab === "dom" ? "dominator-tree" : "post-dominator-tree");
+    // Too many leaves for the panel: it scrolls, one text row per leaf, every leaf named.
+    const tree = big.locator(cls);
+    const [scrollable, labels, leaves] = await Promise.all(
+      ["data-scrollable", "data-labels", "data-leaves"].map((a) => tree.getAttribute(a)),
+    );
+    const overflow = await tree.evaluate((el) => el.scrollHeight > el.clientHeight + 20);
+    check(
+      `the ${tab} tree scrolls and labels every leaf`,
+      scrollable === "1" && overflow && Number(leaves) > 20 && Number(labels) >= Number(leaves),
+      `scrollable ${scrollable}, overflow ${overflow}, ${labels} labels, ${leaves} leaves`,
+    );
   }
   check("dominator trees drew every node", true);
   await big.locator('.ow-bottom .ow-tab[data-tab="passes"]').click();

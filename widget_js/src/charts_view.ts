@@ -18,6 +18,13 @@ import type { MemorySection, StreamsSection } from "./types";
 
 const FONT = `11px system-ui, -apple-system, "Segoe UI", sans-serif`;
 
+// Dominator trees: pixels per leaf row when the panel scrolls, margins, and the tallest
+// canvas drawn (browsers cap canvas sizes; 16k px is safe everywhere).
+const TREE_ROW = 15;
+const TREE_TOP = 16;
+const TREE_BOTTOM = 16;
+const TREE_MAX_HEIGHT = 16000;
+
 /** A canvas with a DOM tooltip for hovering rectangles. */
 abstract class CanvasChart {
   readonly root: HTMLDivElement;
@@ -339,6 +346,7 @@ export class TreeChart extends CanvasChart {
   private reason = "";
   private dotX = new Float64Array(0);
   private dotY = new Float64Array(0);
+  private reveal = false;
   onPick: (pos: number) => void = () => {};
 
   constructor(private word: string) {
@@ -350,6 +358,7 @@ export class TreeChart extends CanvasChart {
     this.parent = parent ?? [];
     this.names = names;
     this.include = include;
+    if (selected !== this.selected) this.reveal = true;
     this.selected = selected;
     this.simNode = simNode;
     this.reason = parent ? "" : reason;
@@ -375,25 +384,34 @@ export class TreeChart extends CanvasChart {
   }
 
   protected draw(): void {
+    const g = this.reason ? null : treeGeometry(this.parent, this.include);
+    // A tree with many leaves squeezed into the panel is an unreadable smear of dots: give
+    // every leaf a text row and let the panel scroll instead, up to a height canvases
+    // handle everywhere; beyond that (huge graphs) fall back to fitting the panel.
+    const rows = g ? TREE_TOP + TREE_BOTTOM + (g.leaves - 1) * TREE_ROW : 0;
+    const scroll = rows > this.root.clientHeight && rows <= TREE_MAX_HEIGHT;
+    this.canvas.style.height = scroll ? `${rows}px` : "";
+    this.root.dataset.scrollable = scroll ? "1" : "0";
     const { ctx, w, h: hh } = fitCanvas(this.canvas);
-    if (this.reason) {
+    if (!g) {
       this.rects = [];
+      this.root.dataset.labels = "0";
       message(ctx, w, hh, this.reason);
       return;
     }
-    const g = treeGeometry(this.parent, this.include);
     const n = this.parent.length;
     const left = 20;
     const right = 130;
-    const top = 16;
-    const bottom = 16;
     const sxs = (w - left - right) / Math.max(1, g.depth);
-    const sys = (hh - top - bottom) / Math.max(1, g.leaves - 1);
+    const sys = (hh - TREE_TOP - TREE_BOTTOM) / Math.max(1, g.leaves - 1);
     this.dotX = new Float64Array(n);
     this.dotY = new Float64Array(n);
+    const leaf = new Uint8Array(n).fill(1);
     for (let i = 0; i < n; i++) {
       this.dotX[i] = left + g.x[i] * sxs;
-      this.dotY[i] = top + (g.leaves > 1 ? g.y[i] * sys : (hh - top - bottom) / 2);
+      this.dotY[i] = TREE_TOP + (g.leaves > 1 ? g.y[i] * sys : (hh - TREE_TOP - TREE_BOTTOM) / 2);
+      const p = this.parent[i];
+      if (p >= 0 && p < n && p !== i && !Number.isNaN(g.x[i])) leaf[p] = 0;
     }
     ctx.strokeStyle = "#b9c2cf";
     ctx.lineWidth = 1;
@@ -407,12 +425,17 @@ export class TreeChart extends CanvasChart {
     }
     ctx.stroke();
     const r = Math.max(2, Math.min(5, sys / 3));
+    // Rows far enough apart for text: a leaf's row is free to its right (only its
+    // ancestors share it, to its left), an inner node's label must stop before the next
+    // depth, where a child of a chain may sit on the same row.
     const labels = sys >= 11;
+    const innerRoom = sxs - 2 * r - 8;
     ctx.font = FONT;
     ctx.textBaseline = "middle";
     ctx.textAlign = "left";
     this.rects = [];
     let drawn = 0;
+    let labelled = 0;
     for (let i = 0; i < n; i++) {
       if (Number.isNaN(g.x[i])) continue;
       drawn++;
@@ -423,11 +446,25 @@ export class TreeChart extends CanvasChart {
       ctx.arc(x, y, i === this.selected || i === this.simNode ? r + 2 : r, 0, Math.PI * 2);
       ctx.fill();
       this.rects.push({ x: x - r - 2, y: y - r - 2, w: 2 * r + 4, h: 2 * r + 4, index: i });
-      if (labels || i === this.selected) {
+      const room = leaf[i] ? Math.min(160, w - x - r - 8) : innerRoom;
+      if ((labels && room >= 24) || i === this.selected) {
         ctx.fillStyle = "#3b4656";
-        ctx.fillText(fitText(ctx, this.names[i] ?? "", 120), x + r + 4, y);
+        const maxW = i === this.selected ? Math.max(room, 120) : room;
+        ctx.fillText(fitText(ctx, this.names[i] ?? "", maxW), x + r + 4, y);
+        labelled++;
       }
     }
     this.root.dataset.drawnNodes = String(drawn);
+    this.root.dataset.labels = String(labelled);
+    this.root.dataset.leaves = String(g.leaves);
+    if (this.reveal && scroll && this.selected >= 0 && this.selected < n) {
+      // Bring a node picked elsewhere (DAG, simulator) into view, unless it already is.
+      const y = this.dotY[this.selected];
+      const top = this.root.scrollTop;
+      if (y < top + 12 || y > top + this.root.clientHeight - 12) {
+        this.root.scrollTop = Math.max(0, y - this.root.clientHeight / 2);
+      }
+    }
+    this.reveal = false;
   }
 }
