@@ -89,7 +89,7 @@ class _Fuser:
         self,
         graph: ComputeGraph,
         max_group_size: int,
-        known: dict[NodeId, _Info | None] | None = None,
+        known: dict[NodeId, _Info | str] | None = None,
     ) -> None:
         self.g = graph
         self.max = max_group_size
@@ -103,7 +103,7 @@ class _Fuser:
             if n.id not in known:
                 known[n.id] = _classify(graph, n)
             inf = known[n.id]
-            if inf is not None:
+            if isinstance(inf, _Info):
                 self.info[n.id] = inf
         # Neighbours, readers of each candidate's output, its first writer, inputs and
         # stream, and whether the output could become internal: all fixed for the input
@@ -121,6 +121,8 @@ class _Fuser:
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
+        # (producer, consumer) -> why this round did not merge them, in words (latest wins)
+        self.why: dict[tuple[NodeId, NodeId], str] = {}
         self._pdom: dict[NodeId, NodeId | None] | None = None
 
     # ---------------------------------------------------------------- union-find
@@ -209,32 +211,33 @@ class _Fuser:
             for bid in self.inputs[m]:
                 if bid in written and first_writer[bid] not in gset:
                     return "a member overwrites a buffer another member reads"
-        if not self.structure_ok(sorted(group, key=self.pos.__getitem__), internal):
-            return "the members do not form one element-wise or reduction kernel"
+        shape = self.structure_ok(sorted(group, key=self.pos.__getitem__), internal)
+        if shape is not None:
+            return shape
         if self.closes_cycle(gset):
             return "merging would create a cycle"
         return None
 
-    def structure_ok(self, group: list[NodeId], internal: set[BufferId]) -> bool:
-        """Does ``group`` (in topological order; ``internal``: the outputs it reads itself)
-        form one element-wise, reduction or matmul-epilogue kernel?"""
+    def structure_ok(self, group: list[NodeId], internal: set[BufferId]) -> str | None:
+        """None if ``group`` (in topological order; ``internal``: the outputs it reads
+        itself) forms one element-wise, reduction or matmul-epilogue kernel, else why not."""
         info = self.info
         inner = {info[m].out: m for m in group if info[m].out in internal}
         reds = [m for m in group if info[m].cls == "R"]
         heads = [m for m in group if info[m].cls == "M"]
         if len(reds) + len(heads) > 1:
-            return False
+            return "a fused kernel holds at most one reduction or matmul"
         if heads and any(b in inner for b in self.inputs[heads[0]]):
-            return False  # a matmul reads whole buffers: it starts a kernel, never follows
+            return "a matmul reads whole buffers, so it can only start a fused kernel"
         if not reds:
             n = info[group[0]].out_numel
             for m in group:
                 inf = info[m]
                 if inf.out_numel != n:
-                    return False
+                    return "the members produce different numbers of elements"
                 if inf.cls != "M" and any(n % k for k in inf.in_numel):
-                    return False
-            return True
+                    return "an input does not broadcast over the kernel's elements"
+            return None
         r = reds[0]
         rpos = group.index(r)
         full = info[r].in_numel[0]
@@ -242,20 +245,22 @@ class _Fuser:
         pre = set(group[:rpos])
         src = inner.get(self.inputs[r][0])
         if src is not None and src not in pre:
-            return False
+            return "the reduction's input comes from a member that is not its prologue"
         for m in group[:rpos]:
             inf = info[m]
             if inf.out not in inner or inf.out_numel != full:
-                return False  # a prologue result must feed the kernel, not leave it
+                # a prologue result must feed the kernel, not leave it
+                return "a step before the reduction must only feed it, on its input's shape"
             if any(full % k for k in inf.in_numel):
-                return False
+                return "an input does not broadcast over the reduction's input"
         for m in group[rpos + 1 :]:
             inf = info[m]
             if inf.out_numel != out or any(out % k for k in inf.in_numel):
-                return False
+                return "a step after the reduction must work on its output's shape"
             if any(inner.get(b) in pre for b in self.inputs[m]):
-                return False  # epilogues see the row result, not prologue values
-        return True
+                # epilogues see the row result, not prologue values
+                return "a step after the reduction reads a value from before it"
+        return None
 
     def closes_cycle(self, gset: set[NodeId]) -> bool:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
@@ -274,7 +279,7 @@ class _Fuser:
         return False
 
     # ---------------------------------------------------------------- the greedy sweep
-    def try_merge(self, nodes: Iterable[NodeId]) -> None:
+    def try_merge(self, nodes: Iterable[NodeId], pairs: Iterable[tuple[NodeId, NodeId]]) -> None:
         roots = {self.find(m) for m in nodes}
         if len(roots) < 2:
             return
@@ -284,29 +289,56 @@ class _Fuser:
             self.union(roots)
         else:
             self.rejected[why] += 1
+            names = ", ".join(repr(self.g.node(m).name) for m in sorted(group, key=self.pos.get))
+            for pair in pairs:
+                self.why[pair] = f"{why} (the group tried: {names})"
+
+    def not_internal(self, nid: NodeId) -> str:
+        """Why ``nid``'s output cannot become a value inside a fused kernel, in words."""
+        bid = self.info[nid].out
+        buf = self.g.buffer(bid)
+        if buf.external:
+            return f"its output {buf.name!r} is external: the result must reach memory"
+        if self.g.writers(bid) != (nid,):
+            return f"its output {buf.name!r} has other writers"
+        outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
+        if outside:
+            o = outside[0]
+            what = "a fused kernel" if o.fused is not None else "a kernel that cannot fuse"
+            return (
+                f"its output {buf.name!r} is also read by {o.name!r} ({what}), so it must "
+                "be written to memory"
+            )
+        return f"nothing reads its output {buf.name!r}"
 
     def run(self) -> list[list[NodeId]]:
         for p in self.order:
             if p not in self.info:
                 continue
-            if not self._internalisable[p]:
-                if self.readers[p]:
-                    self.rejected["output is external, shared or read by a non-fusible node"] += 1
-                continue
             readers = self.readers[p]
-            if len(set(readers)) == 1:
-                self.try_merge([p, readers[0]])
+            pairs = [(p, r) for r in dict.fromkeys(readers)]
+            if not self._internalisable[p]:
+                if readers:
+                    self.rejected["output is external, shared or read by a non-fusible node"] += 1
+                    why = self.not_internal(p)
+                    self.why.update((pair, why) for pair in pairs)
+                continue
+            if len(pairs) == 1:
+                self.try_merge([p, readers[0]], pairs)
                 continue
             # fan-out: fuse up to the post-dominator that closes the diamond (TVM 4.1)
             pd = self.post_dom(p)
-            if pd is None or pd not in self.info:
-                self.rejected["fan-out is not closed by a fusible post-dominator"] += 1
-                continue
-            mid = self.between(p, pd)
+            mid = None if pd is None or pd not in self.info else self.between(p, pd)
             if mid is None or not all(m in self.info for m in mid):
                 self.rejected["fan-out is not closed by a fusible post-dominator"] += 1
+                why = (
+                    f"its output feeds {len(pairs)} kernels that do not all meet again at "
+                    "one fusible kernel (a fan-out fuses only up to the post-dominator "
+                    "that closes it, with every kernel in between fusible)"
+                )
+                self.why.update((pair, why) for pair in pairs)
                 continue
-            self.try_merge([p, pd, *mid])
+            self.try_merge([p, pd, *mid], pairs)
         groups = [
             sorted(ms, key=self.pos.__getitem__) for ms in self.members.values() if len(ms) > 1
         ]
@@ -314,21 +346,30 @@ class _Fuser:
         return groups
 
 
-def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | None:
-    """An :class:`_Info` if ``n`` may join a fused kernel at all, else None."""
-    if not n.is_kernel or not n.fusible or n.fused is not None or len(n.outputs) != 1:
-        return None
+def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
+    """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words)."""
+    if not n.is_kernel:
+        return f"it is a {n.kind.value}, not a kernel"
+    if n.fused is not None:
+        return "it is already a fused kernel (a fused kernel joins no further group)"
+    if not n.fusible:
+        return "it is not marked fusible (KernelBuilder.fusible(True))"
+    if len(n.outputs) != 1:
+        return f"it writes {len(n.outputs)} buffers; a fusible kernel writes exactly one"
     op = get(n.op)
-    if op is None or op.fusion_class not in _FUSIBLE_CLASSES:
-        return None
+    if op is None:
+        return "it has no op from the op library (an opaque kernel)"
+    if op.fusion_class not in _FUSIBLE_CLASSES:
+        return f"its op {op.name!r} is {op.fusion_class.value}, which never fuses"
     if op.expr is None and op.row is None and op.element is None:
-        return None
+        return f"its op {op.name!r} has no CUDA C expression to inline"
     if set(n.inputs) & set(n.outputs):
-        return None  # in-place: reads and writes would race inside one kernel
+        # in place: reads and writes would race inside one kernel
+        return "it reads and writes the same buffer (in place)"
     try:
         bound = bind(graph, n)
-    except GraphError:
-        return None  # the evaluator reports it; fusion just leaves it alone
+    except GraphError as e:  # the evaluator reports it; fusion just leaves it alone
+        return f"its buffers do not fit its op: {e}"
     return _Info(
         _FUSIBLE_CLASSES[op.fusion_class],
         n.outputs[0],
@@ -457,11 +498,11 @@ def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) 
 
 
 def _round(
-    graph: ComputeGraph, max_group_size: int, limit: int, known: dict[NodeId, _Info | None]
-) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], Counter[str]]:
+    graph: ComputeGraph, max_group_size: int, limit: int, known: dict[NodeId, _Info | str]
+) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], _Fuser]:
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
     buffers removed, the groups undone (they raised peak memory above ``limit``) and the
-    refusals."""
+    fuser (its refusals, counted and per producer/consumer pair)."""
     fuser = _Fuser(graph, max_group_size, known)
     groups = fuser.run()
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
@@ -473,8 +514,10 @@ def _round(
         try:
             node, internal = _fused_node(graph, NodeId(first + len(made)), group)
             kernel_source(graph, node)
-        except GraphError:
+        except GraphError as e:
             fuser.rejected["generated kernel failed to build"] += 1
+            why = f"the generated kernel for the group failed to build: {e}"
+            fuser.why.update(((a, b), why) for a in group for b in group if a != b)
             continue
         checked.append(group)
         made.append((node, internal))
@@ -508,7 +551,7 @@ def _round(
     # The kept kernels and the fused ones (bound while making them) keep their buffers,
     # so the cost model and code generation on ``new`` need not bind them again.
     share_bound(graph, new)
-    return new, peak, groups[:keep], removed, undone, fuser.rejected
+    return new, peak, groups[:keep], removed, undone, fuser
 
 
 def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
@@ -561,19 +604,30 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     # kernels never join another group, so every group is a list of original kernels and
     # running ``fuse`` on its own result changes nothing.
     new, after, groups, removed = graph, before, [], []
-    known: dict[NodeId, _Info | None] = {}
+    known: dict[NodeId, _Info | str] = {}
     fused_nodes: dict[NodeId, tuple[NodeId, ...]] = {}
     undone: dict[frozenset[NodeId], list[NodeId]] = {}
     rejected: Counter[str] = Counter()
+    why: dict[tuple[NodeId, NodeId], str] = {}
     rounds = 0
     while max_group_size > 1:
         first = int(new.next_node_id())
-        new, peak, got, gone, dropped, rejected = _round(new, max_group_size, before, known)
+        new, peak, got, gone, dropped, fuser = _round(new, max_group_size, before, known)
         rounds += 1
+        rejected = fuser.rejected
+        why.update(fuser.why)
         for k, group in enumerate(got):
             fused_nodes[NodeId(first + k)] = tuple(group)
             undone.pop(frozenset(group), None)
-        undone.update((frozenset(g), g) for g in dropped)
+        for group in dropped:
+            undone[frozenset(group)] = group
+            names = ", ".join(repr(graph.node(m).name) for m in group[:6])
+            more = f" and {len(group) - 6} more" if len(group) > 6 else ""
+            msg = (
+                f"fusing {names}{more} raised peak live memory above the unfused graph's "
+                f"{before:,} B, so that group was undone"
+            )
+            why.update(((a, b), msg) for a in group for b in group if a != b)
         groups += got
         removed += gone
         if not got:
@@ -591,5 +645,59 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         "undone": list(undone.values()),
         "rejected": dict(rejected),
         "rounds": rounds,
+        "not_fused": _not_fused(graph, groups, why, known),
     }
     return PassResult(new, artefacts)
+
+
+def _not_fused(
+    graph: ComputeGraph,
+    groups: list[list[NodeId]],
+    why: dict[tuple[NodeId, NodeId], str],
+    known: dict[NodeId, _Info | str],
+) -> dict[tuple[NodeId, NodeId], str]:
+    """For every edge between two kernels of ``graph`` that ended in different kernels,
+    why they were not fused: the reason one of them can never fuse, else the last round's
+    refusal of that producer/consumer pair."""
+    owner = {m: k for k, group in enumerate(groups) for m in group}
+    out: dict[tuple[NodeId, NodeId], str] = {}
+    for a, b in sorted(graph.edges):
+        na, nb = graph.node(a), graph.node(b)
+        if not (na.is_kernel and nb.is_kernel):
+            continue
+        ga, gb = owner.get(a), owner.get(b)
+        if ga is not None and ga == gb:
+            continue
+        for n in (na, nb):
+            cls = known.get(n.id)
+            if cls is None:
+                cls = _classify(graph, n)
+            if isinstance(cls, str):
+                out[(a, b)] = f"{n.name!r} (#{int(n.id)}) cannot fuse: {cls}"
+                break
+        else:
+            if not set(na.outputs) & set(nb.inputs):
+                out[(a, b)] = "an ordering-only dependency: no buffer flows between them"
+            else:
+                joined = _joined(graph, a, b, ga, gb, groups)
+                reason = why.get((a, b))
+                out[(a, b)] = f"{reason}; {joined}" if reason and joined else reason or joined
+    return out
+
+
+def _joined(
+    graph: ComputeGraph,
+    a: NodeId,
+    b: NodeId,
+    ga: int | None,
+    gb: int | None,
+    groups: list[list[NodeId]],
+) -> str:
+    """Which fused kernels ``a`` and ``b`` ended in (a fused kernel joins no further group)."""
+    parts = []
+    for n, g in ((a, ga), (b, gb)):
+        if g is not None:
+            name = "+".join(graph.node(m).name for m in groups[g])
+            name = name if len(name) <= 80 else f"{name[:77]}..."
+            parts.append(f"{graph.node(n).name!r} went into {name!r}")
+    return " and ".join(parts)

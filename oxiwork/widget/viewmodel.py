@@ -48,12 +48,16 @@ from oxiwork import cost, ops
 from oxiwork.analysis import dominance, liveness, topo
 from oxiwork.analysis.dominance import DomTree
 from oxiwork.analysis.topo import TopoInfo
+from oxiwork.error import GraphError
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES as TIMELINE_MODES
 from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
 from oxiwork.optimizer import memory
+
+MAX_FUSION_ROWS = 24
+"""Most "why not fused" rows the details panel gets for one node (a wide fan-out has many)."""
 
 __all__ = [
     "FLOAT_COLUMNS",
@@ -66,6 +70,7 @@ __all__ = [
     "STATE_REMOVED",
     "buffers_section",
     "dag_section",
+    "fusion_index",
     "has_streams",
     "inspector_section",
     "memory_section",
@@ -446,19 +451,47 @@ def topo_info(graph: ComputeGraph) -> TopoInfo | None:
     return _topo(graph)[0]
 
 
+def fusion_index(
+    original: ComputeGraph, not_fused: Mapping[tuple[NodeId, NodeId], str]
+) -> dict[NodeId, list[list[str]]]:
+    """Per original node, why it was not fused with each kernel it shares an edge with:
+    ``[direction, other kernel's name, reason]`` rows (direction ``"after"`` for a
+    producer, ``"before"`` for a consumer), from the fusion pass's ``not_fused``.
+
+    >>> from oxiwork.examples import random_op_dag
+    >>> from oxiwork.optimizer.fusion import fuse
+    >>> g = random_op_dag(4, 13, reductions=True)
+    >>> idx = fusion_index(g, fuse(g).artefacts["not_fused"])
+    >>> all(row[0] in ("after", "before") and row[2] for rows in idx.values() for row in rows)
+    True
+    """
+    out: dict[NodeId, list[list[str]]] = {}
+    for (a, b), reason in not_fused.items():
+        out.setdefault(a, []).append(["before", original.node(b).name, reason])
+        out.setdefault(b, []).append(["after", original.node(a).name, reason])
+    return out
+
+
 def node_details(
     graph: ComputeGraph,
     nid: NodeId,
     costs: Mapping[NodeId, float] | None = None,
     info: TopoInfo | None = None,
+    fusion: Mapping[NodeId, list[list[str]]] | None = None,
 ) -> dict[str, Any]:
     """Everything the details panel shows about one node.
+
+    ``fusion`` is a :func:`fusion_index`: with it, ``details["fusion"]`` lists why the node
+    (or, for a fused kernel, each of its members) was not fused with its neighbouring
+    kernels. ``details["source"]`` is the generated CUDA C of a kernel that has one.
 
     >>> from oxiwork.examples import quick_start
     >>> g = quick_start()
     >>> d = node_details(g, g.nodes[1].id)
     >>> d["name"], d["inputs"], d["successors"]
     ('relu', ['input'], ['scale'])
+    >>> d["source"].splitlines()[1].startswith('extern "C" __global__ void relu')
+    True
     """
     n = graph.node(nid)
     if info is None:
@@ -497,7 +530,29 @@ def node_details(
         "alap": info.alap[n.id] if info is not None else None,
         "slack": info.slack[n.id] if info is not None else None,
         "critical": (n.id in info.critical_nodes) if info is not None else None,
+        "fusion": _fusion_rows(n, fusion),
+        "source": _source(graph, n),
     }
+
+
+def _fusion_rows(n: GraphNode, fusion: Mapping[NodeId, list[list[str]]] | None) -> list[list[str]]:
+    """The node's rows of a :func:`fusion_index` (its members' for a fused kernel; the
+    edges between members were fused, so they have none), at most
+    :data:`MAX_FUSION_ROWS`."""
+    if not fusion:
+        return []
+    rows = [row for m in (n.fused_from or (n.id,)) for row in fusion.get(m, ())]
+    return rows[:MAX_FUSION_ROWS]
+
+
+def _source(graph: ComputeGraph, n: GraphNode) -> str | None:
+    """The CUDA C a kernel launches, or None (not a kernel, opaque, or no CUDA code)."""
+    if not n.is_kernel or (n.op is None and n.fused is None):
+        return None
+    try:
+        return ops.kernel_source(graph, n).source
+    except GraphError:
+        return None
 
 
 def memory_section(

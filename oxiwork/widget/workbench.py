@@ -140,6 +140,7 @@ class Workbench(anywidget.AnyWidget):
         self._streams_cache: dict[str, dict[str, Any]] = {}
         self._summary_cache: dict[int, list[list[str]]] = {}
         self._topo_cache: dict[int, Any] = {}
+        self._fusion_cache: tuple[Any, dict[NodeId, list[list[str]]]] = (None, {})
         self.on_msg(self._on_msg)
         self._refresh(reset=True)
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
@@ -476,9 +477,26 @@ class Workbench(anywidget.AnyWidget):
             i = self._stage_index()
             if i not in self._topo_cache:
                 self._topo_cache[i] = vm.topo_info(g)
-            self.details = vm.node_details(g, NodeId(self.selection), info=self._topo_cache[i])
+            self.details = vm.node_details(
+                g, NodeId(self.selection), info=self._topo_cache[i], fusion=self._fusion_index()
+            )
         else:
             self.details = {}
+
+    def _fusion_index(self) -> dict[NodeId, list[list[str]]] | None:
+        """Why-not-fused rows per original node, once the passes have run (not before:
+        selecting a node must not run the pipeline)."""
+        s = self.session
+        if not s.loaded or s.plan is None:
+            return None
+        plan = s.plan
+        if self._fusion_cache[0] is not plan:
+            # The fusion pass's artefact; none when fusion was switched off.
+            not_fused = next(
+                (t.artefacts["not_fused"] for t in plan.trace if t.name == "fusion"), {}
+            )
+            self._fusion_cache = (plan, vm.fusion_index(plan.original, not_fused))
+        return self._fusion_cache[1]
 
     # ------------------------------------------------------------------ messages
     def _on_msg(self, _widget: Any, content: Any, buffers: list[Any]) -> None:

@@ -239,6 +239,20 @@ try {
   await waitAttr(big.locator(".ow-dag"), "data-nodes", finalNodes);
   await shot(big, "transformer-last-pass");
 
+  // 5b. Details of a fused kernel: why its members did not fuse further, and its CUDA C.
+  const fusedId = Number(
+    await py("print(int(next(n.id for n in big.session.stages[-1].graph.nodes if n.name == 'L0.q0+L0.q0_bias')))"),
+  );
+  await clickNode(1, fusedId);
+  await waitAttr(big.locator(".ow-dag"), "data-selected", fusedId);
+  const details = big.locator(".ow-details");
+  await details.locator(".ow-source summary").click();
+  const code = await details.locator(".ow-source-code").textContent();
+  check("a fused kernel's details show its generated CUDA C", /__global__ void/.test(code) && /matmul/.test(code), code.split("\n")[0]);
+  const notes = await details.locator(".ow-fusion-note").allTextContents();
+  check("and why it was not fused with its neighbours", notes.some((t) => t.includes("L0.scores0")), `${notes.length} notes`);
+  await shot(details, "details-fusion");
+
   // 6. Memory view: one rectangle per planned buffer.
   const memCount = Number(await py("print(len(big.view['memory'].get('buffers', [])))"));
   const indep = Number(

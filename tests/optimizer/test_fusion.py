@@ -367,3 +367,66 @@ class TestExamples:
         for res in (warm, fresh):
             assert res.graph == cold.graph
             assert res.artefacts == cold.artefacts
+
+
+class TestWhyNotFused:
+    """``not_fused``: every kernel -> kernel edge that ends in two kernels says why."""
+
+    def test_reasons_name_the_rule(self):
+        n = Net()
+        w = n.buf((8, 8), external=True)
+        a = n.k("relu", n.input(), name="a")
+        n.down(a)  # the intermediate is copied out: it must stay in memory
+        s = n.k("scale", a, name="s")
+        t = n.k("exp", s, name="t", fusible=False)
+        m1 = n.k("matmul", t, w, name="m1")
+        n.down(n.k("matmul", m1, w, name="m2"))
+        g = n.build()
+        why = fuse(g).artefacts["not_fused"]
+        by_name = {(g.node(x).name, g.node(y).name): r for (x, y), r in why.items()}
+        assert "is also read by 'down" in by_name[("a", "s")]
+        assert "not marked fusible" in by_name[("s", "t")]
+        assert "not marked fusible" in by_name[("t", "m1")]
+        assert "at most one reduction or matmul" in by_name[("m1", "m2")]
+
+    def test_memory_undo_is_explained(self):
+        # A fused kernel reading two big inputs keeps both alive until it runs; the
+        # unfused order frees the first one early. Find such a case among random DAGs.
+        for seed in range(400):
+            res = fuse(random_op_dag(seed, 30))
+            if res.artefacts["undone"]:
+                break
+        else:
+            pytest.skip("no random DAG needed an undo")
+        group = res.artefacts["undone"][0]
+        reasons = [
+            r for (a, b), r in res.artefacts["not_fused"].items() if a in group and b in group
+        ]
+        assert reasons and any("raised peak live memory" in r for r in reasons)
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.integers(0, 1_000_000), st.integers(2, 40), st.integers(2, 16))
+    def test_every_unfused_edge_has_a_true_reason(self, seed, n, max_size):
+        g = random_op_dag(seed, n, reductions=True)
+        res = fuse(g, max_group_size=max_size)
+        owner = {m: k for k, grp in enumerate(res.artefacts["groups"]) for m in grp}
+        why = res.artefacts["not_fused"]
+        for a, b in g.edges:
+            na, nb = g.node(a), g.node(b)
+            if not (na.is_kernel and nb.is_kernel):
+                assert (a, b) not in why
+                continue
+            together = a in owner and owner.get(a) == owner.get(b)
+            assert ((a, b) in why) != together, (na.name, nb.name)
+            if together:
+                continue
+            reason = why[(a, b)]
+            assert reason.strip()
+            for node in (na, nb):
+                if reason.startswith(f"{node.name!r} (#{int(node.id)}) cannot fuse"):
+                    assert node.id not in owner  # a node that cannot fuse is in no group
+            if "(the group tried: " in reason:
+                tried = reason.split("(the group tried: ")[1]
+                assert repr(na.name) in tried and repr(nb.name) in tried
+            if "went into" in reason:
+                assert a in owner or b in owner

@@ -89,6 +89,27 @@ class TestPythonSide:
         w.selection = -1
         assert w.details == {}
 
+    def test_details_explain_fusion_and_show_the_cuda(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.selection = node_id(w, "L0.k0_bias")
+        assert not w.session.loaded  # selecting a node does not run the passes
+        assert w.details["fusion"] == [] and "__global__" in w.details["source"]
+        w.load_passes()
+        rows = w.details["fusion"]
+        assert ["before", "L0.k0_t"] in [r[:2] for r in rows]
+        assert any("transpose" in r[2] and "never fuses" in r[2] for r in rows)
+        # A fused kernel after the fusion pass: its members' rows and its generated C.
+        w.pass_index = 1
+        fused = next(n for n in w.session.stages[1].graph.nodes if n.name == "L0.q0+L0.q0_bias")
+        w.selection = int(fused.id)
+        d = w.details
+        assert "matmul" in d["source"] and "bias_add" in d["source"]
+        assert any(r[1] == "L0.scores0" for r in d["fusion"])
+        # Not a kernel: no source; the upload's neighbours are kernels it cannot fuse with.
+        w.pass_index = 0
+        w.selection = node_id(w, "upload_x1")
+        assert w.details["source"] is None
+
     def test_modes(self, w: Workbench) -> None:
         w.color_mode = "no such mode"
         assert w.color_mode == "kind"

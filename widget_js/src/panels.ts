@@ -58,6 +58,39 @@ export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Sen
     row("slack", time(d.slack)),
     row("critical", d.critical === null ? null : d.critical ? "yes" : "no"),
     actions,
+    fusionNotes(d),
+    sourceBlock(d),
+  );
+}
+
+/** Why the node was not fused with each neighbouring kernel (after the passes ran). */
+function fusionNotes(d: NodeDetails): HTMLElement | null {
+  const rows = d.fusion ?? [];
+  if (!rows.length) return null;
+  return h(
+    "div",
+    { class: "ow-fusion-notes" },
+    h("h4", { text: "Not fused with" }),
+    ...rows.map(([dir, other, why]) =>
+      h(
+        "div",
+        { class: "ow-fusion-note" },
+        h("div", { class: "ow-fusion-other", text: `${dir === "after" ? "↤" : "↦"} ${other}` }),
+        h("div", { class: "ow-muted", text: why }),
+      ),
+    ),
+  );
+}
+
+/** The generated CUDA C, folded: it can be long, and it is there to be read on demand. */
+function sourceBlock(d: NodeDetails): HTMLElement | null {
+  if (!d.source) return null;
+  const lines = d.source.split("\n").length;
+  return h(
+    "details",
+    { class: "ow-source" },
+    h("summary", { text: `generated CUDA C · ${lines} lines` }),
+    h("pre", { class: "ow-source-code", text: d.source }),
   );
 }
 

@@ -210,6 +210,10 @@ export interface NodeDetails {
   alap: number | null;
   slack: number | null;
   critical: boolean | null;
+  /** Why it was not fused with each neighbouring kernel: [after|before, other, reason]. */
+  fusion?: [string, string, string][];
+  /** The generated CUDA C it launches (kernels with an op or a fused program). */
+  source?: string | null;
 }
 
 export type Section<T> = T | Unavailable;
