@@ -78,6 +78,15 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     p("\n[passes]")
     for entry in plan.trace:
         p(f"  {entry.summary()}")
+        not_fused = entry.artefacts.get("not_fused") if entry.name == "fusion" else None
+        if not_fused:
+            p(f"  not fused: {len(not_fused)} kernel -> kernel edge(s); for example")
+            seen: set[str] = set()
+            for (a, b), why in not_fused.items():
+                rule = why.split(" (")[0].split(";")[0].split(": ")[-1]  # one per rule
+                if rule not in seen and len(seen) < 3:
+                    seen.add(rule)
+                    p(f"    {graph.node(a).name} -> {graph.node(b).name}: {why}")
     p(
         f"\n[plan] {plan.kernel_count_original} kernels -> {plan.kernel_count_fused} after "
         f"fusion, {plan.num_streams} stream(s), {plan.event_count} event(s), "
