@@ -36,6 +36,7 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     from oxiwork.analysis import dominance, liveness, topo
     from oxiwork.executor.plan import ExecutionPlan
     from oxiwork.executor.simulator import SequentialExecutor, input_names
+    from oxiwork.optimizer.fusion import rule_of
 
     def p(*parts: object) -> None:
         print(*parts, file=out)
@@ -83,7 +84,7 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
             p(f"  not fused: {len(not_fused)} kernel -> kernel edge(s); for example")
             seen: set[str] = set()
             for (a, b), why in not_fused.items():
-                rule = why.split(" (")[0].split(";")[0].split(": ")[-1]  # one per rule
+                rule = rule_of(why)  # one example per rule
                 if rule not in seen and len(seen) < 3:
                     seen.add(rule)
                     p(f"    {graph.node(a).name} -> {graph.node(b).name}: {why}")

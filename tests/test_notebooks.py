@@ -60,6 +60,7 @@ def test_tour_runs_and_keeps_its_promises(tour: list[str]) -> None:
     # Section 3: the whole diamond fuses, and fused == unfused.
     assert "kernels 5 -> 1; buffers removed: s, g, gx, th" in out
     assert "max |fused - unfused|" in out and 'extern "C" __global__ void' in out
+    assert "'transpose' is injective, which never fuses" in out  # fusion says why it stops
     # Section 4: fusion off, the branches run on two streams with events between them.
     assert "ExecutionPlan: 11 steps on 2 streams, 2 events" in out
     # Section 5: the simulator matches the reference; without event 0 it races and is wrong.

@@ -61,7 +61,7 @@ from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.ops.program import share_bound
 from oxiwork.pipeline import PassResult
 
-__all__ = ["fuse", "peak_live_bytes", "program_order"]
+__all__ = ["fuse", "peak_live_bytes", "program_order", "rule_of"]
 
 _FUSIBLE_CLASSES = {
     FusionClass.ELEMENTWISE: "E",
@@ -648,6 +648,19 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         "not_fused": _not_fused(graph, groups, why, known),
     }
     return PassResult(new, artefacts)
+
+
+def rule_of(reason: str) -> str:
+    """The rule a ``not_fused`` reason cites, without the names of the nodes involved, to
+    group reasons (e.g. one example per rule).
+
+    >>> rule_of("'t' (#9) cannot fuse: its op 'transpose' is injective, which never fuses")
+    "its op 'transpose' is injective, which never fuses"
+    >>> rule_of("a fused kernel holds at most one reduction or matmul (the group tried: 'a')")
+    'a fused kernel holds at most one reduction or matmul'
+    """
+    _, sep, tail = reason.partition(" cannot fuse: ")
+    return tail if sep else reason.split(" (")[0].split(";")[0]
 
 
 def _not_fused(
