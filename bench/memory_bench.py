@@ -12,11 +12,19 @@ times measured in this one run; the machine may be shared, so compare within it)
 run. ``--orderings`` prints, per input, every candidate ordering's arena relative to
 greedy-by-size and which ordering wins how often (what the large-input pair was chosen by).
 
+``--pass`` prints the graph-level memory pass (:func:`oxiwork.optimizer.memory_pass.plan_memory`)
+on the stream-assigned, fused ``examples.transformer_block()`` (1/2/4/8 streams) and
+``examples.synthetic(n, "layered")`` (4 streams): arena, the liveness and conflict-clique lower
+bounds, arena / best bound, best of ``--repeat`` CPU seconds; with ``--baseline REV`` also the
+pass as it was at ``REV`` (its ``memory_pass.py``, loaded as a separate module) on the same
+graphs, its arena measured against this run's bound.
+
 Usage::
 
     python bench/memory_bench.py [--time-limit 120] [--instances A,B,C,D,E]
                                  [--sizes 1000,10000,100000] [--skip-exact] [--repeat 3]
                                  [--baseline HEAD~1] [--orderings]
+                                 [--pass] [--pass-sizes 1000,10000] [--pass-only]
 """
 
 from __future__ import annotations
@@ -81,21 +89,22 @@ def overlap_pairs(intervals: list[tuple[int, int, int]]) -> int:
     return int(np.maximum(stop - np.arange(1, len(arr) + 1), 0).sum())
 
 
-def baseline_module(rev: str) -> ModuleType:
-    """``oxiwork/optimizer/memory.py`` as of git revision ``rev``, imported as its own module."""
+def baseline_module(rev: str, module: str = "memory") -> ModuleType:
+    """``oxiwork/optimizer/<module>.py`` as of git revision ``rev``, imported as its own module."""
     src = subprocess.run(
-        ["git", "show", f"{rev}:oxiwork/optimizer/memory.py"],
+        ["git", "show", f"{rev}:oxiwork/optimizer/{module}.py"],
         cwd=ROOT,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    path = Path(tempfile.mkdtemp()) / "memory_baseline.py"
+    name = f"{module}_baseline"
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("memory_baseline", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["memory_baseline"] = mod  # dataclasses look their module up here
+    sys.modules[name] = mod  # dataclasses look their module up here
     spec.loader.exec_module(mod)
     return mod
 
@@ -145,6 +154,45 @@ def orderings_table(instances: list[str]) -> None:
         print(f"| {nm} | {wins[nm]} of {len(inputs)} | {sole[nm]} |")
 
 
+def pass_table(sizes: list[int], repeat: int, rev: str | None) -> None:
+    """The memory pass on stream-assigned graphs: arena against both lower bounds."""
+    from oxiwork.examples import synthetic, transformer_block
+    from oxiwork.optimizer.fusion import fuse
+    from oxiwork.optimizer.memory_pass import plan_memory
+    from oxiwork.optimizer.stream import assign_streams
+
+    base = baseline_module(rev, "memory_pass") if rev else None
+    graphs = [(f"transformer_block, {s} streams max", transformer_block(), s) for s in (1, 2, 4, 8)]
+    graphs += [(f"layered {n:,}, 4 streams max", synthetic(n, "layered", 0), 4) for n in sizes]
+    print("\n## Memory pass (fused, stream-assigned; best of CPU seconds)\n")
+    head = (
+        "| graph | streams | buffers | arena | liveness bound | conflict bound | "
+        "arena / bound | strategy | s |"
+    )
+    rule = "|---|---:|---:|---:|---:|---:|---:|---|---:|"
+    if base is not None:
+        head += f" {rev} arena | {rev} arena / bound | {rev} s | time / {rev} |"
+        rule += "---:|---:|---:|---:|"
+    print(head)
+    print(rule)
+    for label, g0, cap in graphs:
+        g = assign_streams(fuse(g0).graph, max_streams=cap).graph
+        streams = len({n.stream for n in g.nodes})
+        res, t = best_cpu(lambda g=g: plan_memory(g), repeat)
+        rep = res.artefacts["memory"]
+        bound = max(rep.lower_bound, 1)
+        row = (
+            f"| {label} | {streams} | {len(rep.intervals):,} | {rep.arena_bytes:,} | "
+            f"{rep.liveness_lower_bound:,} | {rep.conflict_lower_bound:,} | "
+            f"{rep.arena_bytes / bound:.3f} | {rep.strategy} | {t:.3f} |"
+        )
+        if base is not None:
+            old, tb = best_cpu(lambda g=g: base.plan_memory(g), repeat)
+            oa = old.artefacts["memory"].arena_bytes
+            row += f" {oa:,} | {oa / bound:.3f} | {tb:.3f} | {t / tb:.2f} |"
+        print(row, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=120.0)
@@ -154,7 +202,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timings: best of this many runs")
     ap.add_argument("--baseline", help="git revision whose planner to time alongside")
     ap.add_argument("--orderings", action="store_true", help="print the orderings table")
+    ap.add_argument("--pass", dest="pass_", action="store_true", help="print the pass table")
+    ap.add_argument("--pass-sizes", default="1000,10000", help="layered graph sizes (--pass)")
+    ap.add_argument("--pass-only", action="store_true", help="only the pass table")
     args = ap.parse_args()
+    if args.pass_ or args.pass_only:
+        sizes = [int(x) for x in args.pass_sizes.split(",") if x]
+        pass_table(sizes, args.repeat, args.baseline)
+    if args.pass_only:
+        return
     base = baseline_module(args.baseline) if args.baseline else None
 
     print("## MiniMalloc challenging instances (capacity 1,048,576 bytes)\n")

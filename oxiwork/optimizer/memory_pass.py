@@ -37,15 +37,17 @@ access + 1, i.e. plain liveness.
 
 Placement. Two plans are made and the smaller arena wins; both are safe.
 
-1. The exact placement: buffers in one or two orders (by first access, by safe-interval
-   length), each into the best-fitting aligned gap among the placed buffers it conflicts
-   with (the best fit of XLA's heap simulator, over happens-before conflicts instead of
-   time overlaps). In first-access order a placed buffer whose safe interval ended before
-   the current buffer's first access is ordered before it and every later one, so it is
-   dropped from the scan: that ordering tests only the pairs of overlapping safe intervals.
-   The first-access ordering always runs; the one by length only while the pairs it tests
-   are at most :data:`MAX_EXACT_PAIRS` (all pairs: ``O(n**2 S)`` element operations) and
-   the first did not meet the lower bound.
+1. The exact placement: buffers in up to three orders (by first access, by
+   conflict-weighted degree, by safe-interval length), each into the best-fitting aligned
+   gap among the placed buffers it conflicts with (the best fit of XLA's heap simulator,
+   over happens-before conflicts instead of time overlaps). In first-access order a placed
+   buffer whose safe interval ended before the current buffer's first access is ordered
+   before it and every later one, so it is dropped from the scan: that ordering tests only
+   the pairs of overlapping safe intervals, yet meets every conflicting pair, so it also
+   yields each buffer's conflict-weighted degree (the total size of the buffers it may be
+   live with). The first-access ordering always runs; the others only while the pairs they
+   test are at most :data:`MAX_EXACT_PAIRS` (all pairs: ``O(n**2 S)`` element operations)
+   and no earlier ordering met the lower bound.
 2. The interval plan: :func:`oxiwork.optimizer.memory.plan_buffers` on the safe intervals.
    The intervals are conservative on several streams (``end`` waits until *every* stream
    has synchronised past the buffer), so where they overlap a lot their plan is poor and
@@ -53,7 +55,10 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
    unless ``mode="exact"``.
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
-arena / lower bound and pass CPU seconds (best of 3), one run on a shared 2-core machine:
+arena / conflict lower bound and pass CPU seconds (best of 5, ``bench/memory_bench.py
+--pass-only --baseline REV``), one run on a shared 2-core machine: 1k nodes 1.025 (0.21 s,
+0.16 s before the conflict bound and ordering: the clique search and the extra ordering),
+10k 1.009 (0.43 s against 0.41 s). Earlier, against the liveness bound:
 1k nodes 1.07 (0.10 s), 5k 1.02 (0.17 s), 10k 1.01 (0.43 s). With the ordering by size as
 well and the length ordering up to 40M pairs (same arenas): 0.14 s, 0.47 s and 1.23 s; at
 100k that version took 26 s (1.01). Before that (a Python conflict list capped at 4M pairs,
@@ -62,9 +67,39 @@ up to 23 GB in the interval planner's overlap graph). The placement is ``O(confl
 x S)``: at 10k most of the time goes to the 15M unordered pairs the first-access ordering
 meets, at 100k to 1.5 billion.
 
-The reported ``lower_bound`` is the most bytes live at once under plain liveness over
-``L``: buffers live at the same index cannot be ordered (``L`` is topological), so no safe
-placement beats it.
+Lower bounds. Call two buffers *in conflict* when neither is ordered before the other. A
+safe placement gives buffers in conflict disjoint bytes, so the total size of any clique of
+the conflict graph -- buffers pairwise in conflict -- is a lower bound on every safe arena:
+the clique's ranges are pairwise disjoint inside ``[0, arena)``. Sizes are rounded up to the
+buffer's alignment, as every planner here reserves them (and the arena counts them), so the
+bounds are over such placements.
+
+* ``liveness_lower_bound``: the most bytes live at once under plain liveness over ``L``.
+  The buffers live at one index ``t`` form a clique: if every access of ``i`` happened
+  before every access of ``j``, ``L`` (topological, and happens-before implies edge order)
+  would put ``last_i < first_j``, while both live at ``t`` gives ``first_j <= t <= last_i``;
+  a node at ``t`` accessing both is not ordered with itself.
+* ``conflict_lower_bound``: a heavier clique when several streams run at once (buffers of
+  concurrent streams conflict without being live at one index of ``L``). Buffers in
+  conflict have overlapping safe intervals (disjoint ones are ordered), so by Helly's
+  theorem every clique lies in the set ``P(t)`` of safe intervals containing some step
+  ``t``, whose weight (the safe-interval profile at ``t``) bounds the clique. The search
+  visits the steps ``t = end - 1`` (where ``P(t)`` is maximal) by decreasing profile, builds
+  ``P(t)``'s conflict matrix and runs the greedy for maximum-weight clique twice (from
+  nothing, and from the buffers live at ``t``); it stops once the profile is no heavier
+  than the best clique (that clique is then a maximum one). Caps: at most
+  :data:`MAX_CLIQUE_STEPS` steps are visited, and a step whose matrix would take the
+  entries built past :data:`MAX_CLIQUE_PAIRS` is skipped, so the search costs
+  ``O(n log n + MAX_CLIQUE_STEPS n + MAX_CLIQUE_PAIRS S)`` (it does nothing beyond the
+  profiles on the 10k-node layered example, whose sets ``P(t)`` hold thousands). The clique
+  of the liveness peak is the fallback, so the bound is never below the liveness bound,
+  and by the same Helly argument never above ``interval_lower_bound``.
+
+``lower_bound`` (and ``ratio``, ``optimal``) use the larger, i.e. the conflict bound.
+On ``examples.transformer_block()`` (298 nodes, 161 arena buffers) with ``max_streams`` 1,
+2, 4, 8 the liveness bound is 96 KiB throughout while the conflict bound is 96, 104, 112 and
+112 KiB -- each a maximum clique (checked against networkx's exact search) and each met by
+the arena; before the conflict-degree ordering the arenas were 96, 104, 160 and 128 KiB.
 
 External buffers are never placed; buffers no node touches get offset 0 (they need no
 memory and nothing can race on them).
@@ -72,6 +107,9 @@ memory and nothing can race on them).
 References
 ----------
 * L. Lamport, CACM 1978; C. J. Fidge 1988; F. Mattern 1989 (happens-before, vector clocks).
+* E. Helly 1923 (pairwise-intersecting intervals share a point); D. S. Johnson, "Approximation
+  algorithms for combinatorial problems", JCSS 1974 (greedy cliques); M. C. Golumbic,
+  "Algorithmic Graph Theory and Perfect Graphs", 1980 (clique bounds for colouring).
 * Y. Pisarchyk, J. Lee, arXiv:2001.03288, 2020; M. D. Moffitt, "MiniMalloc", ASPLOS 2023
   (the interval planner); XLA ``GlobalDecreasingSizeBestFitHeap`` (best fit).
 
@@ -133,9 +171,20 @@ class MemoryReport:
     arena_bytes : int
         Bytes the arena needs (``max(offset + size rounded to the alignment)``).
     lower_bound : int
+        The best proven lower bound on every safe arena: ``max(liveness_lower_bound,
+        conflict_lower_bound)`` (in practice the conflict bound, which is never below the
+        other).
+    liveness_lower_bound : int
         Most bytes live at once under plain liveness over ``order``. Buffers live at the
         same step can never be ordered by happens-before (the order is topological), so
-        no safe placement beats it.
+        no safe placement beats it. (This was ``lower_bound`` before the conflict bound.)
+    conflict_lower_bound : int
+        Total aligned size of ``conflict_clique``: buffers pairwise not ordered by
+        happens-before must occupy pairwise-disjoint bytes (module docstring, "Lower
+        bounds"). Equals the liveness bound on one stream when the liveness peak is a
+        maximum clique.
+    conflict_clique : tuple of BufferId
+        The buffers of that clique, sorted by id (pairwise "may be live at once").
     interval_lower_bound : int
         Most bytes live at once over the safe intervals: what any placement of the
         intervals needs (the exact placement may go below it).
@@ -145,7 +194,7 @@ class MemoryReport:
         The winning placement (the interval planner's strategy, or
         ``"conflict_best_fit_<ordering>"``) and the mode asked for.
     optimal : bool
-        The arena meets ``lower_bound``.
+        The arena meets ``lower_bound`` (so it is a minimum safe arena).
     fits : bool or None
         Whether the arena fits the ``capacity`` asked for (None without one).
     message : str or None
@@ -162,6 +211,9 @@ class MemoryReport:
     order: tuple[NodeId, ...]
     arena_bytes: int
     lower_bound: int
+    liveness_lower_bound: int
+    conflict_lower_bound: int
+    conflict_clique: tuple[BufferId, ...]
     interval_lower_bound: int
     ratio: float
     strategy: str
@@ -186,6 +238,9 @@ class MemoryReport:
         out.update(
             arena_bytes=self.arena_bytes,
             lower_bound=self.lower_bound,
+            liveness_lower_bound=self.liveness_lower_bound,
+            conflict_lower_bound=self.conflict_lower_bound,
+            conflict_clique=[int(b) for b in self.conflict_clique],
             interval_lower_bound=self.interval_lower_bound,
             ratio=self.ratio,
             strategy=self.strategy,
@@ -199,7 +254,8 @@ class MemoryReport:
 
 
 MAX_EXACT_PAIRS = 5_000_000
-"""Most buffer pairs the ordering by safe-interval length of the exact placement may test.
+"""Most buffer pairs the orderings by conflict-weighted degree and by safe-interval length of
+the exact placement may test (each: all pairs).
 
 A placement step tests the buffer against the placed buffers it may conflict with, a few
 numpy operations per stream over all of them (about 10-20 ns per pair on 4 streams). The
@@ -209,13 +265,34 @@ and random op DAGs of 100-3,000 nodes, 2-8 streams) it beat the first-access ord
 by 0.1% and 0.4%, so above that it is not worth its time (a third of the pass at 10k
 nodes). The ordering by first access always runs: it tests only the pairs whose safe
 intervals overlap, the very pairs the interval planner visits (once per candidate ordering),
-so it is never the slower of the two (100k-node layered example: 26 s against 358 s)."""
+so it is never the slower of the two (100k-node layered example: 26 s against 358 s).
+
+The ordering by conflict-weighted degree (largest first, ties by size) was added for the
+transformer block the workbench opens with: on 4 and 8 streams the first-access and length
+orderings left it at 1.43x and 1.14x the conflict bound, while it meets the bound (so does
+ordering by the end of the safe interval). On 57 graphs (that block on 2-8 streams, layered
+and transformer graphs of 200-3,000 nodes, random op DAGs of 120 and 400 nodes, 2-8 streams)
+it was among the best orderings 44 times (first access 51, length 43) and has the lowest
+total; it runs before the length ordering and, like it, only while the bound is not met."""
 
 MAX_INTERVAL_PAIRS = 1_000_000
 """Above this many overlapping safe-interval pairs the interval planner is skipped (unless
 ``mode="exact"``): it visits every such pair once per candidate ordering (3.8 s on the
 10k-node layered example's 16M pairs), and safe intervals that crowded are long, so its plan
 loses to the exact placement anyway (1.8x against 1.01x the lower bound there)."""
+
+MAX_CLIQUE_STEPS = 64
+"""Most steps ``t`` the conflict-clique search (``conflict_lower_bound``) visits, by decreasing
+safe-interval profile; one whose matrix fits :data:`MAX_CLIQUE_PAIRS` costs an ``O(n)`` scan
+for ``P(t)`` and the matrix. The transformer block's maximum cliques are found within 16."""
+
+MAX_CLIQUE_PAIRS = 500_000
+"""Most conflict-matrix entries the clique search builds over all its steps (each a dominance
+test over the streams, then ``O(k**2)`` greedy work): about 13 ms on the fused 1k-node layered
+example (4 streams, where the bound is 1.025x the liveness bound); 2M entries took 55 ms for
+0.3% more, 100k entries 5 ms for 2% less. On 35 small graphs (the transformer block and
+layered, transformer and random op DAGs of 100-600 nodes, 2-8 streams) the clique found was
+a maximum one (networkx's exact search) 31 times, and at most 2.6% lighter otherwise."""
 
 # Placed conflicts up to this many are gap-scanned in Python; more go through numpy.
 _DENSE = 32
@@ -315,29 +392,37 @@ def _place_exact(
     a: _Analysis,
     prune: bool,
     every: int = 64,
-) -> tuple[np.ndarray, int, int]:
+    degrees: bool = False,
+) -> tuple[np.ndarray, int, int, np.ndarray | None]:
     """Best-fit placement of the buffers in ``perm`` order, against happens-before conflicts.
 
     Each buffer goes into the smallest aligned gap (lowest on ties) among the placed buffers
     it conflicts with, or on top of them. With ``prune`` (``perm`` sorted by first access)
     placed buffers whose safe interval ends at or before the current first access are
     dropped (every ``every`` steps): they are ordered before every buffer still to come.
-    Returns the offsets (by row), the arena and the number of conflicting pairs met.
+    Returns the offsets (by row), the arena, the number of conflicting pairs met and, with
+    ``degrees`` (else None), by row the total size of the buffers met that conflict with it:
+    its conflict-weighted degree, as every conflicting pair is met (with ``prune`` too: a
+    dropped buffer is ordered before every later one). That costs a few passes over the
+    conflicting pairs (a fifth of the placement at 10k nodes), hence the flag.
     """
     n, width = len(perm), a.last_clock.shape[1]
-    sz, al = size[perm].tolist(), align[perm].tolist()
+    psize = size[perm]
+    sz, al = psize.tolist(), align[perm].tolist()
     begin = a.first[perm].tolist()
     # One row per field, one column per buffer (in ``perm`` order): last and from clocks
     # (positions, so int32 when they fit: half the memory traffic of the dominance test), and
-    # offset, top and end of the safe interval. The placed buffers still in play are kept
+    # offset, top and end of the safe interval, and the column. The placed buffers still in play are kept
     # compacted and sorted by offset in ``act_c``/``act``, so that inserting or pruning is a
     # copy and a gap scan needs no sort.
     ctype = np.int32 if len(a.order) < 2**31 - 1 else np.int64
     clk = np.empty((2 * width, n), dtype=ctype)
     clk[:width] = a.last_clock[perm].T
     clk[width:] = a.from_clock[perm].T
-    rows = np.empty((3, n), dtype=np.int64)
+    rows = np.empty((4, n), dtype=np.int64)
     rows[2] = a.end[perm]
+    rows[3] = np.arange(n)
+    met = np.zeros(n, dtype=np.int64)
     act_c = np.empty_like(clk)
     act = np.empty_like(rows)
     m = 0
@@ -362,6 +447,10 @@ def _place_exact(
             ok |= (act_c[width:, :m] >= col[:width]).all(axis=0)
             hit = np.flatnonzero(~ok)
             conflicts += len(hit)
+            if degrees and len(hit):
+                other = act[3, hit]
+                met[other] += s_k  # columns are distinct: a plain fancy-index add
+                met[k] += int(psize[other].sum())
             if 0 < len(hit) <= _DENSE:
                 cand = _gap_small(act[0, hit].tolist(), act[1, hit].tolist(), s_k, a_k)
             elif len(hit):
@@ -379,7 +468,11 @@ def _place_exact(
         arena = max(arena, cand + s_k)
     out = np.empty(n, dtype=np.int64)
     out[perm] = off
-    return out, arena, conflicts
+    if not degrees:
+        return out, arena, conflicts, None
+    degree = np.empty(n, dtype=np.int64)
+    degree[perm] = met
+    return out, arena, conflicts, degree
 
 
 def _gap_small(offs: list[int], tops: list[int], sz: int, al: int) -> int:
@@ -416,6 +509,96 @@ def _gap_dense(o: np.ndarray, t: np.ndarray, sz: int, al: int) -> int:
 
 # Marks gaps too small to hold the buffer in _gap_dense (larger than any real gap).
 _NO_GAP = np.iinfo(np.int64).max
+
+
+def _conflict_matrix(a: _Analysis, rows: np.ndarray) -> np.ndarray:
+    """``(k, k)`` bool: buffers ``rows[i]`` and ``rows[j]`` are unordered by happens-before
+    (the dominance test of the module docstring; the diagonal is False)."""
+    lc, fc = a.last_clock[rows], a.from_clock[rows]
+    before = np.ones((len(rows), len(rows)), dtype=bool)
+    for s in range(lc.shape[1]):  # one stream at a time: 2-d temporaries only
+        before &= lc[:, s, None] <= fc[None, :, s]
+    conflict = ~(before | before.T)
+    np.fill_diagonal(conflict, False)
+    return conflict
+
+
+def _heavy_clique(conflict: np.ndarray, weight: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Greedy heavy clique of ``conflict`` containing the clique ``start``: repeatedly add the
+    candidate (a vertex adjacent to every member) of largest weight plus weight of its
+    candidate neighbours, the classic greedy for maximum-weight clique (Johnson 1974). The
+    scores are updated as candidates drop out, so a run is ``O(k**2)``."""
+    cand = np.ones(len(weight), dtype=bool)
+    if len(start):
+        cand &= conflict[start].all(axis=0)
+    adj = conflict.astype(np.float64)  # BLAS products; exact, sums stay far below 2**53
+    w = weight.astype(np.float64)
+    score = w + adj[:, cand] @ w[cand]
+    chosen = start.tolist()
+    while True:
+        idx = np.flatnonzero(cand)
+        if not len(idx):
+            return np.array(chosen, dtype=np.int64)
+        j = int(idx[score[idx].argmax()])
+        chosen.append(j)
+        keep = cand & conflict[j]
+        gone = np.flatnonzero(cand & ~keep)  # j and the candidates it is ordered with
+        score -= w[gone] @ adj[gone]  # rows, not columns: contiguous (adj is symmetric)
+        cand = keep
+
+
+def _conflict_clique(a: _Analysis, size: np.ndarray) -> np.ndarray:
+    """Rows of pairwise-unordered buffers of large total size (see ``conflict_lower_bound``
+    in :class:`MemoryReport` for why it bounds every safe arena, and the caps).
+
+    Two unordered buffers have overlapping safe intervals, so by Helly's theorem for
+    intervals every clique of the conflict graph lies in the set ``P(t)`` of safe intervals
+    containing one step ``t``, and ``P(t)`` weighs at most the safe-interval profile at
+    ``t``. The steps where ``P(t)`` is maximal (``t = end - 1`` of some buffer) are visited
+    by decreasing profile, and the search stops once that profile is no heavier than the
+    best clique (branch and bound: then the clique found is a maximum one) or after
+    :data:`MAX_CLIQUE_STEPS` steps or :data:`MAX_CLIQUE_PAIRS` matrix entries. At each step
+    the greedy of :func:`_heavy_clique` runs twice on ``P(t)``: from nothing and from the
+    buffers live at ``t`` under plain liveness (a clique: see ``liveness_lower_bound``).
+    The buffers live at the plain-liveness peak are the fallback, so the bound is never
+    below the liveness bound.
+    """
+    n, steps = len(size), len(a.order)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    live_w = _profile(a.first, a.last + 1, size, steps)
+    peak = int(live_w.argmax())
+    best = np.flatnonzero((a.first <= peak) & (a.last >= peak))
+    best_w = int(size[best].sum())
+    safe_w = _profile(a.first, a.end, size, steps)
+    safe_n = _profile(a.first, a.end, np.ones(n, dtype=np.int64), steps)
+    tops = np.unique(a.end - 1)
+    tops = tops[np.argsort(-safe_w[tops], kind="stable")]
+    budget = MAX_CLIQUE_PAIRS
+    for t in tops[:MAX_CLIQUE_STEPS].tolist():
+        if safe_w[t] <= best_w:
+            break  # no clique at this or any later step can be heavier
+        k = int(safe_n[t])
+        if k * k > budget:
+            continue
+        budget -= k * k
+        rows = np.flatnonzero((a.first <= t) & (a.end > t))
+        conflict = _conflict_matrix(a, rows)
+        live = np.flatnonzero(a.last[rows] >= t)
+        for start in (np.zeros(0, dtype=np.int64), live):
+            got = _heavy_clique(conflict, size[rows], start)
+            got_w = int(size[rows[got]].sum())
+            if got_w > best_w:
+                best, best_w = rows[got], got_w
+    return np.sort(best)
+
+
+def _profile(start: np.ndarray, stop: np.ndarray, weight: np.ndarray, steps: int) -> np.ndarray:
+    """Total weight of the half-open intervals containing each step ``0..steps-1``."""
+    d = np.zeros(steps + 1, dtype=np.int64)
+    np.add.at(d, start, weight)
+    np.add.at(d, stop, -weight)
+    return np.cumsum(d[:steps])
 
 
 def _overlapping_pairs(first: np.ndarray, end: np.ndarray) -> int:
@@ -492,25 +675,30 @@ def plan_memory(
     length = a.end - a.first
     overlapping = _overlapping_pairs(a.first, a.end)
     everything = n * (n - 1) // 2
-    lower = _peak(a.first, a.last + 1, size)
-    # name -> (np.lexsort keys, most significant last; prune; pairs tested). An ordering by
-    # size (ties by first access) tied the first-access one on all 126 graphs measured (see
-    # MAX_EXACT_PAIRS) while testing all pairs, so it is not tried.
+    live_lb = _peak(a.first, a.last + 1, size)
+    clique = _conflict_clique(a, size)
+    clique_lb = int(size[clique].sum())
+    lower = max(live_lb, clique_lb)
+    # The first-access ordering always runs: it tests the same pairs the interval planner
+    # visits, in numpy rather than Python, and meets every conflicting pair, so it also
+    # yields each buffer's conflict-weighted degree. The others test all pairs, so they run
+    # only up to MAX_EXACT_PAIRS and while the arena is above the bound.
+    more = everything <= MAX_EXACT_PAIRS  # will the other orderings run (if needed)?
+    off, top, conflict_pairs, degree = _place_exact(
+        np.lexsort((rows, -size, a.first)), size, align, a, True, degrees=more
+    )
+    exact = (off, top, "conflict_best_fit_start")
+    # name -> np.lexsort keys, most significant last (see MAX_EXACT_PAIRS for the choice).
     orderings = {
-        "start": ((rows, -size, a.first), True, overlapping),
-        "length": ((rows, -size, -length), False, everything),
+        "conflicts": (rows, -size, -degree) if degree is not None else (),
+        "length": (rows, -size, -length),
     }
-    exact: tuple[np.ndarray, int, str] | None = None
-    conflict_pairs = 0
-    for name, (keys, prune, pairs) in orderings.items():
-        # The first-access ordering always runs: it tests the same pairs the interval
-        # planner visits, in numpy rather than Python. Nothing beats the lower bound.
-        if name != "start" and (pairs > MAX_EXACT_PAIRS or (exact and exact[1] <= lower)):
-            continue
-        off, top, conflict_pairs = _place_exact(np.lexsort(keys), size, align, a, prune)
-        if exact is None or top < exact[1]:
+    for name, keys in orderings.items():
+        if not more or exact[1] <= lower:
+            break
+        off, top, _, _ = _place_exact(np.lexsort(keys), size, align, a, False)
+        if top < exact[1]:
             exact = (off, top, f"conflict_best_fit_{name}")
-    assert exact is not None
     safe = a.safe
     interval_lb = _peak(a.first, a.end, size)
     if overlapping <= MAX_INTERVAL_PAIRS or mode == "exact":
@@ -563,6 +751,9 @@ def plan_memory(
         order=a.order,
         arena_bytes=arena,
         lower_bound=lower,
+        liveness_lower_bound=live_lb,
+        conflict_lower_bound=clique_lb,
+        conflict_clique=tuple(a.ids[k] for k in clique.tolist()),
         interval_lower_bound=interval_lb,
         ratio=arena / lower if lower else 1.0,
         strategy=strategy,
