@@ -612,6 +612,12 @@ def memory_section(
         "modes": list(memory.MODES),
         "arena_bytes": int(d["arena_bytes"]),
         "lower_bound_bytes": int(d["lower_bound"]),
+        # The plan's bound on several streams is the heavier of plain liveness over one
+        # order and a set of buffers no event orders (``conflict_clique``): show both.
+        "liveness_bound_bytes": int(d.get("liveness_lower_bound", d["lower_bound"])),
+        "bound_buffers": [int(b) for b in d.get("conflict_clique", ())]
+        if d.get("conflict_lower_bound", 0) > d.get("liveness_lower_bound", d["lower_bound"])
+        else [],
         "num_steps": int(num_steps),
         "buffers": rects,
         "strategy": d.get("strategy", ""),

@@ -130,6 +130,23 @@ class TestDagSection:
 
 
 class TestMemorySection:
+    def test_plan_on_streams_shows_both_bounds_and_the_clique(self) -> None:
+        plan = ExecutionPlan.build(transformer_block(2), max_streams=4)
+        mem = vm.memory_section(plan.graph, [s.node for s in plan.steps], plan=plan)
+        report = plan.memory
+        assert mem["lower_bound_bytes"] == report.lower_bound
+        assert mem["liveness_bound_bytes"] == report.liveness_lower_bound
+        if report.conflict_lower_bound > report.liveness_lower_bound:
+            # the outlined buffers are exactly the clique, and they add up to the bound
+            assert sorted(mem["bound_buffers"]) == sorted(int(b) for b in report.conflict_clique)
+            sizes = {r["id"]: r["size"] for r in mem["buffers"]}
+            assert sum(sizes[b] for b in mem["bound_buffers"]) == mem["lower_bound_bytes"]
+        else:
+            assert mem["bound_buffers"] == []
+        one = ExecutionPlan.build(transformer_block(2), max_streams=1)
+        m1 = vm.memory_section(one.graph, [s.node for s in one.steps], plan=one)
+        assert m1["bound_buffers"] == [] and m1["liveness_bound_bytes"] == m1["lower_bound_bytes"]
+
     def test_invariants(self, graph: ComputeGraph) -> None:
         mem = vm.memory_section(graph)
         rects = mem["buffers"]

@@ -421,7 +421,7 @@ export class App {
       modeSel.addEventListener("change", () => this.send("set_memory_mode", { mode: modeSel.value }));
       const m = vm.memory;
       this.bottomTools.append(
-        h("span", { class: "ow-muted", text: `execution plan · ${m.buffers.length} buffers over ${m.num_steps} steps · arena ${formatBytes(m.arena_bytes)} = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)} × lower bound${m.optimal ? " (optimal)" : ""}` }),
+        h("span", { class: "ow-muted", text: `execution plan · ${m.buffers.length} buffers over ${m.num_steps} steps · arena ${formatBytes(m.arena_bytes)} = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)} × lower bound${m.optimal ? " (optimal)" : ""}${(m.liveness_bound_bytes ?? m.lower_bound_bytes) < m.lower_bound_bytes ? ` · streams cost ${formatBytes(m.lower_bound_bytes - (m.liveness_bound_bytes ?? 0))} over one-order liveness` : ""}` }),
         h("label", { class: "ow-inline" }, h("span", { text: "planner" }), modeSel),
       );
     }

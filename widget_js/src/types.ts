@@ -67,6 +67,10 @@ export interface MemorySection {
   modes: string[];
   arena_bytes: number;
   lower_bound_bytes: number;
+  /** Most bytes live at once over one order; below lower_bound_bytes on several streams. */
+  liveness_bound_bytes?: number;
+  /** Buffers no event orders pairwise, whose sizes add up to the bound (when it beats liveness). */
+  bound_buffers?: number[];
   num_steps: number;
   buffers: MemoryRect[];
   strategy?: string;
