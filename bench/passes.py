@@ -6,8 +6,9 @@ Every ratio is measured in this one run, against a baseline run on the same inpu
 * streams (cap ``--streams``): our assignment vs the round-robin-by-level baseline: streams,
   DAG width, events inserted vs the minimum for the assignment, makespan under the cost
   model vs the lower bound ``max(critical path, work / streams)``, time;
-* memory (on the stream-assigned graph): arena vs the lower bound (plain liveness over the
-  issue order, which no safe placement beats), the interval plan alone and TFLite's
+* memory (on the stream-assigned graph): arena vs the lower bound (the heavier of plain
+  liveness over the issue order and the schedule-aware clique bound of the memory pass, which
+  no safe placement beats), the interval plan alone and TFLite's
   greedy-by-size on the same happens-before-safe lifetimes, time; the winning strategy is the
   interval planner's or the exact happens-before placement's (``conflict_best_fit_*``), and
   the interval plan's ratio reads "skipped" when the pass did not run it (too many pairs);
