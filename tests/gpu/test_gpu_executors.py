@@ -8,6 +8,11 @@ and 1,000 build/launch/close cycles leave device memory where it was.
 
 The module also runs without pytest (``python3 tests/gpu/test_gpu_executors.py``) for
 machines that have a GPU but no test tooling; ``bench/gpu_check.sh`` uses whichever works.
+
+Every test takes a :class:`Target` (the device, and the driver module: ``None`` for the
+real ``cuda.bindings.driver``), so ``tests/executor/test_emulated_executors.py`` runs the
+same scenario bodies, unmarked, on the CPU emulation of the driver
+(``tests/executor/emulated_driver.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +33,7 @@ except ImportError:  # the plain-python runner below needs no pytest
 from oxiwork.builder import GraphBuilder
 from oxiwork.examples import quick_start, random_op_dag
 from oxiwork.executor.cuda_graph import CudaGraphExecutor
-from oxiwork.executor.driver import Device, probe
+from oxiwork.executor.driver import Device, Driver, probe
 from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.streams import StreamExecutor
 from oxiwork.node import MemcpyDir
@@ -38,16 +45,32 @@ RTOL, ATOL = 1e-4, 1e-5
 SEEDS = (0, 1, 2)
 STREAMS = (1, 2, 4, 8)
 
+
+@dataclass(frozen=True)
+class Target:
+    """Where the scenarios run: a device ordinal and a driver module (``None``: the real
+    ``cuda.bindings.driver``; tests pass the emulator). ``cycles`` is how many
+    build/launch/close cycles the memory-growth scenario makes."""
+
+    device: int = 0
+    driver: Any = None
+    cycles: int = 1000
+
+    def executor(self, cls: Any, plan: Any, **options: Any) -> Any:
+        """``cls(plan)`` (an executor class) on this target."""
+        return cls(plan, device=self.device, driver=self.driver, **options)
+
+
 if pytest is not None:
     pytestmark = pytest.mark.gpu
 
     @pytest.fixture(scope="module")
     def gpu():
-        """The device ordinal, or a clean skip saying why there is none."""
+        """The real device, or a clean skip saying why there is none."""
         reason = probe(0)
         if reason is not None:
             pytest.skip(f"no usable GPU: {reason}")
-        return 0
+        return Target(0)
 
 
 def _simulate(plan, inputs=None, seed=0):
@@ -63,20 +86,22 @@ def _assert_same(got, want, what):
     for name in want:
         a = np.asarray(got[name]).reshape(-1)
         b = np.asarray(want[name]).reshape(-1)
-        ok = np.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True)
-        if not ok:
-            worst = int(np.nanargmax(np.abs(a - b)))
+        bad = np.flatnonzero(~np.isclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+        if bad.size:
+            # the worst finite difference, else the first mismatch (a NaN on one side only)
+            diff = np.abs(a[bad].astype(np.float64) - b[bad])
+            at = int(bad[np.nanargmax(diff)]) if np.isfinite(diff).any() else int(bad[0])
             raise AssertionError(
-                f"{what}: buffer {name!r} differs, worst at [{worst}]: gpu {a[worst]!r} vs "
-                f"simulator {b[worst]!r}"
+                f"{what}: buffer {name!r} differs at {bad.size} of {a.size} elements, e.g. "
+                f"[{at}]: gpu {a[at]!r} vs simulator {b[at]!r}"
             )
 
 
 def _both(plan, gpu, inputs=None, seed=0):
     want = _simulate(plan, inputs, seed)
-    with CudaGraphExecutor(plan, device=gpu) as ex:
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
         graph_out, _ = ex.run(inputs, seed=seed)
-    with StreamExecutor(plan, device=gpu) as ex:
+    with gpu.executor(StreamExecutor, plan) as ex:
         stream_out, _ = ex.run(inputs, seed=seed)
     return want, graph_out, stream_out
 
@@ -113,7 +138,7 @@ def test_every_step_kind(gpu):
 
 def test_replay_with_new_inputs(gpu):
     plan = build_plan(random_op_dag(5, 16), max_streams=4)
-    with CudaGraphExecutor(plan, device=gpu) as ex:
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
         for seed in range(4):
             got, timings = ex.run(seed=seed)
             _assert_same(got, _simulate(plan, seed=seed), f"replay {seed}")
@@ -124,7 +149,7 @@ def test_replay_with_new_inputs(gpu):
 def test_update_params_and_update(gpu):
     x = np.linspace(-1, 1, 1024, dtype=np.float32)
     plan = build_plan(quick_start(), fusion=False)
-    with CudaGraphExecutor(plan, device=gpu) as ex:
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
         scale = next(s for s in plan.steps if s.name == "scale")
         ex.update_params(scale.node, alpha=-3.0)
         got, _ = ex.run({"input": x})
@@ -145,7 +170,7 @@ def test_host_callbacks_run_on_every_replay(gpu):
     cb = b.add_host_callback("tick", lambda: count.append(1))
     b.chain([up, cb])
     plan = build_plan(b.build())
-    with CudaGraphExecutor(plan, device=gpu) as ex:
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
         for _ in range(3):
             ex.run({"x": np.zeros(1024, np.float32)})
     assert len(count) == 3
@@ -155,7 +180,7 @@ def test_to_dot(gpu, tmp_path=None):
     import tempfile
 
     path = os.path.join(tmp_path or tempfile.mkdtemp(), "graph.dot")
-    with CudaGraphExecutor(build_plan(quick_start()), device=gpu) as ex:
+    with gpu.executor(CudaGraphExecutor, build_plan(quick_start())) as ex:
         ex.to_dot(path)
     with open(path) as f:
         assert "digraph" in f.read()
@@ -174,21 +199,23 @@ def _megabyte_plan():
 
 def test_no_device_memory_growth_over_1000_cycles(gpu):
     plan = _megabyte_plan()
-    dev = Device.open(gpu)  # keeps the primary context alive between cycles
+    dev = Device.open(gpu.device, Driver(gpu.driver))  # keeps the context alive between cycles
     try:
         for _ in range(10):  # warm-up: module cache, allocator pools
-            with CudaGraphExecutor(plan, device=gpu) as ex:
+            with gpu.executor(CudaGraphExecutor, plan) as ex:
                 ex.run()
         free_before, _ = dev.memory_info()
-        for _ in range(1000):
-            ex = CudaGraphExecutor(plan, device=gpu)
+        for _ in range(gpu.cycles):
+            ex = gpu.executor(CudaGraphExecutor, plan)
             ex.run()
             ex.close()
         free_after, _ = dev.memory_info()
     finally:
         dev.release()
     growth = free_before - free_after
-    assert growth < 16 << 20, f"device memory shrank by {growth / 2**20:.1f} MiB over 1000 cycles"
+    assert growth < 16 << 20, (
+        f"device memory shrank by {growth / 2**20:.1f} MiB over {gpu.cycles} cycles"
+    )
 
 
 def _main() -> int:
@@ -201,7 +228,7 @@ def _main() -> int:
     for name, fn in sorted(globals().items()):
         if name.startswith("test_") and callable(fn):
             try:
-                fn(0)
+                fn(Target(0))
                 print(f"PASS {name}")
             except Exception as e:
                 failed += 1
