@@ -18,9 +18,11 @@ fake handles), :class:`EmulatedDriver` gives every call its CUDA meaning:
   compiles that source as C++ with g++ (CUDA keywords defined away; see
   ``tests/ops/test_codegen.py``) plus, per ``__global__`` function, an ``extern "C"``
   wrapper that takes the ``void** kernelParams`` and unpacks each parameter by the C
-  type parsed from the source, then loops over the grid (and over the block's threads,
-  unless the kernel synchronises threads, in which case one thread per block makes
-  ``__syncthreads`` and shared-memory reductions sequential). A packing bug (wrong
+  type parsed from the source, then loops over the grid and over each block's threads.
+  A kernel that synchronises threads runs its threads as coroutines (``ucontext``)
+  switched at ``__syncthreads``, in a seeded random order per phase, so shared-memory
+  reductions run with the real block size and a missing barrier can give wrong
+  numbers; threads that reach different barriers fail the launch. A packing bug (wrong
   order, float packed as double, a wrong offset) gives wrong numbers, as on a GPU.
   Argument bytes are copied when a launch or a kernel node is made, as the driver does.
 - **Graphs** run their nodes in a seeded random topological order of the recorded
@@ -40,8 +42,9 @@ Structs and enums are the real ``cuda.bindings.driver`` ones when that package i
 installed (they need no GPU), so a field set with the wrong type fails as it would on a
 GPU; otherwise the fakes of ``gpu_fakes`` stand in.
 
-What the emulator cannot check: several threads of a block running at once (warp
-behaviour, missing ``__syncthreads``, intra-kernel races), two operations overlapping in
+What the emulator cannot check: threads running truly at once (warp-synchronous code,
+shuffles, atomics' contention, races between threads of one barrier phase beyond what a
+random order of whole phases shows), two operations overlapping in
 time (work is interleaved at operation granularity, not run concurrently), reads past
 an allocation's end (they only give garbage), device-side numerics (g++ and libm
 instead of NVCC's; ``--fmad=false`` vs ``-ffp-contract=off``), real timings, and any
@@ -101,6 +104,7 @@ INVALID_HANDLE = 400
 NOT_FOUND = 500
 NOT_READY = 600
 ILLEGAL_ADDRESS = 700
+LAUNCH_FAILED = 719
 NOT_PERMITTED = 800
 GRAPH_EXEC_UPDATE_FAILURE = 910
 
@@ -114,6 +118,7 @@ _NAMES = {
     NOT_FOUND: "CUDA_ERROR_NOT_FOUND",
     NOT_READY: "CUDA_ERROR_NOT_READY",
     ILLEGAL_ADDRESS: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    LAUNCH_FAILED: "CUDA_ERROR_LAUNCH_FAILED",
     NOT_PERMITTED: "CUDA_ERROR_NOT_PERMITTED",
     GRAPH_EXEC_UPDATE_FAILURE: "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
 }
@@ -179,7 +184,9 @@ def capture_sources(monkeypatch: Any) -> None:
 PRELUDE = """#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <ucontext.h>
 struct ox_dim3 { unsigned x, y, z; };
 static ox_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
@@ -188,9 +195,67 @@ static ox_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
-#define __syncthreads() ((void)0)
 static inline float __int_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
 static inline unsigned __float_as_int(float f) { unsigned v; memcpy(&v, &f, 4); return v; }
+
+// Threads of a block that synchronise run as coroutines: each runs until its next
+// __syncthreads (or its end), in a random order per phase, then the next phase starts.
+// That is one of the interleavings a GPU allows, and reading a value another thread
+// writes in the same phase depends on the order, as on a GPU.
+#define OX_STACK (64 * 1024)
+static ucontext_t ox_sched;
+static ucontext_t* ox_ctx = 0;
+static char* ox_stacks = 0;
+static unsigned char ox_state[1024];  // 0 running, 1 at a barrier, 2 done
+static unsigned ox_cur = 0;
+static int ox_in_block = 0;
+static unsigned ox_seed = 1;
+static inline unsigned ox_rand() { ox_seed = ox_seed * 1664525u + 1013904223u; return ox_seed >> 8; }
+static void ox_barrier() {
+    if (!ox_in_block) return;
+    ox_state[ox_cur] = 1;
+    swapcontext(&ox_ctx[ox_cur], &ox_sched);
+}
+#define __syncthreads() ox_barrier()
+// Returns 1 if some threads ended while others waited at a barrier (divergent barrier).
+static int ox_run_block(void (*entry)(), unsigned bx, unsigned by, unsigned bz) {
+    unsigned n = bx * by * bz, order[1024];
+    if (!ox_ctx) {
+        ox_ctx = (ucontext_t*)malloc(sizeof(ucontext_t) * 1024);
+        ox_stacks = (char*)malloc((size_t)OX_STACK * 1024);
+    }
+    for (unsigned t = 0; t < n; ++t) {
+        getcontext(&ox_ctx[t]);
+        ox_ctx[t].uc_stack.ss_sp = ox_stacks + (size_t)t * OX_STACK;
+        ox_ctx[t].uc_stack.ss_size = OX_STACK;
+        ox_ctx[t].uc_link = &ox_sched;
+        makecontext(&ox_ctx[t], entry, 0);
+        ox_state[t] = 0;
+        order[t] = t;
+    }
+    ox_in_block = 1;
+    unsigned alive = n;
+    int diverged = 0;
+    while (alive) {
+        for (unsigned i = n - 1; i > 0; --i) {
+            unsigned j = ox_rand() % (i + 1), tmp = order[i];
+            order[i] = order[j]; order[j] = tmp;
+        }
+        unsigned finished = 0, waiting = 0;
+        for (unsigned i = 0; i < n; ++i) {
+            unsigned t = order[i];
+            if (ox_state[t] == 2) continue;
+            ox_cur = t;
+            threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+            ox_state[t] = 0;
+            swapcontext(&ox_sched, &ox_ctx[t]);
+            if (ox_state[t] == 0) { ox_state[t] = 2; ++finished; --alive; } else { ++waiting; }
+        }
+        if (finished && waiting) diverged = 1;
+    }
+    ox_in_block = 0;
+    return diverged;
+}
 """
 
 _GLOBAL_RE = re.compile(r"__global__\s+void\s+(\w+)\s*\(([^)]*)\)\s*\{")
@@ -201,12 +266,12 @@ _SYNC_RE = re.compile(r"__syncthreads|__shared__")
 @dataclass(frozen=True)
 class KernelSignature:
     """A ``__global__`` function: its name, C parameter types and names, and whether
-    it synchronises threads (then it runs with one thread per block)."""
+    it synchronises threads (then its threads run as coroutines switched at barriers)."""
 
     name: str
     types: tuple[str, ...]
     names: tuple[str, ...]
-    sequential: bool
+    synchronises: bool
 
     def is_pointer(self, k: int) -> bool:
         return "*" in self.types[k]
@@ -229,7 +294,7 @@ def parse_kernels(source: str) -> list[KernelSignature]:
 
     >>> src = 'extern "C" __global__ void f(const float* __restrict__ a, size_t n, float s) {}'
     >>> k, = parse_kernels(src)
-    >>> k.name, k.types, k.names, k.sequential
+    >>> k.name, k.types, k.names, k.synchronises
     ('f', ('const float* __restrict__', 'size_t', 'float'), ('a', 'n', 's'), False)
     """
     bodies = {m.group(1): _body(source, m.end() - 1) for m in _DEF_RE.finditer(source)}
@@ -263,36 +328,51 @@ def _local_type(ctype: str) -> str:
 
 
 def wrapper_source(kernels: list[KernelSignature]) -> str:
-    """C++ that launches each kernel from a ``void**`` the way the driver does."""
+    """C++ that launches each kernel from a ``void**`` the way the driver does.
+
+    ``oxemu_<name>(params, grid xyz, block xyz, seed)`` returns 0, or 1 when threads of
+    a block reached different ``__syncthreads``; ``oxemu_sizes_<name>`` holds the size of
+    each parameter.
+    """
     out = []
     for k in kernels:
+        local = [_local_type(t) for t in k.types]
         decls = "\n".join(
-            f"    {_local_type(t)} a{i}; memcpy(&a{i}, params[{i}], sizeof(a{i}));"
-            for i, t in enumerate(k.types)
+            f"    memcpy(&oxargs_{k.name}.a{i}, params[{i}], sizeof(oxargs_{k.name}.a{i}));"
+            for i in range(len(local))
         )
-        sizes = ", ".join(f"sizeof({_local_type(t)})" for t in k.types) or "0"
-        call = ", ".join(f"a{i}" for i in range(len(k.types)))
-        block = "1, 1, 1" if k.sequential else "bx, by, bz"
+        fields = " ".join(f"{t} a{i};" for i, t in enumerate(local))
+        sizes = ", ".join(f"sizeof({t})" for t in local) or "0"
+        call = ", ".join(f"oxargs_{k.name}.a{i}" for i in range(len(local)))
+        if k.synchronises:
+            body = f"diverged |= ox_run_block(oxthread_{k.name}, bx, by, bz);"
+        else:
+            body = f"""for (unsigned tz = 0; tz < bz; ++tz)
+        for (unsigned ty = 0; ty < by; ++ty)
+        for (unsigned tx = 0; tx < bx; ++tx) {{
+            threadIdx = {{tx, ty, tz}};
+            oxthread_{k.name}();
+        }}"""
         out.append(
             f"""
+static struct {{ {fields} int unused; }} oxargs_{k.name};
+static void oxthread_{k.name}() {{ {k.name}({call}); }}
 extern "C" const unsigned oxemu_sizes_{k.name}[] = {{{sizes}}};
-extern "C" void oxemu_{k.name}(void** params, unsigned gx, unsigned gy, unsigned gz,
-                               unsigned bx, unsigned by, unsigned bz)
+extern "C" int oxemu_{k.name}(void** params, unsigned gx, unsigned gy, unsigned gz,
+                              unsigned bx, unsigned by, unsigned bz, unsigned seed)
 {{
 {decls}
+    int diverged = 0;
+    ox_seed = seed;
     gridDim = {{gx, gy, gz}};
-    blockDim = {{{block}}};
-    for (unsigned z = 0; z < gridDim.z; ++z)
-    for (unsigned y = 0; y < gridDim.y; ++y)
-    for (unsigned x = 0; x < gridDim.x; ++x) {{
+    blockDim = {{bx, by, bz}};
+    for (unsigned z = 0; z < gz; ++z)
+    for (unsigned y = 0; y < gy; ++y)
+    for (unsigned x = 0; x < gx; ++x) {{
         blockIdx = {{x, y, z}};
-        for (unsigned tz = 0; tz < blockDim.z; ++tz)
-        for (unsigned ty = 0; ty < blockDim.y; ++ty)
-        for (unsigned tx = 0; tx < blockDim.x; ++tx) {{
-            threadIdx = {{tx, ty, tz}};
-            {k.name}({call});
-        }}
+        {body}
     }}
+    return diverged;
 }}
 """
         )
@@ -748,8 +828,8 @@ class EmulatedDriver:
             n = len(sig.types)
             sizes = tuple((ctypes.c_uint * max(1, n)).in_dll(lib, f"oxemu_sizes_{text}")[:n])
             entry_fn = getattr(lib, f"oxemu_{text}")
-            entry_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
-            entry_fn.restype = None
+            entry_fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7
+            entry_fn.restype = ctypes.c_int
             h = next(self._ids)
             self.functions[h] = Function(h, int(module), sig, entry_fn, sizes)
             return (self._handle("function", h),)
@@ -822,7 +902,13 @@ class EmulatedDriver:
                     touched.append((sig.names[k], a))
         bufs = [ctypes.create_string_buffer(blob, max(8, len(blob))) for blob in launch.args]
         argv = (ctypes.c_void_p * max(1, len(bufs)))(*[ctypes.addressof(b) for b in bufs])
-        f.entry(ctypes.addressof(argv), *launch.grid, *launch.block)
+        seed = self.rng.getrandbits(32)
+        if f.entry(ctypes.addressof(argv), *launch.grid, *launch.block, seed):
+            raise EmulationError(
+                LAUNCH_FAILED,
+                f"{what}: threads of a block reached different __syncthreads (some ended "
+                "while others waited)",
+            )
         for name, a in touched:
             if np.any(a.guard() != CANARY):
                 raise EmulationError(

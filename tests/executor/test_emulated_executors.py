@@ -445,3 +445,69 @@ def test_a_missing_wait_between_streams_is_seen_by_some_schedule(capture, so_dir
 
     assert {run(True, seed) for seed in range(SCHEDULES)} == {16}
     assert len({run(False, seed) for seed in range(SCHEDULES)}) > 1
+
+
+BLOCK_SUM = """
+extern "C" __global__ void block_sum(const float* in0, float* out0, size_t n)
+{
+    __shared__ float red[256];
+    float acc = 0.0f;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += in0[i];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out0[blockIdx.x] = red[0];
+}
+"""
+
+
+def _block_sum(source: str, so_dir, seed: int) -> float:
+    """Launch ``block_sum`` (256 threads) over 1..1024 and return the sum it computed."""
+    from oxiwork.executor.nvrtc import compile_cuda
+
+    driver = EmulatedDriver(seed=seed, so_dir=so_dir)
+    drv = Driver(driver)
+    dev = Device.open(0, drv)
+    try:
+        module = drv("cuModuleLoadData", compile_cuda(source).cubin)
+        fn = drv("cuModuleGetFunction", module, b"block_sum")
+        stream = drv("cuStreamCreate", 1)
+        src, dst = int(drv("cuMemAlloc", 4096)), int(drv("cuMemAlloc", 256))
+        values = np.arange(1, 1025, dtype=np.float32)
+        drv("cuMemcpyHtoDAsync", src, values.ctypes.data, 4096, stream)
+        args = lowering.pack_args(
+            [lowering.KernelArg("in0", "ptr", src), lowering.KernelArg("out0", "ptr", dst),
+             lowering.KernelArg("n", "size_t", 1024)],
+            lambda ref: ref,
+        )  # fmt: skip
+        drv("cuLaunchKernel", fn, 1, 1, 1, 256, 1, 1, 0, stream, args.kernel_params, 0)
+        drv("cuStreamSynchronize", stream)
+        out = np.zeros(1, np.float32)
+        drv("cuMemcpyDtoH", out.ctypes.data, dst, 4)
+        return float(out[0])
+    finally:
+        dev.release()  # the last release frees everything, as CUDA's context reset does
+
+
+def test_block_threads_meet_at_barriers(capture, so_dir):
+    # 256 threads really cooperate through shared memory: with the barriers the sum is
+    # right for every thread order, without the first one some order reads too early
+    assert {_block_sum(BLOCK_SUM, so_dir, seed) for seed in range(4)} == {1024 * 1025 / 2}
+    racy = BLOCK_SUM.replace(
+        "red[threadIdx.x] = acc;\n    __syncthreads();", "red[threadIdx.x] = acc;"
+    )
+    assert racy != BLOCK_SUM
+    assert any(_block_sum(racy, so_dir, seed) != 1024 * 1025 / 2 for seed in range(4))
+
+
+def test_a_divergent_barrier_fails_the_launch(capture, so_dir):
+    divergent = BLOCK_SUM.replace(
+        "if (threadIdx.x == 0) out0",
+        "if (threadIdx.x < 128) __syncthreads();\n    if (threadIdx.x == 0) out0",
+    )
+    with pytest.raises(DriverError, match="different __syncthreads") as info:
+        _block_sum(divergent, so_dir, 0)
+    assert info.value.code == 719
