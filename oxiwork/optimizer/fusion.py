@@ -49,7 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,7 @@ from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.ops.program import share_bound
 from oxiwork.pipeline import PassResult
 
-__all__ = ["fuse", "peak_live_bytes", "program_order", "rule_of"]
+__all__ = ["NotFused", "fuse", "peak_live_bytes", "program_order", "rule_of"]
 
 _FUSIBLE_CLASSES = {
     FusionClass.ELEMENTWISE: "E",
@@ -121,8 +121,9 @@ class _Fuser:
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
-        # (producer, consumer) -> why this round did not merge them, in words (latest wins)
-        self.why: dict[tuple[NodeId, NodeId], str] = {}
+        # producer -> why this round merged it with none of its readers, as a recipe for the
+        # words (formatted only for the edges that end up unfused: most never are)
+        self.why: dict[NodeId, tuple[Any, ...]] = {}
         self._pdom: dict[NodeId, NodeId | None] | None = None
 
     # ---------------------------------------------------------------- union-find
@@ -279,7 +280,7 @@ class _Fuser:
         return False
 
     # ---------------------------------------------------------------- the greedy sweep
-    def try_merge(self, nodes: Iterable[NodeId], pairs: Iterable[tuple[NodeId, NodeId]]) -> None:
+    def try_merge(self, nodes: Iterable[NodeId], producer: NodeId) -> None:
         roots = {self.find(m) for m in nodes}
         if len(roots) < 2:
             return
@@ -289,9 +290,7 @@ class _Fuser:
             self.union(roots)
         else:
             self.rejected[why] += 1
-            names = ", ".join(repr(self.g.node(m).name) for m in sorted(group, key=self.pos.get))
-            for pair in pairs:
-                self.why[pair] = f"{why} (the group tried: {names})"
+            self.why[producer] = ("merge", why, group)
 
     def not_internal(self, nid: NodeId) -> str:
         """Why ``nid``'s output cannot become a value inside a fused kernel, in words."""
@@ -316,29 +315,22 @@ class _Fuser:
             if p not in self.info:
                 continue
             readers = self.readers[p]
-            pairs = [(p, r) for r in dict.fromkeys(readers)]
             if not self._internalisable[p]:
                 if readers:
                     self.rejected["output is external, shared or read by a non-fusible node"] += 1
-                    why = self.not_internal(p)
-                    self.why.update((pair, why) for pair in pairs)
+                    self.why[p] = ("internal", self.not_internal(p))
                 continue
-            if len(pairs) == 1:
-                self.try_merge([p, readers[0]], pairs)
+            if len(set(readers)) == 1:
+                self.try_merge([p, readers[0]], p)
                 continue
             # fan-out: fuse up to the post-dominator that closes the diamond (TVM 4.1)
             pd = self.post_dom(p)
             mid = None if pd is None or pd not in self.info else self.between(p, pd)
             if mid is None or not all(m in self.info for m in mid):
                 self.rejected["fan-out is not closed by a fusible post-dominator"] += 1
-                why = (
-                    f"its output feeds {len(pairs)} kernels that do not all meet again at "
-                    "one fusible kernel (a fan-out fuses only up to the post-dominator "
-                    "that closes it, with every kernel in between fusible)"
-                )
-                self.why.update((pair, why) for pair in pairs)
+                self.why[p] = ("fanout", len(set(readers)))
                 continue
-            self.try_merge([p, pd, *mid], pairs)
+            self.try_merge([p, pd, *mid], p)
         groups = [
             sorted(ms, key=self.pos.__getitem__) for ms in self.members.values() if len(ms) > 1
         ]
@@ -508,6 +500,7 @@ def _round(
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
     # group is dropped rather than producing a kernel nobody can compile.
     checked: list[list[NodeId]] = []
+    failed: list[tuple[list[NodeId], str]] = []
     made: list[tuple[GraphNode, set[BufferId]]] = []
     first = int(graph.next_node_id())  # fused nodes are numbered from here, in group order
     for group in groups:
@@ -516,8 +509,7 @@ def _round(
             kernel_source(graph, node)
         except GraphError as e:
             fuser.rejected["generated kernel failed to build"] += 1
-            why = f"the generated kernel for the group failed to build: {e}"
-            fuser.why.update(((a, b), why) for a in group for b in group if a != b)
+            failed.append((group, f"the generated kernel for the group failed to build: {e}"))
             continue
         checked.append(group)
         made.append((node, internal))
@@ -551,7 +543,7 @@ def _round(
     # The kept kernels and the fused ones (bound while making them) keep their buffers,
     # so the cost model and code generation on ``new`` need not bind them again.
     share_bound(graph, new)
-    return new, peak, groups[:keep], removed, undone, fuser
+    return new, peak, groups[:keep], removed, undone, fuser, failed
 
 
 def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
@@ -608,26 +600,27 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     fused_nodes: dict[NodeId, tuple[NodeId, ...]] = {}
     undone: dict[frozenset[NodeId], list[NodeId]] = {}
     rejected: Counter[str] = Counter()
-    why: dict[tuple[NodeId, NodeId], str] = {}
+    # Why kernels did not merge, as of the latest round that said so: per producer (the
+    # fuser's records) and per member of a group dropped after it formed (round, group,
+    # words). Formatted into sentences only for the edges that end up unfused.
+    said: dict[NodeId, tuple[int, tuple[Any, ...]]] = {}
+    dropped_in: dict[NodeId, tuple[int, int, str]] = {}
     rounds = 0
     while max_group_size > 1:
         first = int(new.next_node_id())
-        new, peak, got, gone, dropped, fuser = _round(new, max_group_size, before, known)
+        new, peak, got, gone, dropped, fuser, failed = _round(new, max_group_size, before, known)
         rounds += 1
         rejected = fuser.rejected
-        why.update(fuser.why)
+        said.update((p, (rounds, rec)) for p, rec in fuser.why.items())
         for k, group in enumerate(got):
             fused_nodes[NodeId(first + k)] = tuple(group)
             undone.pop(frozenset(group), None)
         for group in dropped:
             undone[frozenset(group)] = group
-            names = ", ".join(repr(graph.node(m).name) for m in group[:6])
-            more = f" and {len(group) - 6} more" if len(group) > 6 else ""
-            msg = (
-                f"fusing {names}{more} raised peak live memory above the unfused graph's "
-                f"{before:,} B, so that group was undone"
-            )
-            why.update(((a, b), msg) for a in group for b in group if a != b)
+        notes = [(g, f"raised peak live memory above the unfused graph's {before:,} B, so "
+                     "that group was undone") for g in dropped] + failed  # fmt: skip
+        for k, (group, text) in enumerate(notes):
+            dropped_in.update((m, (rounds, k, text)) for m in group)
         groups += got
         removed += gone
         if not got:
@@ -645,7 +638,9 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         "undone": list(undone.values()),
         "rejected": dict(rejected),
         "rounds": rounds,
-        "not_fused": _not_fused(graph, groups, why, known),
+        # Worked out on first read (the workbench's details panel, the CLI): most runs of
+        # the pipeline never ask, and it costs a pass over every edge.
+        "not_fused": NotFused(lambda: _not_fused(graph, groups, said, dropped_in, known)),
     }
     return PassResult(new, artefacts)
 
@@ -663,54 +658,110 @@ def rule_of(reason: str) -> str:
     return tail if sep else reason.split(" (")[0].split(";")[0]
 
 
+class NotFused(Mapping[tuple[NodeId, NodeId], str]):
+    """The ``not_fused`` artefact: ``(producer, consumer) -> why they were not fused``, for
+    every edge between two kernels that ended in different kernels. A read-only mapping
+    whose sentences are worked out on first access.
+
+    >>> from oxiwork.examples import transformer_block
+    >>> g = transformer_block(1)
+    >>> why = fuse(g).artefacts["not_fused"]
+    >>> reasons = {rule_of(r) for r in why.values()}
+    >>> "its op 'transpose' is injective, which never fuses" in reasons
+    True
+    """
+
+    __slots__ = ("_data", "_make")
+
+    def __init__(self, make: Callable[[], dict[tuple[NodeId, NodeId], str]]) -> None:
+        self._make: Callable[[], dict[tuple[NodeId, NodeId], str]] | None = make
+        self._data: dict[tuple[NodeId, NodeId], str] | None = None
+
+    def _get(self) -> dict[tuple[NodeId, NodeId], str]:
+        if self._data is None:
+            assert self._make is not None
+            self._data, self._make = self._make(), None  # drop what the recipe holds
+        return self._data
+
+    def __getitem__(self, key: tuple[NodeId, NodeId]) -> str:
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator[tuple[NodeId, NodeId]]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return f"NotFused({self._get()!r})"
+
+
 def _not_fused(
     graph: ComputeGraph,
     groups: list[list[NodeId]],
-    why: dict[tuple[NodeId, NodeId], str],
+    said: dict[NodeId, tuple[int, tuple[Any, ...]]],
+    dropped_in: dict[NodeId, tuple[int, int, str]],
     known: dict[NodeId, _Info | str],
 ) -> dict[tuple[NodeId, NodeId], str]:
     """For every edge between two kernels of ``graph`` that ended in different kernels,
-    why they were not fused: the reason one of them can never fuse, else the last round's
-    refusal of that producer/consumer pair."""
+    why they were not fused: the reason one of them can never fuse, else the latest round's
+    word on it (the producer's refused merge, or a group of both dropped after forming)."""
     owner = {m: k for k, group in enumerate(groups) for m in group}
+    nodes = {n.id: n for n in graph.nodes}
+    name = {nid: n.name for nid, n in nodes.items()}
+    group_names: dict[int, str] = {}  # fused kernel names, made once per group
+
+    def cannot(n: GraphNode) -> str | None:
+        cls = known.get(n.id)
+        if cls is None:
+            cls = known[n.id] = _classify(graph, n)
+        return None if isinstance(cls, _Info) else f"{n.name!r} (#{int(n.id)}) cannot fuse: {cls}"
+
     out: dict[tuple[NodeId, NodeId], str] = {}
-    for a, b in sorted(graph.edges):
-        na, nb = graph.node(a), graph.node(b)
+    for a, b in graph.edges:  # sorted, so the result is in a stable order
+        na, nb = nodes[a], nodes[b]
         if not (na.is_kernel and nb.is_kernel):
             continue
         ga, gb = owner.get(a), owner.get(b)
         if ga is not None and ga == gb:
             continue
-        for n in (na, nb):
-            cls = known.get(n.id)
-            if cls is None:
-                cls = _classify(graph, n)
-            if isinstance(cls, str):
-                out[(a, b)] = f"{n.name!r} (#{int(n.id)}) cannot fuse: {cls}"
-                break
-        else:
-            if not set(na.outputs) & set(nb.inputs):
-                out[(a, b)] = "an ordering-only dependency: no buffer flows between them"
-            else:
-                joined = _joined(graph, a, b, ga, gb, groups)
-                reason = why.get((a, b))
-                out[(a, b)] = f"{reason}; {joined}" if reason and joined else reason or joined
+        reason = cannot(na) or cannot(nb)
+        if reason is None and not set(na.outputs).intersection(nb.inputs):
+            reason = "an ordering-only dependency: no buffer flows between them"
+        if reason is None:
+            rec, da, db = said.get(a), dropped_in.get(a), dropped_in.get(b)
+            same_group = da is not None and db is not None and da[:2] == db[:2]
+            if same_group and (rec is None or rec[0] <= da[0]):  # formed after any refusal
+                rec = (da[0], ("dropped", da[2]))
+            if rec is not None:
+                reason = _said(rec[1], a, b, name)
+            joined = []
+            for n, g in ((a, ga), (b, gb)):
+                if g is not None:
+                    if g not in group_names:
+                        full = "+".join(name[m] for m in groups[g])
+                        group_names[g] = full if len(full) <= 80 else f"{full[:77]}..."
+                    joined.append(f"{name[n]!r} went into {group_names[g]!r}")
+            went = " and ".join(joined)
+            reason = f"{reason}; {went}" if reason and went else reason or went
+        out[(a, b)] = reason or "no rule merged them"
     return out
 
 
-def _joined(
-    graph: ComputeGraph,
-    a: NodeId,
-    b: NodeId,
-    ga: int | None,
-    gb: int | None,
-    groups: list[list[NodeId]],
-) -> str:
-    """Which fused kernels ``a`` and ``b`` ended in (a fused kernel joins no further group)."""
-    parts = []
-    for n, g in ((a, ga), (b, gb)):
-        if g is not None:
-            name = "+".join(graph.node(m).name for m in groups[g])
-            name = name if len(name) <= 80 else f"{name[:77]}..."
-            parts.append(f"{graph.node(n).name!r} went into {name!r}")
-    return " and ".join(parts)
+def _said(rec: tuple[Any, ...], producer: NodeId, reader: NodeId, name: dict[NodeId, str]) -> str:
+    """The words for a record about ``producer`` (and its reader ``reader``)."""
+    kind = rec[0]
+    if kind == "dropped":
+        return f"fusing {name[producer]!r} and {name[reader]!r} in one group {rec[1]}"
+    if kind == "merge":
+        group = rec[2]
+        shown = ", ".join(repr(name[m]) for m in group[:8])
+        more = f" and {len(group) - 8} more" if len(group) > 8 else ""
+        return f"{rec[1]} (the group tried: {shown}{more})"
+    if kind == "internal":
+        return rec[1]
+    return (
+        f"its output feeds {rec[1]} kernels that do not all meet again at one fusible kernel "
+        "(a fan-out fuses only up to the post-dominator that closes it, with every kernel in "
+        "between fusible)"
+    )
