@@ -139,8 +139,15 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return F32(0.5) * x * (F32(1.0) + np.tanh(c * (x + F32(0.044715) * x * x * x)))
 
 
+def _row_max(x: np.ndarray, keepdims: bool = False) -> np.ndarray:
+    # CUDA's fmaxf returns the other operand when one is NaN, and the kernels start each
+    # row's maximum at -INFINITY: so NaNs are skipped and an all-NaN row gives -inf. numpy's
+    # max propagates NaN; fmax with that initial value computes what the GPU computes.
+    return np.fmax.reduce(x, axis=-1, keepdims=keepdims, initial=-np.inf).astype(x.dtype)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e = np.exp(x - _row_max(x, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
 
@@ -542,7 +549,8 @@ def _ew(
 
 
 _BUILTINS: tuple[OpDef, ...] = (
-    _ew("relu", 1, lambda xs: np.maximum(xs[0], F32(0)), "fmaxf({0}, 0.0f)"),
+    # np.fmax, like CUDA's fmaxf, maps NaN to 0 (np.maximum would keep the NaN)
+    _ew("relu", 1, lambda xs: np.fmax(xs[0], F32(0)), "fmaxf({0}, 0.0f)"),
     # alpha defaults to 2.0 so that the quick start's relu -> scale visibly changes the
     # values (1.0 would make scale an identity).
     _ew(
@@ -596,7 +604,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         "max",
         FusionClass.REDUCTION,
         1,
-        reference=lambda xs: _as_rows(xs[0]).max(axis=-1),
+        reference=lambda xs: _row_max(_as_rows(xs[0])),
         row="max",
         shape=_row_reduce_shape,
         cost=lambda ins, out: (float(_numel(ins[0])), 4.0 * (_numel(ins[0]) + _numel(out))),

@@ -512,3 +512,17 @@ def test_a_divergent_barrier_fails_the_launch(capture, so_dir):
     with pytest.raises(DriverError, match="different __syncthreads") as info:
         _block_sum(divergent, so_dir, 0)
     assert info.value.code == 719
+
+
+@pytest.mark.parametrize(
+    ("seed", "n", "kw", "input_seed"), [(12, 40, {"rows": 16, "cols": 64}, 0), (6, 16, {}, 6)]
+)
+def test_nans_agree_with_the_simulator(capture, so_dir, seed, n, kw, input_seed):
+    # Found by this emulator: relu/max/softmax kernels use fmaxf, which skips a NaN, while
+    # the numpy references used np.maximum, which propagates it; a log of a negative
+    # number then made the GPU and the simulator disagree. The references now use fmax.
+    plan = build_plan(random_op_dag(seed, n, **kw), max_streams=2)
+    want = _simulate(plan, seed=input_seed)
+    for cls in (CudaGraphExecutor, StreamExecutor):
+        got = _run(cls, plan, EmulatedDriver(seed=1, so_dir=so_dir), seed=input_seed)
+        scenarios._assert_same(got, want, cls.__name__)
