@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_pass, set_stream_mode, sim
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 from oxiwork.error import MessageError
 from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
+from oxiwork.widget.session import OPTION_LIMITS
 
 __all__ = ["MAX_LIST", "MAX_MESSAGE_BYTES", "MAX_STRING", "SCHEMAS", "Field", "validate"]
 
@@ -43,10 +44,12 @@ DTYPE_NAMES = ("float32", "float64", "float16", "int32", "int64", "uint8")
 class Field:
     """One field of a message: its kind, whether it is required, allowed values."""
 
-    kind: str  # "int", "str", "int_or_name", "list_ids", "dims", "params"
+    kind: str  # "int", "bool", "str", "int_or_name", "list_ids", "dims", "params"
     required: bool = True
     nullable: bool = False
     choices: tuple[str, ...] = ()
+    #: Inclusive bounds of an "int" field (``None``: only the global ``MAX_INT``).
+    bounds: tuple[int, int] | None = None
 
 
 SCHEMAS: dict[str, dict[str, Field]] = {
@@ -59,6 +62,12 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "inspect": {"buffer": Field("int")},
     "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
     "set_stream_mode": {"mode": Field("str", choices=STREAM_MODES)},
+    # Pipeline options (ExecutionPlan.build): the ones given change, the others stay.
+    "set_options": {
+        "max_streams": Field("int", required=False, bounds=OPTION_LIMITS["max_streams"]),
+        "fusion": Field("bool", required=False),
+        "max_group_size": Field("int", required=False, bounds=OPTION_LIMITS["max_group_size"]),
+    },
     "plan_memory": {},
     # Sent by the frontend after its first draw: run the pass pipeline, fill its views.
     "load_passes": {},
@@ -94,6 +103,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
 
 # Messages that name exactly one target among these fields.
 _ONE_OF = {"delete": ("node", "buffer"), "rename": ("node", "buffer")}
+# Messages whose fields are all optional but that must carry at least one of them.
+_SOME_OF = {"set_options": tuple(SCHEMAS["set_options"])}
 
 
 def _is_int(v: Any) -> bool:
@@ -117,6 +128,13 @@ def _check_field(mtype: str, name: str, f: Field, v: Any) -> Any:
     if f.kind == "int":
         if not _is_int(v):
             raise MessageError(f"{where} must be an integer, got {v!r:.60}")
+        if f.bounds is not None and not f.bounds[0] <= v <= f.bounds[1]:
+            lo, hi = f.bounds
+            raise MessageError(f"{where} is {v}; choose an integer from {lo} to {hi}")
+        return v
+    if f.kind == "bool":
+        if not isinstance(v, bool):
+            raise MessageError(f"{where} must be true or false, got {v!r:.60}")
         return v
     if f.kind == "str":
         s = _check_str(where, v)
@@ -180,6 +198,11 @@ def validate(content: Any, buffers: list[Any] | None = None) -> dict[str, Any]:
     ... except MessageError as e:
     ...     print(e)
     set_pass.index must be an integer, got '1'
+    >>> try:
+    ...     validate({"type": "set_options", "max_streams": 0})
+    ... except MessageError as e:
+    ...     print(e)
+    set_options.max_streams is 0; choose an integer from 1 to 32
     """
     if buffers:
         raise MessageError("requests carry no binary buffers; send plain JSON")
@@ -222,4 +245,8 @@ def validate(content: Any, buffers: list[Any] | None = None) -> dict[str, Any]:
             raise MessageError(
                 f"{mtype} needs exactly one of {' or '.join(_ONE_OF[mtype])}, got {len(given)}"
             )
+    if mtype in _SOME_OF and not any(k in out for k in _SOME_OF[mtype]):
+        raise MessageError(
+            f"{mtype} changes nothing; give at least one of: {', '.join(_SOME_OF[mtype])}"
+        )
     return out

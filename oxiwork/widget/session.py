@@ -21,6 +21,8 @@ Example
 (False, 'input')
 >>> lazy.plan is not None, lazy.loaded
 (True, True)
+>>> [st.name for st in Session(quick_start(), fusion=False).stages]
+['input', 'streams', 'memory']
 """
 
 from __future__ import annotations
@@ -29,13 +31,56 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from oxiwork.error import GraphError
+from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import Simulator
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import NodeId
 
-__all__ = ["Session", "Stage"]
+__all__ = ["OPTION_DEFAULTS", "OPTION_LIMITS", "Session", "Stage", "check_option"]
+
+#: Inclusive bounds of the pipeline's integer options. A form in the widget can ask for any of
+#: these; more streams than CUDA's practical concurrency or fusion groups bigger than a
+#: generated kernel should get are refused rather than planned for seconds.
+OPTION_LIMITS: dict[str, tuple[int, int]] = {"max_streams": (1, 32), "max_group_size": (1, 64)}
+#: The pipeline options a workbench exposes, with their defaults (those of ExecutionPlan.build).
+OPTION_DEFAULTS: dict[str, int | bool] = {"max_streams": 4, "fusion": True, "max_group_size": 16}
+
+
+def check_option(name: str, value: object) -> int | bool:
+    """``value`` if it is a valid pipeline option ``name``; raise otherwise.
+
+    Raises
+    ------
+    InvalidArgument
+        Unknown option, wrong type (a bool is not an int here) or out of range; the message
+        names the option and the values allowed.
+
+    Examples
+    --------
+    >>> check_option("max_streams", 2), check_option("fusion", False)
+    (2, False)
+    >>> try:
+    ...     check_option("max_streams", 0)
+    ... except InvalidArgument as e:
+    ...     print(e)
+    max_streams is 0; choose an integer from 1 to 32
+    """
+    if name == "fusion":
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"fusion must be True or False, got {value!r:.60}")
+        return value
+    if name not in OPTION_LIMITS:
+        raise InvalidArgument(
+            f"unknown pipeline option {name!r:.60}; the options are: {', '.join(OPTION_DEFAULTS)}"
+        )
+    lo, hi = OPTION_LIMITS[name]
+    # bool is an int subclass: True streams is a mistake, not 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be an integer from {lo} to {hi}, got {value!r:.60}")
+    if not lo <= value <= hi:
+        raise InvalidArgument(f"{name} is {value}; choose an integer from {lo} to {hi}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +102,9 @@ class Session:
     ----------
     graph
         The input graph (what edits change).
-    max_streams, memory_mode
-        Options of :meth:`~oxiwork.executor.plan.ExecutionPlan.build`.
+    max_streams, memory_mode, fusion, max_group_size
+        Options of :meth:`~oxiwork.executor.plan.ExecutionPlan.build` (the integers within
+        :data:`OPTION_LIMITS`).
     lazy
         Run the pipeline on first access to :attr:`stages`, :attr:`plan`, :attr:`notes` or
         :attr:`sim` (or on :meth:`load`) instead of now.
@@ -79,10 +125,15 @@ class Session:
         (``notes["sim"]`` says why).
     seconds
         Wall time :meth:`load` took (0 until it ran).
+
+    Raises
+    ------
+    InvalidArgument
+        An option is out of range or of the wrong type (see :func:`check_option`).
     """
 
-    __slots__ = ("_loaded", "_notes", "_plan", "_sim", "_stages", "graph", "max_streams",
-                 "memory_mode", "seconds")  # fmt: skip
+    __slots__ = ("_loaded", "_notes", "_plan", "_sim", "_stages", "fusion", "graph",
+                 "max_group_size", "max_streams", "memory_mode", "seconds")  # fmt: skip
 
     def __init__(
         self,
@@ -90,10 +141,16 @@ class Session:
         max_streams: int = 4,
         memory_mode: str = "heuristic",
         *,
+        fusion: bool = True,
+        max_group_size: int = 16,
         lazy: bool = False,
     ) -> None:
+        # Checked here, not in the pipeline: a bad option is the caller's mistake, to raise,
+        # while the pipeline's errors are about the graph and end up in notes.
+        self.max_streams = int(check_option("max_streams", max_streams))
+        self.fusion = bool(check_option("fusion", fusion))
+        self.max_group_size = int(check_option("max_group_size", max_group_size))
         self.graph = graph
-        self.max_streams = max_streams
         self.memory_mode = memory_mode
         self.seconds = 0.0
         self._stages: list[Stage] = [Stage("input", graph)]
@@ -108,6 +165,20 @@ class Session:
     def loaded(self) -> bool:
         """Whether the pipeline has run (always true for a session made with ``lazy=False``)."""
         return self._loaded
+
+    @property
+    def options(self) -> dict[str, int | bool]:
+        """The pipeline options this session plans with (keys of ``OPTION_DEFAULTS``).
+
+        >>> from oxiwork.examples import quick_start
+        >>> Session(quick_start(), 2, fusion=False, lazy=True).options
+        {'max_streams': 2, 'fusion': False, 'max_group_size': 16}
+        """
+        return {
+            "max_streams": self.max_streams,
+            "fusion": self.fusion,
+            "max_group_size": self.max_group_size,
+        }
 
     @property
     def input_stage(self) -> Stage:
@@ -161,7 +232,11 @@ class Session:
     def _build(self) -> None:
         try:
             self._plan = ExecutionPlan.build(
-                self.graph, max_streams=self.max_streams, memory_mode=self.memory_mode
+                self.graph,
+                max_streams=self.max_streams,
+                fusion=self.fusion,
+                max_group_size=self.max_group_size,
+                memory_mode=self.memory_mode,
             )
         except GraphError as e:  # the user's graph: PassFailed names the pass
             self._notes["plan"] = f"the pipeline failed on this graph: {e}"

@@ -14,6 +14,11 @@ background: Python code that needs the pipeline (:attr:`Workbench.plan`,
 :meth:`Workbench.chrome_trace`, ``pass_index``, the planner modes, simulator requests) runs
 it on the spot, and :meth:`Workbench.load_passes` fills the views from Python.
 
+The pipeline's options (``max_streams``, ``fusion``, ``max_group_size``) are synced traits:
+setting one from Python, calling :meth:`Workbench.set_options`, or a ``set_options`` request
+from the frontend's pipeline bar rebuilds the engine state like assigning a new graph does,
+and every view follows.
+
 Example
 -------
 >>> from oxiwork.examples import quick_start
@@ -28,6 +33,13 @@ Example
 {'type': 'ok', 'request_id': 'r1', 'message': 'selected relu'}
 >>> w.selection
 1
+>>> w.handle_message({"type": "set_options", "request_id": "r2", "fusion": False})["message"]
+'options: 4 streams, fusion off'
+>>> w.view["pending"]  # at the input stage, the new passes run when asked for
+True
+>>> w.load_passes()
+>>> [e["name"] for e in w.view["passes"]["entries"]]
+['input', 'streams', 'memory']
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import (
     ExecutionError,
     GraphError,
+    InvalidArgument,
     InvalidPlan,
     MessageError,
     UnknownBuffer,
@@ -60,9 +73,9 @@ from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 from oxiwork.widget import viewmodel as vm
 from oxiwork.widget.edits import EDITS, apply_edit
 from oxiwork.widget.messages import validate
-from oxiwork.widget.session import Session
+from oxiwork.widget.session import OPTION_DEFAULTS, Session, check_option
 
-__all__ = ["Workbench"]
+__all__ = ["InvalidOption", "Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
@@ -71,6 +84,25 @@ LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+class InvalidOption(InvalidArgument, traitlets.TraitError):
+    """A pipeline option set from Python is of the wrong type or out of range.
+
+    An :class:`~oxiwork.error.InvalidArgument` (``except GraphError`` catches it) and a
+    :class:`traitlets.TraitError`, so that traitlets rolls back a change made under
+    ``hold_trait_notifications`` (as ipywidgets does for state sent by a frontend).
+    """
+
+
+class _PipelineOption(traitlets.TraitType):  # type: ignore[type-arg]
+    """A synced pipeline option; its values are checked by :func:`session.check_option`."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        try:
+            return check_option(str(self.name), value)
+        except InvalidArgument as e:
+            raise InvalidOption(f"Workbench.{e}") from None
 
 
 class Workbench(anywidget.AnyWidget):
@@ -82,7 +114,11 @@ class Workbench(anywidget.AnyWidget):
         A :class:`~oxiwork.graph.ComputeGraph`, or a :class:`~oxiwork.builder.GraphBuilder`
         (built on the spot).
     max_streams
-        Streams for the execution plan.
+        Most streams the execution plan may use (1 to 32).
+    fusion
+        Run the fusion pass.
+    max_group_size
+        Most kernels one fused kernel may replace (1 to 64).
     memory_mode
         ``"heuristic"`` or ``"exact"`` for the memory chart.
     progressive
@@ -97,6 +133,13 @@ class Workbench(anywidget.AnyWidget):
         The current input graph; assigning a new one redraws every view.
     session
         The engine state (:class:`~oxiwork.widget.session.Session`).
+    max_streams, fusion, max_group_size
+        The pipeline's options (synced traits); setting one re-plans, see :meth:`set_options`.
+
+    Raises
+    ------
+    InvalidOption
+        A pipeline option is of the wrong type or out of range.
     """
 
     _esm = STATIC / "widget.js"
@@ -116,23 +159,34 @@ class Workbench(anywidget.AnyWidget):
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
+    # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
+    # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
+    # them without unpacking; set_options changes several with one rebuild.
+    max_streams = _PipelineOption(OPTION_DEFAULTS["max_streams"]).tag(sync=True)
+    fusion = _PipelineOption(OPTION_DEFAULTS["fusion"]).tag(sync=True)
+    max_group_size = _PipelineOption(OPTION_DEFAULTS["max_group_size"]).tag(sync=True)
 
     def __init__(
         self,
         graph_or_builder: ComputeGraph | GraphBuilder,
         *,
         max_streams: int = 4,
+        fusion: bool = True,
+        max_group_size: int = 16,
         memory_mode: str = "heuristic",
         progressive: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._max_streams = max_streams
+        # No session yet, so these only check the values (see _on_option).
+        self.max_streams = max_streams
+        self.fusion = fusion
+        self.max_group_size = max_group_size
         self._progressive = progressive
         self.memory_mode = memory_mode
         self._graph = self._coerce(graph_or_builder)
         t0 = time.perf_counter()
-        self.session = Session(self._graph, max_streams, memory_mode, lazy=progressive)
+        self.session = self._new_session(self._graph, lazy=progressive)
         t1 = time.perf_counter()
         self._dag_cache: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._memory_cache: dict[str, dict[str, Any]] = {}
@@ -229,20 +283,127 @@ class Workbench(anywidget.AnyWidget):
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
         return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
 
+    @property
+    def options(self) -> dict[str, int | bool]:
+        """The pipeline options the current plan was built with.
+
+        >>> from oxiwork.examples import quick_start
+        >>> Workbench(quick_start(), max_streams=2).options
+        {'max_streams': 2, 'fusion': True, 'max_group_size': 16}
+        """
+        return self.session.options
+
+    def set_options(
+        self,
+        *,
+        max_streams: int | None = None,
+        fusion: bool | None = None,
+        max_group_size: int | None = None,
+    ) -> bool:
+        """Change pipeline options (``None`` keeps one) and re-plan once; return whether any
+        option changed.
+
+        Every view follows, as after assigning a new :attr:`graph`: at the input stage of a
+        progressive workbench the passes run when asked for; past it they run now, and the
+        pass slider stays on the same pass if the new pipeline has it (else the nearest
+        position that exists). The simulator restarts; a selection the graph on screen no
+        longer has is cleared.
+
+        Raises
+        ------
+        InvalidOption
+            A value is of the wrong type or out of range; nothing changes.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1))
+        >>> w.set_options(max_streams=1, fusion=False)
+        True
+        >>> w.plan.num_streams, w.plan.kernel_count_fused == w.plan.kernel_count_original
+        (1, True)
+        >>> w.set_options(max_streams=1)
+        False
+        """
+        given = {"max_streams": max_streams, "fusion": fusion, "max_group_size": max_group_size}
+        wanted = {}
+        for name, value in given.items():
+            if value is not None:
+                try:
+                    wanted[name] = check_option(name, value)
+                except InvalidArgument as e:  # before anything changes
+                    raise InvalidOption(f"Workbench.{e}") from None
+        changed = {k: v for k, v in wanted.items() if getattr(self, k) != v}
+        if not changed:
+            return False
+        with self.hold_sync():
+            self._setting_options = True
+            try:
+                for name, value in changed.items():
+                    setattr(self, name, value)
+            finally:
+                self._setting_options = False
+            self._apply_options()
+        return True
+
+    def _new_session(self, graph: ComputeGraph, *, lazy: bool) -> Session:
+        return Session(
+            graph,
+            self.max_streams,
+            self.memory_mode,
+            fusion=self.fusion,
+            max_group_size=self.max_group_size,
+            lazy=lazy,
+        )
+
     def _set_graph(self, graph: ComputeGraph) -> None:
         # Past the input on the slider, the stages must exist to stay there (as before an
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
-        session = Session(graph, self._max_streams, self.memory_mode, lazy=lazy)
+        session = self._new_session(graph, lazy=lazy)
         # Commit only after the engine accepted the graph.
         self._graph = graph
+        self._install(session)
+
+    def _apply_options(self) -> None:
+        """Re-plan the current graph with the option traits, if they differ from the plan's."""
+        old = self.session.options
+        if {k: getattr(self, k) for k in old} == old:
+            return
+        # The pass on screen, to stay on it if the new pipeline has it (fusion off removes
+        # the "fusion" stage and shifts the others).
+        shown = self._stage(self._stage_index()).name if self.pass_index > 0 else None
+        try:
+            session = self._new_session(self._graph, lazy=self._progressive and not shown)
+        except BaseException:
+            # Interrupted (Ctrl-C): the traits go back to the options of the plan on screen.
+            self._setting_options = True
+            try:
+                for name, value in old.items():
+                    setattr(self, name, value)
+            finally:
+                self._setting_options = False
+            raise
+        names = [st.name for st in session.stages] if shown else []
+        # Ids of nodes a pass creates (fused kernels, events) are only unique within one
+        # pipeline run: the selection stays only if it names the same node in the new one.
+        g = self._graph_shown()
+        selected = g.node(NodeId(self.selection)).name if g.has_node(self.selection) else None
+        with self.hold_sync():
+            self._install(session, names.index(shown) if shown in names else None)
+            g = self._graph_shown()
+            if self.selection >= 0 and g.node(NodeId(self.selection)).name != selected:
+                self.selection = -1
+
+    def _install(self, session: Session, pass_index: int | None = None) -> None:
+        """Show ``session``: drop what was computed for the old one and redraw every view."""
         self.session = session
         self._dag_cache.clear()
         self._memory_cache.clear()
         self._streams_cache.clear()
         self._summary_cache.clear()
         self._topo_cache.clear()
-        self._refresh(reset=True)
+        self._refresh(reset=True, pass_index=pass_index)
 
     # ------------------------------------------------------------------ trait changes
     # Python code may set these traits too (``w.pass_index = 2``); the views follow.
@@ -271,6 +432,14 @@ class Workbench(anywidget.AnyWidget):
             if change["name"] != "pass_index":
                 self.session.load()  # a planner mode is a question about the passes
             self._refresh()
+
+    _setting_options = False
+
+    @traitlets.observe("max_streams", "fusion", "max_group_size")
+    def _on_option(self, _change: Any) -> None:
+        # Not during __init__ (no session yet) nor while set_options sets several at once.
+        if hasattr(self, "_summary_cache") and not self._setting_options:
+            self._apply_options()
 
     @traitlets.observe("selection")
     def _on_selection(self, _change: Any) -> None:
@@ -423,11 +592,11 @@ class Workbench(anywidget.AnyWidget):
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
 
-    def _refresh(self, *, reset: bool = False) -> None:
+    def _refresh(self, *, reset: bool = False, pass_index: int | None = None) -> None:
         loaded = self.session.loaded
         if reset:
             last = self._num_stages() - 1
-            self.pass_index = min(self.pass_index, last)
+            self.pass_index = min(self.pass_index if pass_index is None else pass_index, last)
             if self.selection >= 0 and not self._graph_shown().has_node(self.selection):
                 self.selection = -1
             self.sim_position = -1
@@ -562,6 +731,13 @@ class Workbench(anywidget.AnyWidget):
         self.stream_mode = m["mode"]  # redraws (see _redraw)
         return f"stream timeline: {m['mode']} launch"
 
+    def _h_set_options(self, m: dict[str, Any]) -> str:
+        changed = self.set_options(**{k: m[k] for k in OPTION_DEFAULTS if k in m})
+        o = self.options
+        fusion = f"fusion on (groups ≤ {o['max_group_size']})" if o["fusion"] else "fusion off"
+        text = f"{o['max_streams']} stream{'s' if o['max_streams'] != 1 else ''}, {fusion}"
+        return f"options: {text}" if changed else f"options unchanged: {text}"
+
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
         self._memory_requested = True
         self.session.load()
@@ -646,6 +822,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "set_pass": Workbench._h_set_pass,
     "set_memory_mode": Workbench._h_set_memory_mode,
     "set_stream_mode": Workbench._h_set_stream_mode,
+    "set_options": Workbench._h_set_options,
     "plan_memory": Workbench._h_plan_memory,
     "load_passes": Workbench._h_load_passes,
     "sim": Workbench._h_sim,

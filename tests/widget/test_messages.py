@@ -20,6 +20,7 @@ VALID: dict[str, dict[str, Any]] = {
     "inspect": {"buffer": 0},
     "set_memory_mode": {"mode": "exact"},
     "set_stream_mode": {"mode": "stream"},
+    "set_options": {"max_streams": 2, "fusion": False, "max_group_size": 8},
     "plan_memory": {},
     "load_passes": {},
     "add_buffer": {"name": "b", "size_bytes": 64, "dtype": "float32"},
@@ -80,6 +81,21 @@ class TestValidate:
             ("delete", {"node": 1, "buffer": 1}, "exactly one"),
             ("rename", {"name": "x"}, "exactly one"),
             ("select", {"node": 2**70}, "integer"),
+            ("set_options", {}, "at least one of: max_streams, fusion, max_group_size"),
+            ("set_options", {"max_streams": 0}, "max_streams is 0; choose an integer from 1 to 32"),
+            ("set_options", {"max_streams": 33}, "from 1 to 32"),
+            ("set_options", {"max_streams": 2**40}, "from 1 to 32"),
+            ("set_options", {"max_streams": 2**70}, "integer"),
+            ("set_options", {"max_streams": True}, "integer"),
+            ("set_options", {"max_streams": "2"}, "integer"),
+            ("set_options", {"max_streams": 2.0}, "integer"),
+            ("set_options", {"max_streams": None}, "must not be null"),
+            ("set_options", {"fusion": 1}, "true or false"),
+            ("set_options", {"fusion": "false"}, "true or false"),
+            ("set_options", {"max_group_size": 0}, "from 1 to 64"),
+            ("set_options", {"max_group_size": 65}, "from 1 to 64"),
+            ("set_options", {"max_group_size": False}, "integer"),
+            ("set_options", {"streams": 2}, "unexpected field"),
         ],
     )  # fmt: skip
     def test_raises_wrong_fields(self, mtype: str, fields: dict[str, Any], match: str) -> None:
@@ -138,7 +154,21 @@ json_values = st.recursive(
 @given(
     mtype=st.sampled_from([*SCHEMAS, "nope", ""]),
     fields=st.dictionaries(
-        st.sampled_from(["node", "index", "name", "inputs", "grid", "params", "buffer", "x"]),
+        st.sampled_from(
+            [
+                "node",
+                "index",
+                "name",
+                "inputs",
+                "grid",
+                "params",
+                "buffer",
+                "x",
+                "max_streams",
+                "fusion",
+                "max_group_size",
+            ]
+        ),
         json_values,
         max_size=5,
     ),
@@ -151,3 +181,25 @@ def test_validate_only_raises_message_error(mtype: str, fields: dict[str, Any]) 
         return
     json.dumps(out)
     assert out["type"] in SCHEMAS
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(["max_streams", "max_group_size", "fusion"]),
+    value=st.integers(-(2**64), 2**64) | st.booleans() | st.floats() | st.text(max_size=3),
+)
+def test_set_options_accepts_exactly_the_allowed_values(name: str, value: Any) -> None:
+    """An int option is accepted iff it is a non-bool int within its bounds; fusion iff bool."""
+    bounds = {"max_streams": (1, 32), "max_group_size": (1, 64)}
+    if name == "fusion":
+        allowed = isinstance(value, bool)
+    else:
+        lo, hi = bounds[name]
+        allowed = type(value) is int and lo <= value <= hi
+    try:
+        out = validate(msg("set_options", **{name: value}))
+    except MessageError as e:
+        assert not allowed, e
+        assert name in str(e)
+        return
+    assert allowed and out[name] == value and type(out[name]) is type(value)

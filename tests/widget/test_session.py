@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
+from oxiwork.error import InvalidArgument
 from oxiwork.examples import quick_start, transformer_block
 from oxiwork.executor.plan import ExecutionPlan
-from oxiwork.widget.session import Session
+from oxiwork.widget.session import OPTION_DEFAULTS, Session
 
 
 def describe(s: Session) -> tuple[Any, ...]:
@@ -80,3 +81,30 @@ def test_failed_pipeline_is_recorded_not_retried(monkeypatch: pytest.MonkeyPatch
     assert s.plan is None and "RuntimeError: engine bug" in s.notes["plan"]
     assert [st.name for st in s.stages] == ["input"] and s.sim is None
     assert len(calls) == 1
+
+
+def test_options_reach_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    build = ExecutionPlan.build.__func__  # type: ignore[attr-defined]
+
+    def recording(cls: type[ExecutionPlan], graph: Any, **options: Any) -> ExecutionPlan:
+        seen.append(options)
+        return build(cls, graph, **options)
+
+    monkeypatch.setattr(ExecutionPlan, "build", classmethod(recording))
+    s = Session(transformer_block(1), 2, fusion=False, max_group_size=5)
+    assert s.options == {"max_streams": 2, "fusion": False, "max_group_size": 5}
+    assert {k: seen[0][k] for k in OPTION_DEFAULTS} == s.options
+    assert s.plan.options["max_streams"] == 2 and not s.plan.options["fusion"]
+    assert [st.name for st in s.stages] == ["input", "streams", "memory"]
+    assert Session(quick_start(), lazy=True).options == OPTION_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({"max_streams": 0}, "max_streams is 0"), ({"max_streams": True}, "max_streams must be"),
+     ({"max_group_size": 65}, "from 1 to 64"), ({"fusion": 1}, "fusion must be True or False")],
+)  # fmt: skip
+def test_raises_bad_option(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(InvalidArgument, match=match):
+        Session(quick_start(), lazy=True, **options)

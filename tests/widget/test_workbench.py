@@ -12,16 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oxiwork
-from oxiwork.error import InvalidPlan
+from oxiwork.error import GraphError, InvalidPlan
 from oxiwork.examples import quick_start, transformer_block
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.node import MemcpyDir
 from oxiwork.widget import Workbench
 from oxiwork.widget.viewmodel import unpack_dag
-from oxiwork.widget.workbench import PENDING
+from oxiwork.widget.workbench import PENDING, InvalidOption
 
 SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "color_mode",
-          "memory_mode", "stream_mode", "inspector", "inspector_values")  # fmt: skip
+          "memory_mode", "stream_mode", "inspector", "inspector_values", "max_streams", "fusion",
+          "max_group_size")  # fmt: skip
 
 
 def snapshot(w: Workbench) -> dict[str, Any]:
@@ -355,6 +356,15 @@ BAD_MESSAGES: list[dict[str, Any]] = [
     {"type": "add_kernel", "name": "k", "inputs": ["x" * 250] * 200, "outputs": ["mid"],
      "grid": [1], "block": [1]},  # huge payload
     {"type": "sim", "action": "run", "breakpoint": 999},
+    {"type": "set_options"},
+    {"type": "set_options", "max_streams": 0},
+    {"type": "set_options", "max_streams": 33},
+    {"type": "set_options", "max_streams": 10**30},
+    {"type": "set_options", "max_streams": "2"},
+    {"type": "set_options", "max_streams": True},
+    {"type": "set_options", "max_streams": 2, "fusion": "no"},  # one bad field: nothing changes
+    {"type": "set_options", "max_group_size": 0, "fusion": False},
+    {"type": "set_options", "max_streams": 1, "colour": "red"},
 ]  # fmt: skip
 
 
@@ -392,7 +402,15 @@ def test_errors_are_capped() -> None:
     st.fixed_dictionaries(
         {
             "type": st.sampled_from(
-                ["select", "delete", "rename", "add_dependency", "inspect", "set_pass"]
+                [
+                    "select",
+                    "delete",
+                    "rename",
+                    "add_dependency",
+                    "inspect",
+                    "set_pass",
+                    "set_options",
+                ]
             )
         },
         optional={
@@ -402,6 +420,9 @@ def test_errors_are_capped() -> None:
             "dst": st.integers(-3, 12),
             "index": st.integers(-3, 5),
             "name": st.text(max_size=6),
+            "max_streams": st.integers(-2, 40) | st.booleans() | st.just("2"),
+            "fusion": st.booleans() | st.integers(0, 1) | st.none(),
+            "max_group_size": st.integers(-2, 70) | st.booleans(),
         },
     )
 )
@@ -519,6 +540,7 @@ MESSAGES = st.one_of(
     st.fixed_dictionaries({"type": st.just("add_buffer"), "name": st.sampled_from(["b1", "b2", "input"]), "size_bytes": st.just(256)}),
     st.fixed_dictionaries({"type": st.just("delete"), "node": st.integers(0, 5)}),
     st.fixed_dictionaries({"type": st.sampled_from(["load_passes", "plan_memory"])}),
+    st.fixed_dictionaries({"type": st.just("set_options")}, optional={"max_streams": st.integers(0, 5), "fusion": st.booleans(), "max_group_size": st.integers(1, 3)}),
 )  # fmt: skip
 
 
@@ -534,7 +556,8 @@ def test_progressive_behaves_like_eager(messages: list[dict[str, Any]]) -> None:
         if a["type"] == "error" or m["type"] != "load_passes":
             assert a["message"] == b["message"]
         for k in ("selection", "pass_index", "sim_position", "memory_mode", "stream_mode",
-                  "details", "inspector", "inspector_values", "errors"):  # fmt: skip
+                  "details", "inspector", "inspector_values", "errors", "max_streams", "fusion",
+                  "max_group_size"):  # fmt: skip
             assert getattr(lazy, k) == getattr(eager, k), k
         assert lazy.graph == eager.graph and lazy.dag == eager.dag
         if not lazy.view["pending"]:
@@ -543,3 +566,166 @@ def test_progressive_behaves_like_eager(messages: list[dict[str, Any]]) -> None:
     lazy.load_passes()
     eager.load_passes()
     assert stable(lazy.view) == stable(eager.view)
+
+
+def last_stage(w: Workbench) -> None:
+    w.pass_index = len(w.session.stages) - 1
+
+
+class TestOptions:
+    """max_streams, fusion and max_group_size: from the constructor, Python and the frontend."""
+
+    def test_raises_bad_constructor_option(self) -> None:
+        with pytest.raises(InvalidOption, match="max_streams is 0; choose an integer from 1"):
+            Workbench(quick_start(), max_streams=0)
+        with pytest.raises(InvalidOption, match="fusion must be True or False"):
+            Workbench(quick_start(), fusion="yes")  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        ("name", "value"),
+        [("max_streams", 0), ("max_streams", 33), ("max_streams", True), ("max_streams", "2"),
+         ("max_streams", 2.0), ("fusion", 0), ("fusion", None), ("max_group_size", 65)],
+    )  # fmt: skip
+    def test_raises_bad_python_option(self, w: Workbench, name: str, value: Any) -> None:
+        w.load_passes()
+        before, session = snapshot(w), w.session
+        with pytest.raises(InvalidOption, match=name) as info:
+            setattr(w, name, value)
+        # A GraphError for oxiwork users, a TraitError for traitlets' rollback.
+        assert isinstance(info.value, GraphError) and isinstance(info.value, traitlets.TraitError)
+        if value is not None:  # None keeps an option in set_options
+            with pytest.raises(InvalidOption, match=name):
+                w.set_options(**{"max_streams": 2, name: value})  # the good one is not applied
+        assert snapshot(w) == before and w.session is session
+
+    def test_defaults(self, w: Workbench) -> None:
+        assert (w.max_streams, w.fusion, w.max_group_size) == (4, True, 16)
+        assert w.options == {"max_streams": 4, "fusion": True, "max_group_size": 16}
+
+    @pytest.mark.parametrize("how", ["constructor", "trait", "set_options", "message"])
+    def test_streams_change_the_plan_and_the_stream_view(self, how: str) -> None:
+        counts = {}
+        for n in (1, 4):
+            if how == "constructor":
+                w = Workbench(transformer_block(1), max_streams=n)
+            else:
+                w = Workbench(transformer_block(1), max_streams=3)
+                if how == "trait":
+                    w.max_streams = n
+                elif how == "set_options":
+                    assert w.set_options(max_streams=n)
+                else:
+                    reply = send(w, "set_options", max_streams=n)
+                    assert reply["type"] == "ok" and reply["message"].startswith(f"options: {n} ")
+            last_stage(w)
+            assert w.options["max_streams"] == w.max_streams == n
+            assert w.view["streams"]["num_streams"] == len(w.view["streams"]["lanes"])
+            counts[n] = (w.plan.num_streams, w.view["streams"]["num_streams"])
+        assert counts[1] == (1, 1)
+        assert counts[4][0] == counts[4][1] > 1
+
+    def test_fusion_off(self) -> None:
+        w = Workbench(transformer_block(1))
+        assert w.plan.kernel_count_fused < w.plan.kernel_count_original
+        assert send(w, "set_options", fusion=False)["message"] == "options: 4 streams, fusion off"
+        assert w.plan.kernel_count_fused == w.plan.kernel_count_original
+        names = [e["name"] for e in w.view["passes"]["entries"]]
+        assert "fusion" not in names and names[0] == "input"
+        assert all(
+            not st.graph.node(n.id).fused_from for st in w.session.stages for n in st.graph.nodes
+        )
+        # The plan runs the input's kernels one for one.
+        kernels = {n.name for n in w.graph.nodes if n.kind.value == "kernel"}
+        assert kernels <= {s.name for s in w.plan.steps}
+
+    def test_group_size_limits_fusion(self) -> None:
+        w = Workbench(transformer_block(1), max_group_size=1)
+        one = w.plan.kernel_count_fused
+        w.max_group_size = 16
+        assert w.plan.kernel_count_fused < one
+
+    def test_unchanged_options_change_nothing(self, w: Workbench) -> None:
+        w.load_passes()
+        before, session = snapshot(w), w.session
+        reply = send(w, "set_options", max_streams=4, fusion=True)
+        assert reply["message"] == "options unchanged: 4 streams, fusion on (groups ≤ 16)"
+        assert snapshot(w) == before and w.session is session
+        assert not w.set_options()
+
+    def test_at_the_input_the_passes_wait_for_the_frontend(self, w: Workbench) -> None:
+        w.load_passes()
+        assert send(w, "set_options", max_streams=1, fusion=False)["type"] == "ok"
+        assert w.view["pending"] and not w.session.loaded and w.pass_index == 0
+        assert w.max_streams == 1 and not w.fusion
+        send(w, "load_passes")
+        eager = Workbench(quick_start(), max_streams=1, fusion=False, progressive=False)
+        assert stable(w.view) == stable(eager.view)
+
+    def test_eager_workbench_replans_at_once(self) -> None:
+        w = Workbench(quick_start(), progressive=False)
+        w.fusion = False
+        assert not w.view["pending"] and w.passes_loaded
+        assert [e["name"] for e in w.view["passes"]["entries"]] == ["input", "streams", "memory"]
+
+    def test_slider_stays_on_the_same_pass(self) -> None:
+        w = Workbench(transformer_block(1))
+        last_stage(w)
+        assert w.session.stages[w.pass_index].name == "memory"
+        w.fusion = False
+        assert w.session.stages[w.pass_index].name == "memory" and not w.view["pending"]
+        w.fusion = True
+        assert w.session.stages[w.pass_index].name == "memory"
+
+    def test_slider_clamps_when_its_pass_is_gone(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.pass_index = 1  # the fusion pass
+        fused = next(n for n in w.session.stages[1].graph.nodes if n.fused_from)
+        w.selection = int(fused.id)
+        send(w, "sim", action="step")
+        assert w.sim_position == 0
+        w.fusion = False
+        assert w.pass_index == 1 and w.session.stages[1].name == "streams"
+        assert w.view["dag"]["pass_index"] == 1
+        assert w.selection == -1 and w.details == {}  # the fused kernel is not in this plan
+        assert w.sim_position == -1 and w.sim_state["executed"] == 0
+
+    def test_selection_kept_when_still_shown(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.pass_index = 0
+        nid = int(w.graph.nodes[3].id)
+        w.selection = nid
+        w.max_streams = 2
+        assert w.selection == nid and w.details["id"] == nid
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.fixed_dictionaries(
+                {},
+                optional={"max_streams": st.integers(1, 5), "fusion": st.booleans(),
+                          "max_group_size": st.integers(1, 4)},
+            ),
+            st.integers(0, 4),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)  # fmt: skip
+def test_views_after_option_changes_match_a_fresh_workbench(
+    steps: list[tuple[dict[str, Any], int]],
+) -> None:
+    """Whatever options change and wherever the slider is, every view is what a workbench
+    built with those options from the start shows at that position."""
+    w = Workbench(transformer_block(1))
+    for options, index in steps:
+        w.set_options(**options)
+        assert 0 <= w.pass_index < max(1, len(w.view["passes"].get("entries", [None])))
+        send(w, "set_pass", index=min(index, len(w.session.stages) - 1))
+    fresh = Workbench(transformer_block(1), progressive=False, **w.options)
+    fresh.pass_index = w.pass_index
+    w.load_passes()
+    assert w.session.options == fresh.session.options
+    assert stable(w.view) == stable(fresh.view) and w.dag == fresh.dag
+    assert w.sim_state == fresh.sim_state
