@@ -177,6 +177,10 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         "the stream timeline highlights the simulator's step",
         "the simulator panel is available",
         "stepping the simulator moves the highlight",
+        "one stream in the options: the stream view shows one lane",
+        "back to four streams: the stream view follows",
+        "fusion off: no fusion pass and no fused kernel",
+        "a refused option shows its error and changes nothing",
     ):
         assert must in names
     for s in results["skipped"]:

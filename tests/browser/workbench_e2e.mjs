@@ -284,6 +284,49 @@ try {
   await big.locator(".ow-stream-mode").selectOption("graph");
   await waitAttr(big.locator(".ow-streams"), "data-mode", "graph");
 
+  // 7b. The pipeline's options in the pass bar: one stream and back, fusion off and on again,
+  //     and a refused value. Every change re-plans; the slider stays on the memory pass.
+  const opts = big.locator(".ow-options");
+  const lanes = Number(await big.locator(".ow-streams").getAttribute("data-streams"));
+  check("the stream view draws the plan's streams", lanes > 1 && String(lanes) === (await py("print(big.plan.num_streams)")), `${lanes} lanes`);
+  await shot(big.locator(".ow-passbar"), "options-bar");
+  await opts.locator(".ow-opt-streams").selectOption("1");
+  await waitAttr(big, "data-max-streams", 1);
+  await waitAttr(big.locator(".ow-streams"), "data-streams", 1);
+  const one = await py("print(big.max_streams, big.plan.num_streams, big.session.stages[big.pass_index].name)");
+  check("one stream in the options: the stream view shows one lane", one === "1 1 memory", one);
+  // One stream needs no events: fewer steps than on four.
+  await waitAttr(big.locator(".ow-streams"), "data-drawn-bars", Number(await py("print(len(big.plan.steps))")));
+  await shot(big.locator(".ow-bottom"), "streams-one-stream");
+  await opts.locator(".ow-opt-streams").selectOption("4");
+  await waitAttr(big.locator(".ow-streams"), "data-streams", lanes);
+  check("back to four streams: the stream view follows", (await py("print(big.max_streams, big.plan.num_streams)")) === `4 ${lanes}`);
+  await opts.locator(".ow-opt-fusion").uncheck();
+  await waitAttr(big, "data-fusion", "false");
+  check("fusion off disables the group limit", await opts.locator(".ow-opt-group").isDisabled());
+  await big.locator('.ow-bottom .ow-tab[data-tab="passes"]').click();
+  const passRows = await big.locator(".ow-passes tr td:nth-child(2)").allTextContents();
+  const tickNames = await big.locator(".ow-pass-tick").allTextContents();
+  const unfused = await py("print(big.plan.kernel_count_fused == big.plan.kernel_count_original, any(n.fused_from for n in big.plan.graph.nodes))");
+  check(
+    "fusion off: no fusion pass and no fused kernel",
+    !passRows.includes("fusion") && !tickNames.includes("fusion") && passRows.includes("streams") && unfused === "True False",
+    `${passRows.join(",")} | ${unfused}`,
+  );
+  await shot(big, "fusion-off");
+  await opts.locator(".ow-opt-fusion").check();
+  await waitAttr(big, "data-fusion", "true");
+  await big.locator(".ow-pass-tick", { hasText: "fusion" }).waitFor({ timeout: 15000 });
+  await opts.locator(".ow-opt-group").fill("0");
+  await opts.locator(".ow-opt-group").press("Enter");
+  const optErr = big.locator(".ow-errors .ow-error-msg", { hasText: "max_group_size" });
+  await optErr.waitFor({ timeout: 15000 });
+  const kept = await py("print(big.max_group_size, big.plan.options['max_group_size'])");
+  check("a refused option shows its error and changes nothing", kept === "16 16" && /from 1 to 64/.test(await optErr.textContent()), `${await optErr.textContent()} | ${kept}`);
+  await shot(big.locator(".ow-passbar"), "options-refused");
+  await big.locator(".ow-errors .ow-dismiss").click();
+  await opts.locator(".ow-opt-group").blur();
+
   // 8. Dominator trees.
   for (const [tab, cls] of [["dom", ".ow-tree-dominator"], ["postdom", ".ow-tree-post-dominator"]]) {
     await big.locator(`.ow-bottom .ow-tab[data-tab="${tab}"]`).click();

@@ -270,6 +270,8 @@ export class StreamChart extends CanvasChart {
     const hot = st?.bars.find((b) => b.step === simStep);
     this.root.dataset.simNode = hot ? String(hot.node) : "";
     this.root.dataset.available = String(!!st);
+    // Lanes drawn (one per stream the plan uses), for the browser test.
+    this.root.dataset.streams = String(st ? st.lanes.length : 0);
     this.schedule();
   }
 

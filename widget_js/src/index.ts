@@ -11,11 +11,11 @@ import { DagView } from "./dagview";
 import { clear, h } from "./dom";
 import { remember, stableLayout, type Layout, type Placed } from "./layout";
 import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
-import { buildPanel, detailsPanel, passesTable, simPanel } from "./panels";
+import { buildPanel, detailsPanel, OptionsBar, passesTable, simPanel } from "./panels";
 import { formatBytes, formatTime, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
 import { PassLoader } from "./passes";
-import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type ViewModel } from "./types";
+import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type PipelineOptions, type ViewModel } from "./types";
 
 /** The part of the anywidget model API this widget uses. */
 export interface Model {
@@ -52,6 +52,9 @@ export class App {
   private errorsBox: HTMLDivElement;
   private header: HTMLDivElement;
   private passbar: HTMLDivElement;
+  /** The slider part of the pass bar, redrawn with the view; the options stay (see OptionsBar). */
+  private passMain: HTMLDivElement;
+  private optionsBar: OptionsBar;
   private legend: HTMLDivElement;
   private colorSel: HTMLSelectElement;
   private sideTabs: HTMLDivElement;
@@ -81,7 +84,9 @@ export class App {
     });
     this.legend = h("div", { class: "ow-legend" });
     this.header = h("div", { class: "ow-header" });
-    this.passbar = h("div", { class: "ow-passbar" });
+    this.passMain = h("div", { class: "ow-pass-main" });
+    this.optionsBar = new OptionsBar((type, payload) => this.send(type, payload));
+    this.passbar = h("div", { class: "ow-passbar" }, this.passMain, this.optionsBar.root);
     this.errorsBox = h("div", { class: "ow-errors" });
     this.status = h("div", { class: "ow-status", role: "status" });
     this.sideTabs = h("div", { class: "ow-tabs" });
@@ -121,7 +126,7 @@ export class App {
       this.passes.viewArrived(this.pending);
     });
     this.listen("change:dag", () => this.refresh(true));
-    this.listen("change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index", () => this.refresh(false));
+    this.listen("change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size", () => this.refresh(false));
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
     this.listen("change:errors", () => this.renderErrors());
     this.listen("msg:custom", (msg: { type?: string; message?: string; request_id?: string }) => this.onMessage(msg));
@@ -248,6 +253,10 @@ export class App {
       this.root.dataset.passesMs = this.passesMs.toFixed(1);
     }
     this.root.dataset.passIndex = String(this.model.get("pass_index") ?? 0);
+    const o = this.options;
+    this.root.dataset.maxStreams = String(o.max_streams);
+    this.root.dataset.fusion = String(o.fusion);
+    this.root.dataset.maxGroupSize = String(o.max_group_size);
     this.root.dataset.simPosition = String(this.model.get("sim_position") ?? -1);
   }
 
@@ -278,14 +287,27 @@ export class App {
     );
   }
 
+  /** The pipeline options of the plan on screen (the kernel's traits; defaults before they sync). */
+  private get options(): PipelineOptions {
+    const ms = this.model.get("max_streams");
+    const fu = this.model.get("fusion");
+    const gs = this.model.get("max_group_size");
+    return {
+      max_streams: typeof ms === "number" ? ms : 4,
+      fusion: typeof fu === "boolean" ? fu : true,
+      max_group_size: typeof gs === "number" ? gs : 16,
+    };
+  }
+
   private renderPassbar(): void {
     const passes = this.vm.passes;
-    clear(this.passbar);
+    this.optionsBar.update(this.options);
+    clear(this.passMain);
     if (!isAvailable(passes) || passes.entries.length === 0) {
       const text = isAvailable(passes) ? "no passes" : passes.reason;
       if (!isAvailable(passes) && passes.pending) {
-        this.passbar.append(h("span", { class: "ow-passlabel", text: "Pipeline" }), h("span", { class: "ow-muted ow-computing", text }));
-      } else this.passbar.append(h("span", { class: "ow-muted", text }));
+        this.passMain.append(h("span", { class: "ow-passlabel", text: "Pipeline" }), h("span", { class: "ow-muted ow-computing", text }));
+      } else this.passMain.append(h("span", { class: "ow-muted", text }));
       return;
     }
     const idx = Math.min(Number(this.model.get("pass_index") ?? 0), passes.entries.length - 1);
@@ -299,7 +321,7 @@ export class App {
     });
     const e = passes.entries[idx];
     const delta = idx === 0 ? "input graph" : `after ${e.name}: ${e.nodes_before} → ${e.nodes_after} nodes`;
-    this.passbar.append(
+    this.passMain.append(
       h("span", { class: "ow-passlabel", text: "Pipeline" }),
       h("div", { class: "ow-pass-track" }, slider, ticks),
       h(
@@ -434,7 +456,7 @@ export class App {
       for (const m of s.modes) modeSel.append(h("option", { value: m, text: m === "graph" ? "one graph launch" : "a launch per kernel" }));
       modeSel.value = s.mode;
       modeSel.addEventListener("change", () => this.send("set_stream_mode", { mode: modeSel.value }));
-      const bounds = `${s.num_streams} streams · device work ${formatTime(s.work)}${s.critical_path !== null ? ` · critical path ${formatTime(s.critical_path)}` : ""}`;
+      const bounds = `${s.num_streams} stream${s.num_streams === 1 ? "" : "s"} · device work ${formatTime(s.work)}${s.critical_path !== null ? ` · critical path ${formatTime(s.critical_path)}` : ""}`;
       const why = `Makespans from the cost model. A graph launch pays ${formatTime(s.overheads.stream ?? 0)} once and ${formatTime(s.overheads.graph ?? 0)} per node; stream launches pay ${formatTime(s.overheads.stream ?? 0)} per kernel, copy and memset, issued one after another. Device work (every step back to back) and the critical path leave launch overheads out.`;
       this.bottomTools.append(
         h("span", { class: "ow-muted ow-stream-totals", text: `${modeTotals(s)} · ${bounds}`, title: why }),

@@ -4,7 +4,7 @@
 
 import { formatBytes, formatTime } from "./charts";
 import { clear, fitCanvas, h } from "./dom";
-import type { InspectorSection, NodeDetails, SimSection, ViewModel } from "./types";
+import type { InspectorSection, NodeDetails, PipelineOptions, SimSection, ViewModel } from "./types";
 import { isAvailable } from "./types";
 
 export type Send = (type: string, payload: Record<string, unknown>) => string;
@@ -348,6 +348,72 @@ export function passesTable(vm: ViewModel, index: number, onPick: (i: number) =>
     tbl.append(tr);
   });
   return h("div", { class: "ow-panel ow-passes" }, tbl);
+}
+
+/** Streams offered in the pipeline bar's menu; a larger value set from Python is added to it. */
+export const STREAM_CHOICES = [1, 2, 3, 4, 5, 6, 7, 8];
+
+/** A number typed in a form: the number if it is one, else the text, for the kernel to refuse
+ *  with a message naming the field (an empty box is not silently 0). */
+function typed(input: HTMLInputElement): number | string {
+  const v = input.value.trim();
+  return v !== "" && Number.isFinite(Number(v)) ? Number(v) : input.value;
+}
+
+/** The pipeline's options in the pass bar: streams, fusion on/off, the fusion group limit.
+ *  Built once and kept (so a number being typed survives redraws); `update` shows the
+ *  options of the plan on screen. Each change is one `set_options` request. */
+export class OptionsBar {
+  readonly root: HTMLDivElement;
+  private streams: HTMLSelectElement;
+  private fusion: HTMLInputElement;
+  private group: HTMLInputElement;
+  private last: PipelineOptions | null = null;
+
+  constructor(send: Send) {
+    this.streams = h("select", { class: "ow-input ow-opt-streams", "aria-label": "most streams" });
+    this.fusion = h("input", { class: "ow-opt-fusion", type: "checkbox", "aria-label": "fusion" });
+    this.group = h("input", { class: "ow-input ow-opt-group", type: "number", min: 1, max: 64, step: 1, "aria-label": "most kernels per fused group" });
+    this.streams.addEventListener("change", () => send("set_options", { max_streams: Number(this.streams.value) }));
+    this.fusion.addEventListener("change", () => send("set_options", { fusion: this.fusion.checked }));
+    this.group.addEventListener("change", () => send("set_options", { max_group_size: typed(this.group) }));
+    // Enter commits (Chromium fires no change for it in a number box): leaving the box does, and
+    // the notebook around the widget must not take the key as a shortcut.
+    this.group.addEventListener("keydown", (e) => {
+      if (e.key !== "Enter") return;
+      e.preventDefault();
+      e.stopPropagation();
+      this.group.blur();
+    });
+    // Leaving the box shows the plan's value again: a refused number does not stay as if applied
+    // (an accepted one comes back with the new view and is shown by update).
+    this.group.addEventListener("blur", () => {
+      if (this.last) this.group.value = String(this.last.max_group_size);
+    });
+    this.root = h(
+      "div",
+      { class: "ow-options", title: "Options of the pass pipeline: changing one re-plans the graph" },
+      h("label", { class: "ow-inline" }, h("span", { text: "streams" }), this.streams),
+      h("label", { class: "ow-inline" }, this.fusion, h("span", { text: "fusion" })),
+      h("label", { class: "ow-inline ow-opt-group-label" }, h("span", { text: "group ≤" }), this.group),
+    );
+  }
+
+  update(o: PipelineOptions): void {
+    this.last = o;
+    const choices = STREAM_CHOICES.includes(o.max_streams) ? STREAM_CHOICES : [...STREAM_CHOICES, o.max_streams].sort((a, b) => a - b);
+    if (this.streams.dataset.choices !== choices.join()) {
+      clear(this.streams);
+      for (const n of choices) this.streams.append(h("option", { value: n, text: String(n) }));
+      this.streams.dataset.choices = choices.join();
+    }
+    this.streams.value = String(o.max_streams);
+    this.fusion.checked = o.fusion;
+    this.group.disabled = !o.fusion;
+    this.group.title = o.fusion ? "" : "fusion is off";
+    // Not while the user types in it: the value arrives when they are done.
+    if (document.activeElement !== this.group) this.group.value = String(o.max_group_size);
+  }
 }
 
 export { clear };

@@ -2,6 +2,13 @@
 // The frontend is a pure function of it (plus local UI state such as zoom and tab).
 // Keep these types in step with the Python docstrings in viewmodel.py.
 
+/** The pass pipeline's options: the workbench's `max_streams`, `fusion`, `max_group_size` traits. */
+export interface PipelineOptions {
+  max_streams: number;
+  fusion: boolean;
+  max_group_size: number;
+}
+
 /** A section that the engine may not provide (yet): views show `reason` instead of data. */
 export interface Unavailable {
   available: false;
