@@ -5,6 +5,6 @@
 'Workbench'
 """
 
-from oxiwork.widget.workbench import Workbench
+from oxiwork.widget.workbench import InvalidOption, Workbench
 
-__all__ = ["Workbench"]
+__all__ = ["InvalidOption", "Workbench"]
