@@ -36,7 +36,6 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
     from oxiwork.analysis import dominance, liveness, topo
     from oxiwork.executor.plan import ExecutionPlan
     from oxiwork.executor.simulator import SequentialExecutor, input_names
-    from oxiwork.optimizer.fusion import rule_of
 
     def p(*parts: object) -> None:
         print(*parts, file=out)
@@ -83,11 +82,10 @@ def report(graph: ComputeGraph, *, max_streams: int, memory_mode: str, out=sys.s
         if not_fused:
             p(f"  not fused: {len(not_fused)} kernel -> kernel edge(s); for example")
             seen: set[str] = set()
-            for (a, b), why in not_fused.items():
-                rule = rule_of(why)  # one example per rule
-                if rule not in seen and len(seen) < 3:
+            for (a, b), rule in not_fused.rules().items():
+                if rule not in seen and len(seen) < 3:  # one example per rule
                     seen.add(rule)
-                    p(f"    {graph.node(a).name} -> {graph.node(b).name}: {why}")
+                    p(f"    {graph.node(a).name} -> {graph.node(b).name}: {not_fused[(a, b)]}")
     p(
         f"\n[plan] {plan.kernel_count_original} kernels -> {plan.kernel_count_fused} after "
         f"fusion, {plan.num_streams} stream(s), {plan.event_count} event(s), "

@@ -61,7 +61,7 @@ from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.ops.program import share_bound
 from oxiwork.pipeline import PassResult
 
-__all__ = ["NotFused", "fuse", "peak_live_bytes", "program_order", "rule_of"]
+__all__ = ["NotFused", "fuse", "peak_live_bytes", "program_order"]
 
 _FUSIBLE_CLASSES = {
     FusionClass.ELEMENTWISE: "E",
@@ -292,23 +292,26 @@ class _Fuser:
             self.rejected[why] += 1
             self.why[producer] = ("merge", why, group)
 
-    def not_internal(self, nid: NodeId) -> str:
-        """Why ``nid``'s output cannot become a value inside a fused kernel, in words."""
+    def not_internal(self, nid: NodeId) -> tuple[str, str]:
+        """Why ``nid``'s output cannot become a value inside a fused kernel: the rule and
+        the words naming the buffer and reader."""
         bid = self.info[nid].out
         buf = self.g.buffer(bid)
         if buf.external:
-            return f"its output {buf.name!r} is external: the result must reach memory"
+            return "its output is external", (
+                f"its output {buf.name!r} is external: the result must reach memory"
+            )
         if self.g.writers(bid) != (nid,):
-            return f"its output {buf.name!r} has other writers"
+            return "its output has other writers", f"its output {buf.name!r} has other writers"
         outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
         if outside:
             o = outside[0]
             what = "a fused kernel" if o.fused is not None else "a kernel that cannot fuse"
-            return (
+            return "its output is also read outside the group", (
                 f"its output {buf.name!r} is also read by {o.name!r} ({what}), so it must "
                 "be written to memory"
             )
-        return f"nothing reads its output {buf.name!r}"
+        return "nothing reads its output", f"nothing reads its output {buf.name!r}"
 
     def run(self) -> list[list[NodeId]]:
         for p in self.order:
@@ -318,7 +321,7 @@ class _Fuser:
             if not self._internalisable[p]:
                 if readers:
                     self.rejected["output is external, shared or read by a non-fusible node"] += 1
-                    self.why[p] = ("internal", self.not_internal(p))
+                    self.why[p] = ("internal", *self.not_internal(p))
                 continue
             if len(set(readers)) == 1:
                 self.try_merge([p, readers[0]], p)
@@ -645,46 +648,36 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     return PassResult(new, artefacts)
 
 
-def rule_of(reason: str) -> str:
-    """The rule a ``not_fused`` reason cites, without the names of the nodes involved, to
-    group reasons (e.g. one example per rule).
-
-    >>> rule_of("'t' (#9) cannot fuse: its op 'transpose' is injective, which never fuses")
-    "its op 'transpose' is injective, which never fuses"
-    >>> rule_of("a fused kernel holds at most one reduction or matmul (the group tried: 'a')")
-    'a fused kernel holds at most one reduction or matmul'
-    """
-    _, sep, tail = reason.partition(" cannot fuse: ")
-    return tail if sep else reason.split(" (")[0].split(";")[0]
-
-
 class NotFused(Mapping[tuple[NodeId, NodeId], str]):
     """The ``not_fused`` artefact: ``(producer, consumer) -> why they were not fused``, for
     every edge between two kernels that ended in different kernels. A read-only mapping
-    whose sentences are worked out on first access.
+    whose sentences are worked out on first access; :meth:`rule` gives the rule a sentence
+    cites without the names in it, to group them.
 
     >>> from oxiwork.examples import transformer_block
     >>> g = transformer_block(1)
     >>> why = fuse(g).artefacts["not_fused"]
-    >>> reasons = {rule_of(r) for r in why.values()}
-    >>> "its op 'transpose' is injective, which never fuses" in reasons
+    >>> "its op 'transpose' is injective, which never fuses" in set(why.rules().values())
     True
+    >>> edge = next(k for k, r in why.rules().items() if "transpose" in r)
+    >>> why[edge]
+    "'L0.k0_t' (#9) cannot fuse: its op 'transpose' is injective, which never fuses"
     """
 
     __slots__ = ("_data", "_make")
 
-    def __init__(self, make: Callable[[], dict[tuple[NodeId, NodeId], str]]) -> None:
-        self._make: Callable[[], dict[tuple[NodeId, NodeId], str]] | None = make
-        self._data: dict[tuple[NodeId, NodeId], str] | None = None
+    def __init__(self, make: Callable[[], dict[tuple[NodeId, NodeId], tuple[str, str]]]) -> None:
+        self._make: Callable[[], dict[tuple[NodeId, NodeId], tuple[str, str]]] | None = make
+        self._data: dict[tuple[NodeId, NodeId], tuple[str, str]] | None = None
 
-    def _get(self) -> dict[tuple[NodeId, NodeId], str]:
+    def _get(self) -> dict[tuple[NodeId, NodeId], tuple[str, str]]:
         if self._data is None:
             assert self._make is not None
             self._data, self._make = self._make(), None  # drop what the recipe holds
         return self._data
 
     def __getitem__(self, key: tuple[NodeId, NodeId]) -> str:
-        return self._get()[key]
+        return self._get()[key][1]
 
     def __iter__(self) -> Iterator[tuple[NodeId, NodeId]]:
         return iter(self._get())
@@ -693,7 +686,15 @@ class NotFused(Mapping[tuple[NodeId, NodeId], str]):
         return len(self._get())
 
     def __repr__(self) -> str:
-        return f"NotFused({self._get()!r})"
+        return f"NotFused({dict(self)!r})"
+
+    def rule(self, key: tuple[NodeId, NodeId]) -> str:
+        """The rule the reason for edge ``key`` cites, without node or buffer names."""
+        return self._get()[key][0]
+
+    def rules(self) -> dict[tuple[NodeId, NodeId], str]:
+        """:meth:`rule` of every edge."""
+        return {k: r for k, (r, _) in self._get().items()}
 
 
 def _not_fused(
@@ -702,22 +703,25 @@ def _not_fused(
     said: dict[NodeId, tuple[int, tuple[Any, ...]]],
     dropped_in: dict[NodeId, tuple[int, int, str]],
     known: dict[NodeId, _Info | str],
-) -> dict[tuple[NodeId, NodeId], str]:
+) -> dict[tuple[NodeId, NodeId], tuple[str, str]]:
     """For every edge between two kernels of ``graph`` that ended in different kernels,
-    why they were not fused: the reason one of them can never fuse, else the latest round's
-    word on it (the producer's refused merge, or a group of both dropped after forming)."""
+    the rule and the words for why they were not fused: the reason one of them can never
+    fuse, else the latest round's word on it (the producer's refused merge, or a group of
+    both dropped after forming), and which fused kernels the two went into."""
     owner = {m: k for k, group in enumerate(groups) for m in group}
     nodes = {n.id: n for n in graph.nodes}
     name = {nid: n.name for nid, n in nodes.items()}
     group_names: dict[int, str] = {}  # fused kernel names, made once per group
 
-    def cannot(n: GraphNode) -> str | None:
+    def cannot(n: GraphNode) -> tuple[str, str] | None:
         cls = known.get(n.id)
         if cls is None:
             cls = known[n.id] = _classify(graph, n)
-        return None if isinstance(cls, _Info) else f"{n.name!r} (#{int(n.id)}) cannot fuse: {cls}"
+        if isinstance(cls, _Info):
+            return None
+        return cls, f"{n.name!r} (#{int(n.id)}) cannot fuse: {cls}"
 
-    out: dict[tuple[NodeId, NodeId], str] = {}
+    out: dict[tuple[NodeId, NodeId], tuple[str, str]] = {}
     for a, b in graph.edges:  # sorted, so the result is in a stable order
         na, nb = nodes[a], nodes[b]
         if not (na.is_kernel and nb.is_kernel):
@@ -727,14 +731,14 @@ def _not_fused(
             continue
         reason = cannot(na) or cannot(nb)
         if reason is None and not set(na.outputs).intersection(nb.inputs):
-            reason = "an ordering-only dependency: no buffer flows between them"
+            rule = "an ordering-only dependency: no buffer flows between them"
+            reason = rule, rule
         if reason is None:
             rec, da, db = said.get(a), dropped_in.get(a), dropped_in.get(b)
             same_group = da is not None and db is not None and da[:2] == db[:2]
             if same_group and (rec is None or rec[0] <= da[0]):  # formed after any refusal
                 rec = (da[0], ("dropped", da[2]))
-            if rec is not None:
-                reason = _said(rec[1], a, b, name)
+            rule, words = _said(rec[1], a, b, name) if rec is not None else ("", "")
             joined = []
             for n, g in ((a, ga), (b, gb)):
                 if g is not None:
@@ -743,24 +747,30 @@ def _not_fused(
                         group_names[g] = full if len(full) <= 80 else f"{full[:77]}..."
                     joined.append(f"{name[n]!r} went into {group_names[g]!r}")
             went = " and ".join(joined)
-            reason = f"{reason}; {went}" if reason and went else reason or went
-        out[(a, b)] = reason or "no rule merged them"
+            if not rule:  # no round refused them directly: each joined another kernel
+                rule = "each went into another fused kernel" if went else "no rule merged them"
+            words = f"{words}; {went}" if words and went else words or went or rule
+            reason = rule, words
+        out[(a, b)] = reason
     return out
 
 
-def _said(rec: tuple[Any, ...], producer: NodeId, reader: NodeId, name: dict[NodeId, str]) -> str:
-    """The words for a record about ``producer`` (and its reader ``reader``)."""
+def _said(
+    rec: tuple[Any, ...], producer: NodeId, reader: NodeId, name: dict[NodeId, str]
+) -> tuple[str, str]:
+    """The rule and the words for a record about ``producer`` (and its reader ``reader``)."""
     kind = rec[0]
     if kind == "dropped":
-        return f"fusing {name[producer]!r} and {name[reader]!r} in one group {rec[1]}"
+        return rec[1], f"fusing {name[producer]!r} and {name[reader]!r} in one group: {rec[1]}"
     if kind == "merge":
-        group = rec[2]
+        group = sorted(rec[2], key=int)  # ids follow build order: producers first
         shown = ", ".join(repr(name[m]) for m in group[:8])
         more = f" and {len(group) - 8} more" if len(group) > 8 else ""
-        return f"{rec[1]} (the group tried: {shown}{more})"
+        return rec[1], f"{rec[1]} (the group tried: {shown}{more})"
     if kind == "internal":
-        return rec[1]
-    return (
+        return rec[1], rec[2]
+    rule = "a fan-out not closed by a fusible post-dominator"
+    return rule, (
         f"its output feeds {rec[1]} kernels that do not all meet again at one fusible kernel "
         "(a fan-out fuses only up to the post-dominator that closes it, with every kernel in "
         "between fusible)"

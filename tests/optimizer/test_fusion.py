@@ -420,8 +420,10 @@ class TestWhyNotFused:
             assert ((a, b) in why) != together, (na.name, nb.name)
             if together:
                 continue
-            reason = why[(a, b)]
-            assert reason.strip()
+            reason, rule = why[(a, b)], why.rule((a, b))
+            assert reason.strip() and rule.strip()
+            # the rule names no node: it is the same words whichever kernels it is about
+            assert not any(repr(n.name) in rule for n in (na, nb) if len(n.name) > 3)
             for node in (na, nb):
                 if reason.startswith(f"{node.name!r} (#{int(node.id)}) cannot fuse"):
                     assert node.id not in owner  # a node that cannot fuse is in no group
