@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from oxiwork.examples import synthetic
 from oxiwork.widget import Workbench
 
-SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "sim_state",
-          "color_mode", "memory_mode", "stream_mode", "errors", "inspector",
-          "inspector_values")  # fmt: skip
+# Every trait the Workbench itself syncs (not anywidget's plumbing), so the stand-in model
+# holds what the real one would, including traits added later.
+SYNCED = tuple(sorted(Workbench.class_own_traits(sync=True)))
 
 
 def state_of(w: Workbench) -> dict[str, Any]:
