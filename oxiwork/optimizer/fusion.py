@@ -496,8 +496,9 @@ def _round(
     graph: ComputeGraph, max_group_size: int, limit: int, known: dict[NodeId, _Info | str]
 ) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], _Fuser]:
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
-    buffers removed, the groups undone (they raised peak memory above ``limit``) and the
-    fuser (its refusals, counted and per producer/consumer pair)."""
+    buffers removed, the groups undone (they raised peak memory above ``limit``), the fuser
+    (its refusals, counted and per producer) and the groups whose kernel failed to build,
+    with the error."""
     fuser = _Fuser(graph, max_group_size, known)
     groups = fuser.run()
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
@@ -569,8 +570,9 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
         ``kernels_before``, ``kernels_after``, ``peak_bytes_before``,
         ``peak_bytes_after`` (both along :func:`program_order`), ``undone`` (groups
         undone because they raised peak memory), ``rejected`` (reason -> count of
-        merges refused in the last round) and ``rounds`` (grouping sweeps run until
-        nothing more merged; ``fuse`` of its own result forms no group).
+        merges refused in the last round), ``rounds`` (grouping sweeps run until
+        nothing more merged; ``fuse`` of its own result forms no group) and ``not_fused``
+        (a :class:`NotFused`: why each kernel -> kernel edge left unfused was).
 
     References
     ----------
