@@ -572,7 +572,7 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
         undone because they raised peak memory), ``rejected`` (reason -> count of
         merges refused in the last round), ``rounds`` (grouping sweeps run until
         nothing more merged; ``fuse`` of its own result forms no group) and ``not_fused``
-        (a :class:`NotFused`: why each kernel -> kernel edge left unfused was).
+        (a :class:`NotFused`: why each kernel -> kernel edge was left unfused).
 
     References
     ----------
