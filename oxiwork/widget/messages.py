@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oxiwork.error import MessageError
+from oxiwork.executor.simulator import POLICIES
 from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 from oxiwork.widget.session import OPTION_LIMITS
@@ -58,6 +59,11 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "sim": {
         "action": Field("str", choices=SIM_ACTIONS),
         "breakpoint": Field("int", required=False, nullable=True),
+    },
+    # The simulator's settings: the ones given change (drop_event null: no event dropped).
+    "sim_config": {
+        "policy": Field("str", required=False, choices=POLICIES),
+        "drop_event": Field("int", required=False, nullable=True),
     },
     "inspect": {"buffer": Field("int")},
     "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
@@ -104,7 +110,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
 # Messages that name exactly one target among these fields.
 _ONE_OF = {"delete": ("node", "buffer"), "rename": ("node", "buffer")}
 # Messages whose fields are all optional but that must carry at least one of them.
-_SOME_OF = {"set_options": tuple(SCHEMAS["set_options"])}
+_SOME_OF = {name: tuple(SCHEMAS[name]) for name in ("set_options", "sim_config")}
 
 
 def _is_int(v: Any) -> bool:

@@ -23,21 +23,37 @@ Example
 (True, True)
 >>> [st.name for st in Session(quick_start(), fusion=False).stages]
 ['input', 'streams', 'memory']
+
+The simulator can run a broken copy of the plan (:meth:`Session.configure_sim`): one event
+dropped, under another interleaving policy, to show what that event prevents.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from oxiwork.error import GraphError, InvalidArgument
-from oxiwork.executor.plan import ExecutionPlan
-from oxiwork.executor.simulator import Simulator
-from oxiwork.graph import ComputeGraph
-from oxiwork.node import NodeId
+import numpy as np
 
-__all__ = ["OPTION_DEFAULTS", "OPTION_LIMITS", "Session", "Stage", "check_option"]
+from oxiwork.error import GraphError, InvalidArgument, InvalidPlan
+from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.races import drop_event as _drop_event
+from oxiwork.executor.simulator import POLICIES, SequentialExecutor, Simulator
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import NodeId, NodeKind
+
+__all__ = [
+    "KEEP",
+    "OPTION_DEFAULTS",
+    "OPTION_LIMITS",
+    "POLICIES",
+    "Session",
+    "Stage",
+    "check_option",
+    "output_differences",
+]
 
 #: Inclusive bounds of the pipeline's integer options. A form in the widget can ask for any of
 #: these; more streams than CUDA's practical concurrency or fusion groups bigger than a
@@ -83,6 +99,59 @@ def check_option(name: str, value: object) -> int | bool:
     return value
 
 
+class _Keep:
+    """The type of :data:`KEEP`."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: "Leave this setting as it is" for :meth:`Session.configure_sim` (``None`` means "no event
+#: dropped" there, so it cannot mean "unchanged" too).
+KEEP = _Keep()
+
+
+def output_differences(
+    expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]
+) -> list[tuple[str, float | None]]:
+    """The outputs of ``actual`` that differ from ``expected``: ``(name, max |difference|)``.
+
+    Exact comparison (NaN equal to NaN): the same plan run in another valid order computes
+    every value the same way, so any difference is a race, not rounding. The difference is
+    ``None`` when it has no size: an output missing from ``actual``, a shape that changed,
+    or a NaN/Inf where the values differ.
+
+    Examples
+    --------
+    >>> a = {"y": np.array([1.0, 2.0]), "z": np.zeros(2)}
+    >>> output_differences(a, {"y": np.array([1.0, 3.5]), "z": np.zeros(2)})
+    [('y', 1.5)]
+    >>> output_differences(a, {"y": a["y"]})
+    [('z', None)]
+    >>> output_differences(a, a)
+    []
+    """
+    out: list[tuple[str, float | None]] = []
+    for name in sorted(expected):
+        want = np.asarray(expected[name])
+        if name not in actual:
+            out.append((name, None))
+            continue
+        got = np.asarray(actual[name])
+        if want.shape != got.shape:
+            out.append((name, None))
+            continue
+        if np.array_equal(want, got, equal_nan=want.dtype.kind in "fc"):
+            continue
+        w64, g64 = want.astype(np.float64), got.astype(np.float64)
+        differs = ~((w64 == g64) | (np.isnan(w64) & np.isnan(g64)))
+        with np.errstate(all="ignore"):
+            delta = np.abs(w64 - g64)[differs]
+        # A difference involving NaN or Inf has no size.
+        out.append((name, float(delta.max()) if np.isfinite(delta).all() else None))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One point of the pass slider: the graph after pass ``name`` (``"input"`` first)."""
@@ -121,8 +190,8 @@ class Session:
     notes
         Why a piece is missing, keyed by ``"plan"``, ``"sim"``.
     sim
-        The :class:`~oxiwork.executor.simulator.Simulator` over the plan, or ``None``
-        (``notes["sim"]`` says why).
+        The :class:`~oxiwork.executor.simulator.Simulator` over :attr:`sim_plan`, or
+        ``None`` (``notes["sim"]`` says why).
     seconds
         Wall time :meth:`load` took (0 until it ran).
 
@@ -132,8 +201,9 @@ class Session:
         An option is out of range or of the wrong type (see :func:`check_option`).
     """
 
-    __slots__ = ("_loaded", "_notes", "_plan", "_sim", "_stages", "fusion", "graph",
-                 "max_group_size", "max_streams", "memory_mode", "seconds")  # fmt: skip
+    __slots__ = ("_dropped", "_loaded", "_notes", "_plan", "_policy", "_reference", "_sim",
+                 "_sim_plan", "_stages", "_to_plan", "fusion", "graph", "max_group_size",
+                 "max_streams", "memory_mode", "seconds")  # fmt: skip
 
     def __init__(
         self,
@@ -157,6 +227,15 @@ class Session:
         self._plan: ExecutionPlan | None = None
         self._notes: dict[str, str] = {}
         self._sim: Simulator | None = None
+        # The simulator's settings (configure_sim): a new session, made for a new graph or
+        # new options, starts from the defaults, since an event id of the old plan names
+        # nothing, or something else, in the new one.
+        self._policy = "in_order"
+        self._dropped: int | None = None
+        self._sim_plan: ExecutionPlan | None = None
+        # Index in plan.steps of each step of sim_plan (None: sim_plan is the plan).
+        self._to_plan: tuple[int, ...] | None = None
+        self._reference: dict[str, np.ndarray] | str | None = None
         self._loaded = False
         if not lazy:
             self.load()
@@ -222,7 +301,7 @@ class Session:
             # Interrupted (Ctrl-C in the kernel): leave the session as it was, so the next
             # access runs the pipeline again instead of finding half of it.
             del self._stages[1:]
-            self._plan, self._sim = None, None
+            self._plan, self._sim, self._sim_plan = None, None, None
             self._notes.clear()
             raise
         self._loaded = True
@@ -272,8 +351,168 @@ class Session:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self._sim = Simulator(plan)
+            self._sim_plan = plan
         except Exception as e:  # GraphError or an engine bug: the panel shows it
             self._notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
+
+    # ------------------------------------------------------------------ simulator settings
+    @property
+    def policy(self) -> str:
+        """The simulator's interleaving policy (one of :data:`POLICIES`)."""
+        return self._policy
+
+    @property
+    def dropped_event(self) -> int | None:
+        """The event the simulated plan lacks (see :meth:`configure_sim`), or ``None``."""
+        return self._dropped
+
+    @property
+    def sim_plan(self) -> ExecutionPlan | None:
+        """The plan the simulator runs: :attr:`plan`, or a copy without
+        :attr:`dropped_event`'s record and wait steps (its steps re-indexed)."""
+        self.load()
+        return self._sim_plan
+
+    @property
+    def events(self) -> dict[int, tuple[int, ...]]:
+        """The plan's events: event id -> indices in ``plan.steps`` of its record and waits.
+
+        >>> from oxiwork.examples import quick_start, transformer_block
+        >>> Session(quick_start()).events
+        {}
+        >>> s = Session(transformer_block(1), 4)
+        >>> [s.plan.steps[i].kind.value for i in s.events[0]]
+        ['event_record', 'event_wait', 'event_wait', 'event_wait']
+        """
+        if self.plan is None:
+            return {}
+        out: dict[int, list[int]] = {}
+        for st in self.plan.steps:
+            if st.kind in (NodeKind.EventRecord, NodeKind.EventWait) and st.event is not None:
+                out.setdefault(int(st.event), []).append(st.index)
+        return {e: tuple(out[e]) for e in sorted(out)}
+
+    def plan_step(self, index: int) -> int:
+        """The index in ``plan.steps`` of step ``index`` of :attr:`sim_plan`.
+
+        Both plans run the same nodes (dropping an event removes steps, it does not change
+        the others), so a step is matched by its node; the views, which draw the real plan,
+        highlight what the simulator ran through this.
+
+        >>> from oxiwork.examples import transformer_block
+        >>> s = Session(transformer_block(1), 4)
+        >>> s.configure_sim(drop_event=0)
+        >>> s.plan_step(2), s.plan.steps[3].node == s.sim_plan.steps[2].node
+        (3, True)
+        """
+        return index if self._to_plan is None else self._to_plan[index]
+
+    def configure_sim(
+        self, policy: str | _Keep = KEEP, drop_event: int | _Keep | None = KEEP
+    ) -> None:
+        """Rebuild the simulator, reset, with another policy and/or one event dropped.
+
+        Only the simulator changes (the pipeline does not run again). A new session, made
+        for a new graph or new options, starts from the defaults (``"in_order"``, no event
+        dropped).
+
+        Parameters
+        ----------
+        policy
+            One of :data:`POLICIES` (:class:`~oxiwork.executor.simulator.Simulator`
+            explains them); :data:`KEEP` leaves it.
+        drop_event
+            An event id of the plan (:attr:`events`): simulate
+            :func:`~oxiwork.executor.races.drop_event` of the plan, so the dependency that
+            event enforces across streams is not enforced; ``None`` simulates the plan
+            itself; :data:`KEEP` leaves it.
+
+        Raises
+        ------
+        InvalidArgument
+            Unknown policy, or an event id the plan does not have (a bool is not an id);
+            nothing changes.
+        InvalidPlan
+            There is no plan to simulate (``notes["sim"]`` says why).
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> s = Session(transformer_block(1), 4)
+        >>> s.configure_sim("adversarial", 0)
+        >>> len(s.plan.steps) - len(s.sim_plan.steps), s.sim.policy
+        (4, 'adversarial')
+        >>> _ = s.sim.run()
+        >>> diff = output_differences(s.expected_outputs(), s.sim.outputs)
+        >>> len(s.sim.races) > 0, [name for name, _ in diff]
+        (True, ['L0_resid2_59'])
+        >>> try:
+        ...     s.configure_sim(drop_event=99)
+        ... except InvalidArgument as e:
+        ...     print(e)
+        drop_event is 99, which is not an event of this plan; its events are 0 to 5
+        """
+        new_policy = self._policy if isinstance(policy, _Keep) else policy
+        new_drop = self._dropped if isinstance(drop_event, _Keep) else drop_event
+        if not isinstance(new_policy, str) or new_policy not in POLICIES:
+            raise InvalidArgument(
+                f"the simulator's policy is {new_policy!r:.60}; choose one of: "
+                f"{', '.join(POLICIES)}"
+            )
+        plan = self.plan
+        if plan is None or self._sim is None:
+            raise InvalidPlan(self.notes["sim"])
+        events = self.events
+        if new_drop is not None:
+            if isinstance(new_drop, bool) or not isinstance(new_drop, int):
+                raise InvalidArgument(
+                    f"drop_event must be an event id (an integer) or None, got {new_drop!r:.60}"
+                )
+            if new_drop not in events:
+                have = (
+                    f"its events are {min(events)} to {max(events)}"
+                    if events and len(events) == max(events) - min(events) + 1
+                    else f"its events are: {', '.join(map(str, events))}"
+                    if events
+                    else "it has none (it runs on one stream): there is nothing to drop"
+                )
+                raise InvalidArgument(
+                    f"drop_event is {new_drop}, which is not an event of this plan; {have}"
+                )
+        sim_plan = plan if new_drop is None else _drop_event(plan, new_drop)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # generated inputs, as in _build
+            sim = Simulator(sim_plan, policy=new_policy, seed=self._sim.seed)
+        to_plan = None
+        if sim_plan is not plan:
+            index = {st.node: st.index for st in plan.steps}
+            to_plan = tuple(index[st.node] for st in sim_plan.steps)
+        # Commit only now: every check above leaves the session as it was.
+        self._policy, self._dropped = new_policy, new_drop
+        self._sim, self._sim_plan, self._to_plan = sim, sim_plan, to_plan
+
+    def expected_outputs(self) -> dict[str, np.ndarray] | None:
+        """The real plan's outputs, run in plan order on the simulator's inputs (cached).
+
+        What a simulation must produce if no race changed a value; ``None`` without a plan,
+        without values (an op with no numpy reference) or if the plan's own run fails.
+
+        >>> from oxiwork.examples import quick_start
+        >>> list(Session(quick_start()).expected_outputs())
+        ['output']
+        """
+        if self._reference is None:
+            if self.plan is None or self._sim is None:
+                return None
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # generated inputs
+                    ref = SequentialExecutor(self.plan).run(seed=self._sim.seed).outputs
+            except Exception as e:  # GraphError or an engine bug: no reference to compare
+                self._reference = f"{type(e).__name__}: {e}"
+                return None
+            self._reference = ref if ref is not None else "no values"
+        return None if isinstance(self._reference, str) else self._reference
 
     @property
     def final_graph(self) -> ComputeGraph:

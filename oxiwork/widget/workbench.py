@@ -19,6 +19,10 @@ setting one from Python, calling :meth:`Workbench.set_options`, or a ``set_optio
 from the frontend's pipeline bar rebuilds the engine state like assigning a new graph does,
 and every view follows.
 
+The simulator panel is also a race lab: :meth:`Workbench.sim_config` (or a ``sim_config``
+request) sets the simulator's interleaving policy and can drop one event of the plan, so a
+run shows the races that event prevents and whether the outputs still match the real plan's.
+
 Example
 -------
 >>> from oxiwork.examples import quick_start
@@ -68,12 +72,20 @@ from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import BufferId, NodeId
+from oxiwork.node import BufferId, NodeId, NodeKind
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 from oxiwork.widget import viewmodel as vm
 from oxiwork.widget.edits import EDITS, apply_edit
 from oxiwork.widget.messages import validate
-from oxiwork.widget.session import OPTION_DEFAULTS, Session, check_option
+from oxiwork.widget.session import (
+    KEEP,
+    OPTION_DEFAULTS,
+    POLICIES,
+    Session,
+    _Keep,
+    check_option,
+    output_differences,
+)
 
 __all__ = ["InvalidOption", "Workbench"]
 
@@ -346,6 +358,76 @@ class Workbench(anywidget.AnyWidget):
             self._apply_options()
         return True
 
+    @property
+    def sim_settings(self) -> dict[str, Any]:
+        """The simulator's settings: ``{"policy": ..., "drop_event": ...}`` (see
+        :meth:`sim_config`).
+
+        >>> from oxiwork.examples import quick_start
+        >>> Workbench(quick_start()).sim_settings
+        {'policy': 'in_order', 'drop_event': None}
+        """
+        return {"policy": self.session.policy, "drop_event": self.session.dropped_event}
+
+    def sim_config(self, policy: str | _Keep = KEEP, drop_event: int | _Keep | None = KEEP) -> str:
+        """Set the simulator's policy and/or drop one event of the plan; return what it did.
+
+        Rebuilds only the simulator (the pipeline does not run again) and resets it: on
+        :func:`~oxiwork.executor.races.drop_event` of the plan when ``drop_event`` is an
+        event id, on the plan itself when it is ``None``, under ``policy`` (one of
+        :data:`~oxiwork.executor.simulator.POLICIES`). An argument left out keeps its
+        setting. Re-planning (a new graph, new options) resets both to the defaults,
+        ``"in_order"`` and no event dropped: an event id of the old plan means nothing in
+        the new one.
+
+        The views keep drawing the real plan: the simulator's position
+        (:attr:`sim_position`, ``sim_state["position"]``) and its races name steps of the
+        real plan (matched by node), and the dropped record/wait steps are listed in
+        ``sim_state["dropped_steps"]``. Once a run finishes, ``sim_state["verdict"]`` says
+        whether the outputs still match the real plan's (run in plan order on the same
+        inputs) and, if not, which buffers differ and by how much.
+
+        Raises
+        ------
+        InvalidArgument
+            Unknown policy, or an event id the plan does not have; nothing changes.
+        InvalidPlan
+            The pipeline failed on the graph, so there is nothing to simulate.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1), max_streams=4)
+        >>> print(w.sim_config(policy="adversarial", drop_event=0)[:61])
+        simulator: adversarial policy, event 0 dropped (e0: record(L0
+        >>> w.handle_message({"type": "sim", "action": "run"})["type"]
+        'ok'
+        >>> len(w.sim_state["races"]) > 0, w.sim_state["verdict"]["match"]
+        (True, False)
+        >>> w.sim_config(drop_event=None)
+        'simulator: adversarial policy, every event kept; reset'
+        """
+        self.session.configure_sim(policy, drop_event)  # checks first: may raise, changes nothing
+        s = self.session
+        e = s.dropped_event
+        dropped = f"event {e} dropped ({self._event_label(e)})" if e is not None else None
+        text = f"simulator: {s.policy} policy, {dropped or 'every event kept'}; reset"
+        with self.hold_sync():
+            self.load_passes()  # a progressive workbench shows the views of the pipeline it ran
+            self._sim_message = text
+            self._sim_verdict = None
+            self._after_sim()
+        return text
+
+    def _event_label(self, event: int) -> str:
+        """``"e3: record(x) s0 → wait s1"``: an event as the drop-event menu names it."""
+        steps = self.session.plan.steps if self.session.plan is not None else ()
+        idx = self.session.events.get(event, ())
+        rec = [steps[i] for i in idx if steps[i].kind is NodeKind.EventRecord]
+        waits = [f"s{int(steps[i].stream)}" for i in idx if steps[i].kind is NodeKind.EventWait]
+        head = f"{rec[0].name} s{int(rec[0].stream)}" if rec else "no record"
+        return f"e{event}: {head} → wait {', '.join(waits) or 'nowhere'}"
+
     def _new_session(self, graph: ComputeGraph, *, lazy: bool) -> Session:
         return Session(
             graph,
@@ -547,7 +629,11 @@ class Workbench(anywidget.AnyWidget):
              "stream": int(st.stream)}
             for i, st in enumerate(s.plan.steps)
         ]  # fmt: skip
-        return {"available": True, "steps": steps}
+        events = [
+            {"event": e, "label": self._event_label(e), "steps": list(idx)}
+            for e, idx in s.events.items()
+        ]
+        return {"available": True, "steps": steps, "policies": list(POLICIES), "events": events}
 
     def _sim_state(self) -> dict[str, Any]:
         """Where the simulator is; synced on its own so a step does not resend the graph."""
@@ -556,10 +642,12 @@ class Workbench(anywidget.AnyWidget):
             return {}
         sim = s.sim
         state = sim.state
-        executed = list(state.executed)
+        # Indices of the simulated plan (fewer steps when an event is dropped) mapped to the
+        # real plan's, which every view draws: the highlighted step is the one that ran.
+        executed = [s.plan_step(i) for i in state.executed]
         current = executed[-1] if executed else -1
         if state.failed_step is not None:
-            current = state.failed_step
+            current = s.plan_step(state.failed_step)
         shown = s.stages[self._stage_index()].graph
         highlight: list[int] = []
         if current >= 0:
@@ -573,21 +661,31 @@ class Workbench(anywidget.AnyWidget):
                     highlight.append(int(nid))
         names = {b.name: int(b.id) for b in s.final_graph.buffers}
         races = [
-            {"step": int(r.second), "node": int(s.plan.steps[r.second].node),
-             "buffer": names.get(r.buffers[0], -1), "message": str(r.message)}
+            {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
+             "buffer": names.get(r.buffers[0], -1), "message": str(r.message),
+             "observed": r.observed is not None, "manifested": bool(r.manifested)}
             for r in [*sim.races, *sim.static_races]
         ]  # fmt: skip
+        e = s.dropped_event
         return {
             "position": current,
             "executed": len(executed),
+            # Real-plan indices in the order they ran (the panel marks them done).
+            "executed_steps": executed,
             "finished": bool(state.finished),
             "races": races[:200],
             "message": self._sim_message,
             "highlight": highlight,
             "live_buffers": sorted(names[n] for n in state.live_buffers if n in names),
+            "policy": s.policy,
+            "drop_event": e,
+            "dropped_steps": list(s.events.get(e, ())) if e is not None else [],
+            "verdict": self._sim_verdict,
         }
 
     _sim_message = ""
+    #: Whether the finished run's outputs match the real plan's (see _verdict); None before.
+    _sim_verdict: dict[str, Any] | None = None
     _memory_requested = False
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
@@ -601,6 +699,7 @@ class Workbench(anywidget.AnyWidget):
                 self.selection = -1
             self.sim_position = -1
             self._sim_message = ""
+            self._sim_verdict = None
             self.inspector = {}
             self.inspector_values = b""
         meta, blob = self._dag_for(self._stage_index())
@@ -773,12 +872,19 @@ class Workbench(anywidget.AnyWidget):
         sim = s.sim
         action = m["action"]
         bp = m.get("breakpoint")
-        if (
-            action == "run"
-            and bp is not None
-            and not any(st.node == bp or bp in st.fused_nodes for st in s.plan.steps)
-        ):
-            raise UnknownNode(f"breakpoint: no step of the plan runs node id {bp}")
+        if action == "run" and bp is not None:
+            runs = [st for st in s.sim_plan.steps if st.node == bp or bp in st.fused_nodes]
+            if (
+                not runs
+                and s.dropped_event is not None
+                and any(st.node == bp for st in s.plan.steps)
+            ):
+                raise UnknownNode(
+                    f"breakpoint: node id {bp} is a step of event {s.dropped_event}, which the "
+                    "simulator drops; pick another node, or restore the event"
+                )
+            if not runs:
+                raise UnknownNode(f"breakpoint: no step of the plan runs node id {bp}")
         if action == "step" and sim.state.finished:
             raise MessageError("the simulation is finished; reset to start again")
         if action == "back" and not sim.state.executed and sim.state.failed_step is None:
@@ -795,11 +901,39 @@ class Workbench(anywidget.AnyWidget):
         return text
 
     def _after_sim(self) -> None:
-        executed = self.session.sim.state.executed
-        self.sim_position = executed[-1] if executed else -1
+        s = self.session
+        state = s.sim.state
+        executed = state.executed
+        self.sim_position = s.plan_step(executed[-1]) if executed else -1
+        self._sim_verdict = self._verdict() if state.finished else None
         self.sim_state = self._sim_state()
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
+
+    def _verdict(self) -> dict[str, Any]:
+        """Whether the finished run's outputs are the real plan's (run in plan order)."""
+        s = self.session
+        expected = s.expected_outputs()
+        actual = s.sim.outputs
+        if expected is None or actual is None:
+            text = "outputs not compared: some kernel has no numpy reference"
+            return {"match": None, "text": text, "buffers": []}
+        diff = output_differences(expected, actual)
+        if not diff:
+            return {"match": True, "text": "outputs still match the correct plan", "buffers": []}
+        parts = [
+            f"{name} ({'missing or not comparable' if d is None else f'max |Δ| {d:.3g}'})"
+            for name, d in diff[:6]
+        ]
+        more = f" and {len(diff) - 6} more" if len(diff) > 6 else ""
+        return {
+            "match": False,
+            "text": f"outputs differ from the correct plan: {', '.join(parts)}{more}",
+            "buffers": [{"name": n, "max_abs_diff": d} for n, d in diff[:50]],
+        }
+
+    def _h_sim_config(self, m: dict[str, Any]) -> str:
+        return self.sim_config(m.get("policy", KEEP), m.get("drop_event", KEEP))
 
     def _h_inspect(self, m: dict[str, Any]) -> str:
         self._inspect(m["buffer"])
@@ -826,6 +960,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "plan_memory": Workbench._h_plan_memory,
     "load_passes": Workbench._h_load_passes,
     "sim": Workbench._h_sim,
+    "sim_config": Workbench._h_sim_config,
     "inspect": Workbench._h_inspect,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }

@@ -17,6 +17,7 @@ VALID: dict[str, dict[str, Any]] = {
     "select": {"node": 1},
     "set_pass": {"index": 0},
     "sim": {"action": "run", "breakpoint": 2},
+    "sim_config": {"policy": "adversarial", "drop_event": 3},
     "inspect": {"buffer": 0},
     "set_memory_mode": {"mode": "exact"},
     "set_stream_mode": {"mode": "stream"},
@@ -96,6 +97,15 @@ class TestValidate:
             ("set_options", {"max_group_size": 65}, "from 1 to 64"),
             ("set_options", {"max_group_size": False}, "integer"),
             ("set_options", {"streams": 2}, "unexpected field"),
+            ("sim_config", {}, "at least one of: policy, drop_event"),
+            ("sim_config", {"policy": "chaotic"}, "sim_config.policy is 'chaotic'; expected one of"),
+            ("sim_config", {"policy": None}, "must not be null"),
+            ("sim_config", {"policy": 1}, "string"),
+            ("sim_config", {"drop_event": True}, "integer"),
+            ("sim_config", {"drop_event": "3"}, "integer"),
+            ("sim_config", {"drop_event": 1.0}, "integer"),
+            ("sim_config", {"drop_event": [3]}, "integer"),
+            ("sim_config", {"event": 3}, "unexpected field"),
         ],
     )  # fmt: skip
     def test_raises_wrong_fields(self, mtype: str, fields: dict[str, Any], match: str) -> None:
@@ -167,6 +177,8 @@ json_values = st.recursive(
                 "max_streams",
                 "fusion",
                 "max_group_size",
+                "policy",
+                "drop_event",
             ]
         ),
         json_values,
@@ -203,3 +215,28 @@ def test_set_options_accepts_exactly_the_allowed_values(name: str, value: Any) -
         assert name in str(e)
         return
     assert allowed and out[name] == value and type(out[name]) is type(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    policy=st.none() | st.sampled_from(["in_order", "adversarial", "chaos", ""]) | json_values,
+    drop=st.integers(-(2**64), 2**64)
+    | st.booleans()
+    | st.floats()
+    | st.text(max_size=3)
+    | st.none(),
+)
+def test_sim_config_accepts_exactly_the_allowed_values(policy: Any, drop: Any) -> None:
+    """A policy is accepted iff it is one of POLICIES; drop_event iff a non-bool int in range
+    or null (the workbench then checks that the plan has that event)."""
+    from oxiwork.executor.simulator import POLICIES
+
+    allowed = isinstance(policy, str) and policy in POLICIES
+    allowed = allowed and (drop is None or (type(drop) is int and abs(drop) <= 2**62))
+    try:
+        out = validate(msg("sim_config", policy=policy, drop_event=drop))
+    except MessageError as e:
+        assert not allowed, e
+        assert "sim_config." in str(e)
+        return
+    assert allowed and out["policy"] == policy and out["drop_event"] == drop

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
@@ -15,6 +16,7 @@ import oxiwork
 from oxiwork.error import GraphError, InvalidPlan
 from oxiwork.examples import quick_start, transformer_block
 from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.simulator import POLICIES
 from oxiwork.node import MemcpyDir
 from oxiwork.widget import Workbench
 from oxiwork.widget.viewmodel import unpack_dag
@@ -22,11 +24,14 @@ from oxiwork.widget.workbench import PENDING, InvalidOption
 
 SYNCED = ("view", "dag", "selection", "details", "pass_index", "sim_position", "color_mode",
           "memory_mode", "stream_mode", "inspector", "inspector_values", "max_streams", "fusion",
-          "max_group_size")  # fmt: skip
+          "max_group_size", "sim_state")  # fmt: skip
 
 
 def snapshot(w: Workbench) -> dict[str, Any]:
-    return {k: copy.deepcopy(getattr(w, k)) for k in SYNCED} | {"graph": w.graph}
+    return {k: copy.deepcopy(getattr(w, k)) for k in SYNCED} | {
+        "graph": w.graph,
+        "sim_settings": w.sim_settings,
+    }
 
 
 def send(w: Workbench, mtype: str, **fields: Any) -> dict[str, Any]:
@@ -365,6 +370,12 @@ BAD_MESSAGES: list[dict[str, Any]] = [
     {"type": "set_options", "max_streams": 2, "fusion": "no"},  # one bad field: nothing changes
     {"type": "set_options", "max_group_size": 0, "fusion": False},
     {"type": "set_options", "max_streams": 1, "colour": "red"},
+    {"type": "sim_config"},
+    {"type": "sim_config", "policy": "chaos"},
+    {"type": "sim_config", "drop_event": 0},  # the quick start has no events
+    {"type": "sim_config", "drop_event": True},
+    {"type": "sim_config", "drop_event": "0"},
+    {"type": "sim_config", "policy": "random", "drop_event": 5},  # one bad field
 ]  # fmt: skip
 
 
@@ -410,6 +421,7 @@ def test_errors_are_capped() -> None:
                     "inspect",
                     "set_pass",
                     "set_options",
+                    "sim_config",
                 ]
             )
         },
@@ -423,6 +435,8 @@ def test_errors_are_capped() -> None:
             "max_streams": st.integers(-2, 40) | st.booleans() | st.just("2"),
             "fusion": st.booleans() | st.integers(0, 1) | st.none(),
             "max_group_size": st.integers(-2, 70) | st.booleans(),
+            "policy": st.sampled_from([*POLICIES, "chaos"]) | st.none() | st.integers(0, 1),
+            "drop_event": st.integers(-2, 8) | st.none() | st.booleans() | st.just("1"),
         },
     )
 )
@@ -541,6 +555,7 @@ MESSAGES = st.one_of(
     st.fixed_dictionaries({"type": st.just("delete"), "node": st.integers(0, 5)}),
     st.fixed_dictionaries({"type": st.sampled_from(["load_passes", "plan_memory"])}),
     st.fixed_dictionaries({"type": st.just("set_options")}, optional={"max_streams": st.integers(0, 5), "fusion": st.booleans(), "max_group_size": st.integers(1, 3)}),
+    st.fixed_dictionaries({"type": st.just("sim_config")}, optional={"policy": st.sampled_from(["round_robin", "adversarial", "x"]), "drop_event": st.none() | st.integers(0, 1)}),
 )  # fmt: skip
 
 
@@ -729,3 +744,188 @@ def test_views_after_option_changes_match_a_fresh_workbench(
     assert w.session.options == fresh.session.options
     assert stable(w.view) == stable(fresh.view) and w.dag == fresh.dag
     assert w.sim_state == fresh.sim_state
+
+
+# ---------------------------------------------------------------------- the race lab
+@pytest.fixture(scope="module")
+def tb() -> Workbench:
+    """The transformer block on 4 streams: 6 events. Shared: every test starts with
+    sim_config, which rebuilds and resets the simulator."""
+    w = Workbench(transformer_block(1), max_streams=4, progressive=False)
+    assert w.session.events, "the race lab needs a plan with events"
+    return w
+
+
+def run_to_end(w: Workbench) -> None:
+    reply = send(w, "sim", action="run")
+    assert reply["type"] == "ok", reply
+    assert w.sim_state["finished"]
+
+
+class TestRaceLab:
+    @pytest.mark.parametrize(
+        ("fields", "match"),
+        [
+            ({"policy": "chaos"}, "expected one of: in_order, round_robin, random, adversarial"),
+            ({"drop_event": 6}, "drop_event is 6, which is not an event of this plan; its events are 0 to 5"),
+            ({"drop_event": -1}, "not an event of this plan"),
+            ({"drop_event": True}, "integer"),
+            ({"drop_event": "1"}, "integer"),
+            ({"policy": "random", "drop_event": 99}, "not an event"),
+            ({}, "at least one of: policy, drop_event"),
+        ],
+    )  # fmt: skip
+    def test_raises_bad_config_changes_nothing(
+        self, tb: Workbench, fields: dict[str, Any], match: str
+    ) -> None:
+        tb.sim_config(policy="round_robin", drop_event=1)
+        send(tb, "sim", action="step")
+        before = snapshot(tb)
+        reply = send(tb, "sim_config", **fields)
+        assert reply["type"] == "error" and match in reply["message"], reply
+        assert snapshot(tb) == before
+        assert tb.sim_settings == {"policy": "round_robin", "drop_event": 1}
+        assert tb.errors[-1]["message"] == reply["message"]
+
+    @pytest.mark.parametrize(
+        "kwargs", [{"policy": "chaos"}, {"drop_event": 6}, {"drop_event": False}, {"policy": None}]
+    )
+    def test_raises_bad_python_config(self, tb: Workbench, kwargs: dict[str, Any]) -> None:
+        tb.sim_config(policy="in_order", drop_event=None)
+        before = snapshot(tb)
+        with pytest.raises(GraphError, match=r"policy|drop_event"):
+            tb.sim_config(**kwargs)
+        assert snapshot(tb) == before
+
+    def test_raises_without_a_plan(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def build(cls: type[ExecutionPlan], graph: Any, **options: Any) -> ExecutionPlan:
+            raise InvalidPlan("pass 'memory' failed")
+
+        monkeypatch.setattr(ExecutionPlan, "build", classmethod(build))
+        w = Workbench(quick_start(), progressive=False)
+        before = snapshot(w)
+        reply = send(w, "sim_config", policy="random")
+        assert reply["type"] == "error" and w.session.notes["sim"] in reply["message"]
+        assert snapshot(w) == before
+
+    def test_menu_lists_policies_and_events(self, tb: Workbench) -> None:
+        sim = tb.view["sim"]
+        assert sim["policies"] == list(POLICIES)
+        assert [e["event"] for e in sim["events"]] == sorted(tb.session.events)
+        e0 = sim["events"][0]
+        steps = tb.plan.steps
+        assert e0["label"].startswith(f"e0: {steps[e0['steps'][0]].name} s0 → wait s")
+        assert {steps[i].event for i in e0["steps"]} == {0}
+
+    @pytest.mark.parametrize("policy", POLICIES)
+    def test_correct_plan_has_no_race_and_matching_outputs(
+        self, tb: Workbench, policy: str
+    ) -> None:
+        text = tb.sim_config(policy=policy, drop_event=None)
+        assert text == f"simulator: {policy} policy, every event kept; reset"
+        assert tb.sim_state["verdict"] is None  # not run yet
+        run_to_end(tb)
+        state = tb.sim_state
+        assert state["races"] == []
+        assert state["verdict"] == {
+            "match": True,
+            "text": "outputs still match the correct plan",
+            "buffers": [],
+        }
+        assert sorted(state["executed_steps"]) == list(range(len(tb.plan.steps)))
+
+    def test_dropped_event_races_and_wrong_outputs(self, tb: Workbench) -> None:
+        reply = send(tb, "sim_config", policy="adversarial", drop_event=0)
+        assert reply["type"] == "ok" and "event 0 dropped" in reply["message"]
+        state = tb.sim_state
+        assert state["policy"] == "adversarial" and state["drop_event"] == 0
+        assert state["dropped_steps"] == list(tb.session.events[0])
+        assert state["position"] == -1 and tb.sim_position == -1
+        # The static analysis finds the races before anything runs.
+        assert state["races"] and not any(r["observed"] for r in state["races"])
+        run_to_end(tb)
+        state = tb.sim_state
+        assert any(r["manifested"] for r in state["races"])
+        verdict = state["verdict"]
+        assert verdict["match"] is False
+        [diff] = verdict["buffers"]
+        assert diff["name"] == "L0_resid2_59" and diff["max_abs_diff"] > 1
+        assert verdict["text"].startswith("outputs differ from the correct plan: L0_resid2_59 (")
+        # Race reports name steps of the real plan (what the panel lists).
+        for r in state["races"]:
+            assert tb.plan.steps[r["step"]].node == r["node"]
+        # Back one step: the run is not finished, so there is no verdict.
+        assert send(tb, "sim", action="back")["type"] == "ok"
+        assert tb.sim_state["verdict"] is None
+        # Restoring the event gives the correct plan back.
+        tb.sim_config(drop_event=None)
+        assert tb.sim_settings == {"policy": "adversarial", "drop_event": None}
+        run_to_end(tb)
+        assert tb.sim_state["verdict"]["match"] and tb.sim_state["races"] == []
+
+    def test_breakpoint_on_a_dropped_step(self, tb: Workbench) -> None:
+        tb.sim_config(policy="in_order", drop_event=2)
+        record = tb.plan.steps[tb.session.events[2][0]].node
+        before = snapshot(tb)
+        reply = send(tb, "sim", action="run", breakpoint=int(record))
+        assert reply["type"] == "error" and "which the simulator drops" in reply["message"]
+        assert snapshot(tb) == before
+
+    def test_replanning_resets_the_settings(self) -> None:
+        w = Workbench(transformer_block(1), max_streams=4)
+        w.sim_config(policy="random", drop_event=3)
+        assert w.sim_settings == {"policy": "random", "drop_event": 3}
+        w.set_options(max_streams=3)
+        assert w.sim_settings == {"policy": "in_order", "drop_event": None}
+        w.load_passes()
+        assert w.sim_state["policy"] == "in_order" and w.sim_state["dropped_steps"] == []
+        assert w.session.sim.plan is w.session.plan
+
+    def test_progressive_workbench_loads_its_views(self) -> None:
+        w = Workbench(transformer_block(1), max_streams=4)
+        assert w.view["pending"]
+        assert send(w, "sim_config", policy="round_robin")["type"] == "ok"
+        assert not w.view["pending"] and w.sim_state["policy"] == "round_robin"
+
+
+@functools.cache
+def shared_tb() -> Workbench:
+    """One transformer workbench for the property test below (sim_config resets it)."""
+    return Workbench(transformer_block(1), max_streams=4, progressive=False)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(POLICIES),
+    event=st.none() | st.integers(0, 5),
+    actions=st.lists(st.sampled_from(["step", "step", "step", "back", "run"]), max_size=12),
+)
+def test_highlight_is_the_step_that_ran(policy: str, event: int | None, actions: list[str]) -> None:
+    """Whatever is dropped and however the streams interleave, the position every view
+    highlights is the real plan's step of the node the simulator ran last, and dropped
+    record/wait steps never run."""
+    w = shared_tb()
+    w.sim_config(policy=policy, drop_event=event)
+    plan = w.plan
+    shown_last = w.pass_index == len(w.session.stages) - 1
+    for a in actions:
+        reply = send(w, "sim", action=a)
+        state, sim = w.sim_state, w.session.sim
+        if reply["type"] == "error":  # stepping past the end or back before the start
+            assert "finished" in reply["message"] or "start" in reply["message"]
+        history = sim.history
+        assert state["executed"] == len(history)
+        assert state["executed_steps"] == [w.session.plan_step(st.index) for st in history]
+        if not history:
+            assert state["position"] == w.sim_position == -1
+            continue
+        pos = state["position"]
+        assert pos == w.sim_position
+        assert plan.steps[pos].node == history[-1].node
+        assert plan.steps[pos].name == history[-1].name
+        assert not set(state["executed_steps"]) & set(state["dropped_steps"])
+        if shown_last:
+            assert int(history[-1].node) in state["highlight"]
+    if w.sim_state["finished"]:
+        done = set(w.sim_state["executed_steps"]) | set(w.sim_state["dropped_steps"])
+        assert done == set(range(len(plan.steps)))
