@@ -376,6 +376,44 @@ try {
   check("the buffer inspector shows statistics", /min/.test(statsText) && /NaN/.test(statsText), statsText);
   await shot(big, "simulator");
 
+  // 9b. Race lab: drop an event, run adversarially: the races and the outputs' verdict show.
+  // The panel is rebuilt on every change, so these wait for a matching element to appear.
+  await py("big.selection = -1"); // "Run" then runs to the end, not to a selected node
+  await big.locator(".ow-sim-run", { hasText: /^Run ▶▶$/ }).waitFor({ timeout: 15000 });
+  await big.locator(".ow-sim-policy").selectOption("adversarial");
+  await big.locator(`.ow-sim-config[data-policy="adversarial"]`).waitFor({ timeout: 15000 });
+  const nEvents = Number(await py("print(len(big.session.events))"));
+  const options = await big.locator(".ow-sim-drop option").allTextContents();
+  check("race lab: the drop-event menu lists the plan's events", nEvents > 0 && options.length === nEvents + 1 && /^e0: record\(/.test(options[1]), `${nEvents} events; ${options[1]}`);
+  await big.locator(".ow-sim-drop").selectOption("0");
+  await big.locator(`.ow-sim-config[data-drop-event="0"]`).waitFor({ timeout: 15000 });
+  const settings = await py("print(big.sim_settings)");
+  check("race lab: the kernel's simulator drops the event", settings === "{'policy': 'adversarial', 'drop_event': 0}", settings);
+  const struck = await big.locator(".ow-step.ow-dropped").count();
+  const dropped = Number(await py("print(len(big.session.events[0]))"));
+  check("race lab: the event's record and waits are struck from the steps", struck === dropped, `${struck} of ${dropped}`);
+  await shot(big.locator(".ow-side"), "race-lab-dropped");
+  await big.locator(".ow-sim-run").click();
+  await big.locator(".ow-verdict[data-match='false']").waitFor({ timeout: 15000 });
+  const raceCount = Number(await big.locator(".ow-races").getAttribute("data-count"));
+  const verdict = await big.locator(".ow-verdict").textContent();
+  check(
+    "race lab: a dropped event shows races and the outputs that differ",
+    raceCount > 0 && /outputs differ from the correct plan: \S+ \(max \|Δ\| [0-9.e+]+\)/.test(verdict),
+    `${raceCount} races; ${verdict}`,
+  );
+  const ran = await py("print(big.sim_position, big.session.plan.steps[big.sim_position].node == big.session.sim.history[-1].node)");
+  check("race lab: the highlighted step is the one that ran", ran.endsWith(" True") && (await big.getAttribute("data-sim-position")) === ran.split(" ")[0], ran);
+  await shot(big.locator(".ow-side"), "race-lab");
+  await big.locator(".ow-sim-drop").selectOption("");
+  await big.locator(`.ow-sim-config[data-drop-event=""]`).waitFor({ timeout: 15000 });
+  await big.locator(".ow-sim-run").click();
+  await big.locator(".ow-verdict[data-match='true']").waitFor({ timeout: 15000 });
+  const restored = Number(await big.locator(".ow-races").getAttribute("data-count"));
+  check("race lab: with the event restored the outputs match and nothing races", restored === 0, `${restored} races`);
+  await big.locator(".ow-sim-policy").selectOption("in_order");
+  await big.locator(`.ow-sim-config[data-policy="in_order"]`).waitFor({ timeout: 15000 });
+
   // 10. A hostile name is shown literally, never parsed as HTML.
   const hostileName = "<img src=x onerror=alert(1)>";
   const hid = Number(await py(`print(int(next(n.id for n in hostile.graph.nodes if n.name == ${JSON.stringify(hostileName)})))`));

@@ -851,9 +851,14 @@ class TestRaceLab:
         [diff] = verdict["buffers"]
         assert diff["name"] == "L0_resid2_59" and diff["max_abs_diff"] > 1
         assert verdict["text"].startswith("outputs differ from the correct plan: L0_resid2_59 (")
-        # Race reports name steps of the real plan (what the panel lists).
+        # Race reports name steps of the real plan (what the panel lists), in their
+        # messages too.
         for r in state["races"]:
-            assert tb.plan.steps[r["step"]].node == r["node"]
+            step = tb.plan.steps[r["step"]]
+            assert step.node == r["node"]
+            assert f"step {r['step']} {step.name!r} on stream {int(step.stream)}" in r["message"]
+        raw = [*tb.session.sim.races, *tb.session.sim.static_races]
+        assert any(r["step"] != x.second for r, x in zip(state["races"], raw, strict=True))
         # Back one step: the run is not finished, so there is no verdict.
         assert send(tb, "sim", action="back")["type"] == "ok"
         assert tb.sim_state["verdict"] is None

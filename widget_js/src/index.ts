@@ -197,7 +197,8 @@ export class App {
     const s = this.vm?.sim;
     if (!isAvailable(s)) return null;
     const dyn = (this.model.get("sim_state") ?? {}) as Partial<SimSection>;
-    return { position: -1, finished: false, races: [], message: "", highlight: [], live_buffers: [], ...s, ...dyn };
+    const defaults = { policies: [], events: [], position: -1, executed: 0, executed_steps: [], policy: "in_order", drop_event: null, dropped_steps: [], verdict: null };
+    return { ...defaults, finished: false, races: [], message: "", highlight: [], live_buffers: [], ...s, ...dyn };
   }
 
   private get selectedPos(): number {

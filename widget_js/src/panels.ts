@@ -237,6 +237,10 @@ export function simPanel(
 ): HTMLElement {
   if (!sim) return h("div", { class: "ow-panel ow-sim" }, h("p", { class: "ow-hint", text: reason || "no simulator" }));
   const cur = sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position] : null;
+  // Positions index the real plan's steps; with an event dropped fewer of them run.
+  const done = new Set(sim.executed_steps);
+  const dropped = new Set(sim.dropped_steps);
+  const runnable = sim.steps.length - dropped.size;
   const btn = (cls: string, text: string, action: string, extra: Record<string, unknown> = {}, disabled = false) =>
     h("button", { class: `ow-btn ${cls}`, text, disabled, onclick: () => send("sim", { action, ...extra }) });
   const controls = h(
@@ -250,15 +254,23 @@ export function simPanel(
   const status = h(
     "div",
     { class: "ow-sim-status", "data-position": sim.position },
-    cur ? `step ${sim.position + 1} / ${sim.steps.length}: ` : `${sim.finished ? "finished" : "not started"} · ${sim.steps.length} steps`,
+    cur ? `step ${sim.position + 1} / ${sim.steps.length}: ` : `${sim.finished ? "finished" : "not started"} · ${runnable} steps`,
     cur ? h("b", { text: cur.name }) : null,
+    // Out of plan order (another policy) or with steps dropped, the count says how far it is.
+    cur && sim.executed !== sim.position + 1 ? h("span", { class: "ow-muted", text: ` · ${sim.executed} of ${runnable} run` }) : null,
   );
   const list = h("ol", { class: "ow-steps", start: 1 });
   const lo = Math.max(0, sim.position - 6);
   const hi = Math.min(sim.steps.length, lo + 14);
   for (let i = lo; i < hi; i++) {
     const s = sim.steps[i];
-    const li = h("li", { class: i === sim.position ? "ow-step ow-current" : i < sim.position ? "ow-step ow-done" : "ow-step", value: i + 1, "data-node": s.node }, h("span", { text: s.name }), h("span", { class: "ow-muted", text: ` ${s.kind} · s${s.stream}` }));
+    const cls = i === sim.position ? "ow-step ow-current" : dropped.has(i) ? "ow-step ow-dropped" : done.has(i) ? "ow-step ow-done" : "ow-step";
+    const li = h(
+      "li",
+      { class: cls, value: i + 1, "data-node": s.node },
+      h("span", { text: s.name }),
+      h("span", { class: "ow-muted", text: ` ${s.kind} · s${s.stream}${dropped.has(i) ? " · dropped" : ""}` }),
+    );
     li.addEventListener("click", () => onPickNode(s.node));
     list.append(li);
   }
@@ -266,14 +278,47 @@ export function simPanel(
     "div",
     { class: "ow-races", "data-count": sim.races.length },
     h("h4", { text: sim.races.length ? `Races (${sim.races.length})` : "No races detected" }),
+    verdictLine(sim),
     ...sim.races.map((r) => {
-      const d = h("div", { class: "ow-race" }, h("span", { text: r.message }));
+      const d = h(
+        "div",
+        { class: r.manifested ? "ow-race ow-manifested" : "ow-race", "data-observed": r.observed ? "1" : "0" },
+        r.manifested ? h("b", { text: "ran in reverse: " }) : null,
+        h("span", { text: r.message }),
+      );
       d.addEventListener("click", () => onPickNode(r.node));
       return d;
     }),
   );
   const msg = sim.message ? h("div", { class: "ow-sim-msg", text: sim.message }) : null;
-  return h("div", { class: "ow-panel ow-sim" }, controls, status, msg, list, races, inspectorPanel(inspector, values, buffers, send));
+  return h("div", { class: "ow-panel ow-sim" }, simConfig(sim, send), controls, status, msg, list, races, inspectorPanel(inspector, values, buffers, send));
+}
+
+/** The race lab's row: which interleaving policy runs, and which event (if any) is left out. */
+function simConfig(sim: SimSection, send: Send): HTMLElement {
+  const policy = select("ow-sim-policy", sim.policies.map((p) => [p, p.replace("_", " ")] as [string, string]), sim.policy);
+  policy.addEventListener("change", () => send("sim_config", { policy: policy.value }));
+  const none: [string, string] = ["", sim.events.length ? "none" : "none (the plan has no events)"];
+  const drop = select("ow-sim-drop", [none, ...sim.events.map((e) => [String(e.event), e.label] as [string, string])], sim.drop_event === null ? "" : String(sim.drop_event));
+  drop.disabled = sim.events.length === 0;
+  drop.addEventListener("change", () => send("sim_config", { drop_event: drop.value === "" ? null : Number(drop.value) }));
+  return h(
+    "div",
+    { class: "ow-sim-config", "data-policy": sim.policy, "data-drop-event": sim.drop_event === null ? "" : sim.drop_event },
+    h("label", { class: "ow-sim-field" }, h("span", { text: "policy" }), policy),
+    h("label", { class: "ow-sim-field" }, h("span", { text: "drop event" }), drop),
+  );
+}
+
+/** "outputs differ from the correct plan: y (max |Δ| 1.3)", once a run has finished. */
+function verdictLine(sim: SimSection): HTMLElement | null {
+  const v = sim.verdict;
+  if (v) {
+    const cls = v.match === true ? "ow-verdict ow-good" : v.match === false ? "ow-verdict ow-bad" : "ow-verdict ow-muted";
+    return h("div", { class: cls, "data-match": v.match === null ? "unknown" : String(v.match), text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text });
+  }
+  if (sim.drop_event === null && sim.policy === "in_order") return null;
+  return h("div", { class: "ow-verdict ow-muted", "data-match": "pending", text: "Run to the end to compare the outputs with the correct plan's." });
 }
 
 function inspectorPanel(ins: InspectorSection | null, values: Float64Array, buffers: ViewModel["buffers"], send: Send): HTMLElement {

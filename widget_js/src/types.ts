@@ -142,24 +142,61 @@ export interface SimStep {
 }
 
 export interface RaceReport {
+  /** Index in the real plan's steps of the later step of the race. */
   step: number;
   node: number;
   buffer: number;
   message: string;
+  /** Seen by the simulator (else found by the static analysis only). */
+  observed?: boolean;
+  /** The run executed the two steps in the reverse of plan order. */
+  manifested?: boolean;
+}
+
+/** An event of the plan, as the "drop event" menu lists it. */
+export interface SimEvent {
+  event: number;
+  /** "e3: record(x) s0 → wait s1". */
+  label: string;
+  /** Indices in plan.steps of its record and wait steps. */
+  steps: number[];
+}
+
+/** Whether a finished run's outputs are the real plan's (null until a run finishes). */
+export interface SimVerdict {
+  /** null: the outputs could not be compared (`text` says why). */
+  match: boolean | null;
+  text: string;
+  buffers: { name: string; max_abs_diff: number | null }[];
 }
 
 /** The simulator's static part, in the view-model (the `sim_state` trait has the rest). */
 export interface SimStatic {
   available: true;
   steps: SimStep[];
+  /** Interleaving policies the simulator offers. */
+  policies?: string[];
+  events?: SimEvent[];
 }
 
 /** The simulator as the panel sees it: steps plus where it is (`sim_state`). */
 export interface SimSection {
   available: true;
   steps: SimStep[];
-  /** Index of the last executed step; -1 before the first step. */
+  policies: string[];
+  events: SimEvent[];
+  /** Index in plan.steps of the last executed step; -1 before the first step. */
   position: number;
+  /** Steps executed so far. */
+  executed: number;
+  /** Indices in plan.steps of the executed steps, in the order they ran. */
+  executed_steps: number[];
+  policy: string;
+  /** The event the simulated plan lacks, or null. */
+  drop_event: number | null;
+  /** Indices in plan.steps of that event's record and waits (they never run). */
+  dropped_steps: number[];
+  verdict: SimVerdict | null;
   finished: boolean;
   races: RaceReport[];
   message: string;
