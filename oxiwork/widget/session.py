@@ -201,8 +201,8 @@ class Session:
         An option is out of range or of the wrong type (see :func:`check_option`).
     """
 
-    __slots__ = ("_dropped", "_loaded", "_notes", "_plan", "_policy", "_reference", "_sim",
-                 "_sim_plan", "_stages", "_to_plan", "fusion", "graph", "max_group_size",
+    __slots__ = ("_dropped", "_events", "_loaded", "_notes", "_plan", "_policy", "_reference",
+                 "_sim", "_sim_plan", "_stages", "_to_plan", "fusion", "graph", "max_group_size",
                  "max_streams", "memory_mode", "seconds")  # fmt: skip
 
     def __init__(
@@ -225,6 +225,7 @@ class Session:
         self.seconds = 0.0
         self._stages: list[Stage] = [Stage("input", graph)]
         self._plan: ExecutionPlan | None = None
+        self._events: dict[int, tuple[int, ...]] | None = None  # of the plan, made once
         self._notes: dict[str, str] = {}
         self._sim: Simulator | None = None
         # The simulator's settings (configure_sim): a new session, made for a new graph or
@@ -301,7 +302,7 @@ class Session:
             # Interrupted (Ctrl-C in the kernel): leave the session as it was, so the next
             # access runs the pipeline again instead of finding half of it.
             del self._stages[1:]
-            self._plan, self._sim, self._sim_plan = None, None, None
+            self._plan, self._sim, self._sim_plan, self._events = None, None, None, None
             self._notes.clear()
             raise
         self._loaded = True
@@ -386,11 +387,13 @@ class Session:
         """
         if self.plan is None:
             return {}
-        out: dict[int, list[int]] = {}
-        for st in self.plan.steps:
-            if st.kind in (NodeKind.EventRecord, NodeKind.EventWait) and st.event is not None:
-                out.setdefault(int(st.event), []).append(st.index)
-        return {e: tuple(out[e]) for e in sorted(out)}
+        if self._events is None:  # the plan is immutable: one scan of its steps
+            out: dict[int, list[int]] = {}
+            for st in self.plan.steps:
+                if st.kind in (NodeKind.EventRecord, NodeKind.EventWait) and st.event is not None:
+                    out.setdefault(int(st.event), []).append(st.index)
+            self._events = {e: tuple(out[e]) for e in sorted(out)}
+        return self._events
 
     def plan_step(self, index: int) -> int:
         """The index in ``plan.steps`` of step ``index`` of :attr:`sim_plan`.

@@ -411,7 +411,9 @@ class Workbench(anywidget.AnyWidget):
         self.session.configure_sim(policy, drop_event)  # checks first: may raise, changes nothing
         s = self.session
         e = s.dropped_event
-        dropped = f"event {e} dropped ({self._event_label(e)})" if e is not None else None
+        dropped = (
+            f"event {e} dropped ({self._event_label(e, s.events[e])})" if e is not None else None
+        )
         text = f"simulator: {s.policy} policy, {dropped or 'every event kept'}; reset"
         with self.hold_sync():
             self.load_passes()  # a progressive workbench shows the views of the pipeline it ran
@@ -420,10 +422,10 @@ class Workbench(anywidget.AnyWidget):
             self._after_sim()
         return text
 
-    def _event_label(self, event: int) -> str:
-        """``"e3: record(x) s0 → wait s1"``: an event as the drop-event menu names it."""
+    def _event_label(self, event: int, idx: tuple[int, ...]) -> str:
+        """``"e3: record(x) s0 → wait s1"``: an event (its record and wait steps ``idx``) as
+        the drop-event menu names it."""
         steps = self.session.plan.steps if self.session.plan is not None else ()
-        idx = self.session.events.get(event, ())
         rec = [steps[i] for i in idx if steps[i].kind is NodeKind.EventRecord]
         waits = [f"s{int(steps[i].stream)}" for i in idx if steps[i].kind is NodeKind.EventWait]
         head = f"{rec[0].name} s{int(rec[0].stream)}" if rec else "no record"
@@ -631,7 +633,7 @@ class Workbench(anywidget.AnyWidget):
             for i, st in enumerate(s.plan.steps)
         ]  # fmt: skip
         events = [
-            {"event": e, "label": self._event_label(e), "steps": list(idx)}
+            {"event": e, "label": self._event_label(e, idx), "steps": list(idx)}
             for e, idx in s.events.items()
         ]
         return {"available": True, "steps": steps, "policies": list(POLICIES), "events": events}

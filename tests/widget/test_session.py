@@ -209,3 +209,13 @@ def test_output_differences_nan() -> None:
     assert output_differences({"y": nan}, {"y": np.array([0.0, 1.0])}) == [("y", None)]
     # NaN in the same place on both sides is equal; the rest still has a size.
     assert output_differences({"y": nan}, {"y": np.array([np.nan, 3.0])}) == [("y", 2.0)]
+
+
+def test_events_are_scanned_once_per_plan() -> None:
+    # The drop-event menu labels every event; rescanning the plan's steps per event made
+    # opening a 10k-node workbench quadratic (11 s of 13). The map is built once.
+    s = Session(transformer_block(1), 4)
+    assert s.events is s.events
+    assert sum(len(v) for v in s.events.values()) == sum(
+        1 for st in s.plan.steps if st.event is not None
+    )
