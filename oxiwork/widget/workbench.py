@@ -667,7 +667,7 @@ class Workbench(anywidget.AnyWidget):
             {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
              "buffer": names.get(r.buffers[0], -1), "message": _real_steps(str(r.message), r, s),
              "observed": r.observed is not None, "manifested": bool(r.manifested)}
-            for r in [*sim.races, *sim.static_races]
+            for r in [*sim.races, *sim.static_races][:MAX_RACES]  # synced on every step
         ]  # fmt: skip
         e = s.dropped_event
         return {
@@ -676,7 +676,8 @@ class Workbench(anywidget.AnyWidget):
             # Real-plan indices in the order they ran (the panel marks them done).
             "executed_steps": executed,
             "finished": bool(state.finished),
-            "races": races[:200],
+            "races": races,
+            "races_total": len(sim.races) + len(sim.static_races),
             "message": self._sim_message,
             "highlight": highlight,
             "live_buffers": sorted(names[n] for n in state.live_buffers if n in names),
@@ -982,6 +983,11 @@ def _real_steps(message: str, race: Any, s: Session) -> str:
     # One pass, so a number already replaced is not replaced again.
     pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
     return pattern.sub(lambda m: phrases[m.group(0)], message)
+
+
+MAX_RACES = 200
+"""Most races the simulator panel gets (``races_total`` counts them all): a plan missing an
+event on a big graph can have thousands, and the state is synced on every step."""
 
 
 def _pending() -> dict[str, Any]:

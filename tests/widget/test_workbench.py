@@ -868,6 +868,17 @@ class TestRaceLab:
         run_to_end(tb)
         assert tb.sim_state["verdict"]["match"] and tb.sim_state["races"] == []
 
+    def test_races_are_capped_and_counted(
+        self, tb: Workbench, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import oxiwork.widget.workbench as wb
+
+        monkeypatch.setattr(wb, "MAX_RACES", 1)  # the state is synced on every step
+        tb.sim_config(policy="adversarial", drop_event=0)
+        state = tb.sim_state
+        total = len(tb.session.sim.races) + len(tb.session.sim.static_races)
+        assert total > 1 and len(state["races"]) == 1 and state["races_total"] == total
+
     def test_breakpoint_on_a_dropped_step(self, tb: Workbench) -> None:
         tb.sim_config(policy="in_order", drop_event=2)
         record = tb.plan.steps[tb.session.events[2][0]].node

@@ -277,7 +277,11 @@ export function simPanel(
   const races = h(
     "div",
     { class: "ow-races", "data-count": sim.races.length },
-    h("h4", { text: sim.races.length ? `Races (${sim.races.length})` : "No races detected" }),
+    h("h4", {
+      text: sim.races.length
+        ? `Races (${(sim.races_total ?? sim.races.length) > sim.races.length ? `first ${sim.races.length} of ${sim.races_total}` : sim.races.length})`
+        : "No races detected",
+    }),
     verdictLine(sim),
     ...sim.races.map((r) => {
       const d = h(

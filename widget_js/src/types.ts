@@ -198,7 +198,9 @@ export interface SimSection {
   dropped_steps: number[];
   verdict: SimVerdict | null;
   finished: boolean;
+  /** At most 200 races (observed first); races_total counts them all. */
   races: RaceReport[];
+  races_total?: number;
   message: string;
   /** Node ids of the displayed graph that the current step executes (fused originals too). */
   highlight: number[];
