@@ -10,10 +10,14 @@ Run: ``python bench/simulator.py [--steps 100000] [--kernels 1000] [--elements 1
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from oxiwork import GraphBuilder, MemcpyDir
 from oxiwork.builder import GraphWarning
