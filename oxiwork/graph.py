@@ -209,7 +209,7 @@ class ComputeGraph:
                 if indeg[w] == 0:
                     queue.append(w)
         if len(topo) != n:
-            cycle = _find_cycle(succ, {i for i in range(n) if indeg[i] > 0})
+            cycle = _find_cycle(pred, {i for i in range(n) if indeg[i] > 0})
             names = tuple(self.nodes[i].name for i in cycle)
             shown = " -> ".join(repr(x) for x in (*names, names[0]))
             raise CycleError(
@@ -372,19 +372,24 @@ def _dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _find_cycle(succ: list[list[int]], remaining: set[int]) -> list[int]:
-    """A cycle among ``remaining`` (every node there lies on or leads to a cycle)."""
-    # Walk forward inside the remaining set until a node repeats: each remaining node
-    # has a remaining successor, because it never reached in-degree 0.
-    start = min(remaining)
+def _find_cycle(pred: list[list[int]], remaining: set[int]) -> list[int]:
+    """A cycle among ``remaining``, the nodes Kahn's algorithm never released, in edge
+    order (each node's successor follows it; the last leads back to the first).
+
+    Every remaining node kept a remaining *predecessor* (its in-degree never reached 0),
+    so walking backwards inside the set never gets stuck and must repeat a node. Walking
+    forwards could: a sink downstream of a cycle is remaining too, with no successor.
+    """
+    v = min(remaining)
     seen: dict[int, int] = {}
     path: list[int] = []
-    v = start
     while v not in seen:
         seen[v] = len(path)
         path.append(v)
-        v = next(w for w in succ[v] if w in remaining)
-    return path[seen[v] :]
+        v = next(u for u in pred[v] if u in remaining)
+    cycle = path[seen[v] :][::-1]
+    k = cycle.index(min(cycle))  # start at its first node by position: stable messages
+    return cycle[k:] + cycle[:k]
 
 
 # ---------------------------------------------------------------------- JSON helpers

@@ -8,10 +8,19 @@ import re
 import networkx as nx
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oxiwork import ComputeGraph, GraphBuilder, MemcpyDir, NodeId, NodeKind
-from oxiwork.error import CycleError, InvalidArgument, MalformedFile, UnknownBuffer, UnknownNode
+from oxiwork.error import (
+    CycleError,
+    GraphError,
+    InvalidArgument,
+    MalformedFile,
+    UnknownBuffer,
+    UnknownNode,
+)
 from oxiwork.node import Buffer, BufferId, GraphNode
+from oxiwork.verify import verify
 from tests.strategies import any_dags, build_dag, dag_edges, rich_graphs
 
 
@@ -36,6 +45,16 @@ class TestValidation:
         with pytest.raises(CycleError, match=r"cycle: 'n1' -> 'n2' -> 'n1'") as e:
             ComputeGraph(tuple(nodes), (), tuple(edges))
         assert e.value.cycle == ("n1", "n2")
+
+    def test_raises_cycle_upstream_of_a_sink(self) -> None:
+        # Kahn's algorithm leaves a sink fed by a cycle unreleased too; the cycle search
+        # started at the lowest unreleased node and walked forwards, so a sink there
+        # crashed it with StopIteration (found by the mutation test below: an edge 5 -> 6
+        # of a file edited into 5 -> 0).
+        nodes = [GraphNode(NodeId(i), f"n{i}", NodeKind.Barrier) for i in range(4)]
+        edges = [(1, 2), (2, 3), (3, 1), (3, 0)]  # node 0 is the sink
+        with pytest.raises(CycleError, match=r"cycle: 'n1' -> 'n2' -> 'n3' -> 'n1'"):
+            ComputeGraph(tuple(nodes), (), tuple((NodeId(a), NodeId(b)) for a, b in edges))
 
     def test_raises_self_loop(self) -> None:
         n = GraphNode(NodeId(0), "solo", NodeKind.Barrier)
@@ -233,3 +252,72 @@ class TestExport:
         label = re.sub(r"\\(.)", lambda x: "\n" if x.group(1) == "n" else x.group(1), m.group(1))
         assert label == f"{name}\nbarrier"
         assert dot.count("->") == 0 or "evil" not in dot.split("{", 1)[1].split("[")[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Malformed files: any mutation of a valid file loads into a valid graph or is refused
+# with a GraphError; it never raises anything else (a KeyError, TypeError... would crash
+# a notebook cell with no hint of what is wrong in the file).
+_JUNK = [None, True, False, 0, -1, 1.5, 2**70, float("nan"), "", "x", "kernel", [], [1], {}]
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+def _mutate(doc, path, how, junk):
+    import copy
+
+    doc = copy.deepcopy(doc)
+    if not path:
+        return junk
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if how == "replace":
+        parent[last] = junk
+    elif how == "delete":
+        del parent[last]
+    else:  # duplicate a list element / add an unknown key
+        if isinstance(parent, list):
+            parent.insert(last, copy.deepcopy(parent[last]))
+        else:
+            parent[f"{last}_extra"] = junk
+    return doc
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.data(),
+    how=st.sampled_from(["replace", "delete", "duplicate"]),
+    junk=st.sampled_from(_JUNK),
+)
+def test_mutated_files_load_or_are_refused_cleanly(data, how, junk) -> None:
+    doc = rich_example_dict()
+    paths = list(_paths(doc))
+    path = data.draw(st.sampled_from(paths))
+    if how == "delete" and not path:
+        how = "replace"
+    bad = _mutate(doc, path, how, junk)
+    try:
+        text = json.dumps(bad, allow_nan=True)
+    except (TypeError, ValueError):
+        return
+    try:
+        g = ComputeGraph.from_json(text)
+    except GraphError:
+        return
+    verify(g)  # whatever loads must be a valid graph
+
+
+def rich_example_dict() -> dict:
+    from oxiwork.examples import transformer_block
+
+    return transformer_block(1, tokens=2, d_model=4, d_ff=8).to_dict()
