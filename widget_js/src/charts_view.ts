@@ -146,7 +146,7 @@ export class MemoryChart extends CanvasChart {
       inBound
         ? h("div", {
             class: "ow-tt-sub",
-            text: `one of the ${mem.bound_buffers!.length} outlined buffers that no event orders: they need disjoint bytes, which is the lower bound`,
+            text: `one of ${mem.bound_buffers!.length} outlined buffers, no two of them ordered by the events: they need disjoint bytes, ${formatBytes(mem.lower_bound_bytes)} in all (the lower bound)`,
           })
         : null,
     ].filter((x): x is HTMLDivElement => x !== null);
