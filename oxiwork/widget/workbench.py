@@ -350,14 +350,18 @@ class Workbench(anywidget.AnyWidget):
         if not changed:
             return False
         with self.hold_sync():
-            self._setting_options = True
-            try:
-                for name, value in changed.items():
-                    setattr(self, name, value)
-            finally:
-                self._setting_options = False
+            self._set_option_traits(changed)
             self._apply_options()
         return True
+
+    def _set_option_traits(self, values: dict[str, Any]) -> None:
+        """Set option traits without re-planning for each one (the caller re-plans once)."""
+        self._setting_options = True
+        try:
+            for name, value in values.items():
+                setattr(self, name, value)
+        finally:
+            self._setting_options = False
 
     @property
     def sim_settings(self) -> dict[str, Any]:
@@ -462,12 +466,7 @@ class Workbench(anywidget.AnyWidget):
             session = self._new_session(self._graph, lazy=self._progressive and not shown)
         except BaseException:
             # Interrupted (Ctrl-C): the traits go back to the options of the plan on screen.
-            self._setting_options = True
-            try:
-                for name, value in old.items():
-                    setattr(self, name, value)
-            finally:
-                self._setting_options = False
+            self._set_option_traits(old)
             raise
         names = [st.name for st in session.stages] if shown else []
         # Ids of nodes a pass creates (fused kernels, events) are only unique within one
