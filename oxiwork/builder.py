@@ -75,6 +75,21 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
+def _items(values: Any, what: str) -> list[Any]:
+    """``list(values)`` for a collection (of ids, of sizes); :class:`InvalidArgument` for
+    anything else: None, one id on its own, a string."""
+    if values is None or isinstance(values, (str, bytes, int)):  # ids are ints
+        raise InvalidArgument(
+            f"{what} must be a list, got {values!r}; wrap a single value in a list"
+        )
+    try:
+        return list(values)
+    except TypeError:
+        raise InvalidArgument(
+            f"{what} must be a list, got {type(values).__name__} {values!r}"
+        ) from None
+
+
 def _check_positive_int(value: Any, what: str) -> int:
     if type(value) is int and value > 0:
         return value  # the common case, checked first (100k-node builds call this 400k times)
@@ -110,13 +125,15 @@ class KernelBuilder:
     def inputs(self, buffers: Iterable[BufferId]) -> KernelBuilder:
         """Buffers the kernel reads, in argument order."""
         check = self._owner._check_buffer
-        self._inputs = tuple([check(b, self._name) for b in buffers])
+        items = _items(buffers, f"inputs of {self._name!r}")
+        self._inputs = tuple([check(b, self._name) for b in items])
         return self
 
     def outputs(self, buffers: Iterable[BufferId]) -> KernelBuilder:
         """Buffers the kernel writes, in argument order."""
         check = self._owner._check_buffer
-        self._outputs = tuple([check(b, self._name) for b in buffers])
+        items = _items(buffers, f"outputs of {self._name!r}")
+        self._outputs = tuple([check(b, self._name) for b in items])
         return self
 
     def on_stream(self, stream: int) -> KernelBuilder:
@@ -258,7 +275,7 @@ class GraphBuilder:
         if name in self._buffer_names:
             raise InvalidArgument(f"a buffer named {name!r} already exists; pick another name")
         _check_positive_int(size_bytes, f"size of buffer {name!r}")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise InvalidArgument(
                 f"buffer {name!r}: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}"
             )
@@ -270,7 +287,10 @@ class GraphBuilder:
             )
         shape_t: tuple[int, ...] | None = None
         if shape is not None:
-            shape_t = tuple(_check_positive_int(s, f"shape of {name!r}") for s in shape)
+            shape_t = tuple(
+                _check_positive_int(s, f"shape of {name!r}")
+                for s in _items(shape, f"shape of {name!r}")
+            )
             if math.prod(shape_t) * itemsize != size_bytes:
                 raise InvalidArgument(
                     f"buffer {name!r}: shape {shape_t} holds {math.prod(shape_t) * itemsize} "
@@ -434,18 +454,18 @@ class GraphBuilder:
 
     def chain(self, nodes: Sequence[NodeId]) -> None:
         """Each node depends on the one before it."""
-        nodes = list(nodes)
+        nodes = _items(nodes, "chain")
         for a, b in itertools.pairwise(nodes):
             self.dep(a, b)
 
     def fan_in(self, sources: Iterable[NodeId], sink: NodeId) -> None:
         """``sink`` depends on every node of ``sources``."""
-        for s in sources:
+        for s in _items(sources, "fan_in sources"):
             self.dep(s, sink)
 
     def fan_out(self, source: NodeId, sinks: Iterable[NodeId]) -> None:
         """Every node of ``sinks`` depends on ``source``."""
-        for s in sinks:
+        for s in _items(sinks, "fan_out sinks"):
             self.dep(source, s)
 
     # ------------------------------------------------------------------ build

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, GraphWarning, MemcpyDir, NodeId
-from oxiwork.error import CycleError, EmptyGraph, InvalidArgument, UnknownBuffer, UnknownNode
+from oxiwork.error import (
+    CycleError,
+    EmptyGraph,
+    GraphError,
+    InvalidArgument,
+    UnknownBuffer,
+    UnknownNode,
+)
 from oxiwork.node import MAX_SHARED_MEM_BYTES, BufferId
 
 
@@ -308,3 +315,66 @@ class TestCopyBinding:
         g2 = b2.build()
         assert g2.num_nodes == 5 and extra == NodeId(4) and g2.buffers == g.buffers
         assert b2.alloc_buffer("new", 4) == BufferId(3)
+
+
+# ---------------------------------------------------------------------------------------
+# Every public builder call given junk: it works or raises a GraphError naming the problem,
+# never a bare TypeError/KeyError (a notebook user gets a message saying what to fix).
+_JUNK = [None, True, -1, 0, 1, 2**70, 1.5, float("nan"), "", "x" * 300, "a\nb", "<img>",
+         [], [1], {}, (), (1, 2, 3), b"x", object(), MemcpyDir.HostToDevice, NodeId(999),
+         BufferId(999)]  # fmt: skip
+
+
+def _fresh():
+    b = GraphBuilder()
+    x, y = b.alloc_buffer("x", 4096), b.alloc_buffer("y", 4096)
+    k = b.add_kernel("relu", 4, 256).inputs([x]).outputs([y]).finish()
+    return b, x, y, k
+
+
+_CALLS = {
+    "alloc_buffer name": lambda b, x, y, k, j: b.alloc_buffer(j, 4096),
+    "alloc_buffer size": lambda b, x, y, k, j: b.alloc_buffer("z", j),
+    "alloc_buffer dtype": lambda b, x, y, k, j: b.alloc_buffer("z", 4096, dtype=j),
+    "alloc_buffer shape": lambda b, x, y, k, j: b.alloc_buffer("z", 4096, shape=j),
+    "alloc_buffer alignment": lambda b, x, y, k, j: b.alloc_buffer("z", 4096, alignment=j),
+    "add_kernel name": lambda b, x, y, k, j: b.add_kernel(j, 1, 32).finish(),
+    "add_kernel blocks": lambda b, x, y, k, j: b.add_kernel("k", j, 32).finish(),
+    "add_kernel threads": lambda b, x, y, k, j: b.add_kernel("k", 1, j).finish(),
+    "add_kernel smem": lambda b, x, y, k, j: b.add_kernel("k", 1, 32, j).finish(),
+    "add_kernel_3d grid": lambda b, x, y, k, j: b.add_kernel_3d("k", j, (32, 1, 1), 0).finish(),
+    "inputs": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).inputs(j).finish(),
+    "inputs element": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).inputs([j]).finish(),
+    "outputs": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).outputs(j).finish(),
+    "params": lambda b, x, y, k, j: (
+        b.add_kernel("scale", 1, 32).params(alpha=j).inputs([x]).outputs([y]).finish()
+    ),
+    "on_stream": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).on_stream(j).finish(),
+    "cost": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).cost(j).finish(),
+    "op": lambda b, x, y, k, j: b.add_kernel("k", 1, 32).op(j).finish(),
+    "memcpy dir": lambda b, x, y, k, j: b.add_memcpy("m", j, 4096),
+    "memcpy size": lambda b, x, y, k, j: b.add_memcpy("m", MemcpyDir.HostToDevice, j),
+    "memcpy src": lambda b, x, y, k, j: b.add_memcpy("m", MemcpyDir.DeviceToHost, 4096, src=j),
+    "memset value": lambda b, x, y, k, j: b.add_memset("s", 4096, j, dst=x),
+    "dep": lambda b, x, y, k, j: b.dep(k, j),
+    "chain": lambda b, x, y, k, j: b.chain(j),
+    "fan_in": lambda b, x, y, k, j: b.fan_in(j, k),
+    "fan_out": lambda b, x, y, k, j: b.fan_out(k, j),
+    "host callback": lambda b, x, y, k, j: b.add_host_callback(j, fn=j),
+    "event record": lambda b, x, y, k, j: b.add_event_record(j),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_CALLS))
+def test_junk_arguments_raise_graph_errors_only(call: str) -> None:
+    for junk in _JUNK:
+        b, x, y, k = _fresh()
+        try:
+            with warnings.catch_warnings():  # unbound copies etc. warn: not the point here
+                warnings.simplefilter("ignore", GraphWarning)
+                _CALLS[call](b, x, y, k, junk)
+                b.build()
+        except GraphError:
+            pass
+        except Exception as e:  # pragma: no cover - the failure message is the point
+            pytest.fail(f"{call}({junk!r}) raised {type(e).__name__}: {e}")
