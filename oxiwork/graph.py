@@ -77,9 +77,14 @@ class ComputeGraph:
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
-        nodes = tuple(sorted(self.nodes, key=lambda n: n.id))
-        buffers = tuple(sorted(self.buffers, key=lambda b: b.id))
-        edges = tuple(sorted(set(self.edges)))
+        nodes = tuple(sorted(_items(self.nodes, GraphNode, "nodes"), key=lambda n: n.id))
+        buffers = tuple(sorted(_items(self.buffers, Buffer, "buffers"), key=lambda b: b.id))
+        try:
+            edges = tuple(sorted(set(_items(self.edges, tuple, "edges"))))
+        except TypeError:  # an unhashable or unorderable end: not a node id
+            raise InvalidArgument(
+                "edges must be (NodeId, NodeId) pairs of this graph's ids"
+            ) from None
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "edges", edges)
@@ -287,10 +292,11 @@ class ComputeGraph:
         edges: Iterable[tuple[NodeId, NodeId]] | None = None,
     ) -> ComputeGraph:
         """A new, validated graph with the given parts replaced."""
+        # The constructor turns each part into a checked tuple (InvalidArgument for junk).
         return ComputeGraph(
-            tuple(self.nodes if nodes is None else nodes),
-            tuple(self.buffers if buffers is None else buffers),
-            tuple(self.edges if edges is None else edges),
+            self.nodes if nodes is None else nodes,  # type: ignore[arg-type]
+            self.buffers if buffers is None else buffers,  # type: ignore[arg-type]
+            self.edges if edges is None else edges,  # type: ignore[arg-type]
         )
 
     def next_node_id(self) -> NodeId:
@@ -366,6 +372,25 @@ class ComputeGraph:
             lines.append(f"  n{int(a)} -> n{int(b)};")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+def _items(values: Any, cls: type, what: str) -> list[Any]:
+    """``values`` as a list of ``cls`` (edges: of ``(NodeId, NodeId)`` pairs), or
+    :class:`InvalidArgument` saying what was passed instead."""
+    try:
+        items = list(values)
+    except TypeError:
+        raise InvalidArgument(
+            f"{what} must be a sequence of {cls.__name__}, got {type(values).__name__}"
+        ) from None
+    for x in items:
+        # An edge is a pair; its ends are checked against the nodes by _validate.
+        if not isinstance(x, cls) or (cls is tuple and len(x) != 2):
+            raise InvalidArgument(
+                f"{what} must hold {'(NodeId, NodeId) pairs' if cls is tuple else cls.__name__}"
+                f" only, got {x!r}"
+            )
+    return items
 
 
 def _dot_escape(text: str) -> str:

@@ -27,7 +27,7 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,9 +85,16 @@ def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> lis
     if order is None:
         return d.topo
     pos = d.pos
+    if isinstance(order, (str, bytes)) or not isinstance(order, Iterable):
+        raise InvalidArgument(
+            f"order must be a list of node ids, got {type(order).__name__}; pass every node once"
+        )
     out: list[int] = []
     for nid in order:
-        p = pos.get(nid)
+        try:
+            p = pos.get(nid)
+        except TypeError:  # unhashable: not an id
+            p = None
         if p is None:
             raise InvalidArgument(
                 f"order names {nid!r}, which is not a node of this graph; pass node ids of it"

@@ -106,6 +106,10 @@ def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None)
     [2.5]
     """
     out = [1.0 if n.cost is None else float(n.cost) for n in graph.nodes]
+    if costs is not None and not isinstance(costs, Mapping):
+        raise InvalidArgument(
+            f"costs must be a dict of node id -> cost, got {type(costs).__name__}"
+        )
     if costs:
         pos = graph.dense().pos
         for nid, c in costs.items():

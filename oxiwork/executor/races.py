@@ -304,7 +304,11 @@ def drop_event(plan: ExecutionPlan, event: int) -> ExecutionPlan:
     >>> plan.event_count == 0 or len(drop_event(plan, 0).steps) < len(plan.steps)
     True
     """
-    if not 0 <= event < max(plan.event_count, 1 + max((s.event or 0) for s in plan.steps)):
+    if (
+        isinstance(event, bool)
+        or not isinstance(event, int)
+        or not 0 <= event < max(plan.event_count, 1 + max((s.event or 0) for s in plan.steps))
+    ):
         raise InvalidArgument(
             f"event {event} is not an event of this plan (it has {plan.event_count}); "
             "pick one of 0..event_count-1"

@@ -240,6 +240,10 @@ class _Machine:
         self.seed = seed
         facts = _facts(plan)
         self.args = facts.args
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise InvalidArgument(
+                f"inputs must be a dict of buffer name -> array, got {type(inputs).__name__}"
+            )
         self.inputs = dict(inputs or {})
         names = facts.inputs
         unknown = [n for n in self.inputs if n not in names]
@@ -667,7 +671,7 @@ class Simulator:
         max_undo_bytes: int = 256 * 2**20,
         detect_races: bool = True,
     ) -> None:
-        if policy not in _POLICY_RULES:
+        if not isinstance(policy, str) or policy not in _POLICY_RULES:
             raise InvalidArgument(
                 f"unknown policy {policy!r}; choose one of {', '.join(map(repr, POLICIES))}"
             )
@@ -1018,8 +1022,10 @@ class Simulator:
                 for n in g.nodes
                 if n.name == node
             }
-        else:
+        elif isinstance(node, int) and not isinstance(node, bool):
             ids = {NodeId(node)}
+        else:
+            raise InvalidArgument(f"break_on_node takes a node id or name, got {node!r}")
         hits = {st.index for st in steps if st.node in ids or ids & set(st.fused_nodes)}
         if not hits:
             raise UnknownNode(
@@ -1067,7 +1073,9 @@ class Simulator:
         (so ``run()`` again continues past it).
         """
         steps = self.plan.steps
-        if until is not None and not 0 <= until < len(steps):
+        if until is not None and (
+            isinstance(until, bool) or not isinstance(until, int) or not 0 <= until < len(steps)
+        ):
             raise InvalidArgument(
                 f"until={until} is not a step index of this plan (0..{len(steps) - 1})"
             )

@@ -1154,6 +1154,11 @@ def plan_buffers(
     >>> dict(plan.offsets), plan.arena_bytes
     ({1: 0, 2: 1024}, 1088)
     """
+    for what, m in (("sizes", sizes), ("alignments", alignments), ("lifetimes", lifetimes)):
+        if not isinstance(m, Mapping):
+            raise InvalidArgument(
+                f"{what} must be a dict keyed by buffer id, got {type(m).__name__}"
+            )
     ids = list(lifetimes)
     aligns: list[int] = []
     rows: list[object] = []
