@@ -5,6 +5,6 @@
 'Workbench'
 """
 
-from oxiwork.widget.workbench import InvalidOption, Workbench
+from oxiwork.widget.workbench import InvalidOption, NotAGraph, Workbench
 
-__all__ = ["InvalidOption", "Workbench"]
+__all__ = ["InvalidOption", "NotAGraph", "Workbench"]

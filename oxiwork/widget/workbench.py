@@ -88,7 +88,7 @@ from oxiwork.widget.session import (
     output_differences,
 )
 
-__all__ = ["InvalidOption", "Workbench"]
+__all__ = ["InvalidOption", "NotAGraph", "Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
@@ -97,6 +97,11 @@ LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+class NotAGraph(InvalidArgument, TypeError):
+    """The workbench was given something that is not a graph or a builder (a
+    :class:`~oxiwork.error.GraphError`, and a ``TypeError`` as Python code expects)."""
 
 
 class InvalidOption(InvalidArgument, traitlets.TraitError):
@@ -196,6 +201,11 @@ class Workbench(anywidget.AnyWidget):
         self.fusion = fusion
         self.max_group_size = max_group_size
         self._progressive = progressive
+        if memory_mode not in MEMORY_MODES:  # before traitlets says it less helpfully
+            raise InvalidOption(
+                f"Workbench memory_mode must be one of {', '.join(map(repr, MEMORY_MODES))}, "
+                f"got {memory_mode!r}"
+            )
         self.memory_mode = memory_mode
         self._graph = self._coerce(graph_or_builder)
         t0 = time.perf_counter()
@@ -221,7 +231,7 @@ class Workbench(anywidget.AnyWidget):
             return obj.build()
         if isinstance(obj, ComputeGraph):
             return obj
-        raise TypeError(
+        raise NotAGraph(
             f"Workbench needs a ComputeGraph or a GraphBuilder, got {type(obj).__name__}"
         )
 

@@ -49,8 +49,12 @@ def w() -> Workbench:
 
 class TestConstruction:
     def test_raises_wrong_type(self) -> None:
-        with pytest.raises(TypeError, match="ComputeGraph or a GraphBuilder"):
+        with pytest.raises(TypeError, match="ComputeGraph or a GraphBuilder") as e:
             Workbench("graph")  # type: ignore[arg-type]
+        assert isinstance(e.value, GraphError)  # bad input is a GraphError, here too
+        for bad in (None, [], "fast"):
+            with pytest.raises(GraphError, match="memory_mode must be one of"):
+                Workbench(quick_start(), memory_mode=bad)  # type: ignore[arg-type]
 
     def test_accepts_builder(self) -> None:
         b = oxiwork.GraphBuilder()
