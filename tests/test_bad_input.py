@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oxiwork import ComputeGraph, ExecutionPlan, SequentialExecutor, Simulator
+from oxiwork import ComputeGraph, ExecutionPlan, SequentialExecutor, Simulator, ops
 from oxiwork.analysis import liveness, topo
 from oxiwork.error import GraphError
 from oxiwork.examples import quick_start
@@ -30,7 +30,7 @@ JUNK: list[Any] = [
     {1: "x"}, {"input": 1}, {"input": "x"}, {"input": None}, {"input": [1, 2]},
     {"input": np.zeros(3)}, {"nope": np.zeros(1024, np.float32)},
     {"input": np.zeros(1024, np.float64)}, {"input": np.zeros((2, 512), np.float32)},
-    {"input": np.array(["a"] * 1024)}, object(),
+    {"input": np.array(["a"] * 1024)}, {"a": None}, "{0} +", "{1}", object(),
 ]  # fmt: skip
 
 G = quick_start()
@@ -78,6 +78,29 @@ CALLS: dict[str, Callable[[Any], Any]] = {
     "graph.buffer_by_name": lambda j: G.buffer_by_name(j),
     "graph.readers": lambda j: G.readers(j),
 }
+
+
+def _custom(**kw: Any) -> None:
+    """Register a throwaway custom op (and remove it again, whatever happens)."""
+    try:
+        ops.custom("junk_op", **kw)
+    finally:
+        ops.REGISTRY.pop("junk_op", None)
+
+
+CALLS.update(
+    {
+        "ops.custom expr": lambda j: _custom(expr=j),
+        "ops.custom source": lambda j: _custom(source=j),
+        "ops.custom function_name": lambda j: _custom(source="x", function_name=j),
+        "ops.custom arity": lambda j: _custom(expr="({0})", arity=j),
+        "ops.custom params": lambda j: _custom(expr="({0})", params=j),
+        "ops.custom fusion_class": lambda j: _custom(reference=lambda xs: xs[0], fusion_class=j),
+        "ops.custom flops": lambda j: _custom(expr="({0})", flops_per_element=j),
+        "ops.custom reference": lambda j: _custom(reference=j),
+        "ops.get": lambda j: ops.get(j),
+    }
+)
 
 
 @pytest.mark.parametrize("call", sorted(CALLS))

@@ -386,6 +386,21 @@ def custom(
         )
     if source is not None and expr is not None:
         raise InvalidArgument(f"custom op {name!r}: give either source= or expr=, not both")
+    for what, text in (("source", source), ("expr", expr), ("function_name", function_name)):
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgument(
+                f"custom op {name!r}: {what} must be a str, got {type(text).__name__}"
+            )
+    if params is not None and not isinstance(params, Mapping):
+        raise InvalidArgument(
+            f"custom op {name!r}: params must be a dict of name -> default, got "
+            f"{type(params).__name__}"
+        )
+    for k, v in (params or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise InvalidArgument(
+                f"custom op {name!r}: the default of parameter {k!r} must be a number, got {v!r}"
+            )
     if fusion_class is None:
         fusion_class = FusionClass.ELEMENTWISE if expr is not None else FusionClass.OPAQUE
     if source is not None:
