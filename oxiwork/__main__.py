@@ -20,7 +20,8 @@ def _load(args: argparse.Namespace) -> ComputeGraph:
     from oxiwork import examples
 
     if args.json:
-        return ComputeGraph.from_json(Path(args.json).read_text(encoding="utf-8"))
+        # Bytes: from_json reports a file that is not UTF-8 as malformed, like bad JSON.
+        return ComputeGraph.from_json(Path(args.json).read_bytes())
     if args.example == "transformer":
         return examples.transformer_block()
     return examples.quick_start()

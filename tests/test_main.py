@@ -49,3 +49,12 @@ def test_malformed_json_is_an_error_not_a_crash(
 def test_missing_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--json", str(tmp_path / "nope.json")]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_utf8_is_an_error_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "graph.json"
+    bad.write_bytes(b"\xff\xfe\x00 not text")
+    assert main(["--json", str(bad)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
