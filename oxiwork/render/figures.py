@@ -69,10 +69,28 @@ _INK = "#1b2430"
 _FONT = 6.5
 
 
+def new_figure(
+    size: tuple[float, float],
+    *,
+    left: float = 0.9,
+    bottom: float = 0.65,
+    top: float = 0.45,
+    right: float = 0.2,
+    wspace: float = 0.35,
+) -> Figure:
+    """A Figure with fixed margins in inches (matplotlib's constrained layout draws every
+    figure twice to measure it: several seconds on a view with hundreds of labels)."""
+    w, h = size
+    fig = Figure(figsize=size)
+    fig.subplots_adjust(left=min(0.4, left / w), right=1 - min(0.2, right / w),
+                        bottom=min(0.4, bottom / h), top=1 - min(0.3, top / h), wspace=wspace)  # fmt: skip
+    return fig
+
+
 def _axes(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
         return ax.figure, ax  # type: ignore[return-value]
-    fig = Figure(figsize=size, layout="constrained")
+    fig = new_figure(size)
     return fig, fig.add_subplot()
 
 
@@ -182,7 +200,7 @@ def dag(
     if n <= LABEL_NODES:
         for i in ids:
             x, y = pos[i]
-            ax.text(x, y - 0.28, st.clip(graph.node(i).name, 14), fontsize=_FONT - 1.5,
+            ax.text(x, y - 0.28, st.clip(graph.node(i).name, 14), fontsize=_FONT - 1.5, parse_math=False,
                     ha="center", va="top", color=_INK, gid="label")  # fmt: skip
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
@@ -312,7 +330,7 @@ def dominator_tree(
             name = root if v is None else st.clip(graph.node(v).name, 18)
             leaf = v is not None and not kids[v]
             # Leaves are labelled downwards (they have room), inner nodes to the right.
-            ax.text(x + (0 if leaf else 0.15), y - (0.12 if leaf else 0), name,
+            ax.text(x + (0 if leaf else 0.15), y - (0.12 if leaf else 0), name, parse_math=False,
                     fontsize=_FONT - 1, rotation=90 if leaf else 0,
                     ha="center" if leaf else "left", va="top" if leaf else "center",
                     color=_INK, gid="label")  # fmt: skip
@@ -387,7 +405,7 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
     for r in rows:
         name = names.get(r["id"], f"#{r['id']}")
         if _fits(ax, r["end"] - r["start"], r["size"] / scale, name, _FONT):
-            ax.text(r["start"] + 0.2, (r["offset"] + r["size"] / 2) / scale, name,
+            ax.text(r["start"] + 0.2, (r["offset"] + r["size"] / 2) / scale, name, parse_math=False,
                     fontsize=_FONT, va="center", ha="left", color="white", gid="label",
                     clip_on=True)  # fmt: skip
     ax.set_xlabel("step (plan order)")
@@ -442,7 +460,7 @@ def _timeline_panel(plan: ExecutionPlan, mode: str, ax: Axes) -> None:
     for b in tl.bars:
         name = st.clip(b.name, 24)
         if _fits(ax, (b.end - b.start) * us, 2 * h, name, _FONT - 0.5):
-            ax.text(b.start * us, b.stream, " " + name, fontsize=_FONT - 0.5, va="center",
+            ax.text(b.start * us, b.stream, " " + name, fontsize=_FONT - 0.5, va="center", parse_math=False,
                     ha="left", color="white", gid="label", clip_on=True)  # fmt: skip
     ax.set_yticks(range(tl.num_streams), [f"stream {s}" for s in range(tl.num_streams)])
     ax.set_xlabel("time (µs, cost model)")
@@ -486,7 +504,7 @@ def streams(
         raise InvalidArgument(f"modes must be some of {', '.join(MODES)}, got {list(modes)!r}")
     if ax is None:
         lanes = max(plan.num_streams, 1)
-        fig = Figure(figsize=(7.0 * len(modes), 1.2 + 0.45 * lanes), layout="constrained")
+        fig = new_figure((7.0 * len(modes), 1.3 + 0.45 * lanes), wspace=0.05)
         axes = list(np.atleast_1d(fig.subplots(1, len(modes), sharey=True)))
     else:
         axes = [ax] if isinstance(ax, Axes) else list(ax)
@@ -512,7 +530,7 @@ def pass_summary(plan: ExecutionPlan) -> Figure:
     (['kernels', 'buffers'], 4)
     """
     rows = pass_rows(plan)
-    fig = Figure(figsize=(2.2 * len(COLUMNS), 2.6), layout="constrained")
+    fig = new_figure((2.2 * len(COLUMNS), 2.8), left=0.5, bottom=0.6, top=0.6, wspace=0.55)
     axes = fig.subplots(1, len(COLUMNS))
     stages = [r.stage for r in rows]
     x = np.arange(len(rows))
@@ -526,8 +544,9 @@ def pass_summary(plan: ExecutionPlan) -> Figure:
             scale, shown = 1e-6, "µs"
         a.bar(x, [v / scale for v in vals], color=st.PALETTE[: len(rows)], gid=attr)
         for xi, v in zip(x, raw, strict=True):
-            text = "not planned" if v is None else f"{v / scale:,.4g}"
-            a.text(xi, 0, text, rotation=90, ha="center", va="bottom", fontsize=6, color=_INK)
+            if v is None:  # (the values are on the y axis and in the report's table)
+                a.text(xi, 0, "not planned", rotation=90, ha="center", va="bottom", fontsize=6,
+                       color=_INK)  # fmt: skip
         a.set_xticks(x, stages, rotation=30, fontsize=7)
         a.set_title(name, fontsize=8)
         a.set_ylabel(shown or "count", fontsize=7)
@@ -581,7 +600,7 @@ def buffer_histogram(source: Any, name: str | None = None, *, ax: Axes | None = 
         stats += f", min {info['min']:.4g}, max {info['max']:.4g}, mean {info['mean']:.4g}"
     if info["nan_count"]:
         stats += f", {info['nan_count']:,} NaN"
-    ax.set_title(f"{st.clip(label, 40)}: {stats}", fontsize=9)
+    ax.set_title(f"{st.clip(label, 40)}: {stats}", fontsize=9, parse_math=False)
     return fig
 
 
