@@ -388,7 +388,9 @@ def summary_section(
         rows.append(
             [
                 "plan",
-                f"{len(plan.steps)} steps on {plan.num_streams} streams · pool {_fmt_bytes(plan.pool_bytes)}",
+                f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'} on "
+                f"{plan.num_streams} stream{'' if plan.num_streams == 1 else 's'} · pool "
+                f"{_fmt_bytes(plan.pool_bytes)}",
             ]
         )
     for key, text in sorted((notes or {}).items()):
