@@ -350,8 +350,17 @@ class ComputeGraph:
         g.add_edges_from(self.edges)
         return g
 
-    def to_dot(self) -> str:
-        """Graphviz DOT text; names are escaped, so any name is safe."""
+    def to_dot(self, color_by: str | None = None, plan: Any = None) -> str:
+        """Graphviz DOT text; names are escaped, so any name is safe.
+
+        ``color_by`` (``"kind"``, ``"group"``, ``"stream"``, ``"level"``, ``"slack"``) fills
+        the nodes by that pass result, with ``plan`` giving an input graph's fused groups
+        and streams (see :func:`oxiwork.render.dot.graph_dot`).
+        """
+        if color_by is not None:
+            from oxiwork.render.dot import graph_dot  # renderers sit above the IR
+
+            return graph_dot(self, color=color_by, plan=plan)
         lines = ["digraph oxiwork {", "  rankdir=TB;", "  node [fontname=Helvetica];"]
         shapes = {
             NodeKind.KernelLaunch: "box",
@@ -372,6 +381,20 @@ class ComputeGraph:
             lines.append(f"  n{int(a)} -> n{int(b)};")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def to_svg(self, color_by: str = "kind", plan: Any = None) -> str:
+        """SVG of :meth:`to_dot` laid out by graphviz's ``dot`` (``GraphvizMissing`` says how
+        to install it when it is not there)."""
+        from oxiwork.render.dot import graph_dot, to_svg
+
+        return to_svg(graph_dot(self, color=color_by, plan=plan))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # Jupyter shows a graph as SVG without the widget (text when dot is missing).
+        from oxiwork.render.dot import graph_dot, mimebundle
+
+        text = f"ComputeGraph: {self.num_nodes} nodes, {len(self.edges)} edges, {len(self.buffers)} buffers"
+        return dict(mimebundle(self, lambda: graph_dot(self), text, self.num_nodes))
 
 
 def _items(values: Any, cls: type, what: str) -> list[Any]:

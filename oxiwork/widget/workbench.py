@@ -304,6 +304,21 @@ class Workbench(anywidget.AnyWidget):
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
         return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
 
+    def save_html(self, path: str | pathlib.Path, *, title: str | None = None) -> pathlib.Path:
+        """Save a self-contained offline HTML report of the plan (summary tables and every
+        view as SVG; :func:`oxiwork.export.html.report_html`); returns the path.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph, so there is no plan to report.
+        """
+        from oxiwork.export.html import save_report
+
+        if self.plan is None:
+            raise InvalidPlan(f"no plan to report: {self.session.notes['plan']}; fix the graph")
+        return save_report(self.session.plan, path, title=title)
+
     @property
     def options(self) -> dict[str, int | bool]:
         """The pipeline options the current plan was built with.
