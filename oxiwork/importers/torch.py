@@ -908,7 +908,8 @@ def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
     """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
 
     Any op set converts (core ATen after ``run_decompositions()`` gives the most library
-    ops); the user inputs take the values of ``ep.example_inputs``.
+    ops); the user inputs take the values of ``ep.example_inputs`` (zeros when the program
+    has none: replace them in a copy of :attr:`ImportedModel.inputs`).
 
     Parameters
     ----------

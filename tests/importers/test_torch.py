@@ -388,3 +388,20 @@ def test_readme_import_example_runs_as_written() -> None:
         exec(compile(code, "README.md", "exec"), {})  # our own README, not user input
     shown = code.rsplit("# ", 1)[1].strip()  # the comment on the print line
     assert printed.getvalue().strip() == shown
+
+
+def test_as_strided_sees_eagers_layout() -> None:
+    # exp of a transposed input keeps eager's transposed layout; as_strided then indexes that
+    # storage, so the importer must rebuild it (a row-major copy would give other elements)
+    class Strided(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.as_strided(torch.exp(x.permute(1, 0)), (2, 3), (1, 2)) * 2
+
+    x = torch.randn(2, 3)
+    model = from_module(Strided(), (x,))
+    want = Strided()(x).numpy()
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.allclose(
+        np.exp(x.numpy().T).reshape(-1)[[0, 2, 4, 1, 3, 5]], want.reshape(-1) / 2
+    )
