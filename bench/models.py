@@ -26,9 +26,10 @@ Usage (``transformers`` is needed by this benchmark only and is in no extra)::
 
     .venv/bin/pip install transformers
     PYTHONPATH=. .venv/bin/python bench/models.py [--models mobilenet_v2,resnet50,...]
-        [--seq 64] [--streams 4] [--no-inductor] [--compile-inductor]
+        [--seq 64] [--streams 4] [--no-inductor] [--compile-inductor] [--reasons]
 
-Prints one markdown table row per model as it finishes.
+Prints one markdown table row per model as it finishes (``--reasons``: only import, and
+tabulate the most frequent reasons why ops are opaque).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import argparse
 import gc
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -164,6 +166,15 @@ def bench(name: str, seq: int, streams: int, inductor: bool, compile_cpp: bool) 
     )
 
 
+def reasons(name: str, seq: int, top: int = 6) -> list[str]:
+    """The most frequent (ATen op, why it is opaque) pairs of one model (import only)."""
+    torch.manual_seed(0)
+    module, args = MODELS[name](seq)
+    model = from_module(module.eval(), args, name=name)
+    counts = Counter((o.target.removeprefix("aten."), o.reason) for o in model.opaque)
+    return [f"| {name} | {t} | {c} | {r} |" for (t, r), c in counts.most_common(top)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -171,8 +182,16 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--compile-inductor", action="store_true")
+    ap.add_argument(
+        "--reasons", action="store_true", help="only import, and say why the opaque ops are"
+    )
     opts = ap.parse_args()
     torch.set_num_threads(2)
+    if opts.reasons:
+        print("| model | ATen op | kernels | why opaque |\n|---|---|---:|---|", flush=True)
+        for name in opts.models.split(","):
+            print("\n".join(reasons(name, opts.seq)), flush=True)
+        return
     print(
         "| model | nodes | kernels | opaque | kernels after fusion | Inductor kernels + extern "
         "| arena MiB | lower bound MiB | greedy-by-size MiB | streams / events "

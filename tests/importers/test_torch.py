@@ -332,6 +332,24 @@ class TestMapping:
         plan = ExecutionPlan.build(model.graph, fusion=True)
         assert plan.kernel_count_fused < plan.kernel_count_original
 
+    def test_library_ops_read_reshapes_of_buffers(self) -> None:
+        # sigmoid reads fc's (10, 16) addmm result viewed as (2, 5, 16): a reshape keeps the
+        # row-major order, so the library's sigmoid reads the base buffer itself
+        model, _ = _imported("rms_norm")
+        g = model.graph
+        sig = next(n for n in g.nodes if n.name == "sigmoid")
+        assert sig.op == "sigmoid"
+        (src,) = sig.inputs
+        assert g.buffer(src).array_shape == (10, 16) and g.buffer(sig.outputs[0]).array_shape == (
+            2,
+            5,
+            16,
+        )
+        # a transposing view is no reshape: the attention's clones of permuted heads stay opaque
+        model, _ = _imported("attention")
+        assert all(model.targets[o.kernel] == o.target for o in model.opaque)
+        assert any("view (" in o.reason for o in model.opaque if o.target == "aten.clone.default")
+
     def test_opaque_reasons(self) -> None:
         model, _ = _imported("attention")
         reasons = {o.target: o.reason for o in model.opaque}
