@@ -61,6 +61,7 @@ DTYPES: Mapping[str, int] = {
     "int32": 4,
     "int64": 8,
     "uint8": 1,
+    "bool": 1,
 }
 
 
