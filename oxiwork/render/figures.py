@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import matplotlib.colors
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
@@ -212,11 +213,20 @@ def dag(
     cols = min(len(info.level_widths), 48) or 1
     width = max(info.level_widths, default=1)
     fig, ax = _axes(ax, (min(18.0, 2 + cols * 0.36), min(24.0, 1.5 + bands * (width + 1.5) * 0.32)))
+
+    def faint_across_bands(segs: list[Any], colour: str) -> list[Any]:
+        # An edge into the next band runs back across the figure: draw it faintly, so the
+        # bands stay readable and the edge can still be followed.
+        rgba = matplotlib.colors.to_rgba(colour)
+        return [rgba if b[0] >= a[0] else (*rgba[:3], 0.18) for a, b in segs]
+
     segs = [(pos[a], pos[b]) for a, b in graph.edges]
-    ax.add_collection(LineCollection(segs, colors="#9aa5b4", linewidths=0.6, gid="edges"))
+    ax.add_collection(LineCollection(segs, colors=faint_across_bands(segs, "#9aa5b4"),
+                                     linewidths=0.6, gid="edges"))  # fmt: skip
     path = info.critical_path
     crit = [(pos[a], pos[b]) for a, b in itertools.pairwise(path)]
-    ax.add_collection(LineCollection(crit, colors=st.STRONG, linewidths=1.8, gid="critical path"))
+    ax.add_collection(LineCollection(crit, colors=faint_across_bands(crit, st.STRONG),
+                                     linewidths=1.8, gid="critical path"))  # fmt: skip
     max_slack = max(info.slack.values(), default=0.0)
     ids = list(info.order)
     xy = np.array([pos[i] for i in ids]) if ids else np.zeros((0, 2))
@@ -233,8 +243,12 @@ def dag(
     if n <= LABEL_NODES:
         for i in ids:
             x, y = pos[i]
-            ax.text(x, y - 0.28, st.clip(graph.node(i).name, 14), fontsize=_FONT - 1.5, parse_math=False,
-                    ha="center", va="top", color=_INK, gid="label")  # fmt: skip
+            # Neighbouring levels label below and above in turn, so names along a chain
+            # do not run into each other.
+            up = int(x) % 2 == 1
+            ax.text(x, y + (0.28 if up else -0.28), st.clip(graph.node(i).name, 14),
+                    fontsize=_FONT - 1.5, parse_math=False, ha="center",
+                    va="bottom" if up else "top", color=_INK, gid="label")  # fmt: skip
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
     ax.margins(0.04)
@@ -362,11 +376,13 @@ def dominator_tree(
             x, y = pos[v]
             name = root if v is None else st.clip(graph.node(v).name, 18)
             leaf = v is not None and not kids[v]
-            # Leaves are labelled downwards (they have room), inner nodes to the right.
-            ax.text(x + (0 if leaf else 0.15), y - (0.12 if leaf else 0), name, parse_math=False,
-                    fontsize=_FONT - 1, rotation=90 if leaf else 0,
-                    ha="center" if leaf else "left", va="top" if leaf else "center",
-                    color=_INK, gid="label")  # fmt: skip
+            # Leaves are labelled downwards (they have room); inner nodes on a slant up and
+            # to the right, so the labels of siblings one leaf apart run parallel instead of
+            # overlapping.
+            ax.text(x + (0 if leaf else 0.12), y - (0.12 if leaf else -0.08), name,
+                    parse_math=False, fontsize=_FONT - 1, rotation=90 if leaf else 35,
+                    rotation_mode="anchor", ha="right" if leaf else "left",
+                    va="center" if leaf else "bottom", color=_INK, gid="label")  # fmt: skip
     ax.set_yticks([])
     ax.set_xticks([])
     ax.set_ylabel("depth")
