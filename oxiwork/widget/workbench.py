@@ -49,7 +49,6 @@ True
 from __future__ import annotations
 
 import pathlib
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -689,7 +688,7 @@ class Workbench(anywidget.AnyWidget):
         names = {b.name: int(b.id) for b in s.final_graph.buffers}
         races = [
             {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
-             "buffer": names.get(r.buffers[0], -1), "message": _real_steps(str(r.message), r, s),
+             "buffer": names.get(r.buffers[0], -1), "message": r.describe(s.plan_step),
              "observed": r.observed is not None, "manifested": bool(r.manifested)}
             for r in [*sim.races, *sim.static_races][:MAX_RACES]  # synced on every step
         ]  # fmt: skip
@@ -992,21 +991,6 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "inspect": Workbench._h_inspect,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
-
-
-def _real_steps(message: str, race: Any, s: Session) -> str:
-    """A race message with the simulated plan's step numbers replaced by the real plan's
-    (those the panel lists) when an event is dropped; only the exact phrases the race
-    detector writes are replaced, so a node named like one is left alone."""
-    if s.dropped_event is None:
-        return message
-    phrases = {}
-    for i, name in ((race.first, race.first_name), (race.second, race.second_name)):
-        phrases[f"step {i} {name!r}"] = f"step {s.plan_step(i)} {name!r}"
-    phrases[f"after step {race.first} ("] = f"after step {s.plan_step(race.first)} ("
-    # One pass, so a number already replaced is not replaced again.
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
-    return pattern.sub(lambda m: phrases[m.group(0)], message)
 
 
 MAX_RACES = 200
