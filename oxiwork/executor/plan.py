@@ -165,7 +165,10 @@ class ExecutionPlan:
                 {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
             )
         )
-        run = Pipeline(passes).run(graph, verify=verify)
+        from oxiwork.analysis import paused_gc
+
+        with paused_gc():  # the passes and the checks between them allocate acyclic data only
+            run = Pipeline(passes).run(graph, verify=verify)
         memory = run.artefact("memory", "memory")
         streams = run.artefact("streams", "streams")
         plan = _lower(

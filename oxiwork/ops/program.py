@@ -219,8 +219,11 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
     buffer = graph.buffer
     in_bufs = [buffer(b) for b in node.inputs]
     out_bufs = [buffer(b) for b in node.outputs]
+    # Ops with CUDA C compute float32; a kernel whose ops only have numpy references (an
+    # importer's opaque kernel) reads and writes its buffers in their own dtypes.
+    typed = all((op := get(s[0])) is not None and not op.has_cuda for s in specs)
     for buf in (*in_bufs, *out_bufs):
-        if buf.dtype != "float32":
+        if buf.dtype != "float32" and not typed:
             raise UnsupportedOp(
                 f"{where} uses buffer {buf.name!r} of dtype {buf.dtype}; ops compute on "
                 "float32 only: allocate it with dtype='float32'"
@@ -297,7 +300,9 @@ def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             )
         args = [inputs[i] if kind == "in" else values[i] for kind, i in st.args]
         with np.errstate(all="ignore"):  # overflow, log of negatives: IEEE values, as on GPU
-            out = np.asarray(st.op.reference(args, **st.params), dtype=np.float32)
+            out = np.asarray(
+                st.op.reference(args, **st.params), dtype=np.float32 if st.op.has_cuda else None
+            )
         if out.shape != st.shape:
             out = out.reshape(st.shape)
         values.append(out)

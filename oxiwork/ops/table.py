@@ -349,7 +349,11 @@ class OpDef:
             if self.inplace is not None:
                 self.inplace(inputs, out, **params)
                 return
-            result = np.asarray(self.reference(inputs, **params), dtype=F32)
+            # a reference-only op (an importer's opaque kernel) keeps its own dtype: int64
+            # indices past 2**24 would not survive a round trip through float32
+            result = np.asarray(
+                self.reference(inputs, **params), dtype=F32 if self.has_cuda else None
+            )
         if result.size != out.size:
             raise InvalidArgument(
                 f"op {self.name!r} produced {result.size} elements for an output of "

@@ -48,6 +48,7 @@ True
 
 from __future__ import annotations
 
+import json
 import pathlib
 import time
 import warnings
@@ -58,6 +59,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from oxiwork.budget import Budget, using
 from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import (
     ExecutionError,
@@ -91,11 +93,40 @@ __all__ = ["InvalidOption", "NotAGraph", "Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
-# Above this many buffers the memory chart is planned on request (see "plan_memory").
-LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+# What Workbench._set_graph saves and restores when installing a graph fails.
+_SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
+                 "sim_state", "inspector", "inspector_values")  # fmt: skip
+_CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
+_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
+
+
+def _sendable_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_sendable(state: dict[str, Any]) -> None:
+    """Refuse state Jupyter cannot send: its JSON must be strict (no NaN) and UTF-8 (no lone
+    surrogates), as ``jupyter_client.session.json_packer`` writes it."""
+    try:
+        json.dumps(
+            {k: v for k, v in state.items() if not isinstance(v, bytes)},
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise InvalidArgument(
+            f"the workbench cannot send this graph's views ({type(e).__name__}: {e}); "
+            "please report it"
+        ) from None
 
 
 class NotAGraph(InvalidArgument, TypeError):
@@ -143,6 +174,10 @@ class Workbench(anywidget.AnyWidget):
         for it after its first draw (or when Python needs it). ``False`` runs it in the
         constructor, so the first synced state is complete (for headless runs whose saved
         widget state should hold every view).
+    budget
+        The :class:`~oxiwork.budget.Budget` of this workbench's requests: how many bytes the
+        simulator may allocate, how many nodes and buffers edits may grow the graph to
+        (``None``: :func:`oxiwork.budget.current`).
 
     Attributes
     ----------
@@ -192,9 +227,14 @@ class Workbench(anywidget.AnyWidget):
         max_group_size: int = 16,
         memory_mode: str = "heuristic",
         progressive: bool = True,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidOption(f"Workbench budget must be a Budget, got {type(budget).__name__}")
+        #: Work limits of this workbench's requests (oxiwork.budget; None: the default).
+        self.budget = budget
         # No session yet, so these only check the values (see _on_option).
         self.max_streams = max_streams
         self.fusion = fusion
@@ -269,7 +309,7 @@ class Workbench(anywidget.AnyWidget):
         >>> w.passes_loaded, w.view["memory"]["reason"]
         (False, 'computing passes…')
         >>> w.load_passes()
-        >>> w.passes_loaded, w.view["memory"]["available"]
+        >>> w.passes_loaded, w.view["passes"]["available"]
         (True, True)
         """
         if not self.session.loaded:
@@ -467,6 +507,7 @@ class Workbench(anywidget.AnyWidget):
             fusion=self.fusion,
             max_group_size=self.max_group_size,
             lazy=lazy,
+            budget=self.budget,
         )
 
     def _set_graph(self, graph: ComputeGraph) -> None:
@@ -474,9 +515,38 @@ class Workbench(anywidget.AnyWidget):
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
         session = self._new_session(graph, lazy=lazy)
-        # Commit only after the engine accepted the graph.
-        self._graph = graph
-        self._install(session)
+        # Commit only after the engine accepted the graph, and all or nothing: if drawing
+        # the new views or sending them fails, the workbench goes back to the old graph.
+        saved = self._snapshot()
+        try:
+            with self.hold_sync():
+                self._graph = graph
+                self._install(session)
+                _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`_install` changes, to put back with :meth:`_restore`."""
+        caches = {k: dict(getattr(self, k)) for k in _CACHES}
+        extra = {k: getattr(self, k) for k in _PLAIN_STATE}
+        traits = {k: getattr(self, k) for k in _SYNCED_STATE}
+        return self._graph, self.session, caches, extra, traits
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        graph, session, caches, extra, traits = saved
+        self._graph, self.session = graph, session
+        for k, v in caches.items():
+            getattr(self, k).clear()
+            getattr(self, k).update(v)
+        for k, v in extra.items():
+            setattr(self, k, v)
+        # Straight into the trait store: these values were valid and on screen, and going
+        # through the observers would redraw (and could fail) again.
+        for k, v in traits.items():
+            self._trait_values[k] = v
+        self.send_state(list(traits))
 
     def _apply_options(self) -> None:
         """Re-plan the current graph with the option traits, if they differ from the plan's."""
@@ -600,28 +670,34 @@ class Workbench(anywidget.AnyWidget):
         return {"available": True, "entries": entries}
 
     def _memory(self) -> dict[str, Any]:
-        if not self.session.loaded:
+        """The memory chart: the memory pass's plan for the plan's own stream schedule.
+
+        Before the memory pass on the slider it says so; another planner mode re-runs the
+        pass on its own input (:func:`~oxiwork.widget.viewmodel.replan_memory`), never a
+        one-order liveness plan, which would race on several streams."""
+        s = self.session
+        if not s.loaded:
             return _pending()
+        if s.plan is None:
+            return vm.unavailable(f"no memory plan: {s.notes['plan']}")
+        at = next((i for i, st in enumerate(s.stages) if st.name == "memory"), None)
+        if at is None or s.plan.memory is None:
+            return vm.unavailable("no memory plan: the pipeline has no memory pass")
+        if self._stage_index() < at:
+            return vm.unavailable(
+                f"not planned yet: the memory pass is pipeline position {at}; move the pass "
+                "slider to 'memory' to see the arena"
+            )
         mode = self.memory_mode
         if mode not in self._memory_cache:
-            s = self.session
-            if (
-                not self._memory_requested
-                and s.plan is None
-                and len(s.final_graph.buffers) > LAZY_MEMORY_BUFFERS
-            ):
-                # Planning thousands of intervals takes seconds; do it when asked.
-                return {
-                    **vm.unavailable(
-                        f"{len(s.final_graph.buffers)} buffers: the memory plan takes a while "
-                        "for graphs this large"
-                    ),
-                    "can_plan": True,
-                }
-            self._memory_cache[mode] = _section(
-                "memory planning",
-                lambda: vm.memory_section(s.final_graph, s.step_order, mode=mode, plan=s.plan),
-            )
+            plan, before = s.plan, s.stages[at].before
+
+            def build() -> dict[str, Any]:
+                own = plan.memory.mode == mode or before is None
+                report = plan.memory if own else vm.replan_memory(before, mode)
+                return vm.memory_section(plan.graph, report)
+
+            self._memory_cache[mode] = _section("memory planning", build)
         return self._memory_cache[mode]
 
     def _streams(self) -> dict[str, Any]:
@@ -686,12 +762,17 @@ class Workbench(anywidget.AnyWidget):
                 if shown.has_node(nid) and int(nid) not in highlight:
                     highlight.append(int(nid))
         names = {b.name: int(b.id) for b in s.final_graph.buffers}
-        races = [
-            {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
-             "buffer": names.get(r.buffers[0], -1), "message": r.describe(s.plan_step),
-             "observed": r.observed is not None, "manifested": bool(r.manifested)}
-            for r in [*sim.races, *sim.static_races][:MAX_RACES]  # synced on every step
-        ]  # fmt: skip
+        steps = s.plan.steps
+        races = []
+        for r in [*sim.races, *sim.static_races][:MAX_RACES]:  # synced on every step
+            a, b = s.plan_step(r.first), s.plan_step(r.second)
+            races.append({
+                # Both steps of the pair (real-plan indices), so the views mark them.
+                "step": b, "node": int(steps[b].node), "first": a,
+                "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
+                "message": r.describe(s.plan_step),
+                "observed": r.observed is not None, "manifested": bool(r.manifested),
+            })  # fmt: skip
         e = s.dropped_event
         return {
             "position": current,
@@ -713,7 +794,6 @@ class Workbench(anywidget.AnyWidget):
     _sim_message = ""
     #: Whether the finished run's outputs match the real plan's (see _verdict); None before.
     _sim_verdict: dict[str, Any] | None = None
-    _memory_requested = False
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
 
@@ -805,7 +885,8 @@ class Workbench(anywidget.AnyWidget):
         ``errors`` unchanged and come back as ``{"type": "error", "request_id", "message"}``.
         """
         rid = content.get("request_id", "") if isinstance(content, dict) else ""
-        rid = rid if isinstance(rid, str) else ""
+        # Echoed in the reply, so only if it can be sent back (validate refuses the rest).
+        rid = rid if isinstance(rid, str) and _sendable_text(rid[:64]) else ""
         try:
             msg = validate(content, buffers)
             # One sync message per request, so the frontend never sees half an update
@@ -865,7 +946,6 @@ class Workbench(anywidget.AnyWidget):
         return f"options: {text}" if changed else f"options unchanged: {text}"
 
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
-        self._memory_requested = True
         self.session.load()
         self._refresh()
         return "memory planned"
@@ -886,7 +966,8 @@ class Workbench(anywidget.AnyWidget):
         # Builder warnings (a buffer read before any write...) are shown in the widget.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GraphWarning)
-            new = apply_edit(self._graph, m)
+            with using(self.budget):  # how far an edit may grow the graph
+                new = apply_edit(self._graph, m)
         self._set_graph(new)
         notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
         done = f"{m['type'].replace('_', ' ')}: done"
@@ -917,7 +998,7 @@ class Workbench(anywidget.AnyWidget):
         if action == "back" and not sim.state.executed and sim.state.failed_step is None:
             raise MessageError("already at the start; nothing to step back over")
         try:
-            text = _SIM_ACTIONS[action](sim, bp)
+            text = _SIM_ACTIONS[action](s, bp)
         except ExecutionError as e:
             # The simulator stays at the failed step: show it, then report the error.
             self._sim_message = f"stopped: {e}"
@@ -937,9 +1018,14 @@ class Workbench(anywidget.AnyWidget):
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
 
-    def _verdict(self) -> dict[str, Any]:
-        """Whether the finished run's outputs are the real plan's (run in plan order)."""
+    def _verdict(self) -> dict[str, Any] | None:
+        """Whether the finished run's outputs are the real plan's (run in plan order).
+
+        ``None`` for a plain run (the plan itself, in plan order): that run *is* the
+        reference, so there is nothing to compare. A match despite races says why."""
         s = self.session
+        if s.dropped_event is None and s.policy == "in_order":
+            return None
         expected = s.expected_outputs()
         actual = s.sim.outputs
         if expected is None or actual is None:
@@ -947,7 +1033,17 @@ class Workbench(anywidget.AnyWidget):
             return {"match": None, "text": text, "buffers": []}
         diff = output_differences(expected, actual)
         if not diff:
-            return {"match": True, "text": "outputs still match the correct plan", "buffers": []}
+            races = len(s.sim.races) + len(s.sim.static_races)
+            text = "outputs still match the correct plan"
+            if races:
+                reversed_ = sum(1 for r in s.sim.races if r.manifested)
+                text += (
+                    f", but only by luck: {races} race{'s' if races != 1 else ''} remain (pairs "
+                    "of steps touching the same bytes that no event orders); this interleaving "
+                    f"ran {reversed_} of them in reverse without changing a value, and another "
+                    "order, or a real GPU, can"
+                )
+            return {"match": True, "text": text, "buffers": []}
         parts = [
             f"{name} ({'missing or not comparable' if d is None else f'max |Δ| {d:.3g}'})"
             for name, d in diff[:6]
@@ -1013,32 +1109,48 @@ def _section(what: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return vm.unavailable(f"{what} failed: {type(e).__name__}: {e}")
 
 
-def _sim_step(sim: Any, _bp: int | None) -> str:
-    st = sim.step()
-    return f"ran step {st.index}: {st.name}" if st is not None else "finished"
+# Step numbers in every message are indices in the real plan's steps (``plan.steps[i]``,
+# from 0), as in the simulator panel's list, its header, the timeline's tooltips and the race
+# reports: with an event dropped the simulated plan has fewer steps, so its indices are
+# mapped back (Session.plan_step).
+def _step_name(s: Session, sim_index: int) -> str:
+    i = s.plan_step(sim_index)
+    return f"step {i} ({s.plan.steps[i].name})"
 
 
-def _sim_back(sim: Any, _bp: int | None) -> str:
-    st = sim.step_back()
-    return f"undid step {st.index}: {st.name}"
+def _sim_step(s: Session, _bp: int | None) -> str:
+    st = s.sim.step()
+    return f"ran {_step_name(s, st.index)}" if st is not None else "finished"
 
 
-def _sim_reset(sim: Any, _bp: int | None) -> str:
-    sim.reset()
+def _sim_back(s: Session, _bp: int | None) -> str:
+    st = s.sim.step_back()
+    return f"undid {_step_name(s, st.index)}"
+
+
+def _sim_reset(s: Session, _bp: int | None) -> str:
+    s.sim.reset()
     return "reset"
 
 
-def _sim_run(sim: Any, bp: int | None) -> str:
+def _sim_run(s: Session, bp: int | None) -> str:
+    sim = s.sim
     sim.clear_breakpoints()
     if bp is not None:
         sim.break_on_node(bp)
     try:
-        return str(sim.run().message)
+        stop = sim.run()
     finally:
         sim.clear_breakpoints()
+    # Formatted from the stop's fields (the simulator's own message names its API).
+    if stop.reason == "end":
+        return "ran to the end: every step executed"
+    if stop.reason == "breakpoint" and stop.step is not None:
+        return f"stopped before {_step_name(s, stop.step)}: the selected node"
+    return str(stop.message)
 
 
-_SIM_ACTIONS: dict[str, Callable[[Any, int | None], str]] = {
+_SIM_ACTIONS: dict[str, Callable[[Session, int | None], str]] = {
     "step": _sim_step,
     "back": _sim_back,
     "reset": _sim_reset,
