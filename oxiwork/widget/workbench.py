@@ -48,8 +48,8 @@ True
 
 from __future__ import annotations
 
+import json
 import pathlib
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -59,6 +59,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from oxiwork.budget import Budget, using
 from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import (
     ExecutionError,
@@ -95,6 +96,37 @@ MAX_ERRORS = 20
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+# What Workbench._set_graph saves and restores when installing a graph fails.
+_SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
+                 "sim_state", "inspector", "inspector_values")  # fmt: skip
+_CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
+_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
+
+
+def _sendable_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_sendable(state: dict[str, Any]) -> None:
+    """Refuse state Jupyter cannot send: its JSON must be strict (no NaN) and UTF-8 (no lone
+    surrogates), as ``jupyter_client.session.json_packer`` writes it."""
+    try:
+        json.dumps(
+            {k: v for k, v in state.items() if not isinstance(v, bytes)},
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise InvalidArgument(
+            f"the workbench cannot send this graph's views ({type(e).__name__}: {e}); "
+            "please report it"
+        ) from None
 
 
 class NotAGraph(InvalidArgument, TypeError):
@@ -142,6 +174,10 @@ class Workbench(anywidget.AnyWidget):
         for it after its first draw (or when Python needs it). ``False`` runs it in the
         constructor, so the first synced state is complete (for headless runs whose saved
         widget state should hold every view).
+    budget
+        The :class:`~oxiwork.budget.Budget` of this workbench's requests: how many bytes the
+        simulator may allocate, how many nodes and buffers edits may grow the graph to
+        (``None``: :func:`oxiwork.budget.current`).
 
     Attributes
     ----------
@@ -191,9 +227,14 @@ class Workbench(anywidget.AnyWidget):
         max_group_size: int = 16,
         memory_mode: str = "heuristic",
         progressive: bool = True,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidOption(f"Workbench budget must be a Budget, got {type(budget).__name__}")
+        #: Work limits of this workbench's requests (oxiwork.budget; None: the default).
+        self.budget = budget
         # No session yet, so these only check the values (see _on_option).
         self.max_streams = max_streams
         self.fusion = fusion
@@ -466,6 +507,7 @@ class Workbench(anywidget.AnyWidget):
             fusion=self.fusion,
             max_group_size=self.max_group_size,
             lazy=lazy,
+            budget=self.budget,
         )
 
     def _set_graph(self, graph: ComputeGraph) -> None:
@@ -473,9 +515,38 @@ class Workbench(anywidget.AnyWidget):
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
         session = self._new_session(graph, lazy=lazy)
-        # Commit only after the engine accepted the graph.
-        self._graph = graph
-        self._install(session)
+        # Commit only after the engine accepted the graph, and all or nothing: if drawing
+        # the new views or sending them fails, the workbench goes back to the old graph.
+        saved = self._snapshot()
+        try:
+            with self.hold_sync():
+                self._graph = graph
+                self._install(session)
+                _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`_install` changes, to put back with :meth:`_restore`."""
+        caches = {k: dict(getattr(self, k)) for k in _CACHES}
+        extra = {k: getattr(self, k) for k in _PLAIN_STATE}
+        traits = {k: getattr(self, k) for k in _SYNCED_STATE}
+        return self._graph, self.session, caches, extra, traits
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        graph, session, caches, extra, traits = saved
+        self._graph, self.session = graph, session
+        for k, v in caches.items():
+            getattr(self, k).clear()
+            getattr(self, k).update(v)
+        for k, v in extra.items():
+            setattr(self, k, v)
+        # Straight into the trait store: these values were valid and on screen, and going
+        # through the observers would redraw (and could fail) again.
+        for k, v in traits.items():
+            self._trait_values[k] = v
+        self.send_state(list(traits))
 
     def _apply_options(self) -> None:
         """Re-plan the current graph with the option traits, if they differ from the plan's."""
@@ -699,7 +770,7 @@ class Workbench(anywidget.AnyWidget):
                 # Both steps of the pair (real-plan indices), so the views mark them.
                 "step": b, "node": int(steps[b].node), "first": a,
                 "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
-                "message": _real_steps(str(r.message), r, s),
+                "message": r.describe(s.plan_step),
                 "observed": r.observed is not None, "manifested": bool(r.manifested),
             })  # fmt: skip
         e = s.dropped_event
@@ -814,7 +885,8 @@ class Workbench(anywidget.AnyWidget):
         ``errors`` unchanged and come back as ``{"type": "error", "request_id", "message"}``.
         """
         rid = content.get("request_id", "") if isinstance(content, dict) else ""
-        rid = rid if isinstance(rid, str) else ""
+        # Echoed in the reply, so only if it can be sent back (validate refuses the rest).
+        rid = rid if isinstance(rid, str) and _sendable_text(rid[:64]) else ""
         try:
             msg = validate(content, buffers)
             # One sync message per request, so the frontend never sees half an update
@@ -894,7 +966,8 @@ class Workbench(anywidget.AnyWidget):
         # Builder warnings (a buffer read before any write...) are shown in the widget.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GraphWarning)
-            new = apply_edit(self._graph, m)
+            with using(self.budget):  # how far an edit may grow the graph
+                new = apply_edit(self._graph, m)
         self._set_graph(new)
         notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
         done = f"{m['type'].replace('_', ' ')}: done"
@@ -1014,21 +1087,6 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "inspect": Workbench._h_inspect,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
-
-
-def _real_steps(message: str, race: Any, s: Session) -> str:
-    """A race message with the simulated plan's step numbers replaced by the real plan's
-    (those the panel lists) when an event is dropped; only the exact phrases the race
-    detector writes are replaced, so a node named like one is left alone."""
-    if s.dropped_event is None:
-        return message
-    phrases = {}
-    for i, name in ((race.first, race.first_name), (race.second, race.second_name)):
-        phrases[f"step {i} {name!r}"] = f"step {s.plan_step(i)} {name!r}"
-    phrases[f"after step {race.first} ("] = f"after step {s.plan_step(race.first)} ("
-    # One pass, so a number already replaced is not replaced again.
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
-    return pattern.sub(lambda m: phrases[m.group(0)], message)
 
 
 MAX_RACES = 200

@@ -216,3 +216,23 @@ def test_palette_is_the_widgets() -> None:
     ts = (Path(__file__).resolve().parents[2] / "widget_js/src/colors.ts").read_text()
     assert 'from "../../oxiwork/palette.json"' in ts
     assert "#4e79a7" not in ts  # no second copy of the colours
+
+
+def test_big_plans_batch_the_same_geometry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above BATCH_ABOVE, bars and arrows become one path per colour: same rectangles,
+    same segments."""
+    plan = ExecutionPlan.build(random_op_dag(4, 60), max_streams=3)
+    small = figures.streams(plan, modes=["graph"]).axes[0]
+    monkeypatch.setattr(figures, "BATCH_ABOVE", 0)
+    big = figures.streams(plan, modes=["graph"]).axes[0]
+    bars = [p for p in big.patches if p.get_gid() == "steps"]
+    assert len(bars) == len({b.stream for b in timeline(plan).bars})
+    n_rects = sum(len(p.get_path().vertices) // 5 for p in bars)
+    assert n_rects == len(coll(small, "steps").get_paths()) == len(plan.steps)
+    (line,) = [ln for ln in big.lines if ln.get_gid() == "event arrows"]
+    xs = line.get_xdata()
+    waits = sum(1 for s in plan.steps if s.kind is NodeKind.EventWait)
+    assert np.isnan(xs).sum() == waits == len(coll(small, "event arrows").get_segments())
+    mem = figures.memory(plan).axes[0]
+    rects = sum(len(p.get_path().vertices) // 5 for p in mem.patches if p.get_gid() == "buffers")
+    assert rects == len(plan.memory.to_dict()["buffers"])

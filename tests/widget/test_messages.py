@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork.error import MessageError
-from oxiwork.widget.messages import MAX_MESSAGE_BYTES, MAX_STRING, SCHEMAS, validate
+from oxiwork.widget.messages import MAX_INT, MAX_MESSAGE_BYTES, MAX_STRING, SCHEMAS, validate
 
 # One valid example per message type; the test below checks that the table is complete.
 VALID: dict[str, dict[str, Any]] = {
@@ -232,7 +232,7 @@ def test_sim_config_accepts_exactly_the_allowed_values(policy: Any, drop: Any) -
     from oxiwork.executor.simulator import POLICIES
 
     allowed = isinstance(policy, str) and policy in POLICIES
-    allowed = allowed and (drop is None or (type(drop) is int and abs(drop) <= 2**62))
+    allowed = allowed and (drop is None or (type(drop) is int and abs(drop) <= MAX_INT))
     try:
         out = validate(msg("sim_config", policy=policy, drop_event=drop))
     except MessageError as e:

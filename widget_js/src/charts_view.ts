@@ -51,9 +51,20 @@ abstract class CanvasChart {
     this.tooltip = h("div", { class: "ow-tooltip" });
     this.tooltip.style.display = "none";
     this.legend = h("div", { class: "ow-chart-legend" });
-    this.reset = h("button", { class: "ow-btn ow-small ow-chart-reset", text: "Reset zoom", title: "show the whole axis (double-click)", onclick: () => this.resetZoom() });
+    this.reset = h("button", {
+      class: "ow-btn ow-small ow-chart-reset",
+      text: "Reset zoom",
+      title: "show the whole axis (double-click)",
+      onclick: () => this.resetZoom(),
+    });
     this.reset.style.display = "none";
-    this.root = h("div", { class: `ow-chart ${cls}`, "data-zoom": "1" }, this.canvas, this.tooltip, h("div", { class: "ow-chart-head" }, this.legend, this.reset));
+    this.root = h(
+      "div",
+      { class: `ow-chart ${cls}`, "data-zoom": "1" },
+      this.canvas,
+      this.tooltip,
+      h("div", { class: "ow-chart-head" }, this.legend, this.reset),
+    );
     this.canvas.addEventListener("pointermove", (e) => {
       const r = this.canvas.getBoundingClientRect();
       const x = e.clientX - r.left;
@@ -161,7 +172,11 @@ abstract class CanvasChart {
     const key = items.map(([c, t]) => c + t).join("|");
     if (this.legend.dataset.key === key) return;
     this.legend.dataset.key = key;
-    this.legend.replaceChildren(...items.map(([c, t, long]) => h("span", { class: "ow-legend-item", "data-mark": c, title: long ?? t }, h("span", { class: `ow-mark ow-chart-mark-${c}` }), t)));
+    this.legend.replaceChildren(
+      ...items.map(([c, t, long]) =>
+        h("span", { class: "ow-legend-item", "data-mark": c, title: long ?? t }, h("span", { class: `ow-mark ow-chart-mark-${c}` }), t),
+      ),
+    );
   }
 
   protected clicked(_index: number): void {}
@@ -241,11 +256,22 @@ export class MemoryChart extends CanvasChart {
     this.root.dataset.drawnRects = String(g.rects.length);
     const bound = new Set(mem.bound_buffers ?? []);
     const lv = mem.liveness_bound_bytes ?? mem.lower_bound_bytes;
-    const legend: [string, string, string?][] = [["buffer", "buffer", "a buffer: its live steps (x) by its arena bytes (y), one colour per buffer"]];
-    if (bound.size) legend.push(["bound", `bound's ${bound.size} buffers`, "outlined: buffers no event orders pairwise; their sizes add up to the lower bound"]);
+    const legend: [string, string, string?][] = [
+      ["buffer", "buffer", "a buffer: its live steps (x) by its arena bytes (y), one colour per buffer"],
+    ];
+    if (bound.size)
+      legend.push([
+        "bound",
+        `bound's ${bound.size} buffers`,
+        "outlined: buffers no event orders pairwise; their sizes add up to the lower bound",
+      ]);
     if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
-    legend.push(["arena", `arena (${mem.mode})`, "the arena the planner made"], ["lower", "lower bound", "no safe plan for this schedule is smaller"]);
-    if (lv < mem.lower_bound_bytes) legend.push(["liveness", "liveness, one order", "most bytes live at once over one order (below the bound on several streams)"]);
+    legend.push(
+      ["arena", `arena (${mem.mode})`, "the arena the planner made"],
+      ["lower", "lower bound", "no safe plan for this schedule is smaller"],
+    );
+    if (lv < mem.lower_bound_bytes)
+      legend.push(["liveness", "liveness, one order", "most bytes live at once over one order (below the bound on several streams)"]);
     this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
@@ -402,12 +428,15 @@ export class StreamChart extends CanvasChart {
     this.root.dataset.drawnBars = String(g.rects.length);
     this.root.dataset.drawnArrows = String(g.arrows.length);
     const m = this.marks;
-    const legend: [string, string, string?][] = [["bar", "step (colour: stream)", "a step on its stream's lane, [start, end) from the cost model"]];
+    const legend: [string, string, string?][] = [
+      ["bar", "step (colour: stream)", "a step on its stream's lane, [start, end) from the cost model"],
+    ];
     if (g.arrows.length) legend.push(["event", "event", "an event: recorded at the end of one step, waited for before another"]);
     if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
     if (this.selectedNode >= 0) legend.push(["selected", "selected"]);
     if (m.raceSteps.size) legend.push(["race", `race (${m.raceSteps.size} steps)`, "a step in a race the simulator reports"]);
-    if (m.droppedEvent !== null) legend.push(["dropped", `dropped e${m.droppedEvent}`, `event ${m.droppedEvent}'s record and waits are dropped: faded, and no arrow`]);
+    if (m.droppedEvent !== null)
+      legend.push(["dropped", `dropped e${m.droppedEvent}`, `event ${m.droppedEvent}'s record and waits are dropped: faded, and no arrow`]);
     this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
@@ -498,7 +527,14 @@ export class TreeChart extends CanvasChart {
     this.root.dataset.nodes = "0";
   }
 
-  set(parent: ArrayLike<number> | null, names: string[], include: ArrayLike<number> | undefined, selected: number, simNode: number, reason: string): void {
+  set(
+    parent: ArrayLike<number> | null,
+    names: string[],
+    include: ArrayLike<number> | undefined,
+    selected: number,
+    simNode: number,
+    reason: string,
+  ): void {
     this.parent = parent ?? [];
     this.names = names;
     this.include = include;
