@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import matplotlib.colors
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
@@ -56,6 +57,7 @@ __all__ = [
     "dag",
     "dominator_tree",
     "memory",
+    "output_histograms",
     "pass_summary",
     "streams",
 ]
@@ -212,11 +214,20 @@ def dag(
     cols = min(len(info.level_widths), 48) or 1
     width = max(info.level_widths, default=1)
     fig, ax = _axes(ax, (min(18.0, 2 + cols * 0.36), min(24.0, 1.5 + bands * (width + 1.5) * 0.32)))
+
+    def faint_across_bands(segs: list[Any], colour: str) -> list[Any]:
+        # An edge into the next band runs back across the figure: draw it faintly, so the
+        # bands stay readable and the edge can still be followed.
+        rgba = matplotlib.colors.to_rgba(colour)
+        return [rgba if b[0] >= a[0] else (*rgba[:3], 0.18) for a, b in segs]
+
     segs = [(pos[a], pos[b]) for a, b in graph.edges]
-    ax.add_collection(LineCollection(segs, colors="#9aa5b4", linewidths=0.6, gid="edges"))
+    ax.add_collection(LineCollection(segs, colors=faint_across_bands(segs, "#9aa5b4"),
+                                     linewidths=0.6, gid="edges"))  # fmt: skip
     path = info.critical_path
     crit = [(pos[a], pos[b]) for a, b in itertools.pairwise(path)]
-    ax.add_collection(LineCollection(crit, colors=st.STRONG, linewidths=1.8, gid="critical path"))
+    ax.add_collection(LineCollection(crit, colors=faint_across_bands(crit, st.STRONG),
+                                     linewidths=1.8, gid="critical path"))  # fmt: skip
     max_slack = max(info.slack.values(), default=0.0)
     ids = list(info.order)
     xy = np.array([pos[i] for i in ids]) if ids else np.zeros((0, 2))
@@ -233,8 +244,12 @@ def dag(
     if n <= LABEL_NODES:
         for i in ids:
             x, y = pos[i]
-            ax.text(x, y - 0.28, st.clip(graph.node(i).name, 14), fontsize=_FONT - 1.5, parse_math=False,
-                    ha="center", va="top", color=_INK, gid="label")  # fmt: skip
+            # Neighbouring levels label below and above in turn, so names along a chain
+            # do not run into each other.
+            up = int(x) % 2 == 1
+            ax.text(x, y + (0.28 if up else -0.28), st.clip(graph.node(i).name, 14),
+                    fontsize=_FONT - 1.5, parse_math=False, ha="center",
+                    va="bottom" if up else "top", color=_INK, gid="label")  # fmt: skip
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
     ax.margins(0.04)
@@ -362,11 +377,13 @@ def dominator_tree(
             x, y = pos[v]
             name = root if v is None else st.clip(graph.node(v).name, 18)
             leaf = v is not None and not kids[v]
-            # Leaves are labelled downwards (they have room), inner nodes to the right.
-            ax.text(x + (0 if leaf else 0.15), y - (0.12 if leaf else 0), name, parse_math=False,
-                    fontsize=_FONT - 1, rotation=90 if leaf else 0,
-                    ha="center" if leaf else "left", va="top" if leaf else "center",
-                    color=_INK, gid="label")  # fmt: skip
+            # Leaves are labelled downwards (they have room); inner nodes on a slant up and
+            # to the right, so the labels of siblings one leaf apart run parallel instead of
+            # overlapping.
+            ax.text(x + (0 if leaf else 0.12), y - (0.12 if leaf else -0.08), name,
+                    parse_math=False, fontsize=_FONT - 1, rotation=90 if leaf else 35,
+                    rotation_mode="anchor", ha="right" if leaf else "left",
+                    va="center" if leaf else "bottom", color=_INK, gid="label")  # fmt: skip
     ax.set_yticks([])
     ax.set_xticks([])
     ax.set_ylabel("depth")
@@ -649,6 +666,40 @@ def buffer_histogram(source: Any, name: str | None = None, *, ax: Axes | None = 
     return fig
 
 
+def output_histograms(plan: ExecutionPlan, *, seed: int = 0, most: int = 3) -> Figure:
+    """Value histograms of the plan's downloaded outputs after a simulated run
+    (:class:`~oxiwork.executor.simulator.SequentialExecutor`, inputs generated from ``seed``),
+    one panel per output, at most ``most`` (by name).
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> fig = output_histograms(ExecutionPlan.build(quick_start()))
+    >>> [a.get_title().split(":")[0] for a in fig.axes]
+    ['output']
+    """
+    import warnings
+
+    from oxiwork import reference
+    from oxiwork.executor.simulator import SequentialExecutor, input_names
+
+    inputs = {
+        n: reference.generated_input(plan.original.buffer_by_name(n), seed=seed)
+        for n in input_names(plan)
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generated inputs: expected here
+        outputs = SequentialExecutor(plan).run(inputs, seed=seed).outputs
+    if not outputs:
+        raise InvalidArgument("the plan has no downloaded outputs with values to show")
+    names = sorted(outputs)[:most]
+    fig = new_figure((5.0 * len(names), 2.8), wspace=0.3)
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        buffer_histogram(outputs[name], name, ax=ax)
+    return fig
+
+
 VIEWS = {
     "dag": lambda plan: dag(plan.original),
     "dominators": lambda plan: dominator_tree(plan.original),
@@ -656,5 +707,6 @@ VIEWS = {
     "memory": memory,
     "streams": streams,
     "passes": pass_summary,
+    "histograms": output_histograms,
 }
 """Every view that a plan alone determines, by name (the CLI's ``--view`` and the report)."""

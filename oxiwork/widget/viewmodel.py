@@ -173,14 +173,9 @@ def unpack_dag(blob: bytes) -> dict[str, list[Any]]:
 
 
 def _levels(graph: ComputeGraph) -> list[int]:
-    """ASAP level (longest path in edges from a source) per dense position."""
-    d = graph.dense()
-    level = [0] * len(d.ids)
-    for v in d.topo:
-        for u in d.pred[v]:
-            if level[u] + 1 > level[v]:
-                level[v] = level[u] + 1
-    return level
+    """ASAP level per dense position (:func:`oxiwork.analysis.topo.level_positions`), as a
+    list the caller may extend with ghosts."""
+    return list(topo.level_positions(graph))
 
 
 # An engine bug in an analysis must not take the drawing down: the view draws without it

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -848,7 +847,7 @@ class Workbench(anywidget.AnyWidget):
                 # Both steps of the pair (real-plan indices), so the views mark them.
                 "step": b, "node": int(steps[b].node), "first": a,
                 "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
-                "message": _real_steps(str(r.message), r, s),
+                "message": r.describe(s.plan_step),
                 "observed": r.observed is not None, "manifested": bool(r.manifested),
             })  # fmt: skip
         e = s.dropped_event
@@ -1179,21 +1178,6 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "pin": Workbench._h_pin,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
-
-
-def _real_steps(message: str, race: Any, s: Session) -> str:
-    """A race message with the simulated plan's step numbers replaced by the real plan's
-    (those the panel lists) when an event is dropped; only the exact phrases the race
-    detector writes are replaced, so a node named like one is left alone."""
-    if s.dropped_event is None:
-        return message
-    phrases = {}
-    for i, name in ((race.first, race.first_name), (race.second, race.second_name)):
-        phrases[f"step {i} {name!r}"] = f"step {s.plan_step(i)} {name!r}"
-    phrases[f"after step {race.first} ("] = f"after step {s.plan_step(race.first)} ("
-    # One pass, so a number already replaced is not replaced again.
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
-    return pattern.sub(lambda m: phrases[m.group(0)], message)
 
 
 MAX_RACES = 200

@@ -236,3 +236,29 @@ def test_big_plans_batch_the_same_geometry(monkeypatch: pytest.MonkeyPatch) -> N
     mem = figures.memory(plan).axes[0]
     rects = sum(len(p.get_path().vertices) // 5 for p in mem.patches if p.get_gid() == "buffers")
     assert rects == len(plan.memory.to_dict()["buffers"])
+
+
+@pytest.mark.parametrize("view", sorted(figures.VIEWS))
+def test_every_view_renders_to_svg_with_names_as_text(view: str, tmp_path) -> None:
+    plan = ExecutionPlan.build(quick_start())
+    fig = figures.VIEWS[view](plan)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(tmp_path / "v.svg")
+    svg = (tmp_path / "v.svg").read_text()
+    assert "<text" in svg
+
+
+def test_output_histograms_one_panel_per_output() -> None:
+    plan = ExecutionPlan.build(transformer_block(1), max_streams=2)
+    fig = figures.output_histograms(plan)
+    assert len(fig.axes) == min(3, len(simulated_outputs(plan)))
+
+
+def simulated_outputs(plan: ExecutionPlan) -> dict:
+    import warnings
+
+    from oxiwork.executor.simulator import SequentialExecutor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # inputs generated from the seed
+        return SequentialExecutor(plan).run().outputs

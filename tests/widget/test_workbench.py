@@ -313,6 +313,21 @@ class TestSimulator:
         assert send(w, "sim", action="reset")["type"] == "ok"
         assert w.sim_position == -1 and w.sim_state["highlight"] == []
 
+    def test_race_messages_number_the_real_plans_steps(self) -> None:
+        # With an event dropped the simulator runs a copy of the plan with fewer steps; the
+        # panel lists the real plan, so each race's text is formatted from its fields with
+        # the real step numbers (no text is parsed back).
+        w = Workbench(transformer_block(1), max_streams=4)
+        w.load_passes()
+        assert send(w, "sim_config", drop_event=0)["type"] == "ok"
+        send(w, "sim", action="run")
+        races = w.sim_state["races"]
+        assert races
+        steps = w.session.plan.steps
+        for r in races:
+            real = steps[r["step"]]
+            assert f"step {r['step']} {real.name!r} on stream {int(real.stream)}" in r["message"]
+
     def test_step_does_not_resend_the_graph(self) -> None:
         w = Workbench(quick_start())
         w.load_passes()
