@@ -236,3 +236,12 @@ def test_big_plans_batch_the_same_geometry(monkeypatch: pytest.MonkeyPatch) -> N
     mem = figures.memory(plan).axes[0]
     rects = sum(len(p.get_path().vertices) // 5 for p in mem.patches if p.get_gid() == "buffers")
     assert rects == len(plan.memory.to_dict()["buffers"])
+
+
+def test_dag_labels_lie_inside_the_axes_even_for_a_chain() -> None:
+    # A chain is one row of nodes; its names, drawn above and below the row, used to fall
+    # outside the axes (cut off in a notebook or a saved figure).
+    ax = figures.dag(quick_start()).axes[0]
+    lo, hi = ax.get_ylim()
+    labels = [t for t in ax.texts if t.get_gid() == "label"]
+    assert len(labels) == 4 and all(lo < t.get_position()[1] < hi for t in labels)
