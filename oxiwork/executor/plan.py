@@ -106,7 +106,7 @@ class ExecutionPlan:
         *,
         fusion: bool = True,
         max_group_size: int = 16,
-        memory_mode: str = "heuristic",
+        memory_mode: str = "auto",
         memory_time_limit: float | None = None,
         capacity: int | None = None,
         verify: bool = True,
@@ -123,10 +123,12 @@ class ExecutionPlan:
             Run the fusion pass first.
         max_group_size : int
             Most kernels one fused kernel may replace.
-        memory_mode : {"heuristic", "exact"}
-            The memory planner's mode (``"exact"`` searches with MiniMalloc).
+        memory_mode : {"auto", "heuristic", "exact"}
+            The memory planner's mode (``"exact"`` searches with MiniMalloc; ``"auto"``, the
+            default, searches within a budget that grows with the graph, see
+            :func:`oxiwork.optimizer.memory_pass.plan_memory`).
         memory_time_limit : float, optional
-            Seconds the exact memory search may take.
+            Seconds the exact (or auto) memory search may take.
         capacity : int, optional
             Arena bytes the memory plan should fit in (reported in ``plan.memory``).
         verify : bool

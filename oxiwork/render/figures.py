@@ -57,6 +57,7 @@ __all__ = [
     "dag",
     "dominator_tree",
     "memory",
+    "output_histograms",
     "pass_summary",
     "streams",
 ]
@@ -671,6 +672,40 @@ def buffer_histogram(source: Any, name: str | None = None, *, ax: Axes | None = 
     return fig
 
 
+def output_histograms(plan: ExecutionPlan, *, seed: int = 0, most: int = 3) -> Figure:
+    """Value histograms of the plan's downloaded outputs after a simulated run
+    (:class:`~oxiwork.executor.simulator.SequentialExecutor`, inputs generated from ``seed``),
+    one panel per output, at most ``most`` (by name).
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> fig = output_histograms(ExecutionPlan.build(quick_start()))
+    >>> [a.get_title().split(":")[0] for a in fig.axes]
+    ['output']
+    """
+    import warnings
+
+    from oxiwork import reference
+    from oxiwork.executor.simulator import SequentialExecutor, input_names
+
+    inputs = {
+        n: reference.generated_input(plan.original.buffer_by_name(n), seed=seed)
+        for n in input_names(plan)
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generated inputs: expected here
+        outputs = SequentialExecutor(plan).run(inputs, seed=seed).outputs
+    if not outputs:
+        raise InvalidArgument("the plan has no downloaded outputs with values to show")
+    names = sorted(outputs)[:most]
+    fig = new_figure((5.0 * len(names), 2.8), wspace=0.3)
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        buffer_histogram(outputs[name], name, ax=ax)
+    return fig
+
+
 VIEWS = {
     "dag": lambda plan: dag(plan.original),
     "dominators": lambda plan: dominator_tree(plan.original),
@@ -678,5 +713,6 @@ VIEWS = {
     "memory": memory,
     "streams": streams,
     "passes": pass_summary,
+    "histograms": output_histograms,
 }
 """Every view that a plan alone determines, by name (the CLI's ``--view`` and the report)."""

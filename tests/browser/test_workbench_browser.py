@@ -200,6 +200,7 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         "search finds a node, selects it in the kernel and centres it",
         "the repeated blocks collapse into groups",
         "a long graph is folded into bands that show more of it",
+        "pin and compare: the pinned plan beside the current one",
     ):
         assert must in names
     for s in results["skipped"]:
