@@ -201,6 +201,7 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         "the repeated blocks collapse into groups",
         "a long graph is folded into bands that show more of it",
         "pin and compare: the pinned plan beside the current one",
+        "the dom tree names every node, inner ones too",
     ):
         assert must in names
     for s in results["skipped"]:

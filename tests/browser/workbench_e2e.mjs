@@ -428,6 +428,9 @@ try {
       scrollable === "1" && overflow && Number(leaves) > 20 && Number(labels) >= Number(leaves),
       `scrollable ${scrollable}, overflow ${overflow}, ${labels} labels, ${leaves} leaves`,
     );
+    // Issue 15 (7): inner nodes are named too (a column per depth, scrolling sideways).
+    const drawnTree = Number(await tree.getAttribute("data-drawn-nodes"));
+    check(`the ${tab} tree names every node, inner ones too`, Number(labels) >= drawnTree, `${labels} labels for ${drawnTree} nodes`);
   }
   check("dominator trees drew every node", true);
   await big.locator('.ow-bottom .ow-tab[data-tab="passes"]').click();
