@@ -19,6 +19,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailable",
+    "BudgetExceeded",
     "CycleError",
     "EmptyGraph",
     "ExecutionError",
@@ -95,6 +96,11 @@ class BackendUnavailable(GraphError):
 
 class MessageError(GraphError):
     """A message from the widget frontend is malformed or refers to unknown things."""
+
+
+class BudgetExceeded(GraphError):
+    """A request needs more than its work budget (:class:`oxiwork.budget.Budget`) allows;
+    the message names the budget and how to raise it."""
 
 
 # The seed's ``GraphResult<T>`` is Rust's ``Result``; in Python a function either

@@ -10,7 +10,18 @@ import { STATE_CREATED, STATE_REMOVED, type DagArrays } from "./dagdata";
 import { formatTime } from "./charts";
 import { clear, fitCanvas, fitText, h } from "./dom";
 import { DX, foldLayout, hitTest, NODE_H, NODE_W, SpatialGrid, type Layout } from "./layout";
-import { groupBox, groupsAt, maxGroupDepth, minimapToWorld, minimapTransform, revealed, searchNodes, viewportOnMinimap, zoomAt as zoomView, type MiniMap } from "./nav";
+import {
+  groupBox,
+  groupsAt,
+  maxGroupDepth,
+  minimapToWorld,
+  minimapTransform,
+  revealed,
+  searchNodes,
+  viewportOnMinimap,
+  zoomAt as zoomView,
+  type MiniMap,
+} from "./nav";
 
 export interface DagViewState {
   dag: DagArrays;
@@ -58,8 +69,7 @@ export class DagView {
   private userMoved = false;
   private frame = 0;
   private hover = -1;
-  private drag: { mode: "pan" | "link"; x: number; y: number; tx: number; ty: number; src: number; moved: boolean } | null =
-    null;
+  private drag: { mode: "pan" | "link"; x: number; y: number; tx: number; ty: number; src: number; moved: boolean } | null = null;
   private linkTo: { x: number; y: number } | null = null;
   private ro: ResizeObserver | null = null;
   private drawCount = 0;
@@ -98,9 +108,19 @@ export class DagView {
       h("button", { class: "ow-btn ow-small", text: "+", title: "zoom in", onclick: () => this.zoomBy(1.4) }),
       h("button", { class: "ow-btn ow-small ow-fit", text: "Fit", title: "fit the graph (double-click)", onclick: () => this.fit() }),
     );
-    this.foldBtn = h("button", { class: "ow-btn ow-small ow-fold", text: "Fold", title: "fold a long graph into rows that fill the view", onclick: () => this.toggleFold() });
+    this.foldBtn = h("button", {
+      class: "ow-btn ow-small ow-fold",
+      text: "Fold",
+      title: "fold a long graph into rows that fill the view",
+      onclick: () => this.toggleFold(),
+    });
     zoom.append(this.foldBtn);
-    this.searchBox = h("input", { class: "ow-input ow-search", type: "search", placeholder: "find a node…", "aria-label": "find a node by name" });
+    this.searchBox = h("input", {
+      class: "ow-input ow-search",
+      type: "search",
+      placeholder: "find a node…",
+      "aria-label": "find a node by name",
+    });
     this.searchInfo = h("span", { class: "ow-search-info" });
     this.searchBox.addEventListener("input", () => this.search(this.searchBox.value, false));
     this.searchBox.addEventListener("keydown", (e) => {
@@ -114,7 +134,11 @@ export class DagView {
         this.search("", false);
       }
     });
-    this.groupSel = h("select", { class: "ow-input ow-group-depth", "aria-label": "collapse groups", title: "collapse the nodes that share a dotted name prefix (a module path, a repeated block) into one box; click a box to open it" });
+    this.groupSel = h("select", {
+      class: "ow-input ow-group-depth",
+      "aria-label": "collapse groups",
+      title: "collapse the nodes that share a dotted name prefix (a module path, a repeated block) into one box; click a box to open it",
+    });
     this.groupSel.addEventListener("change", () => {
       this.groupDepth = Number(this.groupSel.value);
       this.expanded.clear();
@@ -124,7 +148,16 @@ export class DagView {
     const find = h("div", { class: "ow-find" }, this.searchBox, this.searchInfo, this.groupSel);
     this.mini = h("canvas", { class: "ow-minimap", title: "minimap: click or drag to move the view" });
     this.ringLegend = h("div", { class: "ow-ring-legend" });
-    this.root = h("div", { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 }, this.canvas, this.tooltip, zoom, find, this.mini, this.ringLegend);
+    this.root = h(
+      "div",
+      { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 },
+      this.canvas,
+      this.tooltip,
+      zoom,
+      find,
+      this.mini,
+      this.ringLegend,
+    );
     this.canvas.owHitTest = (cx, cy) => {
       const i = this.pick(cx, cy);
       return i >= 0 && this.state ? this.state.dag.int.id[i] : null;
@@ -134,7 +167,8 @@ export class DagView {
       const s = this.state;
       if (!s) return null;
       for (let i = 0; i < s.dag.n; i++) {
-        if (s.dag.int.id[i] === id && s.dag.int.state[i] !== STATE_REMOVED) return { column: s.layout.x[i] / DX, level: s.dag.int.level[i] };
+        if (s.dag.int.id[i] === id && s.dag.int.state[i] !== STATE_REMOVED)
+          return { column: s.layout.x[i] / DX, level: s.dag.int.level[i] };
       }
       return null;
     };
@@ -318,7 +352,11 @@ export class DagView {
     this.hits = s ? searchNodes(s.names, q, 500, (i) => s.dag.int.state[i] === STATE_REMOVED) : [];
     if (prev.join() !== this.hits.join()) this.hitAt = -1;
     this.root.dataset.searchHits = String(this.hits.length);
-    this.searchInfo.textContent = q.trim() ? (this.hits.length ? `${this.hits.length >= 500 ? "500+" : this.hits.length} found` : "no match") : "";
+    this.searchInfo.textContent = q.trim()
+      ? this.hits.length
+        ? `${this.hits.length >= 500 ? "500+" : this.hits.length} found`
+        : "no match"
+      : "";
     if (jump && this.hits.length) {
       this.hitAt = (this.hitAt + dir + this.hits.length) % this.hits.length;
       const pos = this.hits[this.hitAt];
@@ -385,11 +423,15 @@ export class DagView {
 
   private bind(): void {
     const c = this.canvas;
-    c.addEventListener("wheel", (e) => {
-      e.preventDefault();
-      const p = this.local(e.clientX, e.clientY);
-      this.zoomAt(p.x, p.y, Math.exp(-e.deltaY * 0.0015));
-    }, { passive: false });
+    c.addEventListener(
+      "wheel",
+      (e) => {
+        e.preventDefault();
+        const p = this.local(e.clientX, e.clientY);
+        this.zoomAt(p.x, p.y, Math.exp(-e.deltaY * 0.0015));
+      },
+      { passive: false },
+    );
     c.addEventListener("pointerdown", (e) => {
       const i = this.pick(e.clientX, e.clientY);
       // Dragging from a node draws a dependency (when the graph on screen is editable);
@@ -457,7 +499,10 @@ export class DagView {
     const g = s && i < 0 ? this.pickGroup(cx, cy) : -1;
     if (g >= 0) {
       const b = this.groups[g];
-      this.tooltip.replaceChildren(h("div", { class: "ow-tt-name", text: b.name }), h("div", { class: "ow-tt-sub", text: `${b.members.length} nodes · click to open` }));
+      this.tooltip.replaceChildren(
+        h("div", { class: "ow-tt-name", text: b.name }),
+        h("div", { class: "ow-tt-sub", text: `${b.members.length} nodes · click to open` }),
+      );
       this.placeTooltip(cx, cy);
       return;
     }
@@ -646,7 +691,14 @@ export class DagView {
       const p = pad + width / 2;
       if (grp[i] >= 0) {
         const g = groups[grp[i]];
-        roundRect(ctx, g.x0 * k + tx - hw - p, g.y * k + ty - hh2 - p, (g.x1 - g.x0) * k + 2 * hw + 2 * p, hh2 * 2 + 2 * p, Math.min(8, 8 * k) + p);
+        roundRect(
+          ctx,
+          g.x0 * k + tx - hw - p,
+          g.y * k + ty - hh2 - p,
+          (g.x1 - g.x0) * k + 2 * hw + 2 * p,
+          hh2 * 2 + 2 * p,
+          Math.min(8, 8 * k) + p,
+        );
       } else roundRect(ctx, sx(i) - hw - p, sy(i) - hh2 - p, hw * 2 + 2 * p, hh2 * 2 + 2 * p, Math.min(8, 8 * k) + p);
       ctx.stroke();
       ctx.setLineDash([]);
@@ -704,7 +756,8 @@ export class DagView {
     if (this.ringLegend.dataset.key === key) return;
     this.ringLegend.dataset.key = key;
     clear(this.ringLegend);
-    for (const [k, text] of shown) this.ringLegend.append(h("span", { class: "ow-legend-item", "data-mark": k }, h("span", { class: `ow-mark ow-mark-${k}` }), text));
+    for (const [k, text] of shown)
+      this.ringLegend.append(h("span", { class: "ow-legend-item", "data-mark": k }, h("span", { class: `ow-mark ow-mark-${k}` }), text));
   }
 
   private bindMinimap(): void {
