@@ -12,6 +12,7 @@ Example
 BufferId(0)
 """
 
+from oxiwork.budget import Budget
 from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
 from oxiwork.error import GraphError, GraphResult
 from oxiwork.executor.plan import ExecutionPlan, PlanStep
@@ -42,6 +43,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "Budget",
     "Buffer",
     "BufferId",
     "ComputeGraph",

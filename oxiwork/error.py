@@ -19,6 +19,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailable",
+    "BudgetExceeded",
     "CycleError",
     "EmptyGraph",
     "ExecutionError",
@@ -164,6 +165,11 @@ class MessageError(GraphError):
 
 class GraphWarning(UserWarning):
     """Something is suspicious but not wrong (a buffer read before anyone writes it...)."""
+
+
+class BudgetExceeded(GraphError):
+    """A request needs more than its work budget (:class:`oxiwork.budget.Budget`) allows;
+    the message names the budget and how to raise it."""
 
 
 # The seed's ``GraphResult<T>`` is Rust's ``Result``; in Python a function either

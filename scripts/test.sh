@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+# Debian's graphviz gives the `dot` binary that oxiwork's SVG renders (to_svg, the notebook
+# display, the HTML report) call.
+if ! command -v dot >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # The editable install builds the widget bundle (widget_js -> oxiwork/static) with npm.
@@ -20,9 +28,11 @@ python3 -m venv .venv
 echo "== lint"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The TypeScript side: formatted (prettier) and type-checked (messages.ts types the boundary).
+(cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npx prettier --check src && npm run typecheck)
 
 echo "== JS unit tests"
-(cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npm test)
+(cd widget_js && npm test)
 
 echo "== Python tests"
 .venv/bin/python -m pytest "$@"

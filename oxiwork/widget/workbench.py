@@ -48,8 +48,8 @@ True
 
 from __future__ import annotations
 
+import json
 import pathlib
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -59,6 +59,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from oxiwork.budget import Budget, using
 from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import (
     ExecutionError,
@@ -92,11 +93,40 @@ __all__ = ["InvalidOption", "NotAGraph", "Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
-# Above this many buffers the memory chart is planned on request (see "plan_memory").
-LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+# What Workbench._set_graph saves and restores when installing a graph fails.
+_SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
+                 "sim_state", "inspector", "inspector_values")  # fmt: skip
+_CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
+_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
+
+
+def _sendable_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_sendable(state: dict[str, Any]) -> None:
+    """Refuse state Jupyter cannot send: its JSON must be strict (no NaN) and UTF-8 (no lone
+    surrogates), as ``jupyter_client.session.json_packer`` writes it."""
+    try:
+        json.dumps(
+            {k: v for k, v in state.items() if not isinstance(v, bytes)},
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise InvalidArgument(
+            f"the workbench cannot send this graph's views ({type(e).__name__}: {e}); "
+            "please report it"
+        ) from None
 
 
 class NotAGraph(InvalidArgument, TypeError):
@@ -144,6 +174,10 @@ class Workbench(anywidget.AnyWidget):
         for it after its first draw (or when Python needs it). ``False`` runs it in the
         constructor, so the first synced state is complete (for headless runs whose saved
         widget state should hold every view).
+    budget
+        The :class:`~oxiwork.budget.Budget` of this workbench's requests: how many bytes the
+        simulator may allocate, how many nodes and buffers edits may grow the graph to
+        (``None``: :func:`oxiwork.budget.current`).
 
     Attributes
     ----------
@@ -177,6 +211,8 @@ class Workbench(anywidget.AnyWidget):
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
+    #: A pinned plan's figures (:meth:`pin`), compared with the current plan's in the Compare tab.
+    pinned = traitlets.Dict().tag(sync=True)
     # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
     # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
     # them without unpacking; set_options changes several with one rebuild.
@@ -193,9 +229,14 @@ class Workbench(anywidget.AnyWidget):
         max_group_size: int = 16,
         memory_mode: str = "heuristic",
         progressive: bool = True,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidOption(f"Workbench budget must be a Budget, got {type(budget).__name__}")
+        #: Work limits of this workbench's requests (oxiwork.budget; None: the default).
+        self.budget = budget
         # No session yet, so these only check the values (see _on_option).
         self.max_streams = max_streams
         self.fusion = fusion
@@ -223,6 +264,35 @@ class Workbench(anywidget.AnyWidget):
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
         #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
+        if progressive:
+            self._fill_after_cell()
+
+    def _fill_after_cell(self) -> None:
+        """In IPython, run the passes once the cell that made this workbench has finished.
+
+        The cell's output (the input DAG) has been sent by then, so the frontend still draws
+        first; the passes then fill the views whether or not a frontend asks for them, so a
+        notebook executed headless (nbconvert, nbclient) saves the full pipeline's views in
+        its widget state, not only the input DAG. The frontend's ``load_passes`` request
+        finds them computed. Outside IPython nothing changes.
+        """
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
+            return
+        ip = get_ipython()
+        if ip is None or not hasattr(ip, "events"):
+            return
+        events = ip.events
+
+        def fill(*_args: Any) -> None:
+            events.unregister("post_run_cell", fill)
+            try:
+                self.load_passes()
+            except Exception as e:  # the views show the engine's errors; never break the cell
+                self._error("", e, internal=not isinstance(e, GraphError))
+
+        events.register("post_run_cell", fill)
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -270,7 +340,7 @@ class Workbench(anywidget.AnyWidget):
         >>> w.passes_loaded, w.view["memory"]["reason"]
         (False, 'computing passes…')
         >>> w.load_passes()
-        >>> w.passes_loaded, w.view["memory"]["available"]
+        >>> w.passes_loaded, w.view["passes"]["available"]
         (True, True)
         """
         if not self.session.loaded:
@@ -305,6 +375,21 @@ class Workbench(anywidget.AnyWidget):
         if self.plan is None:
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
         return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
+
+    def save_html(self, path: str | pathlib.Path, *, title: str | None = None) -> pathlib.Path:
+        """Save a self-contained offline HTML report of the plan (summary tables and every
+        view as SVG; :func:`oxiwork.export.html.report_html`); returns the path.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph, so there is no plan to report.
+        """
+        from oxiwork.export.html import save_report
+
+        if self.plan is None:
+            raise InvalidPlan(f"no plan to report: {self.session.notes['plan']}; fix the graph")
+        return save_report(self.session.plan, path, title=title)
 
     @property
     def options(self) -> dict[str, int | bool]:
@@ -372,6 +457,52 @@ class Workbench(anywidget.AnyWidget):
                 setattr(self, name, value)
         finally:
             self._setting_options = False
+
+    def pin(self) -> dict[str, Any]:
+        """Pin the current plan's figures, to compare other settings against; return them.
+
+        The Compare tab sets them beside the current plan's (:func:`viewmodel.plan_figures`:
+        kernels, steps, streams, events, arena, modelled times) and lists the kernels only one
+        of the two has. Change an option (``w.max_streams = 1``, ``w.fusion = False``) and
+        the comparison follows; the pin stays until :meth:`unpin` or another :meth:`pin`.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph: there is no plan to pin.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1))
+        >>> w.pin()["options"]["max_streams"]
+        4
+        >>> w.set_options(max_streams=1)
+        True
+        >>> w.load_passes()
+        >>> w.pinned["streams"], w.view["figures"]["streams"]
+        (4, 1)
+        """
+        self.load_passes()
+        if self.session.plan is None:
+            raise InvalidPlan(f"no plan to pin: {self.session.notes['plan']}; fix the graph")
+        self.pinned = self._figures() or {}
+        return dict(self.pinned)
+
+    def unpin(self) -> None:
+        """Forget the pinned plan (:meth:`pin`)."""
+        self.pinned = {}
+
+    def _figures(self) -> dict[str, Any] | None:
+        s = self.session
+        if not s.loaded or s.plan is None:
+            return None
+        if self._figures_cache[0] is not s.plan:
+            figures = _section("plan figures", lambda: vm.plan_figures(s.plan))
+            self._figures_cache = (s.plan, figures)
+        return self._figures_cache[1]
+
+    _figures_cache: tuple[Any, dict[str, Any] | None] = (None, None)
 
     @property
     def sim_settings(self) -> dict[str, Any]:
@@ -453,6 +584,7 @@ class Workbench(anywidget.AnyWidget):
             fusion=self.fusion,
             max_group_size=self.max_group_size,
             lazy=lazy,
+            budget=self.budget,
         )
 
     def _set_graph(self, graph: ComputeGraph) -> None:
@@ -460,9 +592,38 @@ class Workbench(anywidget.AnyWidget):
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
         session = self._new_session(graph, lazy=lazy)
-        # Commit only after the engine accepted the graph.
-        self._graph = graph
-        self._install(session)
+        # Commit only after the engine accepted the graph, and all or nothing: if drawing
+        # the new views or sending them fails, the workbench goes back to the old graph.
+        saved = self._snapshot()
+        try:
+            with self.hold_sync():
+                self._graph = graph
+                self._install(session)
+                _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`_install` changes, to put back with :meth:`_restore`."""
+        caches = {k: dict(getattr(self, k)) for k in _CACHES}
+        extra = {k: getattr(self, k) for k in _PLAIN_STATE}
+        traits = {k: getattr(self, k) for k in _SYNCED_STATE}
+        return self._graph, self.session, caches, extra, traits
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        graph, session, caches, extra, traits = saved
+        self._graph, self.session = graph, session
+        for k, v in caches.items():
+            getattr(self, k).clear()
+            getattr(self, k).update(v)
+        for k, v in extra.items():
+            setattr(self, k, v)
+        # Straight into the trait store: these values were valid and on screen, and going
+        # through the observers would redraw (and could fail) again.
+        for k, v in traits.items():
+            self._trait_values[k] = v
+        self.send_state(list(traits))
 
     def _apply_options(self) -> None:
         """Re-plan the current graph with the option traits, if they differ from the plan's."""
@@ -586,28 +747,34 @@ class Workbench(anywidget.AnyWidget):
         return {"available": True, "entries": entries}
 
     def _memory(self) -> dict[str, Any]:
-        if not self.session.loaded:
+        """The memory chart: the memory pass's plan for the plan's own stream schedule.
+
+        Before the memory pass on the slider it says so; another planner mode re-runs the
+        pass on its own input (:func:`~oxiwork.widget.viewmodel.replan_memory`), never a
+        one-order liveness plan, which would race on several streams."""
+        s = self.session
+        if not s.loaded:
             return _pending()
+        if s.plan is None:
+            return vm.unavailable(f"no memory plan: {s.notes['plan']}")
+        at = next((i for i, st in enumerate(s.stages) if st.name == "memory"), None)
+        if at is None or s.plan.memory is None:
+            return vm.unavailable("no memory plan: the pipeline has no memory pass")
+        if self._stage_index() < at:
+            return vm.unavailable(
+                f"not planned yet: the memory pass is pipeline position {at}; move the pass "
+                "slider to 'memory' to see the arena"
+            )
         mode = self.memory_mode
         if mode not in self._memory_cache:
-            s = self.session
-            if (
-                not self._memory_requested
-                and s.plan is None
-                and len(s.final_graph.buffers) > LAZY_MEMORY_BUFFERS
-            ):
-                # Planning thousands of intervals takes seconds; do it when asked.
-                return {
-                    **vm.unavailable(
-                        f"{len(s.final_graph.buffers)} buffers: the memory plan takes a while "
-                        "for graphs this large"
-                    ),
-                    "can_plan": True,
-                }
-            self._memory_cache[mode] = _section(
-                "memory planning",
-                lambda: vm.memory_section(s.final_graph, s.step_order, mode=mode, plan=s.plan),
-            )
+            plan, before = s.plan, s.stages[at].before
+
+            def build() -> dict[str, Any]:
+                own = plan.memory.mode == mode or before is None
+                report = plan.memory if own else vm.replan_memory(before, mode)
+                return vm.memory_section(plan.graph, report)
+
+            self._memory_cache[mode] = _section("memory planning", build)
         return self._memory_cache[mode]
 
     def _streams(self) -> dict[str, Any]:
@@ -672,12 +839,17 @@ class Workbench(anywidget.AnyWidget):
                 if shown.has_node(nid) and int(nid) not in highlight:
                     highlight.append(int(nid))
         names = {b.name: int(b.id) for b in s.final_graph.buffers}
-        races = [
-            {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
-             "buffer": names.get(r.buffers[0], -1), "message": _real_steps(str(r.message), r, s),
-             "observed": r.observed is not None, "manifested": bool(r.manifested)}
-            for r in [*sim.races, *sim.static_races][:MAX_RACES]  # synced on every step
-        ]  # fmt: skip
+        steps = s.plan.steps
+        races = []
+        for r in [*sim.races, *sim.static_races][:MAX_RACES]:  # synced on every step
+            a, b = s.plan_step(r.first), s.plan_step(r.second)
+            races.append({
+                # Both steps of the pair (real-plan indices), so the views mark them.
+                "step": b, "node": int(steps[b].node), "first": a,
+                "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
+                "message": r.describe(s.plan_step),
+                "observed": r.observed is not None, "manifested": bool(r.manifested),
+            })  # fmt: skip
         e = s.dropped_event
         return {
             "position": current,
@@ -699,7 +871,6 @@ class Workbench(anywidget.AnyWidget):
     _sim_message = ""
     #: Whether the finished run's outputs match the real plan's (see _verdict); None before.
     _sim_verdict: dict[str, Any] | None = None
-    _memory_requested = False
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
 
@@ -728,6 +899,8 @@ class Workbench(anywidget.AnyWidget):
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
             "summary": self._summary(),
+            # The current plan's figures, for the Compare tab (None until the passes ran).
+            "figures": self._figures(),
             "editable": self._stage_index() == 0,
             "edit_reason": "" if self._stage_index() == 0 else
             "Edits apply to the input graph: move the pass slider back to 'input' to build.",
@@ -791,7 +964,8 @@ class Workbench(anywidget.AnyWidget):
         ``errors`` unchanged and come back as ``{"type": "error", "request_id", "message"}``.
         """
         rid = content.get("request_id", "") if isinstance(content, dict) else ""
-        rid = rid if isinstance(rid, str) else ""
+        # Echoed in the reply, so only if it can be sent back (validate refuses the rest).
+        rid = rid if isinstance(rid, str) and _sendable_text(rid[:64]) else ""
         try:
             msg = validate(content, buffers)
             # One sync message per request, so the frontend never sees half an update
@@ -851,7 +1025,6 @@ class Workbench(anywidget.AnyWidget):
         return f"options: {text}" if changed else f"options unchanged: {text}"
 
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
-        self._memory_requested = True
         self.session.load()
         self._refresh()
         return "memory planned"
@@ -872,7 +1045,8 @@ class Workbench(anywidget.AnyWidget):
         # Builder warnings (a buffer read before any write...) are shown in the widget.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GraphWarning)
-            new = apply_edit(self._graph, m)
+            with using(self.budget):  # how far an edit may grow the graph
+                new = apply_edit(self._graph, m)
         self._set_graph(new)
         notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
         done = f"{m['type'].replace('_', ' ')}: done"
@@ -903,7 +1077,7 @@ class Workbench(anywidget.AnyWidget):
         if action == "back" and not sim.state.executed and sim.state.failed_step is None:
             raise MessageError("already at the start; nothing to step back over")
         try:
-            text = _SIM_ACTIONS[action](sim, bp)
+            text = _SIM_ACTIONS[action](s, bp)
         except ExecutionError as e:
             # The simulator stays at the failed step: show it, then report the error.
             self._sim_message = f"stopped: {e}"
@@ -923,9 +1097,14 @@ class Workbench(anywidget.AnyWidget):
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
 
-    def _verdict(self) -> dict[str, Any]:
-        """Whether the finished run's outputs are the real plan's (run in plan order)."""
+    def _verdict(self) -> dict[str, Any] | None:
+        """Whether the finished run's outputs are the real plan's (run in plan order).
+
+        ``None`` for a plain run (the plan itself, in plan order): that run *is* the
+        reference, so there is nothing to compare. A match despite races says why."""
         s = self.session
+        if s.dropped_event is None and s.policy == "in_order":
+            return None
         expected = s.expected_outputs()
         actual = s.sim.outputs
         if expected is None or actual is None:
@@ -933,7 +1112,17 @@ class Workbench(anywidget.AnyWidget):
             return {"match": None, "text": text, "buffers": []}
         diff = output_differences(expected, actual)
         if not diff:
-            return {"match": True, "text": "outputs still match the correct plan", "buffers": []}
+            races = len(s.sim.races) + len(s.sim.static_races)
+            text = "outputs still match the correct plan"
+            if races:
+                reversed_ = sum(1 for r in s.sim.races if r.manifested)
+                text += (
+                    f", but only by luck: {races} race{'s' if races != 1 else ''} remain (pairs "
+                    "of steps touching the same bytes that no event orders); this interleaving "
+                    f"ran {reversed_} of them in reverse without changing a value, and another "
+                    "order, or a real GPU, can"
+                )
+            return {"match": True, "text": text, "buffers": []}
         parts = [
             f"{name} ({'missing or not comparable' if d is None else f'max |Δ| {d:.3g}'})"
             for name, d in diff[:6]
@@ -947,6 +1136,17 @@ class Workbench(anywidget.AnyWidget):
 
     def _h_sim_config(self, m: dict[str, Any]) -> str:
         return self.sim_config(m.get("policy", KEEP), m.get("drop_event", KEEP))
+
+    def _h_pin(self, m: dict[str, Any]) -> str:
+        if m.get("clear"):
+            self.unpin()
+            return "unpinned"
+        f = self.pin()
+        o = f["options"]
+        return (
+            f"pinned the plan with {o['max_streams']} stream(s), fusion "
+            f"{'on' if o['fusion'] else 'off'}: change an option to compare"
+        )
 
     def _h_inspect(self, m: dict[str, Any]) -> str:
         self._inspect(m["buffer"])
@@ -975,23 +1175,9 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "sim": Workbench._h_sim,
     "sim_config": Workbench._h_sim_config,
     "inspect": Workbench._h_inspect,
+    "pin": Workbench._h_pin,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
-
-
-def _real_steps(message: str, race: Any, s: Session) -> str:
-    """A race message with the simulated plan's step numbers replaced by the real plan's
-    (those the panel lists) when an event is dropped; only the exact phrases the race
-    detector writes are replaced, so a node named like one is left alone."""
-    if s.dropped_event is None:
-        return message
-    phrases = {}
-    for i, name in ((race.first, race.first_name), (race.second, race.second_name)):
-        phrases[f"step {i} {name!r}"] = f"step {s.plan_step(i)} {name!r}"
-    phrases[f"after step {race.first} ("] = f"after step {s.plan_step(race.first)} ("
-    # One pass, so a number already replaced is not replaced again.
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
-    return pattern.sub(lambda m: phrases[m.group(0)], message)
 
 
 MAX_RACES = 200
@@ -1014,32 +1200,48 @@ def _section(what: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return vm.unavailable(f"{what} failed: {type(e).__name__}: {e}")
 
 
-def _sim_step(sim: Any, _bp: int | None) -> str:
-    st = sim.step()
-    return f"ran step {st.index}: {st.name}" if st is not None else "finished"
+# Step numbers in every message are indices in the real plan's steps (``plan.steps[i]``,
+# from 0), as in the simulator panel's list, its header, the timeline's tooltips and the race
+# reports: with an event dropped the simulated plan has fewer steps, so its indices are
+# mapped back (Session.plan_step).
+def _step_name(s: Session, sim_index: int) -> str:
+    i = s.plan_step(sim_index)
+    return f"step {i} ({s.plan.steps[i].name})"
 
 
-def _sim_back(sim: Any, _bp: int | None) -> str:
-    st = sim.step_back()
-    return f"undid step {st.index}: {st.name}"
+def _sim_step(s: Session, _bp: int | None) -> str:
+    st = s.sim.step()
+    return f"ran {_step_name(s, st.index)}" if st is not None else "finished"
 
 
-def _sim_reset(sim: Any, _bp: int | None) -> str:
-    sim.reset()
+def _sim_back(s: Session, _bp: int | None) -> str:
+    st = s.sim.step_back()
+    return f"undid {_step_name(s, st.index)}"
+
+
+def _sim_reset(s: Session, _bp: int | None) -> str:
+    s.sim.reset()
     return "reset"
 
 
-def _sim_run(sim: Any, bp: int | None) -> str:
+def _sim_run(s: Session, bp: int | None) -> str:
+    sim = s.sim
     sim.clear_breakpoints()
     if bp is not None:
         sim.break_on_node(bp)
     try:
-        return str(sim.run().message)
+        stop = sim.run()
     finally:
         sim.clear_breakpoints()
+    # Formatted from the stop's fields (the simulator's own message names its API).
+    if stop.reason == "end":
+        return "ran to the end: every step executed"
+    if stop.reason == "breakpoint" and stop.step is not None:
+        return f"stopped before {_step_name(s, stop.step)}: the selected node"
+    return str(stop.message)
 
 
-_SIM_ACTIONS: dict[str, Callable[[Any, int | None], str]] = {
+_SIM_ACTIONS: dict[str, Callable[[Session, int | None], str]] = {
     "step": _sim_step,
     "back": _sim_back,
     "reset": _sim_reset,

@@ -4,7 +4,7 @@ import { DX, DY, freshLayout, hitTest, NODE_H, NODE_W, remember, SpatialGrid, st
 /** A random DAG: edges only from lower to higher index, levels = longest path. */
 function randomDag(n: number, m: number, seed: number) {
   let s = seed;
-  const rnd = () => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rnd = () => (s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
   const src: number[] = [];
   const dst: number[] = [];
   for (let e = 0; e < m; e++) {
@@ -74,10 +74,11 @@ describe("stableLayout", () => {
     const keep = (i: number) => i >= 1;
     const src: number[] = [];
     const dst: number[] = [];
-    for (let e = 0; e < g.src.length; e++) if (keep(g.src[e]) && keep(g.dst[e])) {
-      src.push(g.src[e] - 1);
-      dst.push(g.dst[e] - 1);
-    }
+    for (let e = 0; e < g.src.length; e++)
+      if (keep(g.src[e]) && keep(g.dst[e])) {
+        src.push(g.src[e] - 1);
+        dst.push(g.dst[e] - 1);
+      }
     src.push(0);
     dst.push(ids.length - 1);
     const L1 = stableLayout({ n: ids.length, ids, names, level, src, dst }, cache);
@@ -94,7 +95,37 @@ describe("stableLayout", () => {
     }
   });
 
-  it("puts a fused node at the centroid of the nodes it replaces", () => {
+  it("moves a node whose level changed to its level's column, at its old height", () => {
+    // An edit adds k (level 3) and an edge k -> download: download goes from level 3 to 4.
+    const cache = new Map<number, Placed>([
+      [0, { x: 0, y: 0, name: "upload" }],
+      [1, { x: DX, y: 0, name: "relu" }],
+      [2, { x: 2 * DX, y: 0, name: "scale" }],
+      [3, { x: 3 * DX, y: 0, name: "download" }],
+    ]);
+    const L = stableLayout(
+      {
+        n: 5,
+        ids: [0, 1, 2, 3, 4],
+        names: ["upload", "relu", "scale", "download", "k"],
+        level: [0, 1, 2, 4, 3],
+        src: [0, 1, 2, 4],
+        dst: [1, 2, 3, 3],
+      },
+      cache,
+    );
+    for (let i = 0; i < 5; i++) expect(L.x[i]).toBe([0, 1, 2, 4, 3][i] * DX);
+    expect([L.y[0], L.y[1], L.y[2], L.y[3]]).toEqual([0, 0, 0, 0]);
+    for (const [a, b] of [
+      [0, 1],
+      [1, 2],
+      [2, 3],
+      [4, 3],
+    ])
+      expect(L.x[b]).toBeGreaterThan(L.x[a]);
+  });
+
+  it("puts a fused node at the height of the nodes it replaces, in its level's column", () => {
     const cache = new Map<number, Placed>([
       [1, { x: 0, y: 0, name: "a" }],
       [2, { x: DX, y: 0, name: "b" }],
@@ -106,8 +137,8 @@ describe("stableLayout", () => {
       cache,
     );
     expect(L.x[0]).toBe(0);
-    expect(L.x[2]).toBe(3 * DX);
-    expect([DX, 2 * DX]).toContain(L.x[1]); // 1.5 DX snapped to the grid
+    expect(L.x[1]).toBe(DX);
+    expect(L.x[2]).toBe(2 * DX); // d moved from level 3 to 2
     expect(L.y[1]).toBe(0);
   });
 
@@ -135,7 +166,15 @@ describe("hitTest", () => {
 import { fitTransform, LABEL_ZOOM } from "./dagview";
 
 describe("fitTransform", () => {
-  const box = (minX: number, maxX: number, minY: number, maxY: number) => ({ x: new Float32Array(0), y: new Float32Array(0), minX, maxX, minY, maxY, reused: 0 });
+  const box = (minX: number, maxX: number, minY: number, maxY: number) => ({
+    x: new Float32Array(0),
+    y: new Float32Array(0),
+    minX,
+    maxX,
+    minY,
+    maxY,
+    reused: 0,
+  });
   it("shows a compact graph whole and centred", () => {
     const f = fitTransform(box(0, 4 * DX, -2 * DY, 2 * DY), 1000, 500);
     const cx = (0 + 4 * DX) / 2;
