@@ -27,8 +27,9 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -43,6 +44,9 @@ __all__ = ["LivenessInfo", "analyze", "max_live_bytes"]
 @dataclass(frozen=True, slots=True)
 class LivenessInfo:
     """The result of :func:`analyze`.
+
+    Read-only: ``intervals`` is a ``types.MappingProxyType``, the rest tuples and
+    frozensets, so the memory pass, the simulator and the widget can share one result.
 
     Attributes
     ----------
@@ -68,7 +72,7 @@ class LivenessInfo:
     """
 
     order: tuple[NodeId, ...]
-    intervals: dict[BufferId, tuple[int, int]]
+    intervals: Mapping[BufferId, tuple[int, int]]
     dead: frozenset[BufferId]
     unused: frozenset[BufferId]
     live_bytes: tuple[int, ...]
@@ -289,7 +293,7 @@ def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInf
         order=graph.topological_order()
         if order is None
         else tuple([graph.dense().ids[p] for p in positions]),
-        intervals=intervals,
+        intervals=MappingProxyType(intervals),
         dead=frozenset(dead),
         unused=frozenset(unused),
         live_bytes=tuple(live),

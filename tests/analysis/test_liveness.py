@@ -142,3 +142,25 @@ def test_sparse_ids(g: ComputeGraph) -> None:
         b.live_bytes,
     )
     assert b.order == tuple(NodeId(3 * v + 7) for v in a.order)
+
+
+class TestReadOnly:
+    """One LivenessInfo serves the memory pass, the simulator and the widget: none may change it."""
+
+    def test_intervals_refuse_writes(self):
+        g = build_dag(*dag_edges("diamond", 12, seed=3), seed=3)
+        info = liveness.analyze(g)
+        bid = next(iter(info.intervals))
+        with pytest.raises(TypeError):
+            info.intervals[bid] = (0, 0)  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            info.intervals.clear()  # type: ignore[attr-defined]
+        assert liveness.analyze(g) == info
+
+    def test_the_rest_is_immutable(self):
+        info = liveness.analyze(build_dag(*dag_edges("chain", 8, seed=1), seed=1))
+        assert isinstance(info.order, tuple) and isinstance(info.live_bytes, tuple)
+        with pytest.raises(AttributeError):
+            info.dead.add(BufferId(0))  # type: ignore[attr-defined]
+        with pytest.raises(AttributeError):
+            info.unused.add(BufferId(0))  # type: ignore[attr-defined]
