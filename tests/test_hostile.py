@@ -358,7 +358,10 @@ def test_random_widget_message_sequences() -> None:
             sendable(reply)
             assert "internal error" not in reply.get("message", ""), (msg, reply)
             after = _widget_state(w)  # every synced trait can be sent, after every request
-            if reply["type"] == "error":
+            # A simulator request that ran steps and then stopped at a failing one reports the
+            # failure and shows where it stopped: executed, not refused.
+            ran = reply.get("kind") in ("ExecutionError", "RaceError")
+            if reply["type"] == "error" and not ran:
                 assert after == before, f"refused {msg!r:.200} changed the widget"
             sendable(w.errors)
     assert sum(counts.values()) == MESSAGE_CASES >= 2000
