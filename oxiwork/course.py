@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import networkx as nx
+from matplotlib.figure import Figure
 
 from oxiwork import cost
 from oxiwork.analysis import dominance, topo
@@ -41,7 +42,8 @@ from oxiwork.executor.update import check_update
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import MemcpyDir, NodeId
 from oxiwork.optimizer.fusion import fuse
-from oxiwork.optimizer.memory import greedy_by_size, lower_bound, plan_intervals
+from oxiwork.optimizer.memory import IntervalPlan, greedy_by_size, lower_bound, plan_intervals
+from oxiwork.render._style import buffer_color
 
 __all__ = [
     "TINY_INSTANCE",
@@ -58,6 +60,7 @@ __all__ = [
     "check_lesson_08",
     "fork_join_explicit",
     "happens_before",
+    "interval_figure",
     "read_instance",
     "scaled_chain",
 ]
@@ -197,6 +200,41 @@ def read_instance(text: str = TINY_INSTANCE) -> list[tuple[int, int, int]]:
     """
     rows = csv.DictReader(io.StringIO(text))
     return [(int(r["lower"]), int(r["upper"]), int(r["size"])) for r in rows]
+
+
+def interval_figure(
+    intervals: list[tuple[int, int, int]], plans: Mapping[str, IntervalPlan]
+) -> Figure:
+    """One panel per plan of ``intervals``: each buffer a rectangle, x its ``[lower, upper)``
+    lifetime, y its bytes at the plan's offset; dashed, the lower bound (most bytes live
+    at once). The interval planners' counterpart of :func:`oxiwork.render.memory`, which
+    draws a whole plan.
+
+    >>> iv = read_instance()
+    >>> fig = interval_figure(iv, {"greedy": greedy_by_size(iv)})
+    >>> len(fig.axes[0].collections) == len(iv)  # one rectangle per buffer
+    True
+    """
+    fig = Figure(figsize=(3.2 * len(plans), 2.6), layout="constrained")
+    axes = fig.subplots(1, len(plans), sharey=True, squeeze=False)[0]
+    bound = lower_bound(intervals) / 1024
+    top = max(p.arena_bytes for p in plans.values()) / 1024
+    for ax, (title, plan) in zip(axes, plans.items(), strict=True):
+        for k, ((lo, hi, size), off) in enumerate(zip(intervals, plan.offsets, strict=True)):
+            ax.broken_barh(
+                [(lo, hi - lo)], (off / 1024, size / 1024), facecolors=buffer_color(k),
+                edgecolors="white", linewidth=0.8,
+            )  # fmt: skip
+            ax.text((lo + hi) / 2, (off + size / 2) / 1024, str(k), ha="center", va="center",
+                    fontsize=7, color="white")  # fmt: skip
+        ax.axhline(bound, color="#1b2430", linestyle="--", linewidth=0.8)
+        ax.axhline(plan.arena_bytes / 1024, color="#e15759", linewidth=1.0)
+        ax.set_title(f"{title}: {plan.arena_bytes / 1024:g} KiB", fontsize=9)
+        ax.set_xlabel("time step", fontsize=8)
+        ax.set_ylim(0, top * 1.08)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("arena offset (KiB)", fontsize=8)
+    return fig
 
 
 # --------------------------------------------------------------------------- checkers
@@ -366,7 +404,11 @@ def check_lesson_06(answer: float) -> None:
             f"{answer!r} us is not the saving; take timeline(plan).totals and subtract the "
             "graph total from the stream total (seconds: multiply by 1e6)",
         )
-    _right("06", f"Graph launch saves {want:.1f} us on 98 short kernels (modelled, not measured).")
+    _right(
+        "06",
+        f"Graph launch saves {want:.1f} us on {plan.kernel_count_fused} short kernels "
+        "(modelled, not measured).",
+    )
 
 
 def check_lesson_07(answer: ComputeGraph) -> None:

@@ -57,6 +57,7 @@ __all__ = [
     "dag",
     "dominator_tree",
     "memory",
+    "output_histograms",
     "pass_summary",
     "streams",
 ]
@@ -212,7 +213,9 @@ def dag(
     pos, bands = _dag_positions(graph, info)
     cols = min(len(info.level_widths), 48) or 1
     width = max(info.level_widths, default=1)
-    fig, ax = _axes(ax, (min(18.0, 2 + cols * 0.36), min(24.0, 1.5 + bands * (width + 1.5) * 0.32)))
+    fig, ax = _axes(
+        ax, (min(18.0, max(5.0, 2 + cols * 0.36)), min(24.0, 1.5 + bands * (width + 1.5) * 0.32))
+    )
 
     def faint_across_bands(segs: list[Any], colour: str) -> list[Any]:
         # An edge into the next band runs back across the figure: draw it faintly, so the
@@ -249,11 +252,15 @@ def dag(
             ax.text(x, y + (0.28 if up else -0.28), st.clip(graph.node(i).name, 14),
                     fontsize=_FONT - 1.5, parse_math=False, ha="center",
                     va="bottom" if up else "top", color=_INK, gid="label")  # fmt: skip
+        # The names sit 0.28 above or below their nodes: keep them inside the axes, which a
+        # chain (one row of nodes) would otherwise squeeze to a sliver around y = 0.
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, float(xy[:, 1].min()) - 0.7), max(hi, float(xy[:, 1].max()) + 0.7))
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
     ax.margins(0.04)
     ax.set_title(
-        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')}; "
+        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')};\n"
         f"critical path {st.plural(len(path), 'node')}, {st.format_time(info.makespan)} "
         "(cost model, no launch overheads)",
         fontsize=9,
@@ -665,6 +672,40 @@ def buffer_histogram(source: Any, name: str | None = None, *, ax: Axes | None = 
     return fig
 
 
+def output_histograms(plan: ExecutionPlan, *, seed: int = 0, most: int = 3) -> Figure:
+    """Value histograms of the plan's downloaded outputs after a simulated run
+    (:class:`~oxiwork.executor.simulator.SequentialExecutor`, inputs generated from ``seed``),
+    one panel per output, at most ``most`` (by name).
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> fig = output_histograms(ExecutionPlan.build(quick_start()))
+    >>> [a.get_title().split(":")[0] for a in fig.axes]
+    ['output']
+    """
+    import warnings
+
+    from oxiwork import reference
+    from oxiwork.executor.simulator import SequentialExecutor, input_names
+
+    inputs = {
+        n: reference.generated_input(plan.original.buffer_by_name(n), seed=seed)
+        for n in input_names(plan)
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generated inputs: expected here
+        outputs = SequentialExecutor(plan).run(inputs, seed=seed).outputs
+    if not outputs:
+        raise InvalidArgument("the plan has no downloaded outputs with values to show")
+    names = sorted(outputs)[:most]
+    fig = new_figure((5.0 * len(names), 2.8), wspace=0.3)
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        buffer_histogram(outputs[name], name, ax=ax)
+    return fig
+
+
 VIEWS = {
     "dag": lambda plan: dag(plan.original),
     "dominators": lambda plan: dominator_tree(plan.original),
@@ -672,5 +713,6 @@ VIEWS = {
     "memory": memory,
     "streams": streams,
     "passes": pass_summary,
+    "histograms": output_histograms,
 }
 """Every view that a plan alone determines, by name (the CLI's ``--view`` and the report)."""
