@@ -106,10 +106,12 @@ class ExecutionPlan:
         *,
         fusion: bool = True,
         max_group_size: int = 16,
-        memory_mode: str = "heuristic",
+        memory_mode: str = "auto",
         memory_time_limit: float | None = None,
         capacity: int | None = None,
         verify: bool = True,
+        weigh_memory: bool = True,
+        memory_budget: int | None = None,
     ) -> ExecutionPlan:
         """Run fusion ▶ streams ▶ memory on ``graph`` and lower the result to steps.
 
@@ -123,14 +125,25 @@ class ExecutionPlan:
             Run the fusion pass first.
         max_group_size : int
             Most kernels one fused kernel may replace.
-        memory_mode : {"heuristic", "exact"}
-            The memory planner's mode (``"exact"`` searches with MiniMalloc).
+        memory_mode : {"auto", "heuristic", "exact"}
+            The memory planner's mode (``"exact"`` searches with MiniMalloc; ``"auto"``, the
+            default, searches within a budget that grows with the graph, see
+            :func:`oxiwork.optimizer.memory_pass.plan_memory`).
         memory_time_limit : float, optional
-            Seconds the exact memory search may take.
+            Seconds the exact (or auto) memory search may take.
         capacity : int, optional
             Arena bytes the memory plan should fit in (reported in ``plan.memory``).
         verify : bool
             Verify the graph after every pass and the finished plan.
+        weigh_memory : bool
+            Keep a plan on several streams only if it pays for its memory
+            (:func:`oxiwork.optimizer.stream.streams_pay`: its arena within 1.05x of one
+            stream's, or a modelled makespan at least 10% shorter); otherwise plan again
+            with half the streams, down to one. ``plan.options["streams_tried"]`` lists the
+            caps tried. False keeps ``max_streams`` whatever the memory.
+        memory_budget : int, optional
+            Arena bytes the plan should stay within: the most streams (halving from
+            ``max_streams``) whose arena fits are kept (one stream if none fits).
 
         Returns
         -------
@@ -169,6 +182,9 @@ class ExecutionPlan:
 
         with paused_gc():  # the passes and the checks between them allocate acyclic data only
             run = Pipeline(passes).run(graph, verify=verify)
+            tried = [max_streams]
+            if weigh_memory or memory_budget is not None:
+                run, tried = _weigh_streams(run, passes, max_streams, memory_budget, verify)
         memory = run.artefact("memory", "memory")
         streams = run.artefact("streams", "streams")
         plan = _lower(
@@ -185,6 +201,9 @@ class ExecutionPlan:
                 "memory_mode": memory_mode,
                 "memory_time_limit": memory_time_limit,
                 "capacity": capacity,
+                "weigh_memory": weigh_memory,
+                "memory_budget": memory_budget,
+                "streams_tried": tried,
             },
         )
         if verify:
@@ -351,6 +370,41 @@ class ExecutionPlan:
             ],
             "options": {k: v for k, v in self.options.items()},
         }
+
+
+def _weigh_streams(
+    run: Any, passes: list[Any], max_streams: int, budget: int | None, verify: bool
+) -> tuple[Any, list[int]]:
+    """The run to keep under :func:`oxiwork.optimizer.stream.streams_pay`, and the stream
+    caps tried: halving from ``max_streams`` until a plan pays (one stream always does).
+    Fusion runs once; the stream and memory passes run again on its result."""
+    from oxiwork.optimizer.fusion import peak_live_bytes
+    from oxiwork.optimizer.stream import streams_pay
+    from oxiwork.pipeline import PassSpec, Pipeline, PipelineRun
+
+    fusion = run.trace[:1] if passes[0].name == "fusion" else ()
+    fused = run.trace[0].after if fusion else run.trace[0].before
+    one_arena = None
+    tried, cap = [max_streams], max_streams
+    while True:
+        sa, mem = run.artefact("streams", "streams"), run.artefact("memory", "memory")
+        if sa.num_streams <= 1:
+            return run, tried
+        if one_arena is None:  # one stream needs at least the peak in program order
+            peak = fusion[0].artefacts.get("peak_bytes_after") if fusion else None
+            one_arena = peak_live_bytes(fused) if peak is None else peak
+        if streams_pay(
+            mem.arena_bytes, sa.makespan, one_arena, sa.total_work, memory_budget=budget
+        ):
+            return run, tried
+        cap = min(cap // 2, sa.num_streams - 1)
+        tried.append(cap)
+        rest = [
+            PassSpec(p.name, p.fn, {**p.options, "max_streams": cap}) if p.name == "streams" else p
+            for p in passes[len(fusion) :]
+        ]
+        again = Pipeline(rest).run(fused, verify=verify)
+        run = PipelineRun(again.graph, (*fusion, *again.trace))
 
 
 def _report(obj: Any) -> Any:

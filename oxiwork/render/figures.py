@@ -213,7 +213,9 @@ def dag(
     pos, bands = _dag_positions(graph, info)
     cols = min(len(info.level_widths), 48) or 1
     width = max(info.level_widths, default=1)
-    fig, ax = _axes(ax, (min(18.0, 2 + cols * 0.36), min(24.0, 1.5 + bands * (width + 1.5) * 0.32)))
+    fig, ax = _axes(
+        ax, (min(18.0, max(5.0, 2 + cols * 0.36)), min(24.0, 1.5 + bands * (width + 1.5) * 0.32))
+    )
 
     def faint_across_bands(segs: list[Any], colour: str) -> list[Any]:
         # An edge into the next band runs back across the figure: draw it faintly, so the
@@ -250,11 +252,15 @@ def dag(
             ax.text(x, y + (0.28 if up else -0.28), st.clip(graph.node(i).name, 14),
                     fontsize=_FONT - 1.5, parse_math=False, ha="center",
                     va="bottom" if up else "top", color=_INK, gid="label")  # fmt: skip
+        # The names sit 0.28 above or below their nodes: keep them inside the axes, which a
+        # chain (one row of nodes) would otherwise squeeze to a sliver around y = 0.
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, float(xy[:, 1].min()) - 0.7), max(hi, float(xy[:, 1].max()) + 0.7))
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
     ax.margins(0.04)
     ax.set_title(
-        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')}; "
+        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')};\n"
         f"critical path {st.plural(len(path), 'node')}, {st.format_time(info.makespan)} "
         "(cost model, no launch overheads)",
         fontsize=9,

@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "drop_event": Field("int", required=False, nullable=True),
     },
     "inspect": {"buffer": Field("int")},
+    # Pin the current plan for the Compare tab (clear: forget the pinned one).
+    "pin": {"clear": Field("bool", required=False)},
     "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
     "set_stream_mode": {"mode": Field("str", choices=STREAM_MODES)},
     # Pipeline options (ExecutionPlan.build): the ones given change, the others stay.

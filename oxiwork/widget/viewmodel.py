@@ -79,6 +79,7 @@ __all__ = [
     "node_details",
     "ops_section",
     "pack_dag",
+    "plan_figures",
     "replan_memory",
     "streams_section",
     "summary_section",
@@ -699,6 +700,42 @@ def streams_section(
         "launches": sum(1 for st in plan.steps if st.kind in LAUNCHED),
         "overheads": {"stream": p.launch_overhead_stream, "graph": p.launch_overhead_graph},
         "time_unit": "s",
+    }
+
+
+MAX_COMPARED_NAMES = 2000
+"""Most kernels whose names :func:`plan_figures` lists (the compare view diffs them)."""
+
+
+def plan_figures(plan: ExecutionPlan, profile: cost.DeviceProfile | None = None) -> dict[str, Any]:
+    """The figures the compare view sets side by side for a plan: its options, kernels,
+    steps, streams, events, arena and the modelled times (each named as in the stream view).
+
+    >>> from oxiwork.examples import quick_start
+    >>> f = plan_figures(ExecutionPlan.build(quick_start()))
+    >>> f["kernels"], f["events"], f["kernel_names"]
+    (1, 0, ['relu+scale'])
+    """
+    p = profile or cost.DeviceProfile()
+    tl = timeline(plan, p, "graph")
+    costs, _ = _guarded("cost model", lambda: cost.node_costs(plan.graph, p))
+    info, _ = _guarded("topological analysis", lambda: topo.analyze(plan.graph, costs=costs))
+    kernels = sorted(n.name for n in plan.graph.nodes if n.is_kernel)
+    mem = plan.memory
+    return {
+        "options": {k: plan.options[k] for k in ("max_streams", "fusion", "max_group_size")},
+        "kernels": len(kernels),
+        "kernels_before_fusion": int(plan.kernel_count_original),
+        # For the diff of kernels (none listed for huge plans: the counts still compare).
+        "kernel_names": kernels if len(kernels) <= MAX_COMPARED_NAMES else [],
+        "steps": len(plan.steps),
+        "streams": int(plan.num_streams),
+        "events": int(plan.event_count),
+        "arena_bytes": int(plan.pool_bytes),
+        "lower_bound_bytes": int(mem.lower_bound) if mem is not None else None,
+        "graph_launch": float(tl.totals["graph"]),
+        "stream_launches": float(tl.totals["stream"]),
+        "critical_path": float(info.makespan) if info is not None else None,
     }
 
 

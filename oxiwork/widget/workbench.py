@@ -211,6 +211,8 @@ class Workbench(anywidget.AnyWidget):
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
+    #: A pinned plan's figures (:meth:`pin`), compared with the current plan's in the Compare tab.
+    pinned = traitlets.Dict().tag(sync=True)
     # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
     # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
     # them without unpacking; set_options changes several with one rebuild.
@@ -262,6 +264,35 @@ class Workbench(anywidget.AnyWidget):
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
         #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
+        if progressive:
+            self._fill_after_cell()
+
+    def _fill_after_cell(self) -> None:
+        """In IPython, run the passes once the cell that made this workbench has finished.
+
+        The cell's output (the input DAG) has been sent by then, so the frontend still draws
+        first; the passes then fill the views whether or not a frontend asks for them, so a
+        notebook executed headless (nbconvert, nbclient) saves the full pipeline's views in
+        its widget state, not only the input DAG. The frontend's ``load_passes`` request
+        finds them computed. Outside IPython nothing changes.
+        """
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
+            return
+        ip = get_ipython()
+        if ip is None or not hasattr(ip, "events"):
+            return
+        events = ip.events
+
+        def fill(*_args: Any) -> None:
+            events.unregister("post_run_cell", fill)
+            try:
+                self.load_passes()
+            except Exception as e:  # the views show the engine's errors; never break the cell
+                self._error("", e, internal=not isinstance(e, GraphError))
+
+        events.register("post_run_cell", fill)
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -426,6 +457,52 @@ class Workbench(anywidget.AnyWidget):
                 setattr(self, name, value)
         finally:
             self._setting_options = False
+
+    def pin(self) -> dict[str, Any]:
+        """Pin the current plan's figures, to compare other settings against; return them.
+
+        The Compare tab sets them beside the current plan's (:func:`viewmodel.plan_figures`:
+        kernels, steps, streams, events, arena, modelled times) and lists the kernels only one
+        of the two has. Change an option (``w.max_streams = 1``, ``w.fusion = False``) and
+        the comparison follows; the pin stays until :meth:`unpin` or another :meth:`pin`.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph: there is no plan to pin.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1))
+        >>> w.pin()["options"]["max_streams"]
+        4
+        >>> w.set_options(max_streams=1)
+        True
+        >>> w.load_passes()
+        >>> w.pinned["streams"], w.view["figures"]["streams"]
+        (4, 1)
+        """
+        self.load_passes()
+        if self.session.plan is None:
+            raise InvalidPlan(f"no plan to pin: {self.session.notes['plan']}; fix the graph")
+        self.pinned = self._figures() or {}
+        return dict(self.pinned)
+
+    def unpin(self) -> None:
+        """Forget the pinned plan (:meth:`pin`)."""
+        self.pinned = {}
+
+    def _figures(self) -> dict[str, Any] | None:
+        s = self.session
+        if not s.loaded or s.plan is None:
+            return None
+        if self._figures_cache[0] is not s.plan:
+            figures = _section("plan figures", lambda: vm.plan_figures(s.plan))
+            self._figures_cache = (s.plan, figures)
+        return self._figures_cache[1]
+
+    _figures_cache: tuple[Any, dict[str, Any] | None] = (None, None)
 
     @property
     def sim_settings(self) -> dict[str, Any]:
@@ -822,6 +899,8 @@ class Workbench(anywidget.AnyWidget):
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
             "summary": self._summary(),
+            # The current plan's figures, for the Compare tab (None until the passes ran).
+            "figures": self._figures(),
             "editable": self._stage_index() == 0,
             "edit_reason": "" if self._stage_index() == 0 else
             "Edits apply to the input graph: move the pass slider back to 'input' to build.",
@@ -1058,6 +1137,17 @@ class Workbench(anywidget.AnyWidget):
     def _h_sim_config(self, m: dict[str, Any]) -> str:
         return self.sim_config(m.get("policy", KEEP), m.get("drop_event", KEEP))
 
+    def _h_pin(self, m: dict[str, Any]) -> str:
+        if m.get("clear"):
+            self.unpin()
+            return "unpinned"
+        f = self.pin()
+        o = f["options"]
+        return (
+            f"pinned the plan with {o['max_streams']} stream(s), fusion "
+            f"{'on' if o['fusion'] else 'off'}: change an option to compare"
+        )
+
     def _h_inspect(self, m: dict[str, Any]) -> str:
         self._inspect(m["buffer"])
         return f"inspecting {self.inspector.get('name', '')}"
@@ -1085,6 +1175,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "sim": Workbench._h_sim,
     "sim_config": Workbench._h_sim_config,
     "inspect": Workbench._h_inspect,
+    "pin": Workbench._h_pin,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
 

@@ -236,3 +236,39 @@ class TestVerifyPlan:
     def test_is_a_graph_error(self):
         assert issubclass(InvalidPlan, GraphError)
         assert PlanStep.__slots__  # the data types stay slotted
+
+
+class TestStreamsWeighMemory:
+    """ExecutionPlan.build keeps extra streams only where they pay for their memory."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(2, 8))
+    def test_default_plan_pays_for_its_streams(self, graph, cap):
+        from oxiwork.optimizer.fusion import peak_live_bytes
+        from oxiwork.optimizer.stream import streams_pay
+
+        plan = ExecutionPlan.build(graph, max_streams=cap)
+        tried = plan.options["streams_tried"]
+        assert tried[0] == cap and tried == sorted(tried, reverse=True)
+        if plan.num_streams > 1:
+            fused = plan.trace[0].after
+            sa = plan.streams
+            assert streams_pay(plan.pool_bytes, sa.makespan, peak_live_bytes(fused), sa.total_work)
+        raw = ExecutionPlan.build(graph, max_streams=cap, weigh_memory=False)
+        assert raw.options["streams_tried"] == [cap]
+        if len(tried) == 1:  # nothing was rejected: the same plan
+            assert (raw.pool_bytes, raw.num_streams) == (plan.pool_bytes, plan.num_streams)
+
+    @pytest.mark.parametrize("cap", [2, 4, 8])
+    def test_memory_budget_halves_the_streams_until_the_arena_fits(self, cap):
+        g = transformer_block()
+        one = ExecutionPlan.build(g, max_streams=1)
+        full = ExecutionPlan.build(g, max_streams=cap, weigh_memory=False)
+        assert full.pool_bytes > one.pool_bytes  # streams cost memory here
+        plan = ExecutionPlan.build(g, max_streams=cap, memory_budget=one.pool_bytes)
+        verify_plan(plan)
+        assert plan.pool_bytes <= one.pool_bytes
+        tried = plan.options["streams_tried"]
+        assert tried[0] == cap and plan.num_streams <= tried[-1]
+        roomy = ExecutionPlan.build(g, max_streams=cap, memory_budget=full.pool_bytes)
+        assert (roomy.num_streams, roomy.pool_bytes) == (full.num_streams, full.pool_bytes)

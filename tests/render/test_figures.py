@@ -262,3 +262,12 @@ def simulated_outputs(plan: ExecutionPlan) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # inputs generated from the seed
         return SequentialExecutor(plan).run().outputs
+
+
+def test_dag_labels_lie_inside_the_axes_even_for_a_chain() -> None:
+    # A chain is one row of nodes; its names, drawn above and below the row, used to fall
+    # outside the axes (cut off in a notebook or a saved figure).
+    ax = figures.dag(quick_start()).axes[0]
+    lo, hi = ax.get_ylim()
+    labels = [t for t in ax.texts if t.get_gid() == "label"]
+    assert len(labels) == 4 and all(lo < t.get_position()[1] < hi for t in labels)

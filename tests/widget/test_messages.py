@@ -19,6 +19,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sim": {"action": "run", "breakpoint": 2},
     "sim_config": {"policy": "adversarial", "drop_event": 3},
     "inspect": {"buffer": 0},
+    "pin": {"clear": False},
     "set_memory_mode": {"mode": "exact"},
     "set_stream_mode": {"mode": "stream"},
     "set_options": {"max_streams": 2, "fusion": False, "max_group_size": 8},

@@ -26,9 +26,13 @@ const FONT = `11px system-ui, -apple-system, "Segoe UI", sans-serif`;
 // Dominator trees: pixels per leaf row when the panel scrolls, margins, and the tallest
 // canvas drawn (browsers cap canvas sizes; 16k px is safe everywhere).
 const TREE_ROW = 15;
-const TREE_TOP = 16;
+const TREE_TOP = 30;
 const TREE_BOTTOM = 16;
 const TREE_MAX_HEIGHT = 16000;
+// Columns: margins and the least width of one depth (room for an inner node's name).
+const TREE_LEFT = 20;
+const TREE_RIGHT = 170;
+const TREE_COL = 120;
 
 /** A canvas with a DOM tooltip for hovering rectangles, a legend, and (for the charts with
  *  a time or step axis) zoom with the wheel, pan by dragging, and a reset. */
@@ -572,16 +576,23 @@ export class TreeChart extends CanvasChart {
     const scroll = rows > this.root.clientHeight && rows <= TREE_MAX_HEIGHT;
     this.canvas.style.height = scroll ? `${rows}px` : "";
     this.root.dataset.scrollable = scroll ? "1" : "0";
+    // Likewise across: every depth gets a column wide enough to name its inner nodes (the
+    // panel scrolls sideways), instead of unlabelled dots a few pixels apart.
+    const cols = g ? TREE_LEFT + TREE_RIGHT + g.depth * TREE_COL : 0;
+    const wide = !!g && cols > this.root.clientWidth && cols <= TREE_MAX_HEIGHT;
+    this.canvas.style.width = wide ? `${cols}px` : "";
+    this.root.dataset.wide = wide ? "1" : "0";
     const { ctx, w, h: hh } = fitCanvas(this.canvas);
     if (!g) {
       this.rects = [];
+      this.showLegend([]);
       this.root.dataset.labels = "0";
       message(ctx, w, hh, this.reason);
       return;
     }
     const n = this.parent.length;
-    const left = 20;
-    const right = 130;
+    const left = TREE_LEFT;
+    const right = TREE_RIGHT;
     const sxs = (w - left - right) / Math.max(1, g.depth);
     const sys = (hh - TREE_TOP - TREE_BOTTOM) / Math.max(1, g.leaves - 1);
     this.dotX = new Float64Array(n);
@@ -627,13 +638,32 @@ export class TreeChart extends CanvasChart {
       ctx.fill();
       this.rects.push({ x: x - r - 2, y: y - r - 2, w: 2 * r + 4, h: 2 * r + 4, index: i });
       const room = leaf[i] ? Math.min(160, w - x - r - 8) : innerRoom;
-      if ((labels && room >= 24) || i === this.selected) {
+      if (labels && room >= 24 && i !== this.selected) {
         ctx.fillStyle = "#3b4656";
-        const maxW = i === this.selected ? Math.max(room, 120) : room;
-        ctx.fillText(fitText(ctx, this.names[i] ?? "", maxW), x + r + 4, y);
+        ctx.fillText(fitText(ctx, this.names[i] ?? "", room), x + r + 4, y);
         labelled++;
       }
     }
+    // The selected node's full name last, on a white backing, over whatever it crosses.
+    if (this.selected >= 0 && this.selected < n && !Number.isNaN(g.x[this.selected])) {
+      const x = this.dotX[this.selected] + r + 6;
+      const y = this.dotY[this.selected];
+      ctx.font = `600 ${FONT}`;
+      const text = fitText(ctx, this.names[this.selected] ?? "", Math.max(120, Math.min(320, w - x - 4)));
+      const tw = ctx.measureText(text).width;
+      ctx.fillStyle = "rgba(255,255,255,0.95)";
+      ctx.fillRect(x - 3, y - 8, tw + 6, 16);
+      ctx.strokeStyle = "#d62728";
+      ctx.strokeRect(x - 3 + 0.5, y - 8 + 0.5, tw + 5, 15);
+      ctx.fillStyle = "#1b2430";
+      ctx.fillText(text, x, y);
+      ctx.font = FONT;
+      labelled++;
+    }
+    const legend: [string, string, string?][] = [["tree", `node (linked to its immediate ${this.word})`]];
+    if (this.selected >= 0) legend.push(["selected", "selected"]);
+    if (this.simNode >= 0) legend.push(["sim", "simulator step"]);
+    this.showLegend(legend);
     this.root.dataset.drawnNodes = String(drawn);
     this.root.dataset.labels = String(labelled);
     this.root.dataset.leaves = String(g.leaves);
@@ -644,6 +674,11 @@ export class TreeChart extends CanvasChart {
       if (y < top + 12 || y > top + this.root.clientHeight - 12) {
         this.root.scrollTop = Math.max(0, y - this.root.clientHeight / 2);
       }
+    }
+    if (this.reveal && wide && this.selected >= 0 && this.selected < n) {
+      const x = this.dotX[this.selected];
+      const l = this.root.scrollLeft;
+      if (x < l + 12 || x > l + this.root.clientWidth - 160) this.root.scrollLeft = Math.max(0, x - this.root.clientWidth / 3);
     }
     this.reveal = false;
   }

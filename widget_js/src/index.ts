@@ -16,11 +16,13 @@ import { figureDefinitions, formatBytes, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
 import { PassLoader } from "./passes";
 import { CodeView } from "./code";
+import { comparePanel } from "./compare";
 import type { RenderProps } from "@anywidget/types";
 import { Requests, type Model, type Payload, type WorkbenchModel, type Reply, type RequestType, type Send } from "./messages";
 import {
   isAvailable,
   type DagMeta,
+  type PlanFigures,
   type ErrorEntry,
   type SimSection,
   type InspectorSection,
@@ -30,7 +32,7 @@ import {
 } from "./types";
 
 type SideTab = "details" | "build" | "sim";
-type BottomTab = "memory" | "streams" | "code" | "dom" | "postdom" | "passes";
+type BottomTab = "memory" | "streams" | "code" | "compare" | "dom" | "postdom" | "passes";
 
 export class App {
   readonly root: HTMLDivElement;
@@ -151,7 +153,7 @@ export class App {
     });
     this.listen("change:dag", () => this.refresh(true));
     this.listen(
-      "change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size",
+      "change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size change:pinned",
       () => this.refresh(false),
     );
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
@@ -513,6 +515,7 @@ export class App {
       ["memory", "Memory"],
       ["streams", "Streams"],
       ["code", "Code"],
+      ["compare", "Compare"],
       ["dom", "Dominator tree"],
       ["postdom", "Post-dominator tree"],
       ["passes", "Passes"],
@@ -579,16 +582,21 @@ export class App {
       dom: this.domTree.root,
       postdom: this.postTree.root,
       passes: passesTable(vm, Number(this.model.get("pass_index") ?? 0), (i) => this.send("set_pass", { index: i })),
+      compare: comparePanel(pinnedFigures(this.model.get("pinned")), vm.figures && "kernels" in vm.figures ? vm.figures : null, (t, p) =>
+        this.send(t, p),
+      ),
     };
     // Charts stay attached (hidden) so that their data- counts are always readable.
     for (const k of Object.keys(want) as BottomTab[]) {
       const elx = want[k];
-      if (k === "passes") continue;
+      if (k === "passes" || k === "compare") continue;
       if (elx.parentElement !== body) body.append(elx);
       elx.classList.toggle("ow-hidden", k !== this.bottom);
     }
     body.querySelector(".ow-passes")?.remove();
+    body.querySelector(".ow-compare")?.remove();
     if (this.bottom === "passes") body.append(want.passes);
+    if (this.bottom === "compare") body.append(want.compare);
     if (this.bottom === "memory" && isAvailable(vm.memory)) {
       const modeSel = h("select", { class: "ow-input ow-memory-mode", "aria-label": "memory planner" });
       for (const m of vm.memory.modes) modeSel.append(h("option", { value: m, text: m }));
@@ -654,6 +662,10 @@ export class App {
     });
     this.errorsBox.append(dismiss);
   }
+}
+
+function pinnedFigures(p: unknown): PlanFigures | null {
+  return p && typeof p === "object" && "kernels" in p ? (p as PlanFigures) : null;
 }
 
 function plural(n: number, word: string): string {

@@ -5,7 +5,7 @@
 // request that asked by its id.
 
 import type { AnyModel } from "@anywidget/types";
-import type { ErrorEntry, InspectorSection, NodeDetails, SimSection, ViewModel } from "./types";
+import type { ErrorEntry, InspectorSection, NodeDetails, PlanFigures, SimSection, ViewModel } from "./types";
 
 /** The Workbench's synced traits, as the frontend sees them. */
 export interface WorkbenchModel {
@@ -26,6 +26,7 @@ export interface WorkbenchModel {
   max_streams: number;
   fusion: boolean;
   max_group_size: number;
+  pinned: PlanFigures | Record<string, never>;
 }
 
 export type Model = AnyModel<WorkbenchModel>;
@@ -41,6 +42,7 @@ export type Request =
   | { type: "sim"; action: "step" | "back" | "run" | "reset"; breakpoint?: number | null }
   | { type: "sim_config"; policy?: string; drop_event?: number | null }
   | { type: "inspect"; buffer: number }
+  | { type: "pin"; clear?: boolean }
   | { type: "set_memory_mode"; mode: string }
   | { type: "set_stream_mode"; mode: string }
   | { type: "set_options"; max_streams?: number; fusion?: boolean; max_group_size?: Typed }
