@@ -819,9 +819,13 @@ def _json_depth(data: bytes) -> int:
     sum of +1 per opening and -1 per closing bracket: linear time, a few numpy passes.
     """
     bare = np.frombuffer(_JSON_STRING.sub(b"", data), np.uint8)
-    step = (np.isin(bare, (ord("["), ord("{"))).astype(np.int32)
-            - np.isin(bare, (ord("]"), ord("}"))).astype(np.int32))  # fmt: skip
-    return int(np.cumsum(step).max(initial=0))
+    return int(np.cumsum(_BRACKET_STEP[bare], dtype=np.int64).max(initial=0))
+
+
+# +1 for an opening bracket, -1 for a closing one, 0 for every other byte.
+_BRACKET_STEP = np.zeros(256, np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
 
 
 def _json_number(kind: str, convert: Any) -> Any:

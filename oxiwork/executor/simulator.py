@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.builder import GraphWarning
 from oxiwork.error import (
     ExecutionError,
@@ -110,12 +111,10 @@ def _facts(plan: ExecutionPlan) -> _Facts:
         return hit[1]
     args: dict[BufferId, BufferArg] = {}
     names: dict[str, None] = {}
-    read: set[BufferId] = set()
     writes: list[BufferArg] = []
     memcpy, h2d = NodeKind.Memcpy, MemcpyDir.HostToDevice
     for st in plan.steps:
         for a in st.inputs:
-            read.add(a.buffer)
             if a.buffer not in args:
                 args[a.buffer] = a
             if a.external:
@@ -127,9 +126,12 @@ def _facts(plan: ExecutionPlan) -> _Facts:
             writes.append(a)
             if upload or a.external:
                 names[a.name] = None
+    # Written, never read, not external: liveness's dead buffers (one definition, shared
+    # with the GPU lowering's captures), counted by writer so the capture follows the last.
+    dead = dead_buffers(plan.graph)
     unread: dict[BufferId, int] = {}
     for a in writes:
-        if a.buffer not in read and not a.external:
+        if a.buffer in dead:
             unread[a.buffer] = unread.get(a.buffer, 0) + 1
     facts = _Facts(args, tuple(names), unread)
     if len(_FACTS) >= 8:
@@ -712,6 +714,8 @@ class Simulator:
         )
 
     def _live(self) -> frozenset[str]:
+        # Not liveness intervals: those are over one order, and the simulator runs any
+        # interleaving the streams allow; this is the state after the steps done so far.
         done = self._done
         written: set[BufferId] = set()
         pending_read: set[BufferId] = set()
