@@ -180,32 +180,32 @@ class ExecutionPlan:
         )
         from oxiwork.analysis import paused_gc
 
-        with paused_gc():  # the passes and the checks between them allocate acyclic data only
+        with paused_gc():  # the passes, checks and lowering allocate acyclic data only
             run = Pipeline(passes).run(graph, verify=verify)
             tried = [max_streams]
             if weigh_memory or memory_budget is not None:
                 run, tried = _weigh_streams(run, passes, max_streams, memory_budget, verify)
-        memory = run.artefact("memory", "memory")
-        streams = run.artefact("streams", "streams")
-        plan = _lower(
-            run.graph,
-            graph,
-            memory.order,
-            memory=memory,
-            streams=streams,
-            trace=run.trace,
-            options={
-                "max_streams": max_streams,
-                "fusion": fusion,
-                "max_group_size": max_group_size,
-                "memory_mode": memory_mode,
-                "memory_time_limit": memory_time_limit,
-                "capacity": capacity,
-                "weigh_memory": weigh_memory,
-                "memory_budget": memory_budget,
-                "streams_tried": tried,
-            },
-        )
+            memory = run.artefact("memory", "memory")
+            streams = run.artefact("streams", "streams")
+            plan = _lower(
+                run.graph,
+                graph,
+                memory.order,
+                memory=memory,
+                streams=streams,
+                trace=run.trace,
+                options={
+                    "max_streams": max_streams,
+                    "fusion": fusion,
+                    "max_group_size": max_group_size,
+                    "memory_mode": memory_mode,
+                    "memory_time_limit": memory_time_limit,
+                    "capacity": capacity,
+                    "weigh_memory": weigh_memory,
+                    "memory_budget": memory_budget,
+                    "streams_tried": tried,
+                },
+            )
         if verify:
             verify_plan(plan)
         return plan
