@@ -13,8 +13,8 @@ BufferId(0)
 """
 
 from oxiwork.budget import Budget
-from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
-from oxiwork.error import GraphError, GraphResult
+from oxiwork.builder import GraphBuilder, KernelBuilder
+from oxiwork.error import GraphError, GraphResult, GraphWarning
 from oxiwork.executor.plan import ExecutionPlan, PlanStep
 from oxiwork.executor.simulator import SequentialExecutor, Simulator
 from oxiwork.graph import ComputeGraph

@@ -53,6 +53,7 @@ from oxiwork.node import (
     NodeKind,
     StreamId,
 )
+from oxiwork.verify import verify_graph
 
 __all__ = [
     "JSON_FORMAT",
@@ -122,6 +123,10 @@ class ComputeGraph:
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
+        if set(self._cache) - {_TRUSTED}:  # dataclasses.replace passed another graph's
+            object.__setattr__(
+                self, "_cache", {k: v for k, v in self._cache.items() if k == _TRUSTED}
+            )
         nodes = tuple(sorted(_items(self.nodes, GraphNode, "nodes"), key=lambda n: n.id))
         buffers = tuple(sorted(_items(self.buffers, Buffer, "buffers"), key=lambda b: b.id))
         try:
@@ -342,6 +347,16 @@ class ComputeGraph:
         self.buffer(bid)
         return tuple(self._accesses()[1][bid])
 
+    def verify(self) -> None:
+        """Check every invariant (:func:`oxiwork.verify.verify_graph`), once per graph.
+
+        >>> from oxiwork.examples import quick_start
+        >>> quick_start().verify()
+        """
+        if not self._cache.get("verified"):
+            verify_graph(self)
+            self._cache["verified"] = True
+
     def check_ordering(self) -> None:
         """Check that the edges order every pair of conflicting accesses.
 
@@ -447,11 +462,10 @@ class ComputeGraph:
 
     @classmethod
     def from_dict(cls, data: Any) -> ComputeGraph:
-        """Load and validate the form written by :meth:`to_dict`."""
-        from oxiwork.verify import verify
-
+        """Load and validate the form written by :meth:`to_dict` (:meth:`verify`: a
+        graph whose edges leave two accesses of a buffer unordered is refused)."""
         graph = _graph_from_dict(data)
-        verify(graph)
+        graph.verify()
         return graph
 
     @classmethod
