@@ -21,8 +21,6 @@ Example
 -------
 >>> from oxiwork.examples import quick_start
 >>> from oxiwork.executor.plan import ExecutionPlan
-from oxiwork.node import KernelConfig
-from oxiwork.reference import generated_input
 >>> import numpy as np
 >>> plan = ExecutionPlan.build(quick_start())
 >>> with CudaGraphExecutor(plan) as ex:  # doctest: +SKIP
