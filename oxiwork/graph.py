@@ -141,6 +141,12 @@ class ComputeGraph:
         object.__setattr__(self, "edges", edges)
         self._validate()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle and copy rebuild the graph from its parts (validated again): the caches
+        # hold read-only views (MappingProxyType) that cannot be pickled, and a copy must
+        # not share another graph's caches.
+        return (ComputeGraph, (self.nodes, self.buffers, self.edges))
+
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
         # Values first (oxiwork.validate's rules), skipping the objects a caller vouches
