@@ -137,7 +137,7 @@ from typing import Any
 
 import numpy as np
 
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import liveness, paused_gc
 from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
@@ -375,28 +375,14 @@ class _Analysis:
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
     vc, order = graph_clocks(graph, issue_order(graph))
-    where = {nid: i for i, nid in enumerate(order)}
-    internal = {b.id for b in graph.buffers if not b.external}
-    acc_b: list[BufferId] = []
-    acc_x: list[int] = []
-    for node in graph.nodes:
-        i = where[node.id]
-        for bid in (*node.inputs, *node.outputs):
-            if bid in internal:
-                acc_b.append(bid)
-                acc_x.append(i)
-    touched = set(acc_b)
-    ids = [b.id for b in graph.buffers if b.id in touched]
-    row = {b: k for k, b in enumerate(ids)}
+    # Plain liveness (first and last access of each arena buffer over the issue order) is
+    # the liveness analysis's; the safe intervals below extend it by happens-before.
+    acc = liveness.arena_accesses(graph, order)
+    ids = list(acc.buffers)
     n = len(ids)
     arrays = vc.arrays()
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
-    rb = np.array([row[b] for b in acc_b], dtype=np.int64)
-    x = np.array(acc_x, dtype=np.int64)
-    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(n, -1, dtype=np.int64)
-    np.minimum.at(first, rb, x)
-    np.maximum.at(last, rb, x)
+    rb, x, first, last = acc.row, acc.step, acc.first, acc.last
     # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
     last_clock, from_clock = arrays.bounds(rb, x, n)
     end = last + 1

@@ -1141,3 +1141,13 @@ class TestPinAndCompare:
         r = send(w, "pin")
         assert r["type"] == "error" and "no plan to pin" in r["message"]
         assert w.pinned == {} and w.view["figures"] is None
+
+
+class TestMessageTexts:
+    """Issue 15's "Also" list: what the user reads is about their input, in plain words."""
+
+    def test_a_grid_typed_as_text_is_named_in_the_refusal(self) -> None:
+        w = Workbench(quick_start())
+        r = send(w, "add_kernel", name="k", op="relu", inputs=["input"], outputs=["mid"],
+                 grid=["abc"], block=[256])  # fmt: skip
+        assert r["type"] == "error" and "'abc'" in r["message"] and "None" not in r["message"]
