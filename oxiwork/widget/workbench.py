@@ -719,7 +719,7 @@ class Workbench(anywidget.AnyWidget):
             title = "input graph" if index == 0 else f"after {st.name}"
             self._dag_cache[index] = vm.dag_section(
                 st.graph, before=st.before, created=st.created, removed=st.removed,
-                title=title, pass_index=index,
+                title=title, pass_index=index, analysis=self._analysis(index),
             )  # fmt: skip
         return self._dag_cache[index]
 
@@ -917,10 +917,20 @@ class Workbench(anywidget.AnyWidget):
         s = self.session
         if not s.loaded:
             # Not cached: the same stage gets its plan row once the passes have run.
-            return vm.summary_section(s.input_stage.graph, None, {"plan": PENDING})
+            graph = s.input_stage.graph
+            return vm.summary_section(graph, None, {"plan": PENDING}, self._analysis(0))
         if i not in self._summary_cache:
-            self._summary_cache[i] = vm.summary_section(s.stages[i].graph, s.plan, s.notes)
+            self._summary_cache[i] = vm.summary_section(
+                s.stages[i].graph, s.plan, s.notes, self._analysis(i)
+            )
         return self._summary_cache[i]
+
+    def _analysis(self, index: int) -> tuple[Any, str]:
+        """The topological analysis of stage ``index``'s graph, once per session and stage
+        (the DAG columns, the summary and the details all read it)."""
+        if index not in self._topo_cache:
+            self._topo_cache[index] = vm.topo_analysis(self._stage(index).graph)
+        return self._topo_cache[index]
 
     def _graph_shown(self) -> ComputeGraph:
         return self._stage(self._stage_index()).graph
@@ -928,11 +938,11 @@ class Workbench(anywidget.AnyWidget):
     def _update_details(self) -> None:
         g = self._graph_shown()
         if self.selection >= 0 and g.has_node(self.selection):
-            i = self._stage_index()
-            if i not in self._topo_cache:
-                self._topo_cache[i] = vm.topo_info(g)
             self.details = vm.node_details(
-                g, NodeId(self.selection), info=self._topo_cache[i], fusion=self._fusion_index()
+                g,
+                NodeId(self.selection),
+                info=self._analysis(self._stage_index())[0],
+                fusion=self._fusion_index(),
             )
         else:
             self.details = {}
