@@ -61,6 +61,7 @@ from oxiwork.executor.lowering import (
     pack_args,
 )
 from oxiwork.executor.nvrtc import KernelCache, ModuleSource, compile_cuda
+from oxiwork.executor.update import UpdateReport, check_update
 
 if TYPE_CHECKING:
     from oxiwork.executor.driver import Session
@@ -487,6 +488,8 @@ class CudaGraphExecutor(_PlanExecutor):
         self._handles: list[Any] = []
         self._building: GraphDesc | None = None
         self.instantiations = 0
+        # Why the last update() updated in place or re-instantiated (None before one).
+        self.last_update: UpdateReport | None = None
         super().__init__(
             plan, device=device, exact=exact, arch=arch, cache=cache, driver=driver,
             opaque=opaque, capture=capture,
@@ -591,7 +594,8 @@ class CudaGraphExecutor(_PlanExecutor):
 
     def update(self, plan: ExecutionPlan) -> str:
         """Switch to ``plan``: ``"updated"`` in place through ``cuGraphExecUpdate`` when
-        the graph's topology is unchanged, else ``"reinstantiated"``."""
+        CUDA's rules allow it (:func:`~oxiwork.executor.update.check_update`), else
+        ``"reinstantiated"``; ``last_update`` keeps the report saying why."""
         s = self._require()
         desc = lower(
             plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque,
@@ -611,7 +615,15 @@ class CudaGraphExecutor(_PlanExecutor):
             self._functions, self._callbacks = old_functions, old_callbacks
             raise
         s.synchronize(self._stream)
-        if _same_topology(desc, self.desc) and s.exec_update(self._exec, graph):
+        report = check_update(self.desc, desc)
+        if report.in_place and not s.exec_update(self._exec, graph):
+            report = replace(
+                report,
+                in_place=False,
+                reason=f"{report.reason}, but the driver refused the update: re-instantiated",
+            )
+        self.last_update = report
+        if report.in_place:
             how = "updated"
             if self._graph is not self._exec_graph:
                 s.destroy("graph", self._graph)
@@ -707,11 +719,6 @@ def _launch_value(key: str, value: Any) -> Any:
         return KernelConfig((1, 1, 1), (1, 1, 1), value).shared_mem_bytes
     dims = KernelConfig(value, (1, 1, 1)).grid if key == "grid" else KernelConfig(1, value).block
     return tuple(dims)
-
-
-def _same_topology(a: GraphDesc, b: GraphDesc) -> bool:
-    """Same node kinds in the same order and the same edges (what cuGraphExecUpdate needs)."""
-    return a.edges == b.edges and [n.kind for n in a.nodes] == [n.kind for n in b.nodes]
 
 
 def _free_memory(s: Session, memory: DeviceMemory) -> None:
