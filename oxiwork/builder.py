@@ -27,20 +27,17 @@ True
 from __future__ import annotations
 
 import itertools
-import math
-import re
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from oxiwork import ops
+from oxiwork import ops, validate
 from oxiwork.analysis import paused_gc
 from oxiwork.error import CycleError, EmptyGraph, InvalidArgument, UnknownBuffer, UnknownNode
-from oxiwork.graph import ComputeGraph
+from oxiwork.graph import ComputeGraph, check_buffer, check_node
 from oxiwork.node import (
-    DTYPES,
     Buffer,
     BufferId,
     GraphNode,
@@ -53,26 +50,13 @@ from oxiwork.node import (
 
 __all__ = ["GraphBuilder", "GraphWarning", "KernelBuilder"]
 
-MAX_NAME_LENGTH = 256
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f]")
-
 
 class GraphWarning(UserWarning):
     """Something is suspicious but not wrong (a buffer read before anyone writes it...)."""
 
 
 def _check_name(name: Any, what: str) -> str:
-    if not isinstance(name, str):
-        raise InvalidArgument(f"{what} name must be a str, got {type(name).__name__}")
-    if not name.strip():
-        raise InvalidArgument(f"{what} name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidArgument(
-            f"{what} name is {len(name)} characters; keep it under {MAX_NAME_LENGTH}"
-        )
-    if _CONTROL_CHARS.search(name):
-        raise InvalidArgument(f"{what} name {name!r} contains control characters; remove them")
-    return name
+    return validate.name(name, f"{what} name")
 
 
 def _items(values: Any, what: str) -> list[Any]:
@@ -88,16 +72,6 @@ def _items(values: Any, what: str) -> list[Any]:
         raise InvalidArgument(
             f"{what} must be a list, got {type(values).__name__} {values!r}"
         ) from None
-
-
-def _check_positive_int(value: Any, what: str) -> int:
-    if type(value) is int and value > 0:
-        return value  # the common case, checked first (100k-node builds call this 400k times)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{what} must be an int, got {value!r}")
-    if value <= 0:
-        raise InvalidArgument(f"{what} must be > 0, got {value}")
-    return value
 
 
 class KernelBuilder:
@@ -138,32 +112,20 @@ class KernelBuilder:
 
     def on_stream(self, stream: int) -> KernelBuilder:
         """Pin the kernel to a stream (the stream pass keeps pins)."""
-        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
-            raise InvalidArgument(f"stream for {self._name!r} must be an int >= 0, got {stream!r}")
-        self._stream = StreamId(stream)
+        self._stream = StreamId(validate.stream(stream, f"stream for {self._name!r}"))
         return self
 
     def cost(self, seconds: float) -> KernelBuilder:
-        """Override the cost model's time estimate for this kernel (seconds, > 0)."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-            raise InvalidArgument(f"cost of {self._name!r} must be a number, got {seconds!r}")
-        if not math.isfinite(seconds) or seconds <= 0:
-            raise InvalidArgument(f"cost of {self._name!r} must be finite and > 0, got {seconds}")
-        self._cost = float(seconds)
+        """Override the cost model's time estimate for this kernel (seconds, finite, >= 0)."""
+        self._cost = validate.cost(seconds, f"cost of {self._name!r}")
         return self
 
     def params(self, **op_params: Any) -> KernelBuilder:
-        """Op parameters (``alpha=0.5`` for ``scale``...); values are numbers, str or bool."""
-        for k, v in op_params.items():
-            if not isinstance(v, (int, float, str, bool)):
-                raise InvalidArgument(
-                    f"parameter {k!r} of {self._name!r} must be a number, str or bool, got {v!r}"
-                )
-            # NaN/inf would be written as non-standard JSON and NaN never compares equal,
-            # so a graph holding one would not survive a to_json/from_json round trip.
-            if isinstance(v, float) and not math.isfinite(v):
-                raise InvalidArgument(f"parameter {k!r} of {self._name!r} must be finite, got {v}")
-        self._params.update(op_params)
+        """Op parameters (``alpha=0.5`` for ``scale``...); values are numbers, str or bool
+        (see :func:`oxiwork.validate.params`)."""
+        merged = {**self._params, **op_params}
+        validate.params(merged, repr(self._name))  # all or nothing
+        self._params = merged
         return self
 
     def op(self, name: str | None) -> KernelBuilder:
@@ -274,37 +236,13 @@ class GraphBuilder:
         _check_name(name, "buffer")
         if name in self._buffer_names:
             raise InvalidArgument(f"a buffer named {name!r} already exists; pick another name")
-        _check_positive_int(size_bytes, f"size of buffer {name!r}")
-        if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise InvalidArgument(
-                f"buffer {name!r}: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}"
-            )
-        itemsize = DTYPES[dtype]
-        if size_bytes % itemsize:
-            raise InvalidArgument(
-                f"buffer {name!r}: {size_bytes} bytes is not a whole number of {dtype} "
-                f"elements ({itemsize} bytes each)"
-            )
-        shape_t: tuple[int, ...] | None = None
-        if shape is not None:
-            shape_t = tuple(
-                _check_positive_int(s, f"shape of {name!r}")
-                for s in _items(shape, f"shape of {name!r}")
-            )
-            if math.prod(shape_t) * itemsize != size_bytes:
-                raise InvalidArgument(
-                    f"buffer {name!r}: shape {shape_t} holds {math.prod(shape_t) * itemsize} "
-                    f"bytes of {dtype}, but size_bytes is {size_bytes}"
-                )
-        _check_positive_int(alignment, f"alignment of {name!r}")
-        if alignment & (alignment - 1):
-            raise InvalidArgument(f"buffer {name!r}: alignment {alignment} is not a power of two")
+        shape_t = None if shape is None else tuple(_items(shape, f"shape of buffer {name!r}"))
         bid = BufferId(self._next_buffer)
+        buf = Buffer(bid, name, size_bytes, dtype, shape_t, alignment, external=external)
+        check_buffer(buf)  # the rules the loader applies too, with the same messages
         self._next_buffer += 1
         self._buffer_index[bid] = len(self._buffers)
-        self._buffers.append(
-            Buffer(bid, name, size_bytes, dtype, shape_t, alignment, external=external)
-        )
+        self._buffers.append(buf)
         self._buffer_names[name] = bid
         self._issued_buffers[int(bid)] = bid
         return bid
@@ -361,7 +299,7 @@ class GraphBuilder:
         _check_name(name, "memcpy")
         if not isinstance(direction, MemcpyDir):
             raise InvalidArgument(f"memcpy {name!r}: direction must be a MemcpyDir")
-        _check_positive_int(size_bytes, f"size of memcpy {name!r}")
+        validate.size(size_bytes, f"size of memcpy {name!r}")
         host_src = direction is MemcpyDir.HostToDevice
         host_dst = direction is MemcpyDir.DeviceToHost
         if host_src and src is not None:
@@ -385,9 +323,8 @@ class GraphBuilder:
     ) -> NodeId:
         """Fill ``size_bytes`` bytes with the byte ``value`` (0..255)."""
         _check_name(name, "memset")
-        _check_positive_int(size_bytes, f"size of memset {name!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 255:
-            raise InvalidArgument(f"memset {name!r}: value must be a byte 0..255, got {value!r}")
+        validate.size(size_bytes, f"size of memset {name!r}")
+        validate.byte(value, f"memset {name!r}: value")
         outs = () if dst is None else (self._check_buffer(dst, name),)
         self._check_fits(f"memset {name!r} sets", size_bytes, outs)
         return self._add(
@@ -453,20 +390,39 @@ class GraphBuilder:
         self._pred[b].append(a)
 
     def chain(self, nodes: Sequence[NodeId]) -> None:
-        """Each node depends on the one before it."""
+        """Each node depends on the one before it (all the dependencies, or none on error)."""
         nodes = _items(nodes, "chain")
-        for a, b in itertools.pairwise(nodes):
-            self.dep(a, b)
+        self._deps_all(list(itertools.pairwise(nodes)))
 
     def fan_in(self, sources: Iterable[NodeId], sink: NodeId) -> None:
-        """``sink`` depends on every node of ``sources``."""
-        for s in _items(sources, "fan_in sources"):
-            self.dep(s, sink)
+        """``sink`` depends on every node of ``sources`` (all, or none on error)."""
+        self._deps_all([(s, sink) for s in _items(sources, "fan_in sources")])
 
     def fan_out(self, source: NodeId, sinks: Iterable[NodeId]) -> None:
-        """Every node of ``sinks`` depends on ``source``."""
-        for s in _items(sinks, "fan_out sinks"):
-            self.dep(source, s)
+        """Every node of ``sinks`` depends on ``source`` (all, or none on error)."""
+        self._deps_all([(source, s) for s in _items(sinks, "fan_out sinks")])
+
+    def _deps_all(self, pairs: list[tuple[Any, Any]]) -> None:
+        """Add every dependency of ``pairs`` or, if one is refused, none of them.
+
+        The ids are checked first; a cycle can only show up while adding, so the edges this
+        call added are removed again (the topological numbering stays valid for fewer edges).
+        """
+        for a, b in pairs:
+            self._check_node(a)
+            self._check_node(b)
+        added: list[tuple[NodeId, NodeId]] = []
+        try:
+            for a, b in pairs:
+                if (a, b) not in self._deps:
+                    self.dep(a, b)
+                    added.append((a, b))
+        except BaseException:
+            for a, b in added:
+                del self._deps[(a, b)]
+                self._succ[a].remove(b)
+                self._pred[b].remove(a)
+            raise
 
     # ------------------------------------------------------------------ build
     def build(self) -> ComputeGraph:
@@ -527,7 +483,14 @@ class GraphBuilder:
                             "add a HostToDevice copy into it or allocate it with "
                             "alloc_external_buffer"
                         )
-            graph = ComputeGraph(tuple(nodes), tuple(self._buffers), tuple(edges))
+            # Every node and buffer passed the value rules when it was added (_add,
+            # alloc_buffer); the graph checks only the copies that _bind_copies replaced.
+            graph = ComputeGraph(
+                tuple(nodes),
+                tuple(self._buffers),
+                tuple(edges),
+                {"_trusted": (self._nodes, self._buffers)},
+            )
             from oxiwork.verify import verify
 
             verify(graph)
@@ -637,9 +600,11 @@ class GraphBuilder:
 
     def _add(self, **fields: Any) -> NodeId:
         nid = NodeId(self._next_node)
+        node = GraphNode(id=nid, **fields)
+        check_node(node)  # the rules the loader applies too (checked before any change)
         self._next_node += 1
         self._node_index[nid] = len(self._nodes)
-        self._nodes.append(GraphNode(id=nid, **fields))
+        self._nodes.append(node)
         self._issued_nodes[int(nid)] = nid
         self._succ[nid] = []
         self._pred[nid] = []

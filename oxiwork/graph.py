@@ -21,11 +21,16 @@ True
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
+from oxiwork import validate
 from oxiwork.error import CycleError, InvalidArgument, MalformedFile, UnknownBuffer, UnknownNode
 from oxiwork.node import (
     DTYPES,
@@ -41,10 +46,30 @@ from oxiwork.node import (
     StreamId,
 )
 
-__all__ = ["JSON_FORMAT", "JSON_VERSION", "ComputeGraph", "DenseGraph"]
+__all__ = [
+    "JSON_FORMAT",
+    "JSON_VERSION",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_NUMBER",
+    "ComputeGraph",
+    "DenseGraph",
+    "check_buffer",
+    "check_node",
+]
 
 JSON_FORMAT = "oxiwork.graph"
 JSON_VERSION = 1
+#: Largest graph file :meth:`ComputeGraph.from_json` reads (a 100k-node graph is ~50 MB).
+MAX_JSON_BYTES = 512 * 2**20
+#: Deepest nesting of arrays and objects in a graph file (the format itself needs 6).
+MAX_JSON_DEPTH = 16
+#: Most characters of one number in a graph file (2**64 has 20 digits; a float's repr 24).
+MAX_JSON_NUMBER = 32
+
+
+# _cache key under which a constructor's caller passes (nodes, buffers) already checked.
+_TRUSTED = "_trusted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +117,18 @@ class ComputeGraph:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
+        # Values first (oxiwork.validate's rules), skipping the objects a caller vouches
+        # for: with_changes passes the parts of the graph it came from, the builder what it
+        # checked as it went. They are alive while this runs, so their id()s are unique.
+        trusted = self._cache.pop(_TRUSTED, ((), ()))
+        seen_b = {id(b) for b in trusted[1]}
+        for b in self.buffers:
+            if id(b) not in seen_b:
+                check_buffer(b)
+        seen_n = {id(n) for n in trusted[0]}
+        for n in self.nodes:
+            if id(n) not in seen_n:
+                check_node(n)
         node_index: dict[NodeId, GraphNode] = {}
         for n in self.nodes:
             if n.id in node_index:
@@ -292,11 +329,13 @@ class ComputeGraph:
         edges: Iterable[tuple[NodeId, NodeId]] | None = None,
     ) -> ComputeGraph:
         """A new, validated graph with the given parts replaced."""
-        # The constructor turns each part into a checked tuple (InvalidArgument for junk).
+        # The constructor turns each part into a checked tuple (InvalidArgument for junk);
+        # of the nodes and buffers, only those not taken from this graph are checked again.
         return ComputeGraph(
             self.nodes if nodes is None else nodes,  # type: ignore[arg-type]
             self.buffers if buffers is None else buffers,  # type: ignore[arg-type]
             self.edges if edges is None else edges,  # type: ignore[arg-type]
+            {_TRUSTED: (self.nodes, self.buffers)},
         )
 
     def next_node_id(self) -> NodeId:
@@ -333,12 +372,19 @@ class ComputeGraph:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ComputeGraph:
-        """Load a graph written by :meth:`to_json`; :class:`MalformedFile` if invalid."""
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as e:
-            raise MalformedFile(f"not valid JSON: {e}; pass the text written by to_json()") from e
-        return cls.from_dict(data)
+        """Load a graph written by :meth:`to_json`; :class:`MalformedFile` if invalid.
+
+        Parsing is bounded: at most :data:`MAX_JSON_BYTES` bytes, :data:`MAX_JSON_DEPTH`
+        levels of nesting and :data:`MAX_JSON_NUMBER` characters per number, and every
+        value passes the builder's rules (:mod:`oxiwork.validate`).
+
+        >>> try:
+        ...     ComputeGraph.from_json("[" * 100_000)
+        ... except MalformedFile as e:
+        ...     print(e)
+        arrays and objects nest 100000 deep; a graph file nests at most 16 deep
+        """
+        return cls.from_dict(_load_json(text))
 
     def to_networkx(self) -> Any:
         """A ``networkx.DiGraph`` with node attributes ``name``, ``kind`` and ``node``."""
@@ -350,8 +396,17 @@ class ComputeGraph:
         g.add_edges_from(self.edges)
         return g
 
-    def to_dot(self) -> str:
-        """Graphviz DOT text; names are escaped, so any name is safe."""
+    def to_dot(self, color_by: str | None = None, plan: Any = None) -> str:
+        """Graphviz DOT text; names are escaped, so any name is safe.
+
+        ``color_by`` (``"kind"``, ``"group"``, ``"stream"``, ``"level"``, ``"slack"``) fills
+        the nodes by that pass result, with ``plan`` giving an input graph's fused groups
+        and streams (see :func:`oxiwork.render.dot.graph_dot`).
+        """
+        if color_by is not None:
+            from oxiwork.render.dot import graph_dot  # renderers sit above the IR
+
+            return graph_dot(self, color=color_by, plan=plan)
         lines = ["digraph oxiwork {", "  rankdir=TB;", "  node [fontname=Helvetica];"]
         shapes = {
             NodeKind.KernelLaunch: "box",
@@ -372,6 +427,20 @@ class ComputeGraph:
             lines.append(f"  n{int(a)} -> n{int(b)};")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def to_svg(self, color_by: str = "kind", plan: Any = None) -> str:
+        """SVG of :meth:`to_dot` laid out by graphviz's ``dot`` (``GraphvizMissing`` says how
+        to install it when it is not there)."""
+        from oxiwork.render.dot import graph_dot, to_svg
+
+        return to_svg(graph_dot(self, color=color_by, plan=plan))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # Jupyter shows a graph as SVG without the widget (text when dot is missing).
+        from oxiwork.render.dot import graph_dot, mimebundle
+
+        text = f"ComputeGraph: {self.num_nodes} nodes, {len(self.edges)} edges, {len(self.buffers)} buffers"
+        return dict(mimebundle(self, lambda: graph_dot(self), text, self.num_nodes))
 
 
 def _items(values: Any, cls: type, what: str) -> list[Any]:
@@ -475,8 +544,221 @@ def _node_to_dict(n: GraphNode) -> dict[str, Any]:
     }
 
 
+def check_buffer(b: Buffer) -> None:
+    """The value rules (:mod:`oxiwork.validate`) for one buffer: what ``alloc_buffer`` checks.
+
+    The builder, the JSON loader and ``ComputeGraph`` itself call this one function, so they
+    refuse the same buffers with the same message. Fields may still be raw (a ``list``
+    shape, a plain ``int`` id): the loader checks before it converts.
+
+    >>> from oxiwork.node import Buffer, BufferId
+    >>> try:
+    ...     check_buffer(Buffer(BufferId(0), "x", 6, "float32"))
+    ... except InvalidArgument as e:
+    ...     print(e)
+    buffer 'x': 6 bytes is not a whole number of float32 elements (4 bytes each)
+    """
+    if _buffer_ok(b):
+        return
+    validate.name(b.name, "buffer name")
+    what = f"buffer {b.name!r}"
+    validate.ident(b.id, f"id of {what}")
+    size = validate.size(b.size_bytes, f"size of {what}")
+    if not isinstance(b.dtype, str) or b.dtype not in DTYPES:
+        raise InvalidArgument(
+            f"{what}: unknown dtype {validate.shown(b.dtype)}; use one of {', '.join(DTYPES)}"
+        )
+    itemsize = DTYPES[b.dtype]
+    if size % itemsize:
+        raise InvalidArgument(
+            f"{what}: {size} bytes is not a whole number of {b.dtype} elements "
+            f"({itemsize} bytes each)"
+        )
+    if b.shape is not None:
+        dims = validate.shape(b.shape, f"shape of {what}")
+        count = 1
+        for d in dims:
+            count *= d
+        if count * itemsize != size:
+            raise InvalidArgument(
+                f"{what}: shape {dims} holds {count * itemsize} bytes of {b.dtype}, but "
+                f"size_bytes is {size}"
+            )
+    validate.alignment(b.alignment, f"alignment of {what}")
+    validate.flag(b.external, f"external of {what}")
+    if b.offset is not None:
+        validate.offset(b.offset, f"offset of {what}")
+
+
+def check_node(n: GraphNode) -> None:
+    """The value rules (:mod:`oxiwork.validate`) for one node's fields.
+
+    Like :func:`check_buffer`, shared by the builder, the loader and ``ComputeGraph``. What
+    needs the rest of the graph (buffers exist, copies fit, events are records) is checked
+    by the graph and :func:`oxiwork.verify.verify`.
+
+    >>> from oxiwork.node import NodeId, NodeKind
+    >>> try:
+    ...     check_node(GraphNode(NodeId(0), "s", NodeKind.Memset, size_bytes=4, memset_value=300))
+    ... except InvalidArgument as e:
+    ...     print(e)
+    memset 's': value must be a byte 0..255, got 300
+    """
+    if _node_ok(n):
+        return
+    kind = n.kind
+    if not isinstance(kind, NodeKind):
+        raise InvalidArgument(f"node kind must be a NodeKind, got {validate.shown(kind)}")
+    word = kind.noun
+    validate.name(n.name, f"{word} name")
+    what = repr(n.name)
+    validate.ident(n.id, f"id of {word} {what}")
+    for key, ids in (("inputs", n.inputs), ("outputs", n.outputs), ("fused_from", n.fused_from)):
+        if not isinstance(ids, (tuple, list)):
+            raise InvalidArgument(f"{key} of {what} must be a list of ids")
+        for x in ids:
+            validate.ident(x, f"{key} of {what}: buffer id" if key != "fused_from" else key)
+    if n.stream is not None:
+        validate.stream(n.stream, f"stream for {what}")
+    if n.cost is not None:
+        validate.cost(n.cost, f"cost of {what}")
+    if n.config is not None and not isinstance(n.config, KernelConfig):
+        raise InvalidArgument(f"config of {what} must be a KernelConfig")
+    validate.flag(n.fusible, f"fusible of {what}")
+    if n.op is not None:
+        validate.name(n.op, f"op of {what}")
+    validate.params(n.params, what)
+    if n.fused is not None:
+        _check_fused(n.fused, what)
+    if n.memcpy_dir is not None and not isinstance(n.memcpy_dir, MemcpyDir):
+        raise InvalidArgument(f"direction of {word} {what} must be a MemcpyDir")
+    if kind is NodeKind.Memcpy or kind is NodeKind.Memset or n.size_bytes != 0:
+        validate.size(n.size_bytes, f"size of {word} {what}")
+    validate.byte(n.memset_value, f"memset {what}: value")
+    if n.event is not None:
+        validate.ident(n.event, f"event of {what}")
+    validate.text(n.label, f"label of {what}")
+
+
+# Fast paths of check_buffer/check_node: plain boolean tests of the common, valid case
+# (100k-node graphs are checked on every construction); anything they do not accept takes
+# the full rules, which raise the message.
+_MAX_ID, _MAX_SIZE = validate.MAX_ID, validate.MAX_SIZE_BYTES
+_ALIGN = frozenset(2**k for k in range(validate.MAX_ALIGNMENT.bit_length()))
+
+
+def _name_ok(name: Any) -> bool:
+    return (
+        type(name) is str
+        and 0 < len(name) <= validate.MAX_NAME_LENGTH
+        and name.isprintable()
+        and not name.isspace()
+    )
+
+
+def _ids_ok(ids: Any, cls: type) -> bool:
+    return type(ids) is tuple and all(type(x) is cls and 0 <= x <= _MAX_ID for x in ids)
+
+
+def _shape_ok(shape: Any, count: int) -> bool:
+    if type(shape) is not tuple or not 0 < len(shape) <= validate.MAX_RANK:
+        return False
+    for d in shape:
+        if type(d) is not int or not 0 < d <= _MAX_SIZE:
+            return False
+        count, rest = divmod(count, d)
+        if rest:
+            return False
+    return count == 1
+
+
+def _params_ok(params: Any) -> bool:
+    if type(params) is not tuple or len(params) > validate.MAX_PARAMS:
+        return False
+    last = ""
+    for p in params:
+        if type(p) is not tuple or len(p) != 2:
+            return False
+        k, v = p
+        if type(k) is not str or not k.isidentifier() or not k.isascii() or not last < k:
+            return False  # sorted, no duplicates
+        if len(k) > validate.MAX_PARAM_NAME or not (
+            (type(v) is float and math.isfinite(v))
+            or (type(v) is int and -validate.MAX_PARAM_INT <= v <= validate.MAX_PARAM_INT)
+        ):
+            return False
+        last = k
+    return True
+
+
+def _buffer_ok(b: Buffer) -> bool:
+    return (
+        type(b.id) is BufferId
+        and 0 <= b.id <= _MAX_ID
+        and _name_ok(b.name)
+        and type(b.size_bytes) is int
+        and 0 < b.size_bytes <= _MAX_SIZE
+        and type(b.dtype) is str
+        and b.dtype in DTYPES
+        and b.size_bytes % DTYPES[b.dtype] == 0
+        and (b.shape is None or _shape_ok(b.shape, b.size_bytes // DTYPES[b.dtype]))
+        and type(b.alignment) is int
+        and b.alignment in _ALIGN
+        and type(b.external) is bool
+        and (b.offset is None or (type(b.offset) is int and 0 <= b.offset <= validate.MAX_OFFSET))
+    )
+
+
+def _node_ok(n: GraphNode) -> bool:
+    kind = n.kind
+    return (
+        type(n.id) is NodeId
+        and 0 <= n.id <= _MAX_ID
+        and _name_ok(n.name)
+        and type(kind) is NodeKind
+        and _ids_ok(n.inputs, BufferId)
+        and _ids_ok(n.outputs, BufferId)
+        and (n.stream is None or (type(n.stream) is StreamId and 0 <= n.stream <= validate.MAX_STREAM))
+        and (n.cost is None or (type(n.cost) is float and 0.0 <= n.cost <= validate.MAX_COST_SECONDS))
+        and (n.config is None or type(n.config) is KernelConfig)
+        and type(n.fusible) is bool
+        and (n.op is None or _name_ok(n.op))
+        and (not n.params or _params_ok(n.params))
+        and n.fused is None
+        and not n.fused_from
+        and (n.memcpy_dir is None or type(n.memcpy_dir) is MemcpyDir)
+        and type(n.size_bytes) is int
+        and (0 < n.size_bytes <= _MAX_SIZE or (n.size_bytes == 0 and kind is not NodeKind.Memcpy and kind is not NodeKind.Memset))
+        and type(n.memset_value) is int
+        and 0 <= n.memset_value <= 255
+        and (n.event is None or (type(n.event) is NodeId and 0 <= n.event <= _MAX_ID))
+        and (n.label == "" or (type(n.label) is str and len(n.label) <= validate.MAX_NAME_LENGTH and n.label.isprintable()))
+    )  # fmt: skip
+
+
+def _check_fused(p: FusedProgram, what: str) -> None:
+    if not isinstance(p, FusedProgram):
+        raise InvalidArgument(f"fused program of {what} must be a FusedProgram")
+    for j, st in enumerate(p.steps):
+        where = f"fused step {j} of {what}"
+        validate.name(st.op, f"op of {where}")
+        validate.params(st.params, where)
+        for kind, i in st.args:
+            if kind not in ("in", "step"):
+                raise InvalidArgument(f"{where}: an argument is 'in' or 'step', got {kind!r:.40}")
+            validate.ident(i, f"argument of {where}")
+        validate.ident(st.node, f"node of {where}")
+    for k in p.outputs:
+        validate.ident(k, f"output of the fused program of {what}")
+
+
 class _Reader:
-    """Typed field access with messages that name the path of the bad field."""
+    """Field access with messages that name the path of the bad field.
+
+    :meth:`get` checks the structure (an object, a list, an enum's string); value fields are
+    read :meth:`raw` and checked by the same rules the builder applies
+    (:func:`check_buffer`, :func:`check_node`), so both refuse a value with the same words.
+    """
 
     def __init__(self, data: Any, path: str) -> None:
         if not isinstance(data, Mapping):
@@ -484,12 +766,15 @@ class _Reader:
         self.data = data
         self.path = path
 
-    def get(self, key: str, types: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    def raw(self, key: str, *, optional: bool = False) -> Any:
         if key not in self.data:
             if optional:
                 return None
             raise MalformedFile(f"{self.path}: missing field {key!r}")
-        value = self.data[key]
+        return self.data[key]
+
+    def get(self, key: str, types: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        value = self.raw(key, optional=optional)
         if value is None and optional:
             return None
         ok = isinstance(value, types) and not (
@@ -498,30 +783,18 @@ class _Reader:
         if not ok:
             want = " or ".join(t.__name__ for t in _as_tuple(types))
             raise MalformedFile(
-                f"{self.path}.{key}: expected {want}, got {type(value).__name__} {value!r:.60}"
+                f"{self.path}.{key}: expected {want}, got {type(value).__name__} "
+                f"{validate.shown(value)}"
             )
         return value
 
-    def int_list(self, key: str, *, optional: bool = False) -> list[int] | None:
-        value = self.get(key, list, optional=optional)
-        if value is None:
-            return None
-        for i, v in enumerate(value):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise MalformedFile(f"{self.path}.{key}[{i}]: expected int, got {v!r:.60}")
-        return value
+    def ids(self, key: str) -> list[Any]:
+        """A list whose entries the value rules check (ids, dimensions)."""
+        return list(self.get(key, list))
 
 
 def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
     return t if isinstance(t, tuple) else (t,)
-
-
-def _scalar_params(r: _Reader, key: str) -> tuple[tuple[str, Any], ...]:
-    params = r.get(key, dict)
-    for k, v in params.items():
-        if not isinstance(v, (int, float, str, bool)):
-            raise MalformedFile(f"{r.path}.{key}.{k}: expected a number, string or bool")
-    return tuple(params.items())
 
 
 def _enum(enum_cls: Any, value: str, path: str) -> Any:
@@ -529,123 +802,225 @@ def _enum(enum_cls: Any, value: str, path: str) -> Any:
         return enum_cls(value)
     except ValueError:
         allowed = ", ".join(repr(m.value) for m in enum_cls)
-        raise MalformedFile(f"{path}: unknown value {value!r}; expected one of {allowed}") from None
+        raise MalformedFile(
+            f"{path}: unknown value {validate.shown(value)}; expected one of {allowed}"
+        ) from None
+
+
+# ---------------------------------------------------------------------- bounded JSON parsing
+# JSON strings, whose brackets do not nest; an escape is a backslash and the next byte.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``data``, without recursing.
+
+    Strings are cut out first (their brackets do not count), then the depth is the running
+    sum of +1 per opening and -1 per closing bracket: linear time, a few numpy passes.
+    """
+    bare = np.frombuffer(_JSON_STRING.sub(b"", data), np.uint8)
+    step = (np.isin(bare, (ord("["), ord("{"))).astype(np.int32)
+            - np.isin(bare, (ord("]"), ord("}"))).astype(np.int32))  # fmt: skip
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _json_number(kind: str, convert: Any) -> Any:
+    def parse(text: str) -> Any:
+        # Checked before converting: int() of 5000 digits raises ValueError (and takes
+        # quadratic time below that limit), float() of "1e999" is inf.
+        if len(text) > MAX_JSON_NUMBER:
+            raise MalformedFile(
+                f"a number in the file has {len(text)} characters; at most "
+                f"{MAX_JSON_NUMBER} are allowed ({text[:20]}...)"
+            )
+        value = convert(text)
+        if kind == "float" and not np.isfinite(value):
+            raise MalformedFile(f"the number {text} is too large for a float")
+        return value
+
+    return parse
+
+
+def _json_constant(text: str) -> Any:
+    raise MalformedFile(f"{text} is not a number JSON allows; write a finite number")
+
+
+def _load_json(text: str | bytes) -> Any:
+    """``json.loads`` with bounded size, nesting depth and number length (MalformedFile)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        data = bytes(text)
+    elif isinstance(text, str):
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MalformedFile(
+                "the text is not valid Unicode (it holds a lone surrogate); pass the text "
+                "written by to_json()"
+            ) from None
+    else:
+        raise MalformedFile(
+            f"from_json needs the JSON text (str or bytes), got {type(text).__name__}"
+        )
+    if len(data) > MAX_JSON_BYTES:
+        raise MalformedFile(
+            f"the file is {len(data)} bytes; graph files are limited to {MAX_JSON_BYTES} "
+            "bytes (oxiwork.graph.MAX_JSON_BYTES)"
+        )
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedFile(
+            f"not valid JSON: the text is not UTF-8 ({e}); pass the text written by to_json()"
+        ) from e
+    depth = _json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise MalformedFile(
+            f"arrays and objects nest {depth} deep; a graph file nests at most "
+            f"{MAX_JSON_DEPTH} deep"
+        )
+    try:
+        return json.loads(
+            decoded,
+            parse_int=_json_number("int", int),
+            parse_float=_json_number("float", float),
+            parse_constant=_json_constant,
+        )
+    except json.JSONDecodeError as e:
+        raise MalformedFile(f"not valid JSON: {e}; pass the text written by to_json()") from e
+    except RecursionError:  # cannot happen below MAX_JSON_DEPTH; never let it escape
+        raise MalformedFile("arrays and objects nest too deeply") from None
+
+
+def _checked(check: Any, obj: Any, path: str) -> None:
+    """Run a value rule on a loaded object; its InvalidArgument becomes MalformedFile."""
+    try:
+        check(obj)
+    except InvalidArgument as e:
+        raise MalformedFile(f"{path}: {e}") from None
+
+
+def _buffer_from_dict(raw: Any, path: str) -> Buffer:
+    r = _Reader(raw, path)
+    b = Buffer(
+        id=r.raw("id"),
+        name=r.raw("name"),
+        size_bytes=r.raw("size_bytes"),
+        dtype=r.raw("dtype"),
+        shape=r.raw("shape", optional=True),
+        alignment=r.raw("alignment"),
+        external=r.raw("external"),
+        offset=r.raw("offset", optional=True),
+    )
+    _checked(check_buffer, b, path)
+    return replace(b, id=BufferId(b.id), shape=None if b.shape is None else tuple(b.shape))
+
+
+def _fused_from_dict(raw: Any, path: str) -> FusedProgram:
+    f = _Reader(raw, path)
+    steps = []
+    for j, sraw in enumerate(f.get("steps", list)):
+        s = _Reader(sraw, f"{path}.steps[{j}]")
+        args = []
+        for k, a in enumerate(s.get("args", list)):
+            if not (isinstance(a, list) and len(a) == 2):
+                raise MalformedFile(f"{s.path}.args[{k}]: expected ['in'|'step', int]")
+            args.append((a[0], a[1]))
+        steps.append(
+            FusedStep(
+                op=s.raw("op"),
+                params=s.get("params", dict),  # type: ignore[arg-type]  # checked by check_node
+                args=tuple(args),
+                node=s.raw("node"),
+            )
+        )
+    return FusedProgram(tuple(steps), tuple(f.ids("outputs")))
+
+
+def _node_from_dict(raw: Any, path: str) -> GraphNode:
+    r = _Reader(raw, path)
+    cfg_raw = r.get("config", dict, optional=True)
+    config = None
+    if cfg_raw is not None:
+        c = _Reader(cfg_raw, f"{path}.config")
+        try:
+            config = KernelConfig(c.raw("grid"), c.raw("block"), c.raw("shared_mem_bytes"))
+        except InvalidArgument as e:
+            raise MalformedFile(f"{c.path}: {e}") from None
+    fused_raw = r.get("fused", dict, optional=True)
+    memcpy_dir = r.get("memcpy_dir", str, optional=True)
+    stream, event = r.raw("stream", optional=True), r.raw("event", optional=True)
+    n = GraphNode(
+        id=r.raw("id"),
+        name=r.raw("name"),
+        kind=_enum(NodeKind, r.get("kind", str), f"{path}.kind"),
+        inputs=tuple(r.ids("inputs")),
+        outputs=tuple(r.ids("outputs")),
+        stream=stream,
+        cost=r.raw("cost", optional=True),
+        config=config,
+        fusible=r.raw("fusible"),
+        op=r.raw("op", optional=True),
+        params=r.get("params", dict),
+        fused=None if fused_raw is None else _fused_from_dict(fused_raw, f"{path}.fused"),
+        fused_from=tuple(r.ids("fused_from")),
+        memcpy_dir=None if memcpy_dir is None else _enum(MemcpyDir, memcpy_dir, f"{path}.memcpy_dir"),
+        size_bytes=r.raw("size_bytes"),
+        memset_value=r.raw("memset_value"),
+        event=event,
+        label=r.raw("label"),
+    )  # fmt: skip
+    _checked(check_node, n, path)
+    fused = n.fused
+    if fused is not None:
+        fused = FusedProgram(
+            tuple(
+                replace(st, params=validate.params(st.params, ""), node=NodeId(st.node))
+                for st in fused.steps
+            ),
+            fused.outputs,
+        )
+    return replace(
+        n,
+        id=NodeId(n.id),
+        inputs=tuple(BufferId(x) for x in n.inputs),
+        outputs=tuple(BufferId(x) for x in n.outputs),
+        stream=None if stream is None else StreamId(stream),
+        cost=None if n.cost is None else float(n.cost),
+        params=validate.params(n.params, ""),
+        fused=fused,
+        fused_from=tuple(NodeId(x) for x in n.fused_from),
+        event=None if event is None else NodeId(event),
+    )
 
 
 def _graph_from_dict(data: Any) -> ComputeGraph:
     top = _Reader(data, "graph")
     fmt = top.get("format", str)
     if fmt != JSON_FORMAT:
-        raise MalformedFile(f"graph.format is {fmt!r}, expected {JSON_FORMAT!r}")
+        raise MalformedFile(f"graph.format is {validate.shown(fmt)}, expected {JSON_FORMAT!r}")
     version = top.get("version", int)
     if version != JSON_VERSION:
         raise MalformedFile(
-            f"graph.version is {version}; this oxiwork reads version {JSON_VERSION}: "
-            "re-export the graph with a matching oxiwork"
+            f"graph.version is {validate.shown(version)}; this oxiwork reads version "
+            f"{JSON_VERSION}: re-export the graph with a matching oxiwork"
         )
-    buffers = []
-    for i, raw in enumerate(top.get("buffers", list)):
-        r = _Reader(raw, f"graph.buffers[{i}]")
-        dtype = r.get("dtype", str)
-        if dtype not in DTYPES:
-            raise MalformedFile(
-                f"{r.path}.dtype: unknown dtype {dtype!r}; use one of {list(DTYPES)}"
-            )
-        shape = r.int_list("shape", optional=True)
-        size = r.get("size_bytes", int)
-        if size <= 0:
-            raise MalformedFile(f"{r.path}.size_bytes: must be > 0, got {size}")
-        buffers.append(
-            Buffer(
-                id=BufferId(r.get("id", int)),
-                name=r.get("name", str),
-                size_bytes=size,
-                dtype=dtype,
-                shape=None if shape is None else tuple(shape),
-                alignment=r.get("alignment", int),
-                external=r.get("external", bool),
-                offset=r.get("offset", int, optional=True),
-            )
-        )
-    nodes = []
-    for i, raw in enumerate(top.get("nodes", list)):
-        r = _Reader(raw, f"graph.nodes[{i}]")
-        cfg_raw = r.get("config", dict, optional=True)
-        config = None
-        if cfg_raw is not None:
-            c = _Reader(cfg_raw, f"{r.path}.config")
-            try:
-                config = KernelConfig(
-                    tuple(c.int_list("grid") or ()),  # type: ignore[arg-type]
-                    tuple(c.int_list("block") or ()),  # type: ignore[arg-type]
-                    c.get("shared_mem_bytes", int),
-                )
-            except InvalidArgument as e:
-                raise MalformedFile(f"{c.path}: {e}") from None
-        fused_raw = r.get("fused", dict, optional=True)
-        fused = None
-        if fused_raw is not None:
-            f = _Reader(fused_raw, f"{r.path}.fused")
-            steps = []
-            for j, sraw in enumerate(f.get("steps", list)):
-                s = _Reader(sraw, f"{f.path}.steps[{j}]")
-                args = []
-                for k, a in enumerate(s.get("args", list)):
-                    ok = (
-                        isinstance(a, list)
-                        and len(a) == 2
-                        and a[0] in ("in", "step")
-                        and isinstance(a[1], int)
-                        and not isinstance(a[1], bool)
-                    )
-                    if not ok:
-                        raise MalformedFile(f"{s.path}.args[{k}]: expected ['in'|'step', int]")
-                    args.append((a[0], a[1]))
-                steps.append(
-                    FusedStep(
-                        op=s.get("op", str),
-                        params=_scalar_params(s, "params"),
-                        args=tuple(args),
-                        node=NodeId(s.get("node", int)),
-                    )
-                )
-            fused = FusedProgram(tuple(steps), tuple(f.int_list("outputs") or ()))
-        memcpy_dir = r.get("memcpy_dir", str, optional=True)
-        stream = r.get("stream", int, optional=True)
-        event = r.get("event", int, optional=True)
-        cost = r.get("cost", (int, float), optional=True)
-        nodes.append(
-            GraphNode(
-                id=NodeId(r.get("id", int)),
-                name=r.get("name", str),
-                kind=_enum(NodeKind, r.get("kind", str), f"{r.path}.kind"),
-                inputs=tuple(BufferId(x) for x in r.int_list("inputs") or ()),
-                outputs=tuple(BufferId(x) for x in r.int_list("outputs") or ()),
-                stream=None if stream is None else StreamId(stream),
-                cost=None if cost is None else float(cost),
-                config=config,
-                fusible=r.get("fusible", bool),
-                op=r.get("op", str, optional=True),
-                params=_scalar_params(r, "params"),
-                fused=fused,
-                fused_from=tuple(NodeId(x) for x in r.int_list("fused_from") or ()),
-                memcpy_dir=None
-                if memcpy_dir is None
-                else _enum(MemcpyDir, memcpy_dir, f"{r.path}.memcpy_dir"),
-                size_bytes=r.get("size_bytes", int),
-                memset_value=r.get("memset_value", int),
-                event=None if event is None else NodeId(event),
-                label=r.get("label", str),
-            )
-        )
+    buffers = [
+        _buffer_from_dict(raw, f"graph.buffers[{i}]")
+        for i, raw in enumerate(top.get("buffers", list))
+    ]
+    nodes = [
+        _node_from_dict(raw, f"graph.nodes[{i}]") for i, raw in enumerate(top.get("nodes", list))
+    ]
     edges: list[tuple[NodeId, NodeId]] = []
     for i, e in enumerate(top.get("edges", list)):
-        ok = (
-            isinstance(e, list)
-            and len(e) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in e)
-        )
-        if not ok:
-            raise MalformedFile(f"graph.edges[{i}]: expected [int, int], got {e!r:.60}")
+        ok = isinstance(e, list) and len(e) == 2
+        if ok:
+            try:
+                for x in e:
+                    validate.ident(x, f"graph.edges[{i}]: node id")
+            except InvalidArgument as err:
+                raise MalformedFile(str(err)) from None
+        else:
+            raise MalformedFile(f"graph.edges[{i}]: expected [int, int], got {validate.shown(e)}")
         edges.append((NodeId(e[0]), NodeId(e[1])))
     return ComputeGraph(tuple(nodes), tuple(buffers), tuple(edges))

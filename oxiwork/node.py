@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from oxiwork import validate
 from oxiwork.error import InvalidArgument
+from oxiwork.validate import (
+    MAX_BLOCK_DIM,
+    MAX_BLOCK_THREADS,
+    MAX_GRID_X,
+    MAX_GRID_YZ,
+    MAX_SHARED_MEM_BYTES,
+)
 
 __all__ = [
     "DTYPES",
@@ -43,12 +51,7 @@ __all__ = [
     "StreamId",
 ]
 
-# CUDA limits (compute capability 7.0 and newer; Hopper allows 227 KiB of dynamic smem).
-MAX_BLOCK_THREADS = 1024
-MAX_BLOCK_DIM = (1024, 1024, 64)
-MAX_GRID_X = 2**31 - 1
-MAX_GRID_YZ = 65535
-MAX_SHARED_MEM_BYTES = 227 * 1024
+# The CUDA limits (MAX_*) are defined with the other bounds in oxiwork.validate.
 
 # numpy dtype name -> bytes per element. One place defines what a buffer may hold.
 DTYPES: Mapping[str, int] = {
@@ -58,6 +61,7 @@ DTYPES: Mapping[str, int] = {
     "int32": 4,
     "int64": 8,
     "uint8": 1,
+    "bool": 1,
 }
 
 
@@ -111,6 +115,15 @@ class NodeKind(enum.Enum):
     HostCallback = "host_callback"
     Barrier = "barrier"
 
+    @property
+    def noun(self) -> str:
+        """How messages name a node of this kind (``"event record"``).
+
+        >>> NodeKind.HostCallback.noun
+        'host callback'
+        """
+        return "memcpy" if self is NodeKind.Memcpy else self.value.replace("_", " ")
+
 
 class MemcpyDir(enum.Enum):
     """Direction of a copy, as in the seed's ``MemcpyDir``."""
@@ -119,24 +132,6 @@ class MemcpyDir(enum.Enum):
     DeviceToHost = "d2h"
     DeviceToDevice = "d2d"
     PeerToPeer = "p2p"
-
-
-def _dim3(value: int | tuple[int, ...], what: str) -> tuple[int, int, int]:
-    if type(value) is tuple and len(value) == 3 and all(type(v) is int for v in value):
-        return value  # the common, already-normalised case (builders make 100k of these)
-    if isinstance(value, bool):
-        raise InvalidArgument(f"{what} must be an int or a tuple of up to 3 ints, not a bool")
-    if isinstance(value, int):
-        value = (value,)
-    try:
-        dims = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        raise InvalidArgument(
-            f"{what} must be an int or a tuple of up to 3 ints, got {value!r}"
-        ) from None
-    if not 1 <= len(dims) <= 3:
-        raise InvalidArgument(f"{what} must have 1 to 3 dimensions, got {len(dims)}: {dims!r}")
-    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +151,8 @@ class KernelConfig:
     shared_mem_bytes: int = 0
 
     def __post_init__(self) -> None:
-        grid = _dim3(self.grid, "grid")
-        block = _dim3(self.block, "block")
+        grid = validate.dims(self.grid, "grid")
+        block = validate.dims(self.block, "block")
         object.__setattr__(self, "grid", grid)
         object.__setattr__(self, "block", block)
         for axis, g in zip("xyz", grid, strict=True):
@@ -182,14 +177,7 @@ class KernelConfig:
                 f"block {block} has {threads} threads; CUDA allows at most "
                 f"{MAX_BLOCK_THREADS} per block: use more blocks instead"
             )
-        smem = self.shared_mem_bytes
-        if isinstance(smem, bool) or not isinstance(smem, int) or smem < 0:
-            raise InvalidArgument(f"shared_mem_bytes must be an int >= 0, got {smem!r}")
-        if smem > MAX_SHARED_MEM_BYTES:
-            raise InvalidArgument(
-                f"shared_mem_bytes is {smem}; at most {MAX_SHARED_MEM_BYTES} (227 KiB) "
-                "per block is available"
-            )
+        validate.shared_mem(self.shared_mem_bytes, "shared_mem_bytes")
 
     @classmethod
     def linear(cls, blocks: int, threads: int, smem: int = 0) -> KernelConfig:

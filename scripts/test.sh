@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+# Debian's graphviz gives the `dot` binary that oxiwork's SVG renders (to_svg, the notebook
+# display, the HTML report) call.
+if ! command -v dot >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # The editable install builds the widget bundle (widget_js -> oxiwork/static) with npm.

@@ -248,17 +248,16 @@ def costs_for(
     return st.fixed_dictionaries({nid: value for nid in graph.node_ids})
 
 
+# What oxiwork.validate accepts in names and string values: no surrogates, control
+# characters or line separators.
+_chars = st.characters(max_codepoint=0x2FFF, blacklist_categories=("Cs", "Cc", "Zl", "Zp"))
 _scalars = st.one_of(
     st.integers(-(2**31), 2**31),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=8),
+    st.text(_chars, max_size=8),
     st.booleans(),
 )
-_names = st.text(
-    st.characters(min_codepoint=32, max_codepoint=0x2FFF, blacklist_categories=("Cs",)),
-    min_size=1,
-    max_size=12,
-).filter(lambda s: s.strip() != "")
+_names = st.text(_chars, min_size=1, max_size=12).filter(lambda s: s.strip() != "")
 
 
 @st.composite

@@ -194,8 +194,9 @@ class TestRejects:
 
     def test_raises_bad_cost_and_params(self) -> None:
         kb = GraphBuilder().add_kernel("k", 1, 1)
-        with pytest.raises(InvalidArgument, match=r"cost of 'k' must be finite and > 0"):
-            kb.cost(0.0)
+        assert kb.cost(0.0) is kb  # a free node: finite and >= 0 (oxiwork.validate.cost)
+        with pytest.raises(InvalidArgument, match=r"cost of 'k' must be finite and >= 0"):
+            kb.cost(-1e-9)
         with pytest.raises(InvalidArgument, match=r"parameter 'alpha' of 'k' must be a number"):
             kb.params(alpha=[1])
         with pytest.raises(

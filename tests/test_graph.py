@@ -159,7 +159,7 @@ class TestJson:
         d = _dict()
         d["buffers"][0]["size_bytes"] = "64"
         with pytest.raises(
-            MalformedFile, match=r"graph.buffers\[0\].size_bytes: expected int, got str"
+            MalformedFile, match=r"graph.buffers\[0\]: size of buffer 'x' must be an int, got '64'"
         ):
             ComputeGraph.from_dict(d)
 
@@ -167,7 +167,7 @@ class TestJson:
         d = _dict()
         d["nodes"][0]["size_bytes"] = True
         with pytest.raises(
-            MalformedFile, match=r"graph.nodes\[0\].size_bytes: expected int, got bool"
+            MalformedFile, match=r"graph.nodes\[0\]: size of memcpy 'up' must be an int, got True"
         ):
             ComputeGraph.from_dict(d)
 
@@ -192,7 +192,9 @@ class TestJson:
     def test_raises_bad_edge(self) -> None:
         d = _dict()
         d["edges"].append([0, "1"])
-        with pytest.raises(MalformedFile, match=r"graph.edges\[2\]: expected \[int, int\]"):
+        with pytest.raises(
+            MalformedFile, match=r"graph.edges\[2\]: node id must be an int, got '1'"
+        ):
             ComputeGraph.from_dict(d)
 
     def test_raises_bad_config(self) -> None:
@@ -204,13 +206,17 @@ class TestJson:
     def test_raises_zero_size(self) -> None:
         d = _dict()
         d["buffers"][1]["size_bytes"] = 0
-        with pytest.raises(MalformedFile, match=r"graph.buffers\[1\].size_bytes: must be > 0"):
+        with pytest.raises(
+            MalformedFile, match=r"graph.buffers\[1\]: size of buffer 'y' must be > 0, got 0"
+        ):
             ComputeGraph.from_dict(d)
 
     def test_raises_bad_param(self) -> None:
         d = _dict()
         d["nodes"][1]["params"] = {"alpha": [1, 2]}
-        with pytest.raises(MalformedFile, match=r"params.alpha: expected a number, string or bool"):
+        with pytest.raises(
+            MalformedFile, match=r"parameter 'alpha' of 'relu' must be a number, str or bool"
+        ):
             ComputeGraph.from_dict(d)
 
     def test_cycle_in_file_is_rejected(self) -> None:

@@ -32,7 +32,7 @@ def test_quick_start_report_names_every_stage() -> None:
 def test_transformer_on_two_streams_matches_the_reference() -> None:
     rc, text = run_report(transformer_block(1), max_streams=2)
     assert rc == 0 and "match the numpy reference: True" in text
-    assert "2 stream(s)" in text
+    assert "2 streams" in text
     # fusion says why it stopped: a transpose is injective and never fuses
     assert "not fused:" in text and "'transpose' is injective, which never fuses" in text
 

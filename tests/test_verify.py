@@ -44,13 +44,13 @@ class TestVerify:
     @pytest.mark.parametrize(
         ("changes", "match"),
         [
-            ({"size_bytes": 0}, r"buffer 'x' \(id 0\): size must be > 0, got 0"),
-            ({"dtype": "float7"}, r"buffer 'x' \(id 0\): unknown dtype 'float7'"),
-            ({"size_bytes": 66}, r"size is not a whole number of float32"),
-            ({"shape": (3, 5)}, r"shape \(3, 5\) does not match its size"),
-            ({"alignment": 48}, r"alignment 48 is not a power of two"),
+            ({"size_bytes": 0}, r"size of buffer 'x' must be > 0, got 0"),
+            ({"dtype": "float7"}, r"buffer 'x': unknown dtype 'float7'"),
+            ({"size_bytes": 66}, r"66 bytes is not a whole number of float32"),
+            ({"shape": (3, 5)}, r"shape \(3, 5\) holds 60 bytes of float32, but size_bytes is 64"),
+            ({"alignment": 48}, r"alignment of buffer 'x' is 48, which is not a power of two"),
             ({"offset": 100}, r"offset 100 is not a non-negative multiple of its alignment 256"),
-            ({"offset": -256}, r"offset -256 is not a non-negative multiple"),
+            ({"offset": -256}, r"offset of buffer 'x' must be >= 0, got -256"),
             ({"external": True, "offset": 0}, r"external buffers are never placed in the arena"),
         ],
     )
@@ -63,14 +63,14 @@ class TestVerify:
         [
             ("k", {"config": None}, r"node 'k' \(id 1, kernel\).*a kernel needs a KernelConfig"),
             ("up", {"memcpy_dir": None}, r"node 'up' .*a memcpy needs a direction"),
-            ("up", {"size_bytes": 0}, r"copy size must be > 0"),
+            ("up", {"size_bytes": 0}, r"size of memcpy 'up' must be > 0"),
             ("up", {"size_bytes": 128}, r"copies 128 bytes but buffer 'x' holds 64"),
             ("up", {"inputs": (0,)}, r"a HostToDevice copy reads the host"),
             ("down", {"outputs": (0,)}, r"a DeviceToHost copy writes the host"),
             ("down", {"inputs": (0, 1)}, r"a memcpy has at most one source and one dest"),
             ("rec", {"inputs": (0,)}, r"a event_record node touches no buffers"),
             ("bar", {"outputs": (1,)}, r"node 'bar' .*a barrier node touches no buffers"),
-            ("bar", {"stream": StreamId(-1)}, r"stream -1 is negative"),
+            ("bar", {"stream": StreamId(-1)}, r"stream for 'bar' must be >= 0, got -1"),
             ("bar", {"config": KernelConfig.linear(1, 1)}, r"only kernels have a launch config"),
         ],
     )
@@ -89,7 +89,7 @@ class TestVerify:
         x = b.alloc_buffer("x", 64)
         b.add_memset("set", 64, 0, dst=x)
         g = b.build()
-        with pytest.raises(InvalidArgument, match=r"memset value must be a byte 0..255"):
+        with pytest.raises(InvalidArgument, match=r"memset 'set': value must be a byte 0..255"):
             verify(_with_node(g, "set", memset_value=300))
         with pytest.raises(InvalidArgument, match=r"sets 128 bytes of a 64-byte buffer"):
             verify(_with_node(g, "set", size_bytes=128))

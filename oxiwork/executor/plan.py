@@ -165,7 +165,10 @@ class ExecutionPlan:
                 {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
             )
         )
-        run = Pipeline(passes).run(graph, verify=verify)
+        from oxiwork.analysis import paused_gc
+
+        with paused_gc():  # the passes and the checks between them allocate acyclic data only
+            run = Pipeline(passes).run(graph, verify=verify)
         memory = run.artefact("memory", "memory")
         streams = run.artefact("streams", "streams")
         plan = _lower(
@@ -263,6 +266,25 @@ class ExecutionPlan:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def to_dot(self) -> str:
+        """Graphviz DOT text: one cluster per stream, event waits as dashed edges
+        (:func:`oxiwork.render.dot.plan_dot`)."""
+        from oxiwork.render.dot import plan_dot  # renderers sit above the plan
+
+        return plan_dot(self)
+
+    def to_svg(self) -> str:
+        """SVG of :meth:`to_dot` laid out by graphviz's ``dot``."""
+        from oxiwork.render.dot import plan_dot, to_svg
+
+        return to_svg(plan_dot(self))
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        # Jupyter shows a plan as SVG without the widget (text when dot is missing).
+        from oxiwork.render.dot import mimebundle, plan_dot
+
+        return dict(mimebundle(self, lambda: plan_dot(self), self._headline(), len(self.steps)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data: the steps, the counts, and the passes' reports.

@@ -3,8 +3,9 @@
 The device is one numpy byte arena of ``plan.pool_bytes`` (:mod:`oxiwork.executor.arena`):
 every planned buffer is a typed view at its planned offset, so the memory plan is
 exercised, not bypassed, and a wrong plan shows up as wrong numbers. Steps dispatch by kind
-through a rule table; kernels evaluate their op (or fused program) with the op table's numpy
-references (:func:`oxiwork.ops.program.run`, the same code the reference evaluator uses);
+through a rule table; kernels compute straight into the arena with the op table's in-place
+forms, or its numpy references for fused programs (:func:`oxiwork.ops.program.run_into`;
+the simulator holds no op code of its own);
 any failure is re-raised as :class:`~oxiwork.error.ExecutionError` naming the step, in the
 manner of torch.fx's ``Interpreter`` and JAX's ``eval_jaxpr``.
 
@@ -264,7 +265,6 @@ class _Machine:
             )
         self.opaque: list[str] = []
         self.kernels: dict[int, Any] = {}
-        self.fast: dict[int, Callable[[list[np.ndarray], np.ndarray], Any]] = {}
         self.arena: Arena | None = None
         self.views: dict[BufferId, np.ndarray] = {}
         self.raws: dict[BufferId, np.ndarray] = {}
@@ -300,9 +300,6 @@ class _Machine:
                 self.opaque.append(f"{st.name!r}: an op has no numpy reference")
             else:
                 self.kernels[st.index] = bound
-                fast = _inplace_form(bound, st)
-                if fast is not None:
-                    self.fast[st.index] = fast
         if self.opaque:
             warnings.warn(
                 f"{len(self.opaque)} kernel(s) cannot be computed on the CPU and run for timing "
@@ -419,76 +416,18 @@ def _error(st: PlanStep, e: BaseException) -> ExecutionError:
 
 # ---------------------------------------------------------------------- one rule per kind
 def _kernel(m: _Machine, st: PlanStep) -> None:
-    from oxiwork.ops.program import run
+    from oxiwork.ops.program import run_into
 
-    fast = m.fast.get(st.index)
-    if fast is not None:  # a built-in element-wise op, computed straight into the arena
-        out = m.views[st.outputs[0].buffer]
-        with np.errstate(all="ignore"):
-            fast([m.views[a.buffer].reshape(out.shape) for a in st.inputs], out)
-        return
     bound = m.kernels[st.index]
     if bound is None:  # no numpy reference: timing only, outputs left as they are
         return
     if isinstance(bound, Exception):
         raise bound
     views = m.views
-    ins = [views[a.buffer] for a in st.inputs]
-    with np.errstate(all="ignore"):  # IEEE results, as the reference; check_finite reports
-        results = run(bound, ins)
-    for a, r in zip(st.outputs, results, strict=True):
-        out = views[a.buffer]
-        if r.size != out.size:
-            raise InvalidArgument(
-                f"the op produced {r.size} elements for {a.name!r}, which holds {out.size}"
-            )
-        np.copyto(out, r.reshape(out.shape), casting="unsafe")
-
-
-# In-place forms of built-in element-wise ops: they write straight into the arena view
-# (``np.multiply(x, alpha, out=view)``) instead of allocating a result and copying it, a
-# copy that costs as much as a cheap op itself. Each is the same numpy call as the op's
-# reference with ``out=`` added; tests/executor/test_simulator.py checks every entry
-# bit-for-bit against ``oxiwork.ops``. An op replaced by a custom one (its reference is no
-# longer the built-in function recorded here) falls back to the reference.
-_F32 = np.float32
-_INPLACE: dict[str, Callable[[list[np.ndarray], np.ndarray, dict[str, float]], Any]] = {
-    "relu": lambda xs, out, p: np.maximum(xs[0], _F32(0), out=out),
-    "scale": lambda xs, out, p: np.multiply(xs[0], _F32(p["alpha"]), out=out),
-    "add": lambda xs, out, p: np.add(xs[0], xs[1], out=out),
-    "sub": lambda xs, out, p: np.subtract(xs[0], xs[1], out=out),
-    "mul": lambda xs, out, p: np.multiply(xs[0], xs[1], out=out),
-    "div": lambda xs, out, p: np.divide(xs[0], xs[1], out=out),
-    "neg": lambda xs, out, p: np.negative(xs[0], out=out),
-    "exp": lambda xs, out, p: np.exp(xs[0], out=out),
-    "log": lambda xs, out, p: np.log(xs[0], out=out),
-    "tanh": lambda xs, out, p: np.tanh(xs[0], out=out),
-    "copy": lambda xs, out, p: np.copyto(out, xs[0]),
-}
-
-
-def _builtin_refs() -> dict[str, Any]:
-    from oxiwork.ops.table import get
-
-    return {name: getattr(get(name), "reference", None) for name in _INPLACE}
-
-
-_BUILTIN_REFS = _builtin_refs()
-
-
-def _inplace_form(bound: Any, st: PlanStep) -> Callable[[list[np.ndarray], np.ndarray], Any] | None:
-    """The in-place form of a one-op element-wise kernel, or None (use the reference)."""
-    if len(bound.steps) != 1 or len(st.outputs) != 1:
-        return None
-    step = bound.steps[0]
-    form = _INPLACE.get(step.op.name)
-    if form is None or step.op.reference is not _BUILTIN_REFS.get(step.op.name):
-        return None
-    n = st.outputs[0].size_bytes // 4
-    if any(a.size_bytes // 4 != n for a in st.inputs) or st.outputs[0].dtype != "float32":
-        return None
-    params = dict(step.params)
-    return lambda xs, out: form(xs, out, params)
+    # Straight into the arena views, with each op's in-place form from the op table (or
+    # its default rule): a result array and a copy would cost as much as a cheap op.
+    # IEEE results, as the reference; check_finite reports non-finite ones.
+    run_into(bound, [views[a.buffer] for a in st.inputs], [views[a.buffer] for a in st.outputs])
 
 
 def _memcpy(m: _Machine, st: PlanStep) -> None:

@@ -35,11 +35,12 @@ from oxiwork.error import InvalidArgument, InvalidPlan
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.node import NodeKind
 
-__all__ = ["MODES", "Arrow", "Bar", "Timeline", "timeline"]
+__all__ = ["LAUNCHED", "MODES", "Arrow", "Bar", "Timeline", "timeline"]
 
 MODES = ("graph", "stream")
-# Steps that launch device work: each costs a launch from the host in stream mode.
-_LAUNCHED = frozenset({NodeKind.KernelLaunch, NodeKind.Memcpy, NodeKind.Memset})
+#: Steps that launch device work: each costs a launch from the host in stream mode.
+LAUNCHED = frozenset({NodeKind.KernelLaunch, NodeKind.Memcpy, NodeKind.Memset})
+_LAUNCHED = LAUNCHED
 
 
 @dataclass(frozen=True, slots=True)

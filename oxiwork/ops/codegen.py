@@ -277,12 +277,17 @@ class _Gen:
         kind, i = red.args[0]
         pre_lines = [line for j in pre for line in self.step_lines(j, "i", full)]
         value = self.arg(kind, i, "i", full)
-        out_var = "i" if out_space == full else "row"
+        entry = _ROW_RECIPES.get(red.op.row or "")
+        if entry is None:
+            raise UnsupportedOp(f"{self.b.where}: no row recipe named {red.op.row!r}")
+        recipe, per_row = entry
+        # The recipe, not the sizes, says where the result lives: one value per row
+        # (written once per row, where only ``row`` is in scope) or a whole row again
+        # (written in a loop over ``i``). Comparing sizes mistook a one-column sum for a
+        # row-to-row op and indexed with an ``i`` out of scope.
+        out_var = "row" if per_row else "i"
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
-        recipe = _ROW_RECIPES.get(red.op.row or "")
-        if recipe is None:
-            raise UnsupportedOp(f"{self.b.where}: no row recipe named {red.op.row!r}")
         params = {p: self.param_name(r, p) for p in red.params}
         body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
@@ -354,10 +359,11 @@ def _layer_norm_recipe(p: _RowParts) -> list[str]:
     return lines
 
 
-# Row recipe per OpDef.row: how a row of the (prologue-transformed) input becomes t{r}.
-_ROW_RECIPES: dict[str, Callable[[_RowParts], list[str]]] = {
-    "sum": _reduce_recipe("0.0f", "{acc} + {v}", 0),
-    "max": _reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1),
-    "softmax": _softmax_recipe,
-    "layer_norm": _layer_norm_recipe,
+# Row recipe per OpDef.row: how a row of the (prologue-transformed) input becomes t{r},
+# and whether that is one value per row (True) or a row again (False).
+_ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
+    "sum": (_reduce_recipe("0.0f", "{acc} + {v}", 0), True),
+    "max": (_reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1), True),
+    "softmax": (_softmax_recipe, False),
+    "layer_norm": (_layer_norm_recipe, False),
 }

@@ -43,6 +43,7 @@ __all__ = [
     "describe",
     "program_of",
     "run",
+    "run_into",
     "share_bound",
 ]
 
@@ -218,8 +219,11 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
     buffer = graph.buffer
     in_bufs = [buffer(b) for b in node.inputs]
     out_bufs = [buffer(b) for b in node.outputs]
+    # Ops with CUDA C compute float32; a kernel whose ops only have numpy references (an
+    # importer's opaque kernel) reads and writes its buffers in their own dtypes.
+    typed = all((op := get(s[0])) is not None and not op.has_cuda for s in specs)
     for buf in (*in_bufs, *out_bufs):
-        if buf.dtype != "float32":
+        if buf.dtype != "float32" and not typed:
             raise UnsupportedOp(
                 f"{where} uses buffer {buf.name!r} of dtype {buf.dtype}; ops compute on "
                 "float32 only: allocate it with dtype='float32'"
@@ -296,10 +300,51 @@ def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             )
         args = [inputs[i] if kind == "in" else values[i] for kind, i in st.args]
         with np.errstate(all="ignore"):  # overflow, log of negatives: IEEE values, as on GPU
-            out = np.asarray(st.op.reference(args, **st.params), dtype=np.float32)
+            out = np.asarray(
+                st.op.reference(args, **st.params), dtype=np.float32 if st.op.has_cuda else None
+            )
         if out.shape != st.shape:
             out = out.reshape(st.shape)
         values.append(out)
     return [
         values[s].reshape(shape) for s, shape in zip(bound.outputs, bound.out_shapes, strict=True)
     ]
+
+
+def run_into(
+    bound: BoundProgram, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+) -> None:
+    """Evaluate ``bound`` on float32 ``inputs`` and write the results into ``outputs``.
+
+    ``outputs`` are float32 arrays with the output buffers' element counts (they may share
+    memory with inputs, as an in-place kernel's do). A one-step program computes straight
+    into its output with the op's in-place form (:meth:`~oxiwork.ops.table.OpDef.compute_into`,
+    the op table's default rule when it has none); a fused one is evaluated with
+    :func:`run` and copied. This is the simulator's only way to compute a kernel.
+
+    >>> import numpy as np
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> x = np.array([-1.0, np.nan] * 512, np.float32)
+    >>> run_into(bind(g, g.nodes[1]), [x], [x])   # relu in place
+    >>> x[:2]
+    array([0., 0.], dtype=float32)
+    """
+    if len(bound.steps) == 1 and len(outputs) == 1:
+        st = bound.steps[0]
+        out = outputs[0]
+        if out.size != math.prod(st.shape):
+            raise InvalidArgument(
+                f"{bound.where}: the op produces {math.prod(st.shape)} elements, but its "
+                f"output holds {out.size}"
+            )
+        args = [inputs[i] for _, i in st.args]
+        st.op.compute_into(args, out.reshape(st.shape), st.params)
+        return
+    for out, r in zip(outputs, run(bound, inputs), strict=True):
+        if r.size != out.size:
+            raise InvalidArgument(
+                f"{bound.where}: the program produced {r.size} elements for an output "
+                f"that holds {out.size}"
+            )
+        np.copyto(out, r.reshape(out.shape), casting="unsafe")

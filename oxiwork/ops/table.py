@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from oxiwork.error import InvalidArgument
+from oxiwork.error import InvalidArgument, UnsupportedOp
 
 __all__ = [
     "REGISTRY",
@@ -164,6 +164,7 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- costs
 CostFn = Callable[[Sequence[Shape], Shape], tuple[float, float]]
+InplaceFn = Callable[..., Any]
 ElementFn = Callable[
     [int, Sequence[str], str, Sequence[Shape], Shape], tuple[list[str], list[tuple[str, int]]]
 ]
@@ -189,6 +190,13 @@ class OpDef:
     reference
         ``reference(inputs: list[np.ndarray], **params) -> np.ndarray`` in float32, or
         ``None`` if the op has no reference (then its values cannot be computed on CPU).
+    inplace
+        ``inplace(inputs, out, **params)``: the reference computed straight into the
+        float32 array ``out`` (shaped like the result; it may share memory with an
+        input). Optional: without it :func:`compute_into` evaluates the reference into a
+        temporary and copies (the default rule). Built-in element-wise ops define both
+        from one numpy ufunc call (``out=None`` for the reference), so they cannot
+        disagree.
     params
         ``(name, default)`` pairs; every parameter is a float passed to the kernel as an
         argument, so a GPU graph can update it without recompiling.
@@ -228,6 +236,7 @@ class OpDef:
     fusion_class: FusionClass
     arity: int
     reference: Callable[..., np.ndarray] | None = field(default=None, repr=False)
+    inplace: InplaceFn | None = field(default=None, repr=False)
     params: tuple[tuple[str, float], ...] = field(default=(), repr=False)
     expr: str | None = field(default=None, repr=False)
     row: str | None = field(default=None, repr=False)
@@ -267,6 +276,11 @@ class OpDef:
                 f"op {self.name!r} is {self.fusion_class.name} but has no expr; element-wise "
                 "ops need a CUDA expression template such as 'fmaxf({0}, 0.0f)'"
             )
+        if self.inplace is not None and self.reference is None:
+            raise InvalidArgument(
+                f"op {self.name!r} has an inplace form but no reference; the in-place form "
+                "is the reference written into an output array, give the reference too"
+            )
         if self.fusion_class is FusionClass.REDUCTION and self.row is None:
             raise InvalidArgument(f"op {self.name!r} is a REDUCTION but names no row recipe")
         if self.fusion_class is FusionClass.OUT_ELEMENTWISE and self.element is None:
@@ -304,6 +318,48 @@ class OpDef:
         return any(
             x is not None for x in (self.expr, self.row, self.kernel, self.element, self.source)
         )
+
+    def compute_into(
+        self, inputs: Sequence[np.ndarray], out: np.ndarray, params: Mapping[str, float]
+    ) -> None:
+        """Write the op's result on ``inputs`` into the float32 array ``out``.
+
+        ``out`` has the result's shape and may share memory with an input. The op's
+        ``inplace`` form writes it directly; the default rule, for ops without one,
+        evaluates the reference into a temporary and copies it. IEEE results throughout
+        (overflow, log of negatives, 0/0: no warnings), as on the GPU.
+
+        >>> import numpy as np
+        >>> x = np.array([-1.0, np.nan, 3.0], np.float32)
+        >>> get("relu").compute_into([x], x, {})   # in place, NaN -> 0 as CUDA's fmaxf
+        >>> x
+        array([0., 0., 3.], dtype=float32)
+        >>> y = np.empty(1, np.float32)
+        >>> get("sum").compute_into([x.reshape(1, 3)], y, {})   # the default rule
+        >>> y
+        array([3.], dtype=float32)
+        """
+        if self.reference is None:
+            raise UnsupportedOp(
+                f"op {self.name!r} has CUDA code but no numpy reference; register it with "
+                f"oxiwork.ops.custom({self.name!r}, reference=..., replace=True) to compute "
+                "it on the CPU"
+            )
+        with np.errstate(all="ignore"):
+            if self.inplace is not None:
+                self.inplace(inputs, out, **params)
+                return
+            # a reference-only op (an importer's opaque kernel) keeps its own dtype: int64
+            # indices past 2**24 would not survive a round trip through float32
+            result = np.asarray(
+                self.reference(inputs, **params), dtype=F32 if self.has_cuda else None
+            )
+        if result.size != out.size:
+            raise InvalidArgument(
+                f"op {self.name!r} produced {result.size} elements for an output of "
+                f"{out.size}; its shape rule and its reference disagree"
+            )
+        np.copyto(out, result.reshape(out.shape), casting="unsafe")
 
     def op_cost(self, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[float, float]:
         """``(flops, bytes)`` of one application on float32 data."""
@@ -544,18 +600,22 @@ def _transpose_kernel(
 def _ew(
     name: str,
     arity: int,
-    ref: Callable[..., np.ndarray],
+    fn: Callable[..., np.ndarray],
     expr: str,
     flops: float = 1.0,
     params: tuple[tuple[str, float], ...] = (),
     fusion_class: FusionClass = FusionClass.ELEMENTWISE,
     shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _same_shape,
+    inplace: bool = True,
 ) -> OpDef:
+    # ``fn(xs, out=None, **params)`` is both forms: the reference is ``fn`` with ``out=None``
+    # and the in-place form the very same call with ``out`` given, so they cannot differ.
     return OpDef(
         name,
         fusion_class,
         arity,
-        reference=ref,
+        reference=fn,
+        inplace=fn if inplace else None,
         params=params,
         expr=expr,
         shape=shape,
@@ -563,49 +623,65 @@ def _ew(
     )
 
 
+def _copy(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    # a bit copy (NaN payloads and -0.0 kept), as the CUDA expression "{0}"
+    if out is None:
+        return np.array(xs[0], dtype=F32, copy=True)
+    np.copyto(out, xs[0])
+    return out
+
+
+def _sigmoid(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    # 1 / (1 + exp(-x)), one float32 operation at a time as the CUDA expression; only the
+    # first step reads x, so ``out`` may be x itself.
+    t = np.negative(xs[0], out=out)
+    np.exp(t, out=t)
+    np.add(F32(1), t, out=t)
+    return np.divide(F32(1), t, out=t)
+
+
 _BUILTINS: tuple[OpDef, ...] = (
     # np.fmax, like CUDA's fmaxf, maps NaN to 0 (np.maximum would keep the NaN)
-    _ew("relu", 1, lambda xs: np.fmax(xs[0], F32(0)), "fmaxf({0}, 0.0f)"),
+    _ew("relu", 1, lambda xs, out=None: np.fmax(xs[0], F32(0), out=out), "fmaxf({0}, 0.0f)"),
     # alpha defaults to 2.0 so that the quick start's relu -> scale visibly changes the
     # values (1.0 would make scale an identity).
     _ew(
         "scale",
         1,
-        lambda xs, alpha: xs[0] * F32(alpha),
+        lambda xs, out=None, *, alpha: np.multiply(xs[0], F32(alpha), out=out),
         "({0} * {alpha})",
         params=(("alpha", 2.0),),
     ),
-    _ew("add", 2, lambda xs: xs[0] + xs[1], "({0} + {1})"),
-    _ew("sub", 2, lambda xs: xs[0] - xs[1], "({0} - {1})"),
-    _ew("mul", 2, lambda xs: xs[0] * xs[1], "({0} * {1})"),
-    _ew("div", 2, lambda xs: xs[0] / xs[1], "({0} / {1})"),
-    _ew("neg", 1, lambda xs: -xs[0], "(-{0})", flops=1.0),
-    _ew("exp", 1, lambda xs: np.exp(xs[0]), "expf({0})", flops=4.0),
-    _ew("log", 1, lambda xs: np.log(xs[0]), "logf({0})", flops=4.0),
-    _ew("tanh", 1, lambda xs: np.tanh(xs[0]), "tanhf({0})", flops=6.0),
-    _ew(
-        "sigmoid",
-        1,
-        lambda xs: F32(1) / (F32(1) + np.exp(-xs[0])),
-        "(1.0f / (1.0f + expf(-{0})))",
-        flops=6.0,
-    ),
+    _ew("add", 2, lambda xs, out=None: np.add(xs[0], xs[1], out=out), "({0} + {1})"),
+    _ew("sub", 2, lambda xs, out=None: np.subtract(xs[0], xs[1], out=out), "({0} - {1})"),
+    _ew("mul", 2, lambda xs, out=None: np.multiply(xs[0], xs[1], out=out), "({0} * {1})"),
+    _ew("div", 2, lambda xs, out=None: np.divide(xs[0], xs[1], out=out), "({0} / {1})"),
+    _ew("neg", 1, lambda xs, out=None: np.negative(xs[0], out=out), "(-{0})", flops=1.0),
+    _ew("exp", 1, lambda xs, out=None: np.exp(xs[0], out=out), "expf({0})", flops=4.0),
+    _ew("log", 1, lambda xs, out=None: np.log(xs[0], out=out), "logf({0})", flops=4.0),
+    _ew("tanh", 1, lambda xs, out=None: np.tanh(xs[0], out=out), "tanhf({0})", flops=6.0),
+    _ew("sigmoid", 1, _sigmoid, "(1.0f / (1.0f + expf(-{0})))", flops=6.0),
+    # gelu reads x after its first step, so an in-place form would need a temporary
+    # anyway: it takes the default rule (reference into a temporary, then a copy).
     _ew(
         "gelu",
         1,
         lambda xs: _gelu(xs[0]),
         "(0.5f * {0} * (1.0f + tanhf(0.7978845608f * ({0} + 0.044715f * {0} * {0} * {0}))))",
         flops=12.0,
+        inplace=False,
     ),
-    _ew("copy", 1, lambda xs: xs[0].copy(), "{0}", flops=0.0),
+    _ew("copy", 1, _copy, "{0}", flops=0.0),
     _ew(
         "bias_add",
         2,
-        lambda xs: xs[0] + xs[1].reshape(-1),
+        lambda xs, out=None: np.add(xs[0], xs[1].reshape(-1), out=out),
         "({0} + {1})",
         fusion_class=FusionClass.BROADCAST,
         shape=_bias_shape,
     ),
+    # Reductions, matmul and transpose take the default rule: their copy is small next to
+    # the work, and numpy's out= for them is not guaranteed safe when out aliases an input.
     OpDef(
         "sum",
         FusionClass.REDUCTION,

@@ -568,22 +568,31 @@ def _needed_events(
     clock: list[list[int]] = [[]] * len(stream)
     last: list[list[int]] = [[-1] * k for _ in range(k)]
     need: list[tuple[int, int]] = []
+    pred = d.pred
     for v in issue:
         s = si[v]
-        c = last[s][:]
-        for u in d.pred[v]:
-            c = list(map(max, c, clock[u]))
-        for a in range(k):
-            if a == s or c[a] < 0:
-                continue
-            top = members[a][c[a]]
-            covered = False
-            for b in range(k):
-                if b != a and c[b] >= 0 and clock[members[b][c[b]]][a] >= c[a]:
-                    covered = True
-                    break
-            if not covered and (top, v) not in free:
-                need.append((top, v))
+        prev = last[s]
+        ps = pred[v]
+        c = list(map(max, prev, *[clock[u] for u in ps])) if ps else prev[:]
+        # Nothing new from another stream (the common case): every top is below the
+        # previous node of v's stream, which covers it.
+        if c != prev or prev[s] < 0:
+            tops = [(b, clock[members[b][cb]]) for b, cb in enumerate(c) if cb >= 0 and b != s]
+            if prev[s] >= 0:
+                tops.append((s, prev))
+            for a, _ in tops:
+                if a == s:
+                    continue
+                ca = c[a]
+                if (
+                    not any(b != a and tc[a] >= ca for b, tc in tops)
+                    and (
+                        (top := members[a][ca]),
+                        v,
+                    )
+                    not in free
+                ):
+                    need.append((top, v))
         c[s] = posn[v] = len(members[s])
         members[s].append(v)
         clock[v] = last[s] = c

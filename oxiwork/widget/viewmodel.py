@@ -16,8 +16,9 @@ Sections (keys of :func:`view_model`):
 ``passes``
     One entry per point of the pass slider: the input graph, then the graph after each pass.
 ``memory``
-    The memory Gantt chart: one rectangle per planned buffer (steps x arena bytes), the arena
-    size and the liveness lower bound.
+    The memory Gantt chart of the memory pass's plan (for the plan's own stream schedule):
+    one rectangle per planned buffer (steps x arena bytes), the arena size and the pass's
+    lower bounds.
 ``streams``
     The plan's stream timeline (:mod:`oxiwork.executor.timeline`): one bar per step on its
     stream's lane, from the cost model, the event arrows between lanes, and the totals of the
@@ -45,16 +46,17 @@ from typing import Any
 import numpy as np
 
 from oxiwork import cost, ops
-from oxiwork.analysis import dominance, liveness, topo
+from oxiwork.analysis import dominance, topo
 from oxiwork.analysis.dominance import DomTree
 from oxiwork.analysis.topo import TopoInfo
 from oxiwork.error import GraphError
 from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.timeline import LAUNCHED, timeline
 from oxiwork.executor.timeline import MODES as TIMELINE_MODES
-from oxiwork.executor.timeline import timeline
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
 from oxiwork.optimizer import memory
+from oxiwork.optimizer.memory_pass import MemoryReport, plan_memory
 
 MAX_FUSION_ROWS = 24
 """Most "why not fused" rows the details panel gets for one node (a wide fan-out has many)."""
@@ -77,6 +79,7 @@ __all__ = [
     "node_details",
     "ops_section",
     "pack_dag",
+    "replan_memory",
     "streams_section",
     "summary_section",
     "topo_info",
@@ -328,6 +331,8 @@ def dag_section(
         "ops": ops,
         "num_nodes": len(d.ids),
         "num_edges": len(graph.edges),
+        # The header's count: the buffers of the graph on screen, as in the details panel.
+        "num_buffers": len(graph.buffers),
         "num_streams": len({s for s in streams[: len(d.ids)] if s >= 0}),
         "num_groups": len(group_of_fused),
         "has_topo": info is not None,
@@ -352,6 +357,15 @@ def _fmt_time(s: float) -> str:
     if s < 1e-3:
         return f"{s * 1e6:.1f} µs"
     return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def _plural(n: int, word: str) -> str:
+    """``"1 stream"``, ``"3 streams"``.
+
+    >>> _plural(1, "stream"), _plural(3, "step")
+    ('1 stream', '3 steps')
+    """
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def summary_section(
@@ -382,13 +396,18 @@ def summary_section(
     info, _ = _topo(graph)
     if info is not None:
         rows.append(
-            ["critical path", f"{len(info.critical_path)} nodes · {_fmt_time(info.makespan)}"]
+            [
+                "critical path",
+                f"{len(info.critical_path)} nodes · {_fmt_time(info.makespan)}"
+                " (dependencies only, no launch overheads)",
+            ]
         )
     if plan is not None:
         rows.append(
             [
                 "plan",
-                f"{len(plan.steps)} steps on {plan.num_streams} streams · pool {_fmt_bytes(plan.pool_bytes)}",
+                f"{_plural(len(plan.steps), 'step')} on {_plural(plan.num_streams, 'stream')}"
+                f" · pool {_fmt_bytes(plan.pool_bytes)}",
             ]
         )
     for key, text in sorted((notes or {}).items()):
@@ -555,44 +574,24 @@ def _source(graph: ComputeGraph, n: GraphNode) -> str | None:
         return None
 
 
-def memory_section(
-    graph: ComputeGraph,
-    order: Sequence[NodeId] | None = None,
-    *,
-    mode: str = "heuristic",
-    plan: ExecutionPlan | None = None,
-    time_limit: float = 2.0,
-) -> dict[str, Any]:
-    """The memory Gantt chart of ``graph`` executed in ``order``.
+def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
+    """The memory Gantt chart of a memory-pass ``report`` (buffer names from ``graph``).
 
-    Uses the plan's own memory plan when it was made in ``mode`` (so the chart shows the
-    offsets the plan runs with); otherwise plans the liveness intervals with
-    :func:`oxiwork.optimizer.memory.plan_buffers` in ``mode``. External buffers are user-owned
-    and not in the arena, so they are not drawn.
+    Only plans made by the memory pass (:func:`oxiwork.optimizer.memory_pass.plan_memory`)
+    for the plan's own stream schedule are drawn: a plan over one order's liveness can put
+    two buffers of concurrent streams on the same bytes (below the pass's proven bound, and
+    racing). Each rectangle is a buffer's safe interval over the pass's issue order (steps)
+    by its arena bytes; external buffers are user-owned, not in the arena, so not drawn.
 
     >>> from oxiwork.examples import quick_start
-    >>> m = memory_section(quick_start())
+    >>> from oxiwork.optimizer.memory_pass import plan_memory
+    >>> g = quick_start()
+    >>> m = memory_section(g, plan_memory(g).artefacts["memory"])
     >>> len(m["buffers"]), m["arena_bytes"] >= m["lower_bound_bytes"]
     (3, True)
     """
-    live = liveness.analyze(graph, order)
-    num_steps = len(live.order)
+    d = report.to_dict()
     names = {b.id: b.name for b in graph.buffers}
-    mp = plan.memory if plan is not None else None
-    if mp is None or mp.mode != mode:
-        planned = {
-            bid: iv
-            for bid, iv in live.intervals.items()
-            if not graph.buffer(bid).external and bid not in live.dead
-        }
-        mp = memory.plan_buffers(
-            {bid: graph.buffer(bid).size_bytes for bid in planned},
-            {bid: graph.buffer(bid).alignment for bid in planned},
-            planned,
-            mode=mode,
-            time_limit=time_limit if mode == "exact" else None,
-        )
-    d = mp.to_dict()
     rects = [
         {
             "id": r["id"],
@@ -604,11 +603,10 @@ def memory_section(
         }
         for r in d["buffers"]
     ]
-    for r in rects:
-        num_steps = max(num_steps, r["end"])
+    num_steps = max([len(report.order), *(r["end"] for r in rects)])
     return {
         "available": True,
-        "mode": mode,
+        "mode": report.mode,
         "modes": list(memory.MODES),
         "arena_bytes": int(d["arena_bytes"]),
         "lower_bound_bytes": int(d["lower_bound"]),
@@ -623,6 +621,24 @@ def memory_section(
         "strategy": d.get("strategy", ""),
         "optimal": bool(d.get("optimal", False)),
     }
+
+
+def replan_memory(pass_input: ComputeGraph, mode: str, time_limit: float = 2.0) -> MemoryReport:
+    """The memory pass re-run on its own input (the stream pass's output) in another ``mode``.
+
+    The pass derives its issue order from the graph's streams, so this plans the same
+    schedule as the plan's own memory pass: switching the planner changes the placement,
+    never the schedule it must be safe for.
+
+    >>> from oxiwork.examples import transformer_block
+    >>> plan = ExecutionPlan.build(transformer_block(1), max_streams=4)
+    >>> before = next(t.before for t in plan.trace if t.name == "memory")
+    >>> r = replan_memory(before, "exact")
+    >>> r.mode, r.arena_bytes >= plan.memory.lower_bound == r.lower_bound
+    ('exact', True)
+    """
+    limit = time_limit if mode == "exact" else None
+    return plan_memory(pass_input, mode=mode, time_limit=limit).artefacts["memory"]
 
 
 NO_STREAMS = "no stream assignment yet: move the pass slider past the stream pass"
@@ -680,6 +696,12 @@ def streams_section(
         "totals": d["totals"],
         "work": sum(b["end"] - b["start"] for b in d["bars"]),
         "critical_path": info.makespan if info is not None else None,
+        # The stream pass's own list schedule (no events, no launch overheads), which the
+        # tour prints as the "schedule" of a plan.
+        "schedule": float(plan.streams.makespan) if plan.streams is not None else None,
+        # Steps the host launches one by one in stream mode: with short kernels that mode is
+        # host-bound (launches x overhead), whatever the number of streams.
+        "launches": sum(1 for st in plan.steps if st.kind in LAUNCHED),
         "overheads": {"stream": p.launch_overhead_stream, "graph": p.launch_overhead_graph},
         "time_unit": "s",
     }

@@ -92,8 +92,6 @@ __all__ = ["InvalidOption", "NotAGraph", "Workbench"]
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ERRORS = 20
-# Above this many buffers the memory chart is planned on request (see "plan_memory").
-LAZY_MEMORY_BUFFERS = 1500
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
@@ -270,7 +268,7 @@ class Workbench(anywidget.AnyWidget):
         >>> w.passes_loaded, w.view["memory"]["reason"]
         (False, 'computing passes…')
         >>> w.load_passes()
-        >>> w.passes_loaded, w.view["memory"]["available"]
+        >>> w.passes_loaded, w.view["passes"]["available"]
         (True, True)
         """
         if not self.session.loaded:
@@ -305,6 +303,21 @@ class Workbench(anywidget.AnyWidget):
         if self.plan is None:
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
         return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
+
+    def save_html(self, path: str | pathlib.Path, *, title: str | None = None) -> pathlib.Path:
+        """Save a self-contained offline HTML report of the plan (summary tables and every
+        view as SVG; :func:`oxiwork.export.html.report_html`); returns the path.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph, so there is no plan to report.
+        """
+        from oxiwork.export.html import save_report
+
+        if self.plan is None:
+            raise InvalidPlan(f"no plan to report: {self.session.notes['plan']}; fix the graph")
+        return save_report(self.session.plan, path, title=title)
 
     @property
     def options(self) -> dict[str, int | bool]:
@@ -586,28 +599,34 @@ class Workbench(anywidget.AnyWidget):
         return {"available": True, "entries": entries}
 
     def _memory(self) -> dict[str, Any]:
-        if not self.session.loaded:
+        """The memory chart: the memory pass's plan for the plan's own stream schedule.
+
+        Before the memory pass on the slider it says so; another planner mode re-runs the
+        pass on its own input (:func:`~oxiwork.widget.viewmodel.replan_memory`), never a
+        one-order liveness plan, which would race on several streams."""
+        s = self.session
+        if not s.loaded:
             return _pending()
+        if s.plan is None:
+            return vm.unavailable(f"no memory plan: {s.notes['plan']}")
+        at = next((i for i, st in enumerate(s.stages) if st.name == "memory"), None)
+        if at is None or s.plan.memory is None:
+            return vm.unavailable("no memory plan: the pipeline has no memory pass")
+        if self._stage_index() < at:
+            return vm.unavailable(
+                f"not planned yet: the memory pass is pipeline position {at}; move the pass "
+                "slider to 'memory' to see the arena"
+            )
         mode = self.memory_mode
         if mode not in self._memory_cache:
-            s = self.session
-            if (
-                not self._memory_requested
-                and s.plan is None
-                and len(s.final_graph.buffers) > LAZY_MEMORY_BUFFERS
-            ):
-                # Planning thousands of intervals takes seconds; do it when asked.
-                return {
-                    **vm.unavailable(
-                        f"{len(s.final_graph.buffers)} buffers: the memory plan takes a while "
-                        "for graphs this large"
-                    ),
-                    "can_plan": True,
-                }
-            self._memory_cache[mode] = _section(
-                "memory planning",
-                lambda: vm.memory_section(s.final_graph, s.step_order, mode=mode, plan=s.plan),
-            )
+            plan, before = s.plan, s.stages[at].before
+
+            def build() -> dict[str, Any]:
+                own = plan.memory.mode == mode or before is None
+                report = plan.memory if own else vm.replan_memory(before, mode)
+                return vm.memory_section(plan.graph, report)
+
+            self._memory_cache[mode] = _section("memory planning", build)
         return self._memory_cache[mode]
 
     def _streams(self) -> dict[str, Any]:
@@ -672,12 +691,17 @@ class Workbench(anywidget.AnyWidget):
                 if shown.has_node(nid) and int(nid) not in highlight:
                     highlight.append(int(nid))
         names = {b.name: int(b.id) for b in s.final_graph.buffers}
-        races = [
-            {"step": s.plan_step(r.second), "node": int(s.plan.steps[s.plan_step(r.second)].node),
-             "buffer": names.get(r.buffers[0], -1), "message": _real_steps(str(r.message), r, s),
-             "observed": r.observed is not None, "manifested": bool(r.manifested)}
-            for r in [*sim.races, *sim.static_races][:MAX_RACES]  # synced on every step
-        ]  # fmt: skip
+        steps = s.plan.steps
+        races = []
+        for r in [*sim.races, *sim.static_races][:MAX_RACES]:  # synced on every step
+            a, b = s.plan_step(r.first), s.plan_step(r.second)
+            races.append({
+                # Both steps of the pair (real-plan indices), so the views mark them.
+                "step": b, "node": int(steps[b].node), "first": a,
+                "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
+                "message": _real_steps(str(r.message), r, s),
+                "observed": r.observed is not None, "manifested": bool(r.manifested),
+            })  # fmt: skip
         e = s.dropped_event
         return {
             "position": current,
@@ -699,7 +723,6 @@ class Workbench(anywidget.AnyWidget):
     _sim_message = ""
     #: Whether the finished run's outputs match the real plan's (see _verdict); None before.
     _sim_verdict: dict[str, Any] | None = None
-    _memory_requested = False
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
 
@@ -851,7 +874,6 @@ class Workbench(anywidget.AnyWidget):
         return f"options: {text}" if changed else f"options unchanged: {text}"
 
     def _h_plan_memory(self, m: dict[str, Any]) -> str:
-        self._memory_requested = True
         self.session.load()
         self._refresh()
         return "memory planned"
@@ -903,7 +925,7 @@ class Workbench(anywidget.AnyWidget):
         if action == "back" and not sim.state.executed and sim.state.failed_step is None:
             raise MessageError("already at the start; nothing to step back over")
         try:
-            text = _SIM_ACTIONS[action](sim, bp)
+            text = _SIM_ACTIONS[action](s, bp)
         except ExecutionError as e:
             # The simulator stays at the failed step: show it, then report the error.
             self._sim_message = f"stopped: {e}"
@@ -923,9 +945,14 @@ class Workbench(anywidget.AnyWidget):
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
 
-    def _verdict(self) -> dict[str, Any]:
-        """Whether the finished run's outputs are the real plan's (run in plan order)."""
+    def _verdict(self) -> dict[str, Any] | None:
+        """Whether the finished run's outputs are the real plan's (run in plan order).
+
+        ``None`` for a plain run (the plan itself, in plan order): that run *is* the
+        reference, so there is nothing to compare. A match despite races says why."""
         s = self.session
+        if s.dropped_event is None and s.policy == "in_order":
+            return None
         expected = s.expected_outputs()
         actual = s.sim.outputs
         if expected is None or actual is None:
@@ -933,7 +960,17 @@ class Workbench(anywidget.AnyWidget):
             return {"match": None, "text": text, "buffers": []}
         diff = output_differences(expected, actual)
         if not diff:
-            return {"match": True, "text": "outputs still match the correct plan", "buffers": []}
+            races = len(s.sim.races) + len(s.sim.static_races)
+            text = "outputs still match the correct plan"
+            if races:
+                reversed_ = sum(1 for r in s.sim.races if r.manifested)
+                text += (
+                    f", but only by luck: {races} race{'s' if races != 1 else ''} remain (pairs "
+                    "of steps touching the same bytes that no event orders); this interleaving "
+                    f"ran {reversed_} of them in reverse without changing a value, and another "
+                    "order, or a real GPU, can"
+                )
+            return {"match": True, "text": text, "buffers": []}
         parts = [
             f"{name} ({'missing or not comparable' if d is None else f'max |Δ| {d:.3g}'})"
             for name, d in diff[:6]
@@ -1014,32 +1051,48 @@ def _section(what: str, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         return vm.unavailable(f"{what} failed: {type(e).__name__}: {e}")
 
 
-def _sim_step(sim: Any, _bp: int | None) -> str:
-    st = sim.step()
-    return f"ran step {st.index}: {st.name}" if st is not None else "finished"
+# Step numbers in every message are indices in the real plan's steps (``plan.steps[i]``,
+# from 0), as in the simulator panel's list, its header, the timeline's tooltips and the race
+# reports: with an event dropped the simulated plan has fewer steps, so its indices are
+# mapped back (Session.plan_step).
+def _step_name(s: Session, sim_index: int) -> str:
+    i = s.plan_step(sim_index)
+    return f"step {i} ({s.plan.steps[i].name})"
 
 
-def _sim_back(sim: Any, _bp: int | None) -> str:
-    st = sim.step_back()
-    return f"undid step {st.index}: {st.name}"
+def _sim_step(s: Session, _bp: int | None) -> str:
+    st = s.sim.step()
+    return f"ran {_step_name(s, st.index)}" if st is not None else "finished"
 
 
-def _sim_reset(sim: Any, _bp: int | None) -> str:
-    sim.reset()
+def _sim_back(s: Session, _bp: int | None) -> str:
+    st = s.sim.step_back()
+    return f"undid {_step_name(s, st.index)}"
+
+
+def _sim_reset(s: Session, _bp: int | None) -> str:
+    s.sim.reset()
     return "reset"
 
 
-def _sim_run(sim: Any, bp: int | None) -> str:
+def _sim_run(s: Session, bp: int | None) -> str:
+    sim = s.sim
     sim.clear_breakpoints()
     if bp is not None:
         sim.break_on_node(bp)
     try:
-        return str(sim.run().message)
+        stop = sim.run()
     finally:
         sim.clear_breakpoints()
+    # Formatted from the stop's fields (the simulator's own message names its API).
+    if stop.reason == "end":
+        return "ran to the end: every step executed"
+    if stop.reason == "breakpoint" and stop.step is not None:
+        return f"stopped before {_step_name(s, stop.step)}: the selected node"
+    return str(stop.message)
 
 
-_SIM_ACTIONS: dict[str, Callable[[Any, int | None], str]] = {
+_SIM_ACTIONS: dict[str, Callable[[Session, int | None], str]] = {
     "step": _sim_step,
     "back": _sim_back,
     "reset": _sim_reset,

@@ -34,7 +34,8 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
 });
 async function newPage() {
-  const p = await browser.newPage({ viewport: { width: 1500, height: 1100 }, deviceScaleFactor: 1 });
+  // A laptop screen (issue 15): every view must work, and is screenshot, at 1280x800.
+  const p = await browser.newPage({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
   p.on("console", (m) => {
     if (m.type() === "error") results.console_errors.push(m.text());
   });
@@ -72,7 +73,7 @@ const shot = async (loc, name) => {
 async function clickNode(i, id, opts = {}) {
   const dag = widget(i).locator(".ow-dag");
   await dag.scrollIntoViewIfNeeded();
-  const p = await dag.locator("canvas").evaluate((c, id) => c.owClientPos(id), id);
+  const p = await dag.locator(".ow-dag-canvas").evaluate((c, id) => c.owClientPos(id), id);
   if (!p) throw new Error(`node ${id} is not drawn in widget ${i}`);
   await page.mouse.click(p.x, p.y, opts);
 }
@@ -124,7 +125,7 @@ try {
   check("the fitted quick-start DAG draws every node", drawnSmall === expected[0], `${drawnSmall}`);
   // A long transformer stack opens zoomed to a readable scale at its sources.
   const drawnBig = Number(await widget(1).locator(".ow-dag").getAttribute("data-drawn"));
-  check("the transformer DAG draws its first layers", drawnBig > 10 && drawnBig <= expected[1], `${drawnBig}`);
+  check("the transformer DAG draws its first layers", drawnBig > 30 && drawnBig <= expected[1], `${drawnBig}`);
   await shot(widget(0), "quickstart");
   await shot(widget(1), "transformer");
 
@@ -164,7 +165,7 @@ try {
   // 3b. Dragging from one node to another adds a dependency; a cycle is refused.
   const ids = JSON.parse(await py("import json; print(json.dumps({n.name: int(n.id) for n in w.graph.nodes}))"));
   async function drag(i, a, b) {
-    const c = widget(i).locator(".ow-dag canvas");
+    const c = widget(i).locator(".ow-dag-canvas");
     const pa = await c.evaluate((el, id) => el.owClientPos(id), a);
     const pb = await c.evaluate((el, id) => el.owClientPos(id), b);
     await page.mouse.move(pa.x, pa.y);
@@ -181,6 +182,23 @@ try {
   const cyc = widget(0).locator(".ow-errors .ow-error-msg", { hasText: "cycle" });
   await cyc.waitFor({ timeout: 15000 });
   check("a dependency closing a cycle is refused", /cycle/.test(await cyc.textContent()), await cyc.textContent());
+  await widget(0).locator(".ow-errors .ow-dismiss").click();
+
+  // 3c. Issue 15 (2): an edge from the new kernel to `download` raises download's level; the
+  //     layout follows: its column is its level, and the edge points left to right.
+  await drag(0, ids.added_k, ids.download);
+  await waitAttr(widget(0).locator(".ow-dag"), "data-edges", 6);
+  const col = await widget(0).locator(".ow-dag-canvas").evaluate((c, id) => c.owColumn(id), ids.download);
+  const lvl = await py(`from oxiwork.analysis import topo as _t\n_lv = {n: i for i, layer in enumerate(_t.levels(w.graph)) for n in layer}\nprint(_lv[${ids.download}], _lv[${ids.added_k}])`);
+  check(
+    "after the edit, download's column equals its level",
+    col && col.column === col.level && String(col.level) === lvl.split(" ")[0] && Number(lvl.split(" ")[0]) > Number(lvl.split(" ")[1]),
+    `${JSON.stringify(col)} | kernel levels ${lvl}`,
+  );
+  const pk = await widget(0).locator(".ow-dag-canvas").evaluate((c, id) => c.owClientPos(id), ids.added_k);
+  const pd = await widget(0).locator(".ow-dag-canvas").evaluate((c, id) => c.owClientPos(id), ids.download);
+  check("the new edge points left to right", pk.x < pd.x, `${pk.x} -> ${pd.x}`);
+  await shot(widget(0), "edit-relayout");
 
   // 4. An invalid edit is refused, its error shown, the graph unchanged.
   await build.locator(".ow-k-name").fill("bad_k");
@@ -246,9 +264,27 @@ try {
   await clickNode(1, fusedId);
   await waitAttr(big.locator(".ow-dag"), "data-selected", fusedId);
   const details = big.locator(".ow-details");
-  await details.locator(".ow-source summary").click();
-  const code = await details.locator(".ow-source-code").textContent();
-  check("a fused kernel's details show its generated CUDA C", /__global__ void/.test(code) && /matmul/.test(code), code.split("\n")[0]);
+  await details.locator(".ow-show-code").click();
+  const codeView = big.locator(".ow-code-view");
+  await waitAttr(codeView, "data-node", "L0.q0+L0.q0_bias");
+  const code = await codeView.locator(".ow-code").textContent();
+  check("a fused kernel's details show its generated CUDA C", /__global__ void/.test(code) && /matmul/.test(code), code.slice(0, 80));
+  // Issue 15 (4): wide, monospace, not wrapped, highlighted, and kept across re-renders.
+  const cv = await codeView.locator(".ow-code").evaluate((el) => {
+    const cs = getComputedStyle(el);
+    return { width: el.clientWidth, ws: cs.whiteSpace, font: cs.fontFamily, tokens: el.querySelectorAll(".ow-tok-qualifier").length };
+  });
+  check("the code view is wide, monospace, unwrapped and highlighted", cv.width >= 700 && cv.ws === "pre" && /mono/i.test(cv.font) && cv.tokens > 0, JSON.stringify(cv));
+  await codeView.locator(".ow-code").evaluate((el) => (el.scrollTop = 40));
+  await big.locator(".ow-color-mode").selectOption("stream");
+  await waitAttr(big.locator(".ow-dag"), "data-color-mode", "stream");
+  const keptScroll = await codeView.locator(".ow-code").evaluate((el) => el.scrollTop);
+  check("the code view keeps its state across re-renders", keptScroll === 40 && (await codeView.getAttribute("data-node")) === "L0.q0+L0.q0_bias", `scrollTop ${keptScroll}`);
+  await big.locator(".ow-color-mode").selectOption("kind");
+  await codeView.locator(".ow-code-copy").click();
+  await codeView.locator("[data-copied]").waitFor({ timeout: 5000 }).catch(() => {});
+  check("the copy button copies (or selects) the source", ["clipboard", "selection"].includes(await codeView.getAttribute("data-copied")));
+  await shot(big, "code-view");
   const notes = await details.locator(".ow-fusion-note").allTextContents();
   check("and why it was not fused with its neighbours", notes.some((t) => t.includes("L0.scores0")), `${notes.length} notes`);
   await shot(details, "details-fusion");
@@ -266,6 +302,37 @@ try {
   await waitAttr(big.locator(".ow-memory"), "data-drawn-rects", memCount);
   check("memory Gantt drew one rectangle per buffer", true, `${memCount}`);
   await shot(big.locator(".ow-bottom"), "memory");
+  // Issue 11: another planner re-runs the memory pass for the plan's schedule: never below its bound.
+  await big.locator(".ow-memory-mode").selectOption("exact");
+  await waitAttr(big.locator(".ow-memory"), "data-mode", "exact", 30000);
+  const mem = await py("m = big.view['memory']; print(m['mode'], m['lower_bound_bytes'] == big.plan.memory.lower_bound, m['arena_bytes'] >= big.plan.memory.lower_bound)");
+  check("the exact planner's chart keeps the pass's lower bound", mem === "exact True True", mem);
+  await big.locator(".ow-memory-mode").selectOption("heuristic");
+  await waitAttr(big.locator(".ow-memory"), "data-mode", "heuristic", 30000);
+  // Issue 15 (6): zoom and pan with the wheel, a reset, and a legend for every mark.
+  const memChart = big.locator(".ow-memory");
+  const mbox = await memChart.boundingBox();
+  await page.mouse.move(mbox.x + mbox.width / 2, mbox.y + mbox.height / 2);
+  await page.mouse.wheel(0, -600);
+  await page.waitForTimeout(100);
+  const zoomed = Number(await memChart.getAttribute("data-zoom"));
+  await page.mouse.down();
+  await page.mouse.move(mbox.x + mbox.width / 2 - 120, mbox.y + mbox.height / 2, { steps: 4 });
+  await page.mouse.up();
+  const win = await memChart.getAttribute("data-window");
+  await shot(big.locator(".ow-bottom"), "memory-zoomed");
+  await memChart.locator(".ow-chart-reset").click();
+  const reset = Number(await memChart.getAttribute("data-zoom"));
+  const memLegend = await memChart.locator(".ow-chart-legend .ow-legend-item").allTextContents();
+  check("the memory chart zooms and pans with the wheel and a drag, and resets", zoomed > 1.5 && win !== "0.0000,1.0000" && reset === 1, `zoom ${zoomed}, window ${win}, reset ${reset}`);
+  check("the memory chart has a legend for its marks", memLegend.some((t) => /arena/.test(t)) && memLegend.some((t) => /lower bound/.test(t)) && memLegend.some((t) => /buffer/.test(t)), memLegend.join(" | "));
+  // Issue 15 (5): the header counts the buffers of the graph on screen, as the details do.
+  await py("big.selection = -1");
+  await big.locator(".ow-details .ow-kv", { hasText: "buffers" }).first().waitFor({ timeout: 15000 });
+  const header = await big.locator(".ow-graph-stats").textContent();
+  const detailBuffers = await big.locator(".ow-details .ow-kv", { hasText: "buffers" }).first().textContent();
+  const hb = header.match(/(\d+) buffers/)?.[1];
+  check("the header's buffer count is the details panel's", hb && detailBuffers.includes(`${hb} ·`), `${header} | ${detailBuffers}`);
 
   // 7. Stream timeline: one bar per step of the graph on screen.
   const streamsWhy = await py("print(big.view['streams'].get('reason', ''))");
@@ -275,6 +342,14 @@ try {
   check("stream timeline drew one bar per step", true, `${finalNodes}`);
   const totalsText = await big.locator(".ow-stream-totals").textContent();
   check("the stream view shows both launch modes' totals", /graph launch .* stream launches /.test(totalsText), totalsText);
+  const defs = await big.locator(".ow-stream-totals").getAttribute("title");
+  check(
+    "every figure of the stream view is named and defined",
+    ["graph launch", "stream launches", "critical path", "device work"].every((k) => totalsText.includes(k) && defs.includes(`${k}:`)),
+    totalsText,
+  );
+  const stLegend = await big.locator(".ow-streams .ow-chart-legend .ow-legend-item").allTextContents();
+  check("the timeline has a legend for its marks", stLegend.some((t) => /step \(colour: stream\)/.test(t)) && stLegend.some((t) => /event/.test(t)), stLegend.join(" | "));
   await shot(big.locator(".ow-bottom"), "streams");
   await big.locator(".ow-stream-mode").selectOption("stream");
   await waitAttr(big.locator(".ow-streams"), "data-mode", "stream");
@@ -363,6 +438,12 @@ try {
   check("stepping the simulator moves the highlight", first !== second && second !== "", `${first} -> ${second}`);
   const pos = await py("print(big.sim_position)");
   check("the kernel's simulator position follows", pos === "1", pos);
+  // Issue 15 (1): one numbering: step i is plan.steps[i] in the header, the list and the message.
+  await big.locator(".ow-status", { hasText: "ran step 1 (" }).waitFor({ timeout: 15000 });
+  const simHead = await big.locator(".ow-sim-status").textContent();
+  const curItem = await big.locator(".ow-step.ow-current").getAttribute("value");
+  const msg = await big.locator(".ow-status").textContent();
+  check("the header's step number equals the message's and the list's", simHead.startsWith("step 1: ") && curItem === "1" && msg.includes("ran step 1 ("), `${simHead} | item ${curItem} | ${msg}`);
   const secondStep = await py("print(int(big.session.plan.steps[1].node))");
   await waitAttr(big.locator(".ow-streams"), "data-sim-node", secondStep);
   check("the stream timeline highlights the simulator's step", true, secondStep);
@@ -402,6 +483,19 @@ try {
     raceCount > 0 && /outputs differ from the correct plan: \S+ \(max \|Δ\| [0-9.e+]+\)/.test(verdict),
     `${raceCount} races; ${verdict}`,
   );
+  // Issue 15 (8): the racing pairs are marked in the DAG and the timeline; the dropped event's
+  // arrows are not drawn.
+  await waitAttr(big.locator(".ow-streams"), "data-dropped-event", "0");
+  const raceSteps = (await big.locator(".ow-streams").getAttribute("data-race-steps")).split(",").filter(Boolean);
+  const raceDag = (await big.locator(".ow-dag").getAttribute("data-races")).split(",").filter(Boolean);
+  const expectRace = JSON.parse(await py("import json; print(json.dumps(sorted({i for r in big.sim_state['races'] for i in (r['first'], r['step'])})))"));
+  check("race lab: both steps of every race are marked on the timeline", raceSteps.map(Number).join() === expectRace.join() && raceSteps.length > 1, `${raceSteps.length} steps`);
+  check("race lab: racing nodes are ringed in the DAG", raceDag.length > 0, `${raceDag.length} nodes`);
+  const arrowsLeft = Number(await py("print(sum(1 for a in big.view['streams']['arrows'] if a['event'] != 0))"));
+  await big.locator('.ow-bottom .ow-tab[data-tab="streams"]').click();
+  await waitAttr(big.locator(".ow-streams"), "data-drawn-arrows", arrowsLeft);
+  check("race lab: the dropped event's arrows are not drawn", true, `${arrowsLeft} arrows left`);
+  await shot(big, "race-lab-marks");
   const ran = await py("print(big.sim_position, big.session.plan.steps[big.sim_position].node == big.session.sim.history[-1].node)");
   check("race lab: the highlighted step is the one that ran", ran.endsWith(" True") && (await big.getAttribute("data-sim-position")) === ran.split(" ")[0], ran);
   await shot(big.locator(".ow-side"), "race-lab");
@@ -413,6 +507,44 @@ try {
   check("race lab: with the event restored the outputs match and nothing races", restored === 0, `${restored} races`);
   await big.locator(".ow-sim-policy").selectOption("in_order");
   await big.locator(`.ow-sim-config[data-policy="in_order"]`).waitFor({ timeout: 15000 });
+
+  // 9c. Issue 15 (3): search by name jumps to a node, selects it and brings it into view;
+  //     groups fold the repeated blocks; the minimap is drawn.
+  const target = "L5.ff2";
+  const tid = await py(`print(int(next(n.id for n in big.session.stages[big.pass_index].graph.nodes if n.name.startswith(${JSON.stringify(target)}))))`);
+  await big.locator(".ow-search").fill(target);
+  await big.locator(".ow-search").press("Enter");
+  await waitAttr(big.locator(".ow-dag"), "data-selected", tid);
+  await waitAttr(big.locator(".ow-dag"), "data-revealed", tid);
+  await page.waitForTimeout(150);
+  const inView = await big.locator(".ow-dag-canvas").evaluate((c, id) => {
+    const p = c.owClientPos(id);
+    const r = c.getBoundingClientRect();
+    return p && p.x > r.left + 20 && p.x < r.right - 20 && p.y > r.top + 20 && p.y < r.bottom - 20;
+  }, Number(tid));
+  const selPy = await py("print(big.selection)");
+  check("search finds a node, selects it in the kernel and centres it", inView && selPy === tid, `${tid} in view: ${inView}`);
+  await shot(big, "search");
+  const depthOpts = await big.locator(".ow-group-depth option").count();
+  await big.locator(".ow-group-depth").selectOption("1");
+  const groups = Number(await big.locator(".ow-dag").getAttribute("data-groups"));
+  check("the repeated blocks collapse into groups", depthOpts >= 2 && groups >= 8, `${groups} groups`);
+  await shot(big, "groups-collapsed");
+  await big.locator(".ow-group-depth").selectOption("0");
+  const mini = await big.locator(".ow-minimap").boundingBox();
+  check("the DAG has a minimap", mini && mini.width > 100 && mini.height > 50, JSON.stringify(mini));
+  // A long thin graph opens folded into bands (legible, many nodes drawn); Unfold shows one line.
+  const foldedDrawn = Number(await big.locator(".ow-dag").getAttribute("data-drawn"));
+  const wasFolded = await big.locator(".ow-dag").getAttribute("data-folded");
+  await big.locator(".ow-fold").click();
+  await waitAttr(big.locator(".ow-dag"), "data-folded", "false");
+  await page.waitForTimeout(150);
+  const lineDrawn = Number(await big.locator(".ow-dag").getAttribute("data-drawn"));
+  await shot(big, "unfolded");
+  await big.locator(".ow-fold").click();
+  await waitAttr(big.locator(".ow-dag"), "data-folded", "true");
+  check("a long graph is folded into bands that show more of it", wasFolded === "true" && foldedDrawn > lineDrawn, `${foldedDrawn} drawn folded, ${lineDrawn} unfolded`);
+  await shot(big, "folded");
 
   // 10. A hostile name is shown literally, never parsed as HTML.
   const hostileName = "<img src=x onerror=alert(1)>";

@@ -416,6 +416,58 @@ def build_library(source: str, directory: Path) -> tuple[ctypes.CDLL, list[Kerne
     return lib, kernels
 
 
+_SCALAR_CTYPES: dict[str, Any] = {
+    "size_t": ctypes.c_uint64,
+    "float": ctypes.c_float,
+    "int": ctypes.c_int32,
+}
+
+
+def run_kernel(
+    source: str,
+    function_name: str,
+    inputs: list[np.ndarray],
+    out_shapes: list[tuple[int, ...]],
+    scalar_args: tuple[tuple[str, str, Any], ...],
+    directory: Path,
+    *,
+    grid: int = 3,
+    block: int = 4,
+    seed: int = 0,
+) -> list[np.ndarray]:
+    """Run one kernel of the oxiwork convention (``in0.., out0.., scalars``) on the CPU.
+
+    The same C++ emulation as the driver's launches (:func:`build_library`, threads of a
+    synchronising block as coroutines), without a driver around it: for tests that check
+    the generated CUDA C of one kernel against the numpy side. Outputs start poisoned
+    (``0xFF``, NaN) so an element the kernel never writes shows up.
+    """
+    lib, kernels = build_library(source, directory)
+    sig = next((k for k in kernels if k.name == function_name), None)
+    if sig is None:
+        raise EmulationError(NOT_FOUND, f"no kernel {function_name!r} in the source")
+    ins = [np.ascontiguousarray(a, dtype=np.float32) for a in inputs]
+    outs = [np.empty(s, np.float32) for s in out_shapes]
+    for o in outs:
+        o.view(np.uint8).fill(POISON)
+    values: list[Any] = [ctypes.c_uint64(a.ctypes.data) for a in (*ins, *outs)]
+    values += [_SCALAR_CTYPES[c](v) for c, _, v in scalar_args]
+    if len(values) != len(sig.types):
+        raise EmulationError(
+            INVALID_VALUE,
+            f"kernel {function_name} takes {len(sig.types)} arguments, got {len(values)}",
+        )
+    argv = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    entry = getattr(lib, f"oxemu_{function_name}")
+    entry.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7
+    entry.restype = ctypes.c_int
+    if entry(ctypes.addressof(argv), grid, 1, 1, block, 1, 1, seed):
+        raise EmulationError(
+            LAUNCH_FAILED, f"{function_name}: threads of a block reached different __syncthreads"
+        )
+    return outs
+
+
 # ---------------------------------------------------------------------------- records
 @dataclass
 class Allocation:

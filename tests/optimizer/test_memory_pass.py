@@ -138,21 +138,22 @@ class TestPlanMemory:
         assert rep.lower_bound <= rep.arena_bytes < rep.plan.arena_bytes
 
     @settings(max_examples=60, deadline=None)
-    @given(any_dags(max_nodes=40), st.integers(2, 8))
-    def test_exact_placement_alone_is_safe(self, graph, cap):
-        # With the interval planner skipped, the report's plan carries the exact placement.
+    @given(any_dags(max_nodes=40), st.integers(2, 8), st.booleans())
+    def test_exact_placement_alone_is_safe(self, graph, cap, sweep):
+        # With the interval planner skipped, the report's plan carries the exact placement
+        # (``sweep``: as on large graphs, by the sweep, with no conflicting pairs counted).
         g = assign_streams(graph, max_streams=cap).graph
-        old = memory_pass.MAX_INTERVAL_PAIRS
-        memory_pass.MAX_INTERVAL_PAIRS = -1
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory_pass, "MAX_INTERVAL_PAIRS", -1)
+            if sweep:
+                mp.setattr(memory_pass, "MAX_EXACT_PAIRS", -1)
             res = plan_memory(g)
-        finally:
-            memory_pass.MAX_INTERVAL_PAIRS = old
         rep = res.artefacts["memory"]
         if rep.intervals:
             assert rep.strategy.startswith("conflict_best_fit")
             assert rep.plan.arena_bytes == rep.arena_bytes
             assert dict(rep.plan.offsets) == {b: rep.offsets[b] for b in rep.intervals}
+            assert (rep.conflict_pairs is None) == sweep
         check_safe(res.graph)
 
 
@@ -236,6 +237,46 @@ class TestExactPlacement:
         assert degree is not None and degree.tolist() == weighted.tolist()  # weighted degree
         plain = memory_pass._place_exact(perm, size, align, a, prune, every=1)
         assert plain[3] is None and plain[0].tolist() == off.tolist()
+
+    @settings(max_examples=150, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 8), st.sampled_from([1, 256]))
+    def test_sweep_placement_is_safe_and_matches_best_fit(self, graph, cap, scan):
+        # The sweep (no pairs listed) is safe by brute force, aligned, and on one stream the
+        # very placement of the pairwise best fit in first-access order. A scan budget of 1
+        # sends buffers on several streams on top at once: still safe.
+        g, a = analysed(graph, cap)
+        vc, acc = accesses(g)
+        by_id = {b.id: b for b in g.buffers}
+        align = np.array([by_id[b].alignment for b in a.ids], dtype=np.int64)
+        size = -(-np.array([by_id[b].size_bytes for b in a.ids], dtype=np.int64) // align) * align
+        n = len(a.ids)
+        perm = np.lexsort((np.arange(n), -size, a.first))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory_pass, "_SWEEP_SCAN", scan)
+            off, arena = memory_pass._place_sweep(perm, size, align, a)
+        assert arena == (int((off + size).max()) if n else 0)
+        for i in range(n):
+            assert off[i] % align[i] == 0 and off[i] >= 0
+            for j in range(i + 1, n):
+                if off[i] < off[j] + size[j] and off[j] < off[i] + size[i]:
+                    assert ordered(vc, acc[a.ids[i]], acc[a.ids[j]]), (a.ids[i], a.ids[j])
+        if len(vc.streams) <= 1:
+            pairwise = memory_pass._place_exact(perm, size, align, a, True)
+            assert off.tolist() == pairwise[0].tolist()
+
+    @settings(max_examples=100, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 8))
+    def test_past_is_the_scalar_search(self, graph, cap):
+        # past[k, s]: the first position on s strictly after every access (VectorClocks.past);
+        # first_pos[k, s]: the first access's position on s.
+        g, a = analysed(graph, cap)
+        vc, acc = accesses(g)
+        for k, b in enumerate(a.ids):
+            clock = vc.access_clock(acc[b])
+            for s in range(len(vc.streams)):
+                assert int(a.past[k, s]) == vc.past(s, clock)
+                on = [vc.position[x] for x in acc[b] if vc.stream_index[x] == s]
+                assert int(a.first_pos[k, s]) == (min(on) if on else -1)
 
     @settings(max_examples=300, deadline=None)
     @given(

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { byteTicks, formatBytes, formatTime, ganttGeometry, modeTotals, niceTicks, timelineGeometry, treeGeometry } from "./charts";
+import { byteTicks, FULL, isFull, panWindow, zoomWindow, figureDefinitions, formatBytes, formatTime, ganttGeometry, modeTotals, niceTicks, timelineGeometry, treeGeometry } from "./charts";
 import type { MemorySection, StreamsSection } from "./types";
 
 const mem: MemorySection = {
@@ -78,8 +78,15 @@ describe("timelineGeometry", () => {
     expect(g.arrows[0].x1).toBeCloseTo(g.rects[2].x);
   });
   it("compares the launch modes", () => {
-    expect(modeTotals(st)).toBe("graph launch 3.0 µs · stream launches 6.0 µs (graph ×2.00 faster)");
+    expect(modeTotals(st)).toBe("graph launch 3.0 µs · stream launches 6.0 µs (graph ×2.00 faster) · critical path 2.5 µs · device work 2.5 µs · 2 streams");
     expect(modeTotals({ ...st, totals: { graph: 2e-6, stream: 1e-6 } })).toContain("stream ×2.00 faster");
+  });
+  it("says when the stream mode is host-bound, and names every figure it shows", () => {
+    const bound = { ...st, launches: 2, schedule: 2e-6, totals: { graph: 3e-6, stream: 8.2e-6 } };
+    const text = modeTotals(bound);
+    expect(text).toContain("stream launches 8.2 µs (host-bound: 2 launches × 4.0 µs; graph ×2.73 faster)");
+    const named = figureDefinitions(bound).map(([k]) => k);
+    for (const chunk of text.split(" · ").slice(0, -1)) expect(named.some((k) => chunk.startsWith(k))).toBe(true);
   });
 });
 
@@ -114,5 +121,31 @@ describe("ticks and formats", () => {
     expect(formatBytes(4096)).toBe("4.00 KiB");
     expect(formatTime(2.5e-6)).toBe("2.5 µs");
     expect(formatTime(0)).toBe("0 s");
+  });
+});
+
+describe("chart zoom windows", () => {
+  it("zooms about the pointer and back out to the whole axis", () => {
+    const z = zoomWindow(FULL, 0.25, 4);
+    expect(z.hi - z.lo).toBeCloseTo(0.25);
+    // The domain point under the pointer stays under it.
+    expect(z.lo + 0.25 * (z.hi - z.lo)).toBeCloseTo(0.25);
+    expect(isFull(zoomWindow(z, 0.5, 1 / 100))).toBe(true);
+  });
+  it("pans within the axis", () => {
+    const z = zoomWindow(FULL, 0.5, 10);
+    const right = panWindow(z, 100);
+    expect(right.hi).toBeCloseTo(1);
+    expect(right.hi - right.lo).toBeCloseTo(0.1);
+    expect(panWindow(z, -100).lo).toBeCloseTo(0);
+  });
+  it("maps the window onto the plot in the geometry", () => {
+    const g = timelineGeometry(st, 500, 200, { lo: 0.5, hi: 1 });
+    expect(g.xOf(st.makespan / 2)).toBeCloseTo(g.box.left);
+    expect(g.xOf(st.makespan)).toBeCloseTo(500 - g.box.right);
+  });
+  it("draws no arrow for the dropped event", () => {
+    expect(timelineGeometry(st, 500, 200, FULL, st.arrows[0].event).arrows).toHaveLength(0);
+    expect(timelineGeometry(st, 500, 200, FULL, 999).arrows).toHaveLength(st.arrows.length);
   });
 });

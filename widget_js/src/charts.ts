@@ -71,6 +71,43 @@ export function formatTime(s: number): string {
   return `${s.toFixed(3)} s`;
 }
 
+/** The visible part of a chart's x domain, as fractions of it: [lo, hi] within [0, 1]. */
+export interface XWindow {
+  lo: number;
+  hi: number;
+}
+
+export const FULL: XWindow = { lo: 0, hi: 1 };
+
+/** Zooms the window by `f` (> 1 zooms in) about `at`, a fraction of the plot's width. */
+export function zoomWindow(win: XWindow, at: number, f: number, minSpan = 1e-4): XWindow {
+  const span = win.hi - win.lo;
+  const next = Math.min(1, Math.max(minSpan, span / f));
+  const pivot = win.lo + Math.min(1, Math.max(0, at)) * span;
+  const lo = pivot - (pivot - win.lo) * (next / span);
+  return clampWindow({ lo, hi: lo + next });
+}
+
+/** Moves the window by `d` (a fraction of the plot's width, > 0 moves right), kept in [0, 1]. */
+export function panWindow(win: XWindow, d: number): XWindow {
+  const span = win.hi - win.lo;
+  return clampWindow({ lo: win.lo + d * span, hi: win.hi + d * span });
+}
+
+function clampWindow(w: XWindow): XWindow {
+  const span = Math.min(1, w.hi - w.lo);
+  const lo = Math.min(1 - span, Math.max(0, w.lo));
+  return { lo, hi: lo + span };
+}
+
+/** Whether a window shows the whole domain. */
+export function isFull(w: XWindow): boolean {
+  return w.lo <= 1e-9 && w.hi >= 1 - 1e-9;
+}
+
+/** Pixels above the plot for the chart's legend row. */
+export const LEGEND_ROOM = 30;
+
 export interface GanttGeometry {
   box: Box;
   rects: Rect[];
@@ -84,15 +121,15 @@ export interface GanttGeometry {
 }
 
 /** One rectangle per buffer: x = [start, end) in steps, y = [offset, offset + size) in bytes. */
-export function ganttGeometry(mem: MemorySection, width: number, height: number): GanttGeometry {
-  const box = plotArea(width, height, { left: 72 });
+export function ganttGeometry(mem: MemorySection, width: number, height: number, win: XWindow = FULL): GanttGeometry {
+  const box = plotArea(width, height, { left: 72, top: LEGEND_ROOM });
   const steps = Math.max(1, mem.num_steps);
   let top = Math.max(mem.arena_bytes, mem.lower_bound_bytes, 1);
   for (const b of mem.buffers) top = Math.max(top, b.offset + b.size);
   const yMax = top * 1.05;
   const pw = Math.max(1, width - box.left - box.right);
   const ph = Math.max(1, height - box.top - box.bottom);
-  const xOf = (s: number) => box.left + (s / steps) * pw;
+  const xOf = (s: number) => box.left + ((s / steps - win.lo) / (win.hi - win.lo)) * pw;
   // Offset 0 at the bottom: the arena grows upwards like a stack of buffers.
   const yOf = (b: number) => box.top + ph - (b / yMax) * ph;
   const rects = mem.buffers.map((b, index) => {
@@ -125,40 +162,71 @@ export interface TimelineGeometry {
 
 /**
  * One bar per step on its stream's lane; event arrows from the end of the recording step on its
- * lane to the start of the waiting step on its lane.
+ * lane to the start of the waiting step on its lane (none for `droppedEvent`). `win` is the
+ * part of the time axis shown (zoom).
  */
-export function timelineGeometry(st: StreamsSection, width: number, height: number): TimelineGeometry {
-  const box = plotArea(width, height, { left: 72 });
+export function timelineGeometry(st: StreamsSection, width: number, height: number, win: XWindow = FULL, droppedEvent: number | null = null): TimelineGeometry {
+  const box = plotArea(width, height, { left: 72, top: LEGEND_ROOM });
   const lanes = Math.max(1, st.num_streams);
   let tMax = Math.max(st.makespan, 1e-12);
   for (const b of st.bars) tMax = Math.max(tMax, b.end);
   const pw = Math.max(1, width - box.left - box.right);
   const ph = Math.max(1, height - box.top - box.bottom);
   const laneH = ph / lanes;
-  const xOf = (t: number) => box.left + (t / tMax) * pw;
+  const xOf = (t: number) => box.left + ((t / tMax - win.lo) / (win.hi - win.lo)) * pw;
   const laneY = (s: number) => box.top + Math.max(0, s) * laneH;
   const rects = st.bars.map((b, index) => {
     const x0 = xOf(b.start);
     const x1 = xOf(b.end);
     return { x: x0, y: laneY(b.stream) + laneH * 0.18, w: Math.max(1, x1 - x0), h: laneH * 0.64, index };
   });
-  const arrows = st.arrows.map((a, index) => ({
-    x0: xOf(a.time),
-    y0: laneY(a.from_stream) + laneH / 2,
-    x1: xOf(st.bars[a.wait]?.start ?? a.time),
-    y1: laneY(a.to_stream) + laneH / 2,
-    index,
-  }));
+  // The race lab's dropped event orders nothing in the simulated plan: no arrow for it.
+  const arrows = st.arrows
+    .map((a, index) => ({
+      x0: xOf(a.time),
+      y0: laneY(a.from_stream) + laneH / 2,
+      x1: xOf(st.bars[a.wait]?.start ?? a.time),
+      y1: laneY(a.to_stream) + laneH / 2,
+      index,
+    }))
+    .filter((a) => droppedEvent === null || st.arrows[a.index].event !== droppedEvent);
   return { box, rects, laneH, tMax, xOf, laneY, arrows };
 }
 
-/** "graph 12.0 µs · stream 20.0 µs (graph ×1.67 faster)": the two launch modes' makespans. */
+/**
+ * The stream view's figures, each named as in figureDefinitions: "graph launch 242.6 µs ·
+ * stream launches 650.3 µs (host-bound: 162 launches × 4.0 µs) · critical path ... ".
+ */
 export function modeTotals(st: StreamsSection): string {
   const g = st.totals.graph;
   const s = st.totals.stream;
+  const parts = [`graph launch ${formatTime(g)}`];
+  const per = st.overheads.stream ?? 0;
+  const n = st.launches ?? 0;
+  // Launches issued back to back from one host thread: when they take longer than the device
+  // work, the stream mode's makespan is theirs, the same on 1, 4 or 8 streams.
+  const hostBound = n > 0 && per > 0 && n * per >= 0.9 * s;
   const ratio = s / Math.max(1e-15, g);
   const cmp = ratio >= 1 ? `graph ×${ratio.toFixed(2)} faster` : `stream ×${(1 / ratio).toFixed(2)} faster`;
-  return `graph launch ${formatTime(g)} · stream launches ${formatTime(s)} (${cmp})`;
+  parts.push(`stream launches ${formatTime(s)} (${hostBound ? `host-bound: ${n} launches × ${formatTime(per)}; ` : ""}${cmp})`);
+  if (st.critical_path !== null && st.critical_path !== undefined) parts.push(`critical path ${formatTime(st.critical_path)}`);
+  if (st.schedule !== null && st.schedule !== undefined) parts.push(`stream-pass schedule ${formatTime(st.schedule)}`);
+  parts.push(`device work ${formatTime(st.work)}`);
+  parts.push(`${st.num_streams} stream${st.num_streams === 1 ? "" : "s"}`);
+  return parts.join(" · ");
+}
+
+/** One definition per figure the stream view reports: [name, what it measures]. */
+export function figureDefinitions(st: StreamsSection): [string, string][] {
+  const per = formatTime(st.overheads.stream ?? 0);
+  const node = formatTime(st.overheads.graph ?? 0);
+  return [
+    ["graph launch", `modelled makespan of the plan as one CUDA graph launch: ${per} once, then ${node} in front of every node, on the plan's streams with its events`],
+    ["stream launches", `modelled makespan when the host launches every kernel, copy and memset itself, ${per} each, one after another; when launches dominate it is host-bound and more streams cannot shorten it`],
+    ["critical path", "longest chain of dependencies in the plan's graph (its event nodes included) under the cost model, launch overheads left out: no schedule can be shorter"],
+    ["stream-pass schedule", "the stream pass's own list schedule of the graph before events are inserted, launch overheads left out"],
+    ["device work", "every step's duration added up, as if on one stream with no overheads"],
+  ];
 }
 
 export interface TreeGeometry {

@@ -3,6 +3,11 @@
 // attributes (data-rects, data-bars...) so the browser test can count them.
 
 import {
+  FULL,
+  isFull,
+  panWindow,
+  zoomWindow,
+  type XWindow,
   byteTicks,
   formatBytes,
   formatTime,
@@ -25,25 +30,40 @@ const TREE_TOP = 16;
 const TREE_BOTTOM = 16;
 const TREE_MAX_HEIGHT = 16000;
 
-/** A canvas with a DOM tooltip for hovering rectangles. */
+/** A canvas with a DOM tooltip for hovering rectangles, a legend, and (for the charts with
+ *  a time or step axis) zoom with the wheel, pan by dragging, and a reset. */
 abstract class CanvasChart {
   readonly root: HTMLDivElement;
   readonly canvas: HTMLCanvasElement;
   protected tooltip: HTMLDivElement;
+  protected legend: HTMLDivElement;
   protected rects: Rect[] = [];
   protected hover = -1;
+  /** The visible part of the x axis (zoom); FULL shows everything. */
+  protected win: XWindow = FULL;
   private frame = 0;
   private ro: ResizeObserver | null = null;
+  private drag: { x: number; win: XWindow; moved: boolean } | null = null;
+  private reset: HTMLButtonElement;
 
-  constructor(cls: string) {
+  constructor(cls: string, zoomable = false) {
     this.canvas = h("canvas", { class: "ow-chart-canvas" });
     this.tooltip = h("div", { class: "ow-tooltip" });
     this.tooltip.style.display = "none";
-    this.root = h("div", { class: `ow-chart ${cls}` }, this.canvas, this.tooltip);
+    this.legend = h("div", { class: "ow-chart-legend" });
+    this.reset = h("button", { class: "ow-btn ow-small ow-chart-reset", text: "Reset zoom", title: "show the whole axis (double-click)", onclick: () => this.resetZoom() });
+    this.reset.style.display = "none";
+    this.root = h("div", { class: `ow-chart ${cls}`, "data-zoom": "1" }, this.canvas, this.tooltip, h("div", { class: "ow-chart-head" }, this.legend, this.reset));
     this.canvas.addEventListener("pointermove", (e) => {
       const r = this.canvas.getBoundingClientRect();
       const x = e.clientX - r.left;
       const y = e.clientY - r.top;
+      if (this.drag) {
+        const pw = Math.max(1, r.width - 88);
+        if (Math.abs(e.clientX - this.drag.x) > 3) this.drag.moved = true;
+        if (this.drag.moved) this.setWindow(panWindow(this.drag.win, -(e.clientX - this.drag.x) / pw));
+        return;
+      }
       let hit = -1;
       for (let i = this.rects.length - 1; i >= 0; i--) {
         const q = this.rects[i];
@@ -60,8 +80,11 @@ abstract class CanvasChart {
       else {
         this.tooltip.replaceChildren(...this.describe(this.rects[hit].index));
         this.tooltip.style.display = "block";
-        this.tooltip.style.left = `${Math.min(x + 14, r.width - 180)}px`;
-        this.tooltip.style.top = `${y + 14}px`;
+        const tw = this.tooltip.offsetWidth || 200;
+        const th = this.tooltip.offsetHeight || 60;
+        // Flipped to the pointer's left / above near the right / bottom edge.
+        this.tooltip.style.left = `${x + 14 + tw > r.width ? Math.max(0, x - 14 - tw) : x + 14}px`;
+        this.tooltip.style.top = `${y + 14 + th > r.height ? Math.max(0, y - 14 - th) : y + 14}px`;
       }
     });
     this.canvas.addEventListener("pointerleave", () => {
@@ -72,10 +95,53 @@ abstract class CanvasChart {
     this.canvas.addEventListener("click", () => {
       if (this.hover >= 0) this.clicked(this.rects[this.hover].index);
     });
+    if (zoomable) {
+      this.canvas.addEventListener(
+        "wheel",
+        (e) => {
+          e.preventDefault();
+          const r = this.canvas.getBoundingClientRect();
+          const left = 72;
+          const pw = Math.max(1, r.width - left - 16);
+          this.setWindow(zoomWindow(this.win, (e.clientX - r.left - left) / pw, Math.exp(-e.deltaY * 0.002)));
+        },
+        { passive: false },
+      );
+      this.canvas.addEventListener("pointerdown", (e) => {
+        this.drag = { x: e.clientX, win: this.win, moved: false };
+        try {
+          this.canvas.setPointerCapture(e.pointerId);
+        } catch {
+          /* synthetic events */
+        }
+      });
+      const end = () => {
+        const d = this.drag;
+        this.drag = null;
+        // A drag is not a click on the bar under the pointer.
+        if (d?.moved) this.hover = -1;
+      };
+      this.canvas.addEventListener("pointerup", end);
+      this.canvas.addEventListener("dblclick", () => this.resetZoom());
+    }
     if (typeof ResizeObserver !== "undefined") {
       this.ro = new ResizeObserver(() => this.schedule());
       this.ro.observe(this.root);
     }
+  }
+
+  /** Shows `win` of the x axis (zoom and pan). */
+  setWindow(win: XWindow): void {
+    this.win = win;
+    const full = isFull(win);
+    this.reset.style.display = full ? "none" : "";
+    this.root.dataset.zoom = (1 / (win.hi - win.lo)).toFixed(2);
+    this.root.dataset.window = `${win.lo.toFixed(4)},${win.hi.toFixed(4)}`;
+    this.schedule();
+  }
+
+  resetZoom(): void {
+    this.setWindow(FULL);
   }
 
   destroy(): void {
@@ -88,6 +154,14 @@ abstract class CanvasChart {
       this.frame = 0;
       if (this.canvas.clientWidth > 0) this.draw();
     });
+  }
+
+  /** The legend: one entry per kind of mark drawn, [css class of the swatch, text]. */
+  protected showLegend(items: [string, string, string?][]): void {
+    const key = items.map(([c, t]) => c + t).join("|");
+    if (this.legend.dataset.key === key) return;
+    this.legend.dataset.key = key;
+    this.legend.replaceChildren(...items.map(([c, t, long]) => h("span", { class: "ow-legend-item", "data-mark": c, title: long ?? t }, h("span", { class: `ow-mark ow-chart-mark-${c}` }), t)));
   }
 
   protected clicked(_index: number): void {}
@@ -120,7 +194,7 @@ export class MemoryChart extends CanvasChart {
   private highlightBuffer = -1;
 
   constructor() {
-    super("ow-memory");
+    super("ow-memory", true);
     this.root.dataset.rects = "0";
   }
 
@@ -132,6 +206,7 @@ export class MemoryChart extends CanvasChart {
     // The count is part of the data, not of the drawing, so it is right even while hidden.
     this.root.dataset.rects = String(mem ? mem.buffers.length : 0);
     this.root.dataset.available = String(!!mem);
+    this.root.dataset.mode = mem ? mem.mode : "";
     this.schedule();
   }
 
@@ -157,12 +232,21 @@ export class MemoryChart extends CanvasChart {
     const mem = this.mem;
     if (!mem) {
       this.rects = [];
+      this.showLegend([]);
       message(ctx, w, hh, this.reason || "no memory plan");
       return;
     }
-    const g = ganttGeometry(mem, w, hh);
+    const g = ganttGeometry(mem, w, hh, this.win);
     this.rects = g.rects;
     this.root.dataset.drawnRects = String(g.rects.length);
+    const bound = new Set(mem.bound_buffers ?? []);
+    const lv = mem.liveness_bound_bytes ?? mem.lower_bound_bytes;
+    const legend: [string, string, string?][] = [["buffer", "buffer", "a buffer: its live steps (x) by its arena bytes (y), one colour per buffer"]];
+    if (bound.size) legend.push(["bound", `bound's ${bound.size} buffers`, "outlined: buffers no event orders pairwise; their sizes add up to the lower bound"]);
+    if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
+    legend.push(["arena", `arena (${mem.mode})`, "the arena the planner made"], ["lower", "lower bound", "no safe plan for this schedule is smaller"]);
+    if (lv < mem.lower_bound_bytes) legend.push(["liveness", "liveness, one order", "most bytes live at once over one order (below the bound on several streams)"]);
+    this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
     ctx.font = FONT;
@@ -181,17 +265,21 @@ export class MemoryChart extends CanvasChart {
     }
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
-    for (const v of niceTicks(0, mem.num_steps, 8)) {
+    for (const v of niceTicks(this.win.lo * mem.num_steps, this.win.hi * mem.num_steps, 8)) {
       if (v !== Math.round(v)) continue;
       ctx.fillText(String(v), g.xOf(v), bottom + 5);
     }
+    // Zoomed in: only the plot area shows buffers.
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(box.left, 0, w - box.left - box.right, hh);
+    ctx.clip();
     ctx.fillText("step", (box.left + w - box.right) / 2, bottom + 15);
     // Current simulator step as a band.
     if (this.simStep >= 0) {
       ctx.fillStyle = "rgba(255,159,28,0.18)";
       ctx.fillRect(g.xOf(this.simStep), box.top, g.xOf(this.simStep + 1) - g.xOf(this.simStep), bottom - box.top);
     }
-    const bound = new Set(mem.bound_buffers ?? []);
     this.root.dataset.boundBuffers = String(bound.size);
     g.rects.forEach((r, i) => {
       const b = mem.buffers[r.index];
@@ -212,6 +300,7 @@ export class MemoryChart extends CanvasChart {
         ctx.fillText(fitText(ctx, b.name, r.w - 8), r.x + 4, r.y + r.h / 2);
       }
     });
+    ctx.restore();
     const line = (y: number, color: string, dash: number[], label: string, atLeft: boolean) => {
       ctx.strokeStyle = color;
       ctx.setLineDash(dash);
@@ -235,7 +324,6 @@ export class MemoryChart extends CanvasChart {
     };
     line(g.arenaY, "#1b2430", [], `arena ${formatBytes(mem.arena_bytes)} (${mem.mode})`, false);
     line(g.lowerY, "#d62728", [6, 4], `lower bound ${formatBytes(mem.lower_bound_bytes)}`, true);
-    const lv = mem.liveness_bound_bytes ?? mem.lower_bound_bytes;
     if (lv < mem.lower_bound_bytes) {
       // On several streams the bound exceeds liveness over one order: the gap is the
       // memory that concurrency costs.
@@ -245,20 +333,29 @@ export class MemoryChart extends CanvasChart {
   }
 }
 
+/** What the race lab marks on the timeline: the steps of every race, the dropped event. */
+export interface StreamMarks {
+  raceSteps: Set<number>;
+  droppedEvent: number | null;
+  droppedSteps: Set<number>;
+}
+
 export class StreamChart extends CanvasChart {
   private st: StreamsSection | null = null;
   private reason = "";
   /** The simulator's current step: bars are the plan's steps, so they match by index. */
   private simStep = -1;
   private selectedNode = -1;
+  private marks: StreamMarks = { raceSteps: new Set(), droppedEvent: null, droppedSteps: new Set() };
   onPick: (node: number) => void = () => {};
 
   constructor() {
-    super("ow-streams");
+    super("ow-streams", true);
     this.root.dataset.bars = "0";
   }
 
-  set(st: StreamsSection | null, reason: string, simStep: number, selectedNode: number): void {
+  set(st: StreamsSection | null, reason: string, simStep: number, selectedNode: number, marks?: StreamMarks): void {
+    if (marks) this.marks = marks;
     this.st = st;
     this.reason = reason;
     this.simStep = simStep;
@@ -272,6 +369,8 @@ export class StreamChart extends CanvasChart {
     this.root.dataset.available = String(!!st);
     // Lanes drawn (one per stream the plan uses), for the browser test.
     this.root.dataset.streams = String(st ? st.lanes.length : 0);
+    this.root.dataset.raceSteps = [...this.marks.raceSteps].sort((a, b) => a - b).join(",");
+    this.root.dataset.droppedEvent = this.marks.droppedEvent === null ? "" : String(this.marks.droppedEvent);
     this.schedule();
   }
 
@@ -294,12 +393,22 @@ export class StreamChart extends CanvasChart {
     const st = this.st;
     if (!st) {
       this.rects = [];
+      this.showLegend([]);
       message(ctx, w, hh, this.reason || "no stream assignment");
       return;
     }
-    const g = timelineGeometry(st, w, hh);
+    const g = timelineGeometry(st, w, hh, this.win, this.marks.droppedEvent);
     this.rects = g.rects;
     this.root.dataset.drawnBars = String(g.rects.length);
+    this.root.dataset.drawnArrows = String(g.arrows.length);
+    const m = this.marks;
+    const legend: [string, string, string?][] = [["bar", "step (colour: stream)", "a step on its stream's lane, [start, end) from the cost model"]];
+    if (g.arrows.length) legend.push(["event", "event", "an event: recorded at the end of one step, waited for before another"]);
+    if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
+    if (this.selectedNode >= 0) legend.push(["selected", "selected"]);
+    if (m.raceSteps.size) legend.push(["race", `race (${m.raceSteps.size} steps)`, "a step in a race the simulator reports"]);
+    if (m.droppedEvent !== null) legend.push(["dropped", `dropped e${m.droppedEvent}`, `event ${m.droppedEvent}'s record and waits are dropped: faded, and no arrow`]);
+    this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
     ctx.font = FONT;
@@ -315,15 +424,28 @@ export class StreamChart extends CanvasChart {
     ctx.textAlign = "center";
     ctx.textBaseline = "top";
     ctx.fillStyle = "#5a687d";
-    for (const v of niceTicks(0, g.tMax, 6)) ctx.fillText(formatTime(v), g.xOf(v), bottom + 5);
+    for (const v of niceTicks(this.win.lo * g.tMax, this.win.hi * g.tMax, 6)) ctx.fillText(formatTime(v), g.xOf(v), bottom + 5);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(box.left, 0, w - box.left - box.right, hh);
+    ctx.clip();
     g.rects.forEach((r, i) => {
+      if (r.x > w || r.x + r.w < box.left) return;
       const b = st.bars[r.index];
       const hot = b.step === this.simStep;
       const sel = b.node === this.selectedNode;
+      const dropped = m.droppedSteps.has(b.step);
       ctx.fillStyle = PALETTE[b.stream >= 0 ? b.stream % PALETTE.length : 9];
-      ctx.globalAlpha = i === this.hover || hot || sel ? 1 : 0.8;
+      ctx.globalAlpha = dropped ? 0.25 : i === this.hover || hot || sel ? 1 : 0.8;
       ctx.fillRect(r.x, r.y, r.w, r.h);
       ctx.globalAlpha = 1;
+      if (m.raceSteps.has(b.step)) {
+        ctx.strokeStyle = "#d62728";
+        ctx.setLineDash([3, 2]);
+        ctx.lineWidth = 2;
+        ctx.strokeRect(r.x - 3, r.y - 3, r.w + 6, r.h + 6);
+        ctx.setLineDash([]);
+      }
       if (hot || sel || i === this.hover) {
         ctx.strokeStyle = hot ? "#ff9f1c" : "#1b2430";
         ctx.lineWidth = hot ? 3 : 2;
@@ -342,6 +464,7 @@ export class StreamChart extends CanvasChart {
     ctx.fillStyle = "rgba(214,39,40,0.75)";
     ctx.lineWidth = 1.2;
     for (const a of g.arrows) {
+      if (Math.max(a.x0, a.x1) < box.left || Math.min(a.x0, a.x1) > w) continue;
       ctx.beginPath();
       ctx.moveTo(a.x0, a.y0);
       ctx.lineTo(a.x1, a.y1);
@@ -353,6 +476,7 @@ export class StreamChart extends CanvasChart {
       ctx.lineTo(a.x1 + 4, a.y1 - 7 * dir);
       ctx.fill();
     }
+    ctx.restore();
     axes(ctx, box.left, box.top, w - box.right, bottom);
   }
 }

@@ -3,31 +3,17 @@
 
 import type { DagArrays } from "./dagdata";
 
-// Tableau 10: distinct, colour-blind friendlier than the browser defaults.
-export const PALETTE = [
-  "#4e79a7",
-  "#f28e2b",
-  "#59a14f",
-  "#e15759",
-  "#76b7b2",
-  "#edc948",
-  "#b07aa1",
-  "#ff9da7",
-  "#9c755f",
-  "#bab0ac",
-];
-export const MUTED = "#d5d9e0";
-export const STRONG = "#d62728";
+// Tableau 10 and the kind colours: defined once in oxiwork/palette.json (read by oxiwork.render
+// too, so figures and the widget colour alike); esbuild inlines the JSON into the bundle.
+import palette from "../../oxiwork/palette.json";
 
-export const KIND_COLORS: Record<string, string> = {
-  kernel: "#4e79a7",
-  memcpy: "#f28e2b",
-  memset: "#76b7b2",
-  event_record: "#e15759",
-  event_wait: "#ff9da7",
-  host_callback: "#59a14f",
-  barrier: "#9c755f",
-};
+export const PALETTE: string[] = palette.palette;
+export const MUTED: string = palette.muted;
+export const STRONG: string = palette.strong;
+export const SUBTREE: string = palette.subtree;
+export const SLACK_MAX: string = palette.slack_max;
+
+export const KIND_COLORS: Record<string, string> = palette.kinds;
 
 export interface LegendItem {
   label: string;
@@ -100,13 +86,13 @@ const bySlack: ModeFn = ({ dag }) => {
   let max = 0;
   for (const s of dag.float.slack) if (Number.isFinite(s)) max = Math.max(max, s);
   const colors = Array.from(dag.float.slack, (s) =>
-    max > 0 ? mix(STRONG, "#e8f0fa", s / max) : STRONG,
+    max > 0 ? mix(STRONG, SLACK_MAX, s / max) : STRONG,
   );
   return {
     colors,
     legend: [
       { label: "no slack", color: STRONG },
-      { label: `slack ${max.toPrecision(3)}`, color: "#e8f0fa" },
+      { label: `slack ${max.toPrecision(3)}`, color: SLACK_MAX },
     ],
   };
 };
@@ -145,12 +131,12 @@ const byGroup: ModeFn = ({ dag }) => {
 function treeMode(column: "idom" | "ipdom", word: string): ModeFn {
   return ({ dag, selected }) => {
     const mask = subtreeMask(dag.int[column], selected);
-    const colors = Array.from(mask, (m, i) => (i === selected ? STRONG : m ? "#f1a340" : MUTED));
+    const colors = Array.from(mask, (m, i) => (i === selected ? STRONG : m ? SUBTREE : MUTED));
     return {
       colors,
       legend: [
         { label: "selected", color: STRONG },
-        { label: selected >= 0 ? `${word} by selected` : "select a node", color: "#f1a340" },
+        { label: selected >= 0 ? `${word} by selected` : "select a node", color: SUBTREE },
       ],
     };
   };

@@ -8,8 +8,9 @@
 import { colorNodes, type LegendItem } from "./colors";
 import { STATE_CREATED, STATE_REMOVED, type DagArrays } from "./dagdata";
 import { formatTime } from "./charts";
-import { fitCanvas, fitText, h } from "./dom";
-import { hitTest, NODE_H, NODE_W, SpatialGrid, type Layout } from "./layout";
+import { clear, fitCanvas, fitText, h } from "./dom";
+import { DX, foldLayout, hitTest, NODE_H, NODE_W, SpatialGrid, type Layout } from "./layout";
+import { groupBox, groupsAt, maxGroupDepth, minimapToWorld, minimapTransform, revealed, searchNodes, viewportOnMinimap, zoomAt as zoomView, type MiniMap } from "./nav";
 
 export interface DagViewState {
   dag: DagArrays;
@@ -20,6 +21,8 @@ export interface DagViewState {
   colorMode: string;
   selected: number; // position or -1
   simNodes: number[]; // positions highlighted for the current simulator step
+  /** Positions of the steps in a race the simulator reports (both steps of each pair). */
+  raceNodes?: number[];
   hasTopo: boolean;
   /** Whether edits apply to the graph on screen (dragging a node then adds a dependency). */
   editable: boolean;
@@ -34,6 +37,8 @@ export interface DagCallbacks {
 export interface DagCanvas extends HTMLCanvasElement {
   owHitTest?: (clientX: number, clientY: number) => number | null;
   owClientPos?: (nodeId: number) => { x: number; y: number } | null;
+  /** The drawn column (x / DX, unfolded) and ASAP level of a node: equal after any edit. */
+  owColumn?: (nodeId: number) => { column: number; level: number } | null;
   owLastDrawMs?: number;
   owDrawCount?: number;
 }
@@ -58,6 +63,29 @@ export class DagView {
   private linkTo: { x: number; y: number } | null = null;
   private ro: ResizeObserver | null = null;
   private drawCount = 0;
+  /** The layout drawn: the state's, or folded into bands (see foldLayout). */
+  private drawn: Layout | null = null;
+  /** Fold a long graph into bands: null decides by its shape (see isLongThin), else the user's choice. */
+  private foldChoice: boolean | null = null;
+  private fold = false;
+  private foldKey = "";
+  /** Collapsed groups: dotted-name depth (0: none), and the groups the user opened again. */
+  private groupDepth = 0;
+  private expanded = new Set<string>();
+  private groups: { name: string; members: number[]; x0: number; x1: number; y: number }[] = [];
+  /** Group index per position (-1: drawn itself). */
+  private groupOf = new Int32Array(0);
+  private hits: number[] = [];
+  private hitAt = 0;
+  private searchBox: HTMLInputElement;
+  private searchInfo: HTMLSpanElement;
+  private groupSel: HTMLSelectElement;
+  private foldBtn: HTMLButtonElement;
+  private mini: HTMLCanvasElement;
+  private miniMap: MiniMap | null = null;
+  private lastSelected = -1;
+  private lastSim = "";
+  private ringLegend: HTMLDivElement;
 
   constructor(private cb: DagCallbacks) {
     this.canvas = h("canvas", { class: "ow-dag-canvas" }) as DagCanvas;
@@ -70,12 +98,47 @@ export class DagView {
       h("button", { class: "ow-btn ow-small", text: "+", title: "zoom in", onclick: () => this.zoomBy(1.4) }),
       h("button", { class: "ow-btn ow-small ow-fit", text: "Fit", title: "fit the graph (double-click)", onclick: () => this.fit() }),
     );
-    this.root = h("div", { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 }, this.canvas, this.tooltip, zoom);
+    this.foldBtn = h("button", { class: "ow-btn ow-small ow-fold", text: "Fold", title: "fold a long graph into rows that fill the view", onclick: () => this.toggleFold() });
+    zoom.append(this.foldBtn);
+    this.searchBox = h("input", { class: "ow-input ow-search", type: "search", placeholder: "find a node…", "aria-label": "find a node by name" });
+    this.searchInfo = h("span", { class: "ow-search-info" });
+    this.searchBox.addEventListener("input", () => this.search(this.searchBox.value, false));
+    this.searchBox.addEventListener("keydown", (e) => {
+      // The notebook around the widget must not take the keys as shortcuts.
+      e.stopPropagation();
+      if (e.key === "Enter") {
+        e.preventDefault();
+        this.search(this.searchBox.value, true, e.shiftKey ? -1 : 1);
+      } else if (e.key === "Escape") {
+        this.searchBox.value = "";
+        this.search("", false);
+      }
+    });
+    this.groupSel = h("select", { class: "ow-input ow-group-depth", "aria-label": "collapse groups", title: "collapse the nodes that share a dotted name prefix (a module path, a repeated block) into one box; click a box to open it" });
+    this.groupSel.addEventListener("change", () => {
+      this.groupDepth = Number(this.groupSel.value);
+      this.expanded.clear();
+      this.regroup();
+      this.schedule();
+    });
+    const find = h("div", { class: "ow-find" }, this.searchBox, this.searchInfo, this.groupSel);
+    this.mini = h("canvas", { class: "ow-minimap", title: "minimap: click or drag to move the view" });
+    this.ringLegend = h("div", { class: "ow-ring-legend" });
+    this.root = h("div", { class: "ow-dag", "data-nodes": 0, "data-edges": 0, "data-drawn": 0 }, this.canvas, this.tooltip, zoom, find, this.mini, this.ringLegend);
     this.canvas.owHitTest = (cx, cy) => {
       const i = this.pick(cx, cy);
       return i >= 0 && this.state ? this.state.dag.int.id[i] : null;
     };
     this.canvas.owClientPos = (id) => this.clientPos(id);
+    this.canvas.owColumn = (id) => {
+      const s = this.state;
+      if (!s) return null;
+      for (let i = 0; i < s.dag.n; i++) {
+        if (s.dag.int.id[i] === id && s.dag.int.state[i] !== STATE_REMOVED) return { column: s.layout.x[i] / DX, level: s.dag.int.level[i] };
+      }
+      return null;
+    };
+    this.bindMinimap();
     this.bind();
     if (typeof ResizeObserver !== "undefined") {
       this.ro = new ResizeObserver(() => this.schedule());
@@ -90,9 +153,34 @@ export class DagView {
 
   setState(s: DagViewState, refit = false): void {
     const layoutChanged = !this.state || this.state.layout !== s.layout;
+    const namesChanged = !this.state || this.state.names !== s.names;
     this.state = s;
-    if (layoutChanged) this.grid = new SpatialGrid(s.layout);
+    if (layoutChanged) {
+      this.foldKey = "";
+      this.updateDrawn();
+      // A view the user has not moved stays fitted to the graph as edits grow it.
+      if (!this.userMoved) this.fitted = false;
+    }
+    if (namesChanged) {
+      const depth = maxGroupDepth(s.names);
+      if (this.groupDepth > depth) this.groupDepth = 0;
+      clear(this.groupSel);
+      this.groupSel.append(h("option", { value: 0, text: "no groups" }));
+      for (let d = 1; d <= depth; d++) this.groupSel.append(h("option", { value: d, text: `groups: ${d} level${d === 1 ? "" : "s"}` }));
+      this.groupSel.value = String(this.groupDepth);
+      this.groupSel.style.display = depth ? "" : "none";
+      this.expanded.clear();
+    }
+    if (layoutChanged || namesChanged) this.regroup();
     if (refit) this.fitted = false;
+    // Bring into view what was just selected (a timeline bar, a tree node, a search hit)
+    // and the simulator's current step.
+    const sim = s.simNodes.join(",");
+    if (s.selected >= 0 && s.selected !== this.lastSelected) this.reveal(s.selected);
+    else if (sim && sim !== this.lastSim) this.reveal(s.simNodes[0]);
+    this.lastSelected = s.selected;
+    this.lastSim = sim;
+    if (this.hits.length && namesChanged) this.search(this.searchBox.value, false);
     const ds = this.root.dataset;
     let live = 0;
     for (const st of s.dag.int.state) if (st !== STATE_REMOVED) live++;
@@ -133,18 +221,123 @@ export class DagView {
 
   private zoomAt(sx: number, sy: number, f: number): void {
     this.userMoved = true;
-    const k = Math.min(8, Math.max(0.01, this.k * f));
-    const wx = (sx - this.tx) / this.k;
-    const wy = (sy - this.ty) / this.k;
-    this.k = k;
-    this.tx = sx - wx * k;
-    this.ty = sy - wy * k;
+    const v = zoomView({ k: this.k, tx: this.tx, ty: this.ty }, sx, sy, f, 0.01, 8);
+    this.k = v.k;
+    this.tx = v.tx;
+    this.ty = v.ty;
+    this.schedule();
+  }
+
+  private toggleFold(): void {
+    this.foldChoice = !this.fold;
+    this.foldKey = "";
+    this.updateDrawn();
+    this.regroup();
+    this.fit();
+  }
+
+  /** The layout drawn: folded into bands for the canvas's aspect ratio when fold is on. */
+  private updateDrawn(): void {
+    const s = this.state;
+    if (!s) return;
+    const w = this.canvas.clientWidth || 800;
+    const hh = this.canvas.clientHeight || 480;
+    const key = `${this.foldChoice}|${w}x${hh}`;
+    if (this.drawn && this.foldKey === key) return;
+    this.foldKey = key;
+    // A long, thin graph (a transformer stack: ~100 levels of ~5 nodes) shown whole would be
+    // an unlabelled line: it folds into bands, as many as fit the height at a legible zoom.
+    this.fold = this.foldChoice ?? isLongThin(s.layout, w, hh);
+    let bands: number | undefined;
+    if (this.fold) {
+      // As many levels per band as the width shows at a legible zoom; the bands stack
+      // downwards (the fit starts at the top, the minimap shows the rest).
+      const cols = Math.max(2, Math.floor((w / FOLD_ZOOM - NODE_W) / DX) + 1);
+      let maxLevel = 0;
+      for (let i = 0; i < s.dag.n; i++) maxLevel = Math.max(maxLevel, s.dag.int.level[i]);
+      bands = Math.max(1, Math.ceil((maxLevel + 1) / cols));
+    }
+    this.drawn = this.fold ? foldLayout(s.layout, s.dag.int.level, w, hh, bands) : s.layout;
+    this.grid = new SpatialGrid(this.drawn);
+    this.root.dataset.folded = String(this.drawn !== s.layout);
+    this.foldBtn.classList.toggle("ow-active", this.fold);
+    this.foldBtn.textContent = this.fold ? "Unfold" : "Fold";
+  }
+
+  private regroup(): void {
+    const s = this.state;
+    const L = this.drawn;
+    this.groups = [];
+    if (!s || !L) return;
+    this.groupOf = new Int32Array(s.dag.n).fill(-1);
+    if (this.groupDepth > 0) {
+      const removed = (i: number) => s.dag.int.state[i] === STATE_REMOVED;
+      for (const [name, members] of groupsAt(s.names, this.groupDepth, 2, removed)) {
+        if (this.expanded.has(name)) continue;
+        const b = groupBox(L.x, L.y, members);
+        for (const i of members) this.groupOf[i] = this.groups.length;
+        this.groups.push({ name, members, ...b });
+      }
+    }
+    this.root.dataset.groups = String(this.groups.length);
+  }
+
+  /** Opens the group a node is folded into (so that a search hit or a selection shows). */
+  private expandFor(pos: number): void {
+    const g = this.groupOf[pos];
+    if (g === undefined || g < 0) return;
+    this.expanded.add(this.groups[g].name);
+    this.regroup();
+  }
+
+  /** Brings node `pos` into view (centres it if it is off screen or too small to read). */
+  reveal(pos: number): void {
+    const s = this.state;
+    if (!s || pos < 0 || pos >= s.dag.n) return;
+    this.expandFor(pos);
+    const w = this.canvas.clientWidth;
+    const hh = this.canvas.clientHeight;
+    if (!w || !hh) return;
+    if (!this.fitted) this.doFit(w, hh);
+    const L = this.drawn ?? s.layout;
+    const v = revealed({ k: this.k, tx: this.tx, ty: this.ty }, L.x[pos], L.y[pos], NODE_W / 2, NODE_H / 2, w, hh, 24, LABEL_ZOOM);
+    if (v.k !== this.k || v.tx !== this.tx || v.ty !== this.ty) {
+      this.k = v.k;
+      this.tx = v.tx;
+      this.ty = v.ty;
+      this.userMoved = true;
+    }
+    this.root.dataset.revealed = String(s.dag.int.id[pos]);
+    this.schedule();
+  }
+
+  /** Search by name: highlights every match; `jump` selects and centres the next one. */
+  search(q: string, jump: boolean, dir = 1): void {
+    const s = this.state;
+    const prev = this.hits;
+    this.hits = s ? searchNodes(s.names, q, 500, (i) => s.dag.int.state[i] === STATE_REMOVED) : [];
+    if (prev.join() !== this.hits.join()) this.hitAt = -1;
+    this.root.dataset.searchHits = String(this.hits.length);
+    this.searchInfo.textContent = q.trim() ? (this.hits.length ? `${this.hits.length >= 500 ? "500+" : this.hits.length} found` : "no match") : "";
+    if (jump && this.hits.length) {
+      this.hitAt = (this.hitAt + dir + this.hits.length) % this.hits.length;
+      const pos = this.hits[this.hitAt];
+      this.searchInfo.textContent = `${this.hitAt + 1} of ${this.hits.length}`;
+      this.reveal(pos);
+      this.cb.onSelect(pos);
+    }
     this.schedule();
   }
 
   private doFit(w: number, hh: number): void {
-    const L = this.state!.layout;
-    const f = fitTransform(L, w, hh);
+    this.updateDrawn();
+    const L = this.drawn ?? this.state!.layout;
+    let f = fitTransform(L, w, hh);
+    if (this.fold && f.k < LABEL_ZOOM) {
+      // Folded and still too big to show whole legibly: legible, from the top-left (sources).
+      const k = LABEL_ZOOM;
+      f = { k, tx: 20 - (L.minX - NODE_W / 2) * k, ty: 44 - (L.minY - NODE_H / 2) * k };
+    }
     this.k = f.k;
     this.tx = f.tx;
     this.ty = f.ty;
@@ -157,10 +350,24 @@ export class DagView {
     return { x: cx - r.left, y: cy - r.top };
   }
 
+  /** The node under a client point (a member of a collapsed group is not: see pickGroup). */
   private pick(cx: number, cy: number): number {
     if (!this.state) return -1;
     const p = this.local(cx, cy);
-    return hitTest(this.state.layout, (p.x - this.tx) / this.k, (p.y - this.ty) / this.k, this.grid ?? undefined);
+    const i = hitTest(this.drawn ?? this.state.layout, (p.x - this.tx) / this.k, (p.y - this.ty) / this.k, this.grid ?? undefined);
+    return i >= 0 && this.groupOf[i] >= 0 ? -1 : i;
+  }
+
+  /** The collapsed group whose box is under a client point, or -1. */
+  private pickGroup(cx: number, cy: number): number {
+    const p = this.local(cx, cy);
+    const wx = (p.x - this.tx) / this.k;
+    const wy = (p.y - this.ty) / this.k;
+    for (let g = this.groups.length - 1; g >= 0; g--) {
+      const b = this.groups[g];
+      if (wx >= b.x0 - NODE_W / 2 && wx <= b.x1 + NODE_W / 2 && Math.abs(wy - b.y) <= NODE_H / 2) return g;
+    }
+    return -1;
   }
 
   private clientPos(id: number): { x: number; y: number } | null {
@@ -169,7 +376,8 @@ export class DagView {
     for (let i = 0; i < ids.length; i++) {
       if (ids[i] === id && this.state.dag.int.state[i] !== STATE_REMOVED) {
         const r = this.canvas.getBoundingClientRect();
-        return { x: r.left + this.state.layout.x[i] * this.k + this.tx, y: r.top + this.state.layout.y[i] * this.k + this.ty };
+        const L = this.drawn ?? this.state.layout;
+        return { x: r.left + L.x[i] * this.k + this.tx, y: r.top + L.y[i] * this.k + this.ty };
       }
     }
     return null;
@@ -223,8 +431,14 @@ export class DagView {
         if (d.src >= 0 && j >= 0 && j !== d.src) this.cb.onLink(d.src, j);
         this.schedule();
       } else if (!d.moved) {
-        // A press and release without moving is a click, on a node or on the background.
-        this.cb.onSelect(this.pick(e.clientX, e.clientY));
+        // A press and release without moving is a click: on a collapsed group it opens the
+        // group, else it selects the node under it (or clears the selection).
+        const g = this.pickGroup(e.clientX, e.clientY);
+        if (g >= 0) {
+          this.expanded.add(this.groups[g].name);
+          this.regroup();
+          this.schedule();
+        } else this.cb.onSelect(this.pick(e.clientX, e.clientY));
       }
     };
     c.addEventListener("pointerup", end);
@@ -240,6 +454,13 @@ export class DagView {
 
   private showTooltip(i: number, cx: number, cy: number): void {
     const s = this.state;
+    const g = s && i < 0 ? this.pickGroup(cx, cy) : -1;
+    if (g >= 0) {
+      const b = this.groups[g];
+      this.tooltip.replaceChildren(h("div", { class: "ow-tt-name", text: b.name }), h("div", { class: "ow-tt-sub", text: `${b.members.length} nodes · click to open` }));
+      this.placeTooltip(cx, cy);
+      return;
+    }
     if (!s || i < 0) {
       this.tooltip.style.display = "none";
       return;
@@ -256,10 +477,19 @@ export class DagView {
     if (s.dag.int.state[i] === STATE_CREATED) parts.push("created by this pass");
     if (s.dag.int.state[i] === STATE_REMOVED) parts.push("removed by this pass");
     t.append(h("div", { class: "ow-tt-sub", text: parts.join(" · ") }));
+    this.placeTooltip(cx, cy);
+  }
+
+  /** Next to the pointer, flipped to its left / above it near the right / bottom edge. */
+  private placeTooltip(cx: number, cy: number): void {
+    const t = this.tooltip;
     const p = this.local(cx, cy);
     t.style.display = "block";
-    t.style.left = `${p.x + 14}px`;
-    t.style.top = `${p.y + 14}px`;
+    const r = this.root.getBoundingClientRect();
+    const tw = t.offsetWidth || 220;
+    const th = t.offsetHeight || 60;
+    t.style.left = `${p.x + 14 + tw > r.width ? Math.max(0, p.x - 14 - tw) : p.x + 14}px`;
+    t.style.top = `${p.y + 14 + th > r.height ? Math.max(0, p.y - 14 - th) : p.y + 14}px`;
   }
 
   private draw(): void {
@@ -276,20 +506,33 @@ export class DagView {
       ctx.textAlign = "center";
       ctx.fillText(s ? "empty graph — add buffers and kernels in the Build tab" : "no graph", w / 2, hh / 2);
       this.root.dataset.drawn = "0";
+      this.drawMinimap();
       return;
     }
+    {
+      const before = this.drawn;
+      this.updateDrawn(); // the canvas may have a new size: the folding follows it
+      if (this.drawn !== before) this.regroup();
+    }
     if (!this.fitted || (!this.userMoved && this.fitSize !== `${w}x${hh}`)) this.doFit(w, hh);
-    const { dag, layout: L } = s;
+    const { dag } = s;
+    const L = this.drawn ?? s.layout;
     const { colors, legend } = colorNodes(s.colorMode, { dag, kinds: s.kinds, selected: s.selected });
     this.cb.onLegend(legend);
     const k = this.k;
     const tx = this.tx;
     const ty = this.ty;
+    const grp = this.groupOf.length === dag.n ? this.groupOf : new Int32Array(dag.n).fill(-1);
+    const groups = this.groups;
     const sx = (i: number) => L.x[i] * k + tx;
     const sy = (i: number) => L.y[i] * k + ty;
     const hw = (NODE_W / 2) * k;
     const hh2 = (NODE_H / 2) * k;
-    const visible = (i: number) => sx(i) + hw >= 0 && sx(i) - hw <= w && sy(i) + hh2 >= 0 && sy(i) - hh2 <= hh;
+    const visible = (i: number) => grp[i] < 0 && sx(i) + hw >= 0 && sx(i) - hw <= w && sy(i) + hh2 >= 0 && sy(i) - hh2 <= hh;
+    // Where an edge leaves / enters a node, or the box of the collapsed group it is in.
+    const outX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x1 * k + tx : sx(i)) + hw;
+    const inX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x0 * k + tx : sx(i)) - hw;
+    const atY = (i: number) => (grp[i] >= 0 ? groups[grp[i]].y * k + ty : sy(i));
 
     // Edges: one batched path (straight lines at low zoom, curves when close enough to read).
     const curved = k > 0.35 && dag.m < 20000;
@@ -300,10 +543,11 @@ export class DagView {
         const a = dag.src[e];
         const b = dag.dst[e];
         if (crit !== (critical[a] === 1 && critical[b] === 1)) continue;
-        const x0 = sx(a) + hw;
-        const y0 = sy(a);
-        const x1 = sx(b) - hw;
-        const y1 = sy(b);
+        if (grp[a] >= 0 && grp[a] === grp[b]) continue; // inside a collapsed group
+        const x0 = outX(a);
+        const y0 = atY(a);
+        const x1 = inX(b);
+        const y1 = atY(b);
         if (Math.max(x0, x1) < 0 || Math.min(x0, x1) > w || Math.max(y0, y1) < 0 || Math.min(y0, y1) > hh) continue;
         ctx.moveTo(x0, y0);
         if (curved) {
@@ -327,10 +571,12 @@ export class DagView {
       ctx.fillStyle = "rgba(90,104,125,0.7)";
       ctx.beginPath();
       for (let e = 0; e < dag.m; e++) {
+        const a = dag.src[e];
         const b = dag.dst[e];
-        if (!visible(b)) continue;
-        const x1 = sx(b) - hw;
-        const y1 = sy(b);
+        if (grp[a] >= 0 && grp[a] === grp[b]) continue;
+        const x1 = inX(b);
+        const y1 = atY(b);
+        if (x1 < -10 || x1 > w + 10 || y1 < -10 || y1 > hh + 10) continue;
         ctx.moveTo(x1, y1);
         ctx.lineTo(x1 - 7 * k, y1 - 3.5 * k);
         ctx.lineTo(x1 - 7 * k, y1 + 3.5 * k);
@@ -371,18 +617,51 @@ export class DagView {
       }
       ctx.globalAlpha = 1;
     }
-    // Rings: created (green), sim step (amber), hover, selection (dark).
+    // Collapsed groups: one box from the first member's column to the last one's.
+    for (const g of groups) {
+      const x = g.x0 * k + tx - hw;
+      const x1 = g.x1 * k + tx + hw;
+      const y = g.y * k + ty - hh2;
+      if (x1 < 0 || x > w || y + 2 * hh2 < 0 || y > hh) continue;
+      ctx.fillStyle = "#e8edf6";
+      ctx.strokeStyle = "#6d7e99";
+      ctx.lineWidth = 1.5;
+      roundRect(ctx, x, y, x1 - x, hh2 * 2, Math.min(6, 6 * k));
+      ctx.fill();
+      ctx.setLineDash([6, 3]);
+      ctx.stroke();
+      ctx.setLineDash([]);
+      if (detail || x1 - x > 60) {
+        ctx.fillStyle = "#1b2430";
+        ctx.fillText(fitText(ctx, `▸ ${g.name} (${g.members.length})`, x1 - x - 12), x + 6, g.y * k + ty);
+      }
+    }
+    // Rings: created (green), search hits (blue), races (red), sim step (amber), hover,
+    // selection (dark). A member of a collapsed group rings its group's box.
     const ring = (i: number, color: string, width: number, pad: number, dash: number[] = []) => {
       if (i < 0 || i >= dag.n) return;
       ctx.setLineDash(dash);
       ctx.strokeStyle = color;
       ctx.lineWidth = width;
       const p = pad + width / 2;
-      roundRect(ctx, sx(i) - hw - p, sy(i) - hh2 - p, hw * 2 + 2 * p, hh2 * 2 + 2 * p, Math.min(8, 8 * k) + p);
+      if (grp[i] >= 0) {
+        const g = groups[grp[i]];
+        roundRect(ctx, g.x0 * k + tx - hw - p, g.y * k + ty - hh2 - p, (g.x1 - g.x0) * k + 2 * hw + 2 * p, hh2 * 2 + 2 * p, Math.min(8, 8 * k) + p);
+      } else roundRect(ctx, sx(i) - hw - p, sy(i) - hh2 - p, hw * 2 + 2 * p, hh2 * 2 + 2 * p, Math.min(8, 8 * k) + p);
       ctx.stroke();
       ctx.setLineDash([]);
     };
-    if (detail) for (let i = 0; i < dag.n; i++) if (state[i] === STATE_CREATED && visible(i)) ring(i, "#2ca02c", 2.5, 2, [5, 3]);
+    let created = 0;
+    let ghosts = 0;
+    for (let i = 0; i < dag.n; i++) {
+      if (state[i] === STATE_CREATED) {
+        created++;
+        if (detail && visible(i)) ring(i, "#2ca02c", 2.5, 2, [5, 3]);
+      } else if (state[i] === STATE_REMOVED) ghosts++;
+    }
+    for (const i of this.hits) ring(i, "#3867d6", 2.5, 5);
+    const races = s.raceNodes ?? [];
+    for (const i of races) ring(i, "#d62728", 3, 6, [3, 2]);
     ring(this.hover, "rgba(30,40,60,0.45)", 2, 1);
     for (const i of s.simNodes) ring(i, "#ff9f1c", 4, 3);
     ring(s.selected, "#1b2430", 2.5, 1);
@@ -397,12 +676,94 @@ export class DagView {
       ctx.stroke();
       ctx.setLineDash([]);
     }
+    this.showRingLegend([
+      ["edge", "→ dependency (arrow heads when zoomed in)", true],
+      ["critical", "critical edge", s.colorMode === "critical"],
+      ["created", `created by this pass (${created})`, created > 0],
+      ["ghost", `removed by this pass (${ghosts})`, ghosts > 0],
+      ["group", `collapsed group (${groups.length}): click to open`, groups.length > 0],
+      ["hit", `search match (${this.hits.length})`, this.hits.length > 0],
+      ["race", `step in a race (${races.length})`, races.length > 0],
+      ["sim", "simulator's current step", s.simNodes.length > 0],
+      ["selected", "selected", s.selected >= 0],
+    ]);
+    this.drawMinimap();
     this.drawCount++;
     const ms = performance.now() - t0;
     this.canvas.owLastDrawMs = ms;
     this.canvas.owDrawCount = this.drawCount;
     this.root.dataset.drawn = String(drawn);
     this.root.dataset.draws = String(this.drawCount);
+    this.root.dataset.races = races.map((i) => dag.int.id[i]).join(",");
+  }
+
+  /** The marks drawn over the nodes, named (the colour legend names the fills). */
+  private showRingLegend(items: [string, string, boolean][]): void {
+    const shown = items.filter(([, , on]) => on);
+    const key = shown.map(([k, t]) => k + t).join("|");
+    if (this.ringLegend.dataset.key === key) return;
+    this.ringLegend.dataset.key = key;
+    clear(this.ringLegend);
+    for (const [k, text] of shown) this.ringLegend.append(h("span", { class: "ow-legend-item", "data-mark": k }, h("span", { class: `ow-mark ow-mark-${k}` }), text));
+  }
+
+  private bindMinimap(): void {
+    const move = (e: PointerEvent) => {
+      if (!this.miniMap || !this.state) return;
+      const r = this.mini.getBoundingClientRect();
+      const p = minimapToWorld(this.miniMap, e.clientX - r.left, e.clientY - r.top);
+      this.tx = this.canvas.clientWidth / 2 - p.x * this.k;
+      this.ty = this.canvas.clientHeight / 2 - p.y * this.k;
+      this.userMoved = true;
+      this.fitted = true;
+      this.schedule();
+    };
+    let dragging = false;
+    this.mini.addEventListener("pointerdown", (e) => {
+      dragging = true;
+      try {
+        this.mini.setPointerCapture(e.pointerId);
+      } catch {
+        /* synthetic events */
+      }
+      move(e);
+    });
+    this.mini.addEventListener("pointermove", (e) => {
+      if (dragging) move(e);
+    });
+    this.mini.addEventListener("pointerup", () => (dragging = false));
+  }
+
+  /** The whole graph in the corner, with the part the view shows outlined. */
+  private drawMinimap(): void {
+    const s = this.state;
+    const c = this.mini;
+    if (!c.clientWidth || !c.clientHeight) return;
+    const { ctx, w, h: hh } = fitCanvas(c);
+    ctx.fillStyle = "rgba(255,255,255,0.92)";
+    ctx.fillRect(0, 0, w, hh);
+    if (!s || s.dag.n === 0) return;
+    const L = this.drawn ?? s.layout;
+    const m = minimapTransform(L, w, hh);
+    this.miniMap = m;
+    ctx.fillStyle = "#8ea3c3";
+    const dot = Math.max(1, Math.min(3, NODE_W * m.s));
+    for (let i = 0; i < s.dag.n; i++) {
+      if (s.dag.int.state[i] === STATE_REMOVED) continue;
+      ctx.fillRect(L.x[i] * m.s + m.ox - dot / 2, L.y[i] * m.s + m.oy - 0.75, dot, 1.5);
+    }
+    const mark = (i: number, color: string) => {
+      if (i < 0 || i >= s.dag.n) return;
+      ctx.fillStyle = color;
+      ctx.fillRect(L.x[i] * m.s + m.ox - 2.5, L.y[i] * m.s + m.oy - 2.5, 5, 5);
+    };
+    for (const i of this.hits) mark(i, "#3867d6");
+    for (const i of s.simNodes) mark(i, "#ff9f1c");
+    mark(s.selected, "#1b2430");
+    const v = viewportOnMinimap({ k: this.k, tx: this.tx, ty: this.ty }, this.canvas.clientWidth, this.canvas.clientHeight, m);
+    ctx.strokeStyle = "#3867d6";
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(Math.max(0.5, v.x), Math.max(0.5, v.y), Math.min(w - 1, v.w), Math.min(hh - 1, v.h));
   }
 }
 
@@ -430,6 +791,15 @@ export function textOn(bg: string): string {
 
 /** Smallest zoom at which node labels are drawn (see `detail` in draw). */
 export const LABEL_ZOOM = 0.4;
+/** The zoom a folded long graph is sized for (its bands fill the height at this zoom). */
+const FOLD_ZOOM = LABEL_ZOOM;
+
+/** Whether fitting the whole layout would shrink it below legibility into a long line. */
+export function isLongThin(L: Layout, w: number, hh: number): boolean {
+  const bw = L.maxX - L.minX + NODE_W + 40;
+  const bh = L.maxY - L.minY + NODE_H + 40;
+  return Math.min(w / bw, hh / bh) < LABEL_ZOOM && bw / bh > (4 * w) / hh;
+}
 
 /**
  * The view transform that shows a layout: the whole graph when that keeps it readable;

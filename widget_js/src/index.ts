@@ -12,9 +12,10 @@ import { clear, h } from "./dom";
 import { remember, stableLayout, type Layout, type Placed } from "./layout";
 import { MemoryChart, StreamChart, TreeChart } from "./charts_view";
 import { buildPanel, detailsPanel, OptionsBar, passesTable, simPanel } from "./panels";
-import { formatBytes, formatTime, modeTotals } from "./charts";
+import { figureDefinitions, formatBytes, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
 import { PassLoader } from "./passes";
+import { CodeView } from "./code";
 import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type PipelineOptions, type ViewModel } from "./types";
 
 /** The part of the anywidget model API this widget uses. */
@@ -28,7 +29,7 @@ export interface Model {
 }
 
 type SideTab = "details" | "build" | "sim";
-type BottomTab = "memory" | "streams" | "dom" | "postdom" | "passes";
+type BottomTab = "memory" | "streams" | "code" | "dom" | "postdom" | "passes";
 
 export class App {
   readonly root: HTMLDivElement;
@@ -37,6 +38,7 @@ export class App {
   private streams = new StreamChart();
   private domTree = new TreeChart("dominator");
   private postTree = new TreeChart("post-dominator");
+  private code = new CodeView();
   private vm!: ViewModel;
   private dag: DagArrays = decodeDag(null);
   private layout!: Layout;
@@ -60,6 +62,10 @@ export class App {
   private sideTabs: HTMLDivElement;
   private bottomTabs: HTMLDivElement;
   private dismissed = 0;
+  private main!: HTMLDivElement;
+  private sidePanel!: HTMLDivElement;
+  private vsplit!: HTMLDivElement;
+  private hsplit!: HTMLDivElement;
   private handlers: [string, (...a: any[]) => void][] = [];
   private passes: PassLoader;
   private readonly t0: number;
@@ -101,14 +107,17 @@ export class App {
       this.header,
       this.passbar,
       this.errorsBox,
-      h(
+      (this.main = h(
         "div",
         { class: "ow-main" },
         this.dagView.root,
-        h("div", { class: "ow-side" }, this.sideTabs, this.status, this.sideBody),
-      ),
+        (this.vsplit = h("div", { class: "ow-split ow-split-v", title: "drag to resize the side panel", role: "separator", "aria-orientation": "vertical" })),
+        (this.sidePanel = h("div", { class: "ow-side" }, this.sideTabs, this.status, this.sideBody)),
+      )),
+      (this.hsplit = h("div", { class: "ow-split ow-split-h", title: "drag to resize the graph and the charts", role: "separator", "aria-orientation": "horizontal" })),
       h("div", { class: "ow-bottom" }, h("div", { class: "ow-bottom-head" }, this.bottomTabs, this.bottomTools), this.bottomBody),
     );
+    this.bindSplitters();
     // The timeline is the plan's: a step's node (an event the plan added) may not be in the
     // graph on screen at an earlier slider stop, and then there is nothing to select.
     this.streams.onPick = (id) => {
@@ -152,6 +161,48 @@ export class App {
     } catch {
       return null; // no kernel (a static export): the synced views are all there is
     }
+  }
+
+  /** Resizable panels: the side panel's width and the graph's height follow a drag on the
+   *  splitters (kept in this view; sizes are clamped so every panel stays usable). */
+  private bindSplitters(): void {
+    const drag = (el: HTMLElement, move: (dx: number, dy: number, start: number) => void, start: () => number) => {
+      el.addEventListener("pointerdown", (e) => {
+        e.preventDefault();
+        const x0 = e.clientX;
+        const y0 = e.clientY;
+        const s0 = start();
+        try {
+          el.setPointerCapture(e.pointerId);
+        } catch {
+          /* synthetic events */
+        }
+        const mv = (ev: PointerEvent) => move(ev.clientX - x0, ev.clientY - y0, s0);
+        const up = () => {
+          el.removeEventListener("pointermove", mv);
+          el.removeEventListener("pointerup", up);
+        };
+        el.addEventListener("pointermove", mv);
+        el.addEventListener("pointerup", up);
+      });
+    };
+    drag(
+      this.vsplit,
+      (dx, _dy, w0) => {
+        const max = Math.max(240, this.root.clientWidth - 320);
+        this.sidePanel.style.width = `${Math.min(max, Math.max(220, w0 - dx))}px`;
+        this.root.dataset.sideWidth = this.sidePanel.style.width;
+      },
+      () => this.sidePanel.getBoundingClientRect().width,
+    );
+    drag(
+      this.hsplit,
+      (_dx, dy, h0) => {
+        this.main.style.height = `${Math.min(1400, Math.max(220, h0 + dy))}px`;
+        this.root.dataset.mainHeight = this.main.style.height;
+      },
+      () => this.main.getBoundingClientRect().height,
+    );
   }
 
   private listen(events: string, cb: (...a: any[]) => void): void {
@@ -230,6 +281,13 @@ export class App {
     this.colorSel.value = mode in COLOR_MODES ? mode : "kind";
     const sim = this.sim();
     const simNodes = (sim?.highlight ?? []).map((id) => this.posOf.get(id) ?? -1).filter((p) => p >= 0);
+    // Both steps of every race the simulator reports, on the graph on screen.
+    const raceIds = new Set<number>();
+    for (const r of sim?.races ?? []) {
+      raceIds.add(r.node);
+      if (r.first_node !== undefined) raceIds.add(r.first_node);
+    }
+    const raceNodes = [...raceIds].map((id) => this.posOf.get(id) ?? -1).filter((p) => p >= 0 && this.dag.int.state[p] !== STATE_REMOVED);
     const sel = this.selectedPos;
     this.dagView.setState({
       dag: this.dag,
@@ -240,6 +298,7 @@ export class App {
       colorMode: this.colorSel.value,
       selected: sel,
       simNodes,
+      raceNodes,
       hasTopo: !!dm?.has_topo,
       editable: !!this.vm.editable,
     });
@@ -276,7 +335,7 @@ export class App {
   private renderHeader(dm: DagMeta | null): void {
     clear(this.header);
     const stats = dm
-      ? `${dm.num_nodes} nodes · ${dm.num_edges} edges · ${this.vm.buffers.length} buffers${dm.num_streams ? ` · ${dm.num_streams} streams` : ""}`
+      ? `${dm.num_nodes} nodes · ${dm.num_edges} edges · ${dm.num_buffers ?? this.vm.buffers.length} buffers${dm.num_streams ? ` · ${plural(dm.num_streams, "stream")}` : ""}`
       : (this.vm.dag as { reason: string }).reason;
     const note = dm?.notes?.[this.colorSel.value];
     this.header.append(
@@ -359,7 +418,12 @@ export class App {
     const send = (t: string, p: Record<string, unknown>) => this.send(t, p);
     if (this.side === "details") {
       const d = this.model.get("details") as NodeDetails | Record<string, never>;
-      this.sideBody.append(detailsPanel(d && "id" in d ? (d as NodeDetails) : null, this.vm.editable, send, this.vm.summary ?? []));
+      this.sideBody.append(
+        detailsPanel(d && "id" in d ? (d as NodeDetails) : null, this.vm.editable, send, this.vm.summary ?? [], () => {
+          this.bottom = "code";
+          this.renderBottom();
+        }),
+      );
     } else if (this.side === "build") {
       this.sideBody.dataset.key = this.buildKey();
       this.sideBody.append(buildPanel(this.vm, send));
@@ -393,6 +457,7 @@ export class App {
     const tabs: [BottomTab, string][] = [
       ["memory", "Memory"],
       ["streams", "Streams"],
+      ["code", "Code"],
       ["dom", "Dominator tree"],
       ["postdom", "Post-dominator tree"],
       ["passes", "Passes"],
@@ -412,18 +477,34 @@ export class App {
     const selId = Number(this.model.get("selection") ?? -1);
     const ins = this.model.get("inspector") as { buffer?: number } | undefined;
     this.memory.set(isAvailable(vm.memory) ? vm.memory : null, isAvailable(vm.memory) ? "" : vm.memory.reason, simStep, ins?.buffer ?? -1);
-    this.streams.set(isAvailable(vm.streams) ? vm.streams : null, isAvailable(vm.streams) ? "" : vm.streams.reason, simStep, selId);
+    const raceSteps = new Set<number>();
+    for (const r of sim?.races ?? []) {
+      raceSteps.add(r.step);
+      if (r.first !== undefined) raceSteps.add(r.first);
+    }
+    this.streams.set(isAvailable(vm.streams) ? vm.streams : null, isAvailable(vm.streams) ? "" : vm.streams.reason, simStep, selId, {
+      raceSteps,
+      droppedEvent: sim?.drop_event ?? null,
+      droppedSteps: new Set(sim?.dropped_steps ?? []),
+    });
     const dm = isAvailable(vm.dag) ? vm.dag : null;
     const live = Int32Array.from(this.dag.int.state, (s) => (s === STATE_REMOVED ? 0 : 1));
     const simPos = simNode >= 0 ? (this.posOf.get(simNode) ?? -1) : -1;
     this.domTree.set(dm?.has_dominance ? this.dag.int.idom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.dominator || "no dominator tree");
     this.postTree.set(dm?.has_dominance ? this.dag.int.ipdom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.postdominator || "no post-dominator tree");
 
+    const det = this.model.get("details") as Partial<NodeDetails> | undefined;
+    this.code.set(
+      det?.name ?? "",
+      det?.source,
+      det?.name ? `${det.name} launches no generated CUDA C (not a kernel, or an opaque one)` : "Select a kernel to read its generated CUDA C here.",
+    );
     clear(this.bottomTools);
     const body = this.bottomBody;
     const want: Record<BottomTab, HTMLElement> = {
       memory: this.memory.root,
       streams: this.streams.root,
+      code: this.code.root,
       dom: this.domTree.root,
       postdom: this.postTree.root,
       passes: passesTable(vm, Number(this.model.get("pass_index") ?? 0), (i) => this.send("set_pass", { index: i })),
@@ -457,10 +538,8 @@ export class App {
       for (const m of s.modes) modeSel.append(h("option", { value: m, text: m === "graph" ? "one graph launch" : "a launch per kernel" }));
       modeSel.value = s.mode;
       modeSel.addEventListener("change", () => this.send("set_stream_mode", { mode: modeSel.value }));
-      const bounds = `${s.num_streams} stream${s.num_streams === 1 ? "" : "s"} · device work ${formatTime(s.work)}${s.critical_path !== null ? ` · critical path ${formatTime(s.critical_path)}` : ""}`;
-      const why = `Makespans from the cost model. A graph launch pays ${formatTime(s.overheads.stream ?? 0)} once and ${formatTime(s.overheads.graph ?? 0)} per node; stream launches pay ${formatTime(s.overheads.stream ?? 0)} per kernel, copy and memset, issued one after another. Device work (every step back to back) and the critical path leave launch overheads out.`;
       this.bottomTools.append(
-        h("span", { class: "ow-muted ow-stream-totals", text: `${modeTotals(s)} · ${bounds}`, title: why }),
+        h("span", { class: "ow-muted ow-stream-totals", text: modeTotals(s), title: figureDefinitions(s).map(([k, v]) => `${k}: ${v}`).join("\n") }),
         h("label", { class: "ow-inline" }, h("span", { text: "drawn" }), modeSel),
       );
     }
@@ -486,6 +565,10 @@ export class App {
     });
     this.errorsBox.append(dismiss);
   }
+}
+
+function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
 function render({ model, el }: { model: Model; el: HTMLElement }): () => void {

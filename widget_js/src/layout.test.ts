@@ -94,7 +94,24 @@ describe("stableLayout", () => {
     }
   });
 
-  it("puts a fused node at the centroid of the nodes it replaces", () => {
+  it("moves a node whose level changed to its level's column, at its old height", () => {
+    // An edit adds k (level 3) and an edge k -> download: download goes from level 3 to 4.
+    const cache = new Map<number, Placed>([
+      [0, { x: 0, y: 0, name: "upload" }],
+      [1, { x: DX, y: 0, name: "relu" }],
+      [2, { x: 2 * DX, y: 0, name: "scale" }],
+      [3, { x: 3 * DX, y: 0, name: "download" }],
+    ]);
+    const L = stableLayout(
+      { n: 5, ids: [0, 1, 2, 3, 4], names: ["upload", "relu", "scale", "download", "k"], level: [0, 1, 2, 4, 3], src: [0, 1, 2, 4], dst: [1, 2, 3, 3] },
+      cache,
+    );
+    for (let i = 0; i < 5; i++) expect(L.x[i]).toBe([0, 1, 2, 4, 3][i] * DX);
+    expect([L.y[0], L.y[1], L.y[2], L.y[3]]).toEqual([0, 0, 0, 0]);
+    for (const [a, b] of [[0, 1], [1, 2], [2, 3], [4, 3]]) expect(L.x[b]).toBeGreaterThan(L.x[a]);
+  });
+
+  it("puts a fused node at the height of the nodes it replaces, in its level's column", () => {
     const cache = new Map<number, Placed>([
       [1, { x: 0, y: 0, name: "a" }],
       [2, { x: DX, y: 0, name: "b" }],
@@ -106,8 +123,8 @@ describe("stableLayout", () => {
       cache,
     );
     expect(L.x[0]).toBe(0);
-    expect(L.x[2]).toBe(3 * DX);
-    expect([DX, 2 * DX]).toContain(L.x[1]); // 1.5 DX snapped to the grid
+    expect(L.x[1]).toBe(DX);
+    expect(L.x[2]).toBe(2 * DX); // d moved from level 3 to 2
     expect(L.y[1]).toBe(0);
   });
 

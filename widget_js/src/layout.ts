@@ -5,10 +5,11 @@
 // barycentre heuristic (one down sweep and one up sweep here, which is enough to untangle
 // the fan-out/fan-in shapes of compute graphs while staying O(m + n log n) for 10k nodes).
 //
-// Stability across passes: a node that was drawn before keeps its position (the caller keeps
-// a cache keyed by node id and checks the name), a fused kernel goes to the centroid of the
-// nodes it replaces, and any other new node goes to its level's column at the barycentre of
-// its already placed neighbours, nudged down until it does not sit on another node.
+// Stability across passes and edits: every node sits in its level's column; a node drawn
+// before at the same level keeps its position (the caller keeps a cache keyed by node id and
+// checks the name), one whose level changed moves to its new column at its old height, a fused
+// kernel goes to the height of the nodes it replaces, and any other new node to the barycentre
+// of its already placed neighbours, nudged down until it does not sit on another node.
 
 export const DX = 190;
 export const DY = 46;
@@ -118,6 +119,11 @@ const cell = (x: number, y: number) => `${Math.round(x / DX)},${Math.round(y / D
  * when the name matches). Falls back to a fresh layout when fewer than a fifth of the nodes
  * are known, which is the case for a different graph (a fusion pass that merges most kernels
  * still keeps well over a fifth: the copies and the unfused kernels).
+ *
+ * A node's column is always its level (x = level * DX): an edit or a pass that changes a
+ * node's level (an edge added to `download`, a chain fused before it) moves it to its new
+ * column at its old height, so edges keep pointing left to right; nodes whose level did not
+ * change keep their place exactly.
  */
 export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>): Layout {
   const { n, ids, names, level, src, dst, anchors } = inp;
@@ -132,14 +138,26 @@ export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>
   const y = new Float32Array(n);
   const placed = new Uint8Array(n);
   const occupied = new Set<string>();
+  const moved: number[] = [];
   for (let i = 0; i < n; i++) {
     const p = prev.get(ids[i]);
-    if (p && p.name === names[i]) {
+    if (!p || p.name !== names[i]) continue;
+    if (p.x === level[i] * DX) {
       x[i] = p.x;
       y[i] = p.y;
       placed[i] = 1;
       occupied.add(cell(p.x, p.y));
-    }
+    } else moved.push(i);
+  }
+  // Known nodes whose level changed: the new column, the old height (the nearest free cell).
+  for (const i of moved) {
+    const px = level[i] * DX;
+    let py = Math.round(prev.get(ids[i])!.y / DY) * DY;
+    while (occupied.has(cell(px, py))) py += DY;
+    occupied.add(cell(px, py));
+    x[i] = px;
+    y[i] = py;
+    placed[i] = 1;
   }
   const pred = adjacency(n, dst, src);
   const succ = adjacency(n, src, dst);
@@ -147,50 +165,34 @@ export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>
   const order = Array.from({ length: n }, (_, i) => i).filter((i) => !placed[i]);
   order.sort((a, b) => level[a] - level[b] || a - b);
   for (const i of order) {
-    let px = NaN;
     let py = NaN;
     const anc = anchors?.get(i);
     if (anc && anc.length) {
-      let sx = 0;
+      // A fused node at the height of the nodes it replaces.
       let sy = 0;
       let k = 0;
       for (const id of anc) {
         const p = prev.get(id);
         if (p) {
-          sx += p.x;
           sy += p.y;
           k++;
         }
       }
-      if (k) {
-        px = sx / k;
-        py = sy / k;
-      }
+      if (k) py = sy / k;
     }
-    if (Number.isNaN(px)) {
-      let sx = 0;
+    if (Number.isNaN(py)) {
       let sy = 0;
       let k = 0;
       for (const u of pred[i].length ? pred[i] : succ[i]) {
         if (placed[u]) {
-          sx += x[u];
           sy += y[u];
           k++;
         }
       }
-      if (k && pred[i].length) {
-        px = sx / k + DX;
-        py = sy / k;
-      } else if (k) {
-        px = sx / k - DX;
-        py = sy / k;
-      } else {
-        px = level[i] * DX;
-        py = 0;
-      }
+      py = k ? sy / k : 0;
     }
     // Snap to the grid and walk down until the cell is free.
-    px = Math.round(px / DX) * DX;
+    const px = level[i] * DX;
     py = Math.round(py / DY) * DY;
     while (occupied.has(cell(px, py))) py += DY;
     occupied.add(cell(px, py));
@@ -254,4 +256,30 @@ export class SpatialGrid {
     }
     return out;
   }
+}
+
+/**
+ * Folds a long, thin layered layout into bands so that it fills a w x h screen: level L goes
+ * to column L mod C of band L div C, bands stacked downwards with a gap of one row (like a
+ * line of text wrapping). `bands` defaults to the count that brings the aspect ratio closest
+ * to the screen's; 1 band is the layout itself.
+ */
+export function foldLayout(L: Layout, level: ArrayLike<number>, w: number, h: number, bands?: number): Layout {
+  const n = L.x.length;
+  let maxLevel = 0;
+  for (let i = 0; i < n; i++) maxLevel = Math.max(maxLevel, level[i]);
+  const width = (maxLevel + 1) * DX;
+  const bandH = L.maxY - L.minY + 2 * DY;
+  const b = Math.max(1, Math.min(maxLevel + 1, bands ?? Math.round(Math.sqrt((width * h) / Math.max(1, w * bandH)))));
+  if (b === 1) return L;
+  const cols = Math.ceil((maxLevel + 1) / b);
+  const x = new Float32Array(n);
+  const y = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    const band = Math.floor(level[i] / cols);
+    // Keep a node's offset inside its column (ghosts of a pass sit at their old level).
+    x[i] = L.x[i] - band * cols * DX;
+    y[i] = L.y[i] - L.minY + band * bandH;
+  }
+  return withBounds(x, y, L.reused);
 }

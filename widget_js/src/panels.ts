@@ -18,7 +18,7 @@ function time(v: number | null | undefined): string | null {
   return v === null || v === undefined ? null : formatTime(v);
 }
 
-export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send, summary: [string, string][] = []): HTMLElement {
+export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send, summary: [string, string][] = [], onShowCode: () => void = () => {}): HTMLElement {
   if (!d) {
     return h(
       "div",
@@ -58,8 +58,8 @@ export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Sen
     row("slack", time(d.slack)),
     row("critical", d.critical === null ? null : d.critical ? "yes" : "no"),
     actions,
+    sourceBlock(d, onShowCode),
     fusionNotes(d),
-    sourceBlock(d),
   );
 }
 
@@ -82,15 +82,14 @@ function fusionNotes(d: NodeDetails): HTMLElement | null {
   );
 }
 
-/** The generated CUDA C, folded: it can be long, and it is there to be read on demand. */
-function sourceBlock(d: NodeDetails): HTMLElement | null {
+/** The generated CUDA C is read in the bottom panel's Code tab (wide, highlighted): a link. */
+function sourceBlock(d: NodeDetails, onShowCode: () => void): HTMLElement | null {
   if (!d.source) return null;
   const lines = d.source.split("\n").length;
   return h(
-    "details",
+    "div",
     { class: "ow-source" },
-    h("summary", { text: `generated CUDA C · ${lines} lines` }),
-    h("pre", { class: "ow-source-code", text: d.source }),
+    h("button", { class: "ow-btn ow-small ow-show-code", text: `generated CUDA C · ${lines} lines ▸ Code tab`, onclick: onShowCode }),
   );
 }
 
@@ -105,11 +104,18 @@ function select(cls: string, options: [string, string][], value?: string): HTMLS
   return s;
 }
 
-const ints = (s: string) =>
+/** "1, 2" or "4x4" as numbers; a token that is not a number is sent as typed, so the kernel's
+ *  refusal names it ("got ['abc']"), instead of JSON's null for NaN. */
+export const ints = (s: string): (number | string)[] =>
   s
     .split(/[,x× ]+/)
     .filter(Boolean)
-    .map((t) => Number(t));
+    .map((t) => (Number.isFinite(Number(t)) ? Number(t) : t));
+
+/** How a plan step is named everywhere: "step 3" is plan.steps[3]. */
+export function stepLabel(index: number): string {
+  return `step ${index}`;
+}
 const names = (s: string) =>
   s
     .split(",")
@@ -251,15 +257,16 @@ export function simPanel(
     btn("ow-sim-step", "Step ▶", "step", {}, sim.finished),
     btn("ow-sim-run", selectedId !== null ? "Run to selected ▶▶" : "Run ▶▶", "run", selectedId !== null ? { breakpoint: selectedId } : {}, sim.finished),
   );
+  // Step i is plan.steps[i], numbered from 0 as in Python, the kernel's messages, the race
+  // reports and the timeline's tooltips (see stepLabel).
   const status = h(
     "div",
     { class: "ow-sim-status", "data-position": sim.position },
-    cur ? `step ${sim.position + 1} / ${sim.steps.length}: ` : `${sim.finished ? "finished" : "not started"} · ${runnable} steps`,
+    cur ? `${stepLabel(sim.position)}: ` : `${sim.finished ? "finished" : "not started"} · ${runnable} steps (0–${sim.steps.length - 1})`,
     cur ? h("b", { text: cur.name }) : null,
-    // Out of plan order (another policy) or with steps dropped, the count says how far it is.
-    cur && sim.executed !== sim.position + 1 ? h("span", { class: "ow-muted", text: ` · ${sim.executed} of ${runnable} run` }) : null,
+    cur ? h("span", { class: "ow-muted", text: ` · ${sim.executed} of ${runnable} run` }) : null,
   );
-  const list = h("ol", { class: "ow-steps", start: 1 });
+  const list = h("ol", { class: "ow-steps", start: 0 });
   const lo = Math.max(0, sim.position - 6);
   const hi = Math.min(sim.steps.length, lo + 14);
   for (let i = lo; i < hi; i++) {
@@ -267,7 +274,7 @@ export function simPanel(
     const cls = i === sim.position ? "ow-step ow-current" : dropped.has(i) ? "ow-step ow-dropped" : done.has(i) ? "ow-step ow-done" : "ow-step";
     const li = h(
       "li",
-      { class: cls, value: i + 1, "data-node": s.node },
+      { class: cls, value: i, "data-node": s.node, "data-step": i },
       h("span", { text: s.name }),
       h("span", { class: "ow-muted", text: ` ${s.kind} · s${s.stream}${dropped.has(i) ? " · dropped" : ""}` }),
     );

@@ -29,6 +29,8 @@ export interface DagMeta {
   ops: string[];
   num_nodes: number;
   num_edges: number;
+  /** Buffers of the graph on screen (the details panel's summary counts the same). */
+  num_buffers?: number;
   num_streams: number;
   num_groups: number;
   /** Whether topo / dominance analyses were available for this graph. */
@@ -129,6 +131,10 @@ export interface StreamsSection {
   /** Every step back to back on one stream, and the dependency-only bound (no launch overheads). */
   work: number;
   critical_path: number | null;
+  /** The stream pass's own list schedule (no events, no launch overheads). */
+  schedule?: number | null;
+  /** Steps the host launches one by one in stream mode (kernels, copies, memsets). */
+  launches?: number;
   overheads: Record<string, number>;
   time_unit: string;
 }
@@ -145,6 +151,9 @@ export interface RaceReport {
   /** Index in the real plan's steps of the later step of the race. */
   step: number;
   node: number;
+  /** The earlier step of the pair and its node. */
+  first?: number;
+  first_node?: number;
   buffer: number;
   message: string;
   /** Seen by the simulator (else found by the static analysis only). */

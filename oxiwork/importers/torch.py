@@ -1,0 +1,1061 @@
+"""A PyTorch module in as a ComputeGraph: ``torch.export``, core ATen, one kernel per op.
+
+:func:`from_module` exports a module with ``torch.export.export`` and lowers it to core
+ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
+``ExportedProgram`` (whatever its op set) into a :class:`~oxiwork.graph.ComputeGraph`:
+
+- every parameter, buffer, lifted constant and user input that the program reads is an
+  *external* buffer named after it (``encoder.layer.0.attention.self.query.weight``,
+  ``input_ids``), and :attr:`ImportedModel.inputs` holds its real value, ready for
+  ``SequentialExecutor(plan).run(model.inputs)`` or :func:`oxiwork.reference.evaluate`;
+- every ATen op that is not a view is one kernel, named after the module it came from
+  (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
+  the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
+  shapes and dtype (float32 element-wise ops on equal shapes, a bias broadcast over the last
+  axis, softmax/sum/max/layer-norm over the last axis, a 2-D ``mm``), the kernel uses it
+  and may fuse; every other op is an *opaque* kernel whose op, registered with
+  :func:`oxiwork.ops.custom`, carries a numeric reference that runs the ATen op on the CPU
+  through torch. :attr:`ImportedModel.opaque` says which kernels are opaque and why;
+- views (``view``, ``reshape``'s ``_unsafe_view``, ``permute``, ``expand``, ``slice``,
+  ``select``, ``transpose``, ``unsqueeze``, ``split``, ``as_strided`` ... any op whose
+  schema says its result aliases its input) allocate nothing and get no node: each chain
+  of views is folded into the kernel that consumes it, which reads the base buffer and
+  applies the views to it before the op (so such a kernel is opaque);
+- ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) are computed once at
+  import time and become constant external buffers (:attr:`ImportedModel.folded`);
+- each graph output is read at the end by a DeviceToHost copy; :attr:`ImportedModel.outputs`
+  names the output buffers in torch's output order.
+
+Opaque ops are deduplicated by signature (ATen op, its non-tensor arguments, the views
+folded into it, the shapes, strides and dtypes it reads and writes): the 12 identical
+attention softmaxes of BERT share one registered op. Their names are
+``torch_<aten name>_<12 hex digits of the signature's SHA-1>``, always valid C and Python
+identifiers and never equal to a library op's name.
+
+What is refused, with a :class:`TorchImportError` (a :class:`~oxiwork.error.GraphError`)
+that quotes torch: a module ``torch.export`` cannot export (:class:`ExportFailed`:
+data-dependent control flow, unsupported Python), and programs holding what today's IR
+cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
+other higher-order ops, in-place mutation of inputs or buffers (a module in training mode:
+call ``module.eval()``), empty tensors, and dtypes outside
+:data:`oxiwork.node.DTYPES` (bfloat16: numpy has no such dtype).
+
+Example
+-------
+>>> import numpy as np, torch
+>>> from oxiwork import ExecutionPlan, SequentialExecutor
+>>> from oxiwork.importers.torch import from_module
+>>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+>>> x = torch.randn(3, 4)
+>>> model = from_module(net, (x,))
+>>> [n.name for n in model.graph.nodes]
+['0.addmm', '1.relu', '2.addmm', 'read 2.addmm']
+>>> [(o.kernel, o.reason) for o in model.opaque][:1]
+[('0.addmm', 'no op of the library computes aten.addmm')]
+>>> stats = SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs)
+>>> (y,) = model.outputs_from(stats.outputs)
+>>> bool(np.allclose(y, net(x).detach().numpy(), atol=1e-6))
+True
+
+References
+----------
+PyTorch documentation, "torch.export" (ExportedProgram, graph signature, nn_module_stack)
+and "IRs" (the core ATen operator set and ``run_decompositions``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType, SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oxiwork import ops
+from oxiwork.builder import GraphBuilder
+from oxiwork.error import GraphError, InvalidArgument
+from oxiwork.node import DTYPES, MemcpyDir
+from oxiwork.ops.table import FusionClass, OpDef
+
+if TYPE_CHECKING:
+    from oxiwork.graph import ComputeGraph
+
+__all__ = [
+    "ExportFailed",
+    "ImportedModel",
+    "OpaqueOp",
+    "TorchImportError",
+    "UnsupportedModel",
+    "from_exported_program",
+    "from_module",
+]
+
+_THREADS = 256
+_MAX_REASON_LINES = 12
+
+
+class TorchImportError(GraphError):
+    """A model that cannot be imported; the message quotes torch's reason where it gave one."""
+
+
+class ExportFailed(TorchImportError):
+    """``torch.export`` (or ``run_decompositions``) refused the module.
+
+    ``reason`` is torch's own message (its first lines), also quoted in ``str(error)``.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class UnsupportedModel(TorchImportError):
+    """The exported program holds something today's IR cannot express (dynamic shapes,
+    control flow, mutation, an unsupported dtype, an empty tensor)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueOp:
+    """One opaque kernel: its name, the ATen op, the registered op, and why it is opaque."""
+
+    kernel: str
+    target: str
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedModel:
+    """What :func:`from_exported_program` returns.
+
+    Attributes
+    ----------
+    graph
+        The imported, verified graph.
+    inputs
+        Value of every external buffer by name (parameters, buffers, lifted and folded
+        constants, and the user inputs of the example call): pass it to
+        ``SequentialExecutor(plan).run(...)``. Read-only; copy it to change user inputs.
+    outputs
+        Names of the output buffers, in torch's output order.
+    output_shapes
+        torch's shape of each output (a 0-d output is held in a buffer of shape ``(1,)``).
+    user_inputs
+        Names of the buffers holding the module's tensor inputs, in torch's order.
+    opaque
+        The opaque kernels, in graph order, with the reason each is opaque.
+    targets
+        Kernel name -> the ATen op it computes (``"aten.addmm.default"``).
+    folded
+        Names of the constant buffers computed at import time (ops without tensor inputs).
+    name
+        The model's name.
+    """
+
+    graph: ComputeGraph
+    inputs: Mapping[str, np.ndarray]
+    outputs: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    user_inputs: tuple[str, ...]
+    opaque: tuple[OpaqueOp, ...]
+    targets: Mapping[str, str]
+    folded: tuple[str, ...]
+    name: str
+
+    def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """The model's outputs, in torch's order and shapes, from a run's buffer values
+        (``ExecutionStats.outputs`` or :func:`oxiwork.reference.evaluate`'s result)."""
+        missing = [n for n in self.outputs if n not in values]
+        if missing:
+            raise InvalidArgument(
+                f"the values hold no output buffer {missing[0]!r}; pass the outputs of a run "
+                "that computed values (SequentialExecutor(plan).run(model.inputs).outputs)"
+            )
+        return tuple(
+            np.asarray(values[n]).reshape(s)
+            for n, s in zip(self.outputs, self.output_shapes, strict=True)
+        )
+
+    def opaque_counts(self) -> dict[str, int]:
+        """Opaque kernels per ATen op, most frequent first."""
+        counts: dict[str, int] = {}
+        for o in self.opaque:
+            counts[o.target] = counts.get(o.target, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# ----------------------------------------------------------------------------- torch access
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the [torch] extra is missing
+        raise TorchImportError(
+            "the torch importer needs PyTorch: pip install 'oxiwork[torch]'"
+        ) from None
+    return torch
+
+
+_DTYPE_NAMES = {
+    "torch.float32": "float32",
+    "torch.float64": "float64",
+    "torch.float16": "float16",
+    "torch.int32": "int32",
+    "torch.int64": "int64",
+    "torch.uint8": "uint8",
+    "torch.bool": "bool",
+}
+
+
+def _dtype_name(dtype: Any, what: str) -> str:
+    name = _DTYPE_NAMES.get(str(dtype))
+    if name is None or name not in DTYPES:
+        extra = " (numpy has no bfloat16)" if str(dtype) == "torch.bfloat16" else ""
+        raise UnsupportedModel(
+            f"{what} is a {dtype} tensor{extra}; the IR holds "
+            f"{', '.join(n for n in _DTYPE_NAMES.values() if n in DTYPES)}: convert the model "
+            "and its inputs (model.float()) before importing"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """What a kernel reads or writes: torch shape, strides (None when contiguous or not
+    reproducible), dtype name. ``ir_shape`` is the buffer shape (a 0-d tensor holds one
+    element)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    dtype: str
+
+    @property
+    def ir_shape(self) -> tuple[int, ...]:
+        return self.shape or (1,)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.ir_shape) * DTYPES[self.dtype]
+
+
+def _meta(val: Any, what: str) -> _Meta:
+    torch = _torch()
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedModel(f"{what} is a {type(val).__name__}, not a tensor")
+    shape = tuple(val.shape)
+    dynamic = [d for d in shape if not isinstance(d, int)]
+    if dynamic:
+        raise UnsupportedModel(
+            f"{what} has a dynamic shape {tuple(str(d) for d in shape)} (symbols "
+            f"{', '.join(str(d) for d in dynamic)}); the IR holds static shapes: export without "
+            "dynamic_shapes, or with every dimension fixed"
+        )
+    if 0 in shape:
+        raise UnsupportedModel(f"{what} is empty (shape {shape}); the IR has no empty buffers")
+    dtype = _dtype_name(val.dtype, what)
+    strides = tuple(int(s) for s in val.stride())
+    return _Meta(shape, strides if _permuted_dense(shape, strides) else None, dtype)
+
+
+def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True if ``strides`` lay ``shape`` out densely in an order other than row-major (a
+    permuted layout, which :func:`_as_tensor` rebuilds exactly); False for row-major and
+    for layouts with holes or overlaps (those are read as row-major)."""
+    dims = sorted((st, -k) for k, (d, st) in enumerate(zip(shape, strides, strict=True)) if d > 1)
+    expect = 1
+    for st, k in dims:
+        if st != expect:
+            return False
+        expect *= shape[-k]
+    row_major = [-k for _, k in dims] == sorted((-k for _, k in dims), reverse=True)
+    return not row_major
+
+
+# ----------------------------------------------------------------------------- values
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    """A tensor value during conversion: a base buffer and the views applied to it."""
+
+    buffer: str
+    base: _Meta
+    chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...] = ()
+    list_views: bool = False  # the last view returns a list (split): index it first
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A multi-output op (native_layer_norm...): one kernel per output that is used."""
+
+    node: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Arg:
+    """A tensor argument of a kernel's op: kernel input ``index`` with views ``chain``."""
+
+    index: int
+    chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...]
+    base: _Meta
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One op application, as the library rules and the opaque reference see it."""
+
+    target: Any
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    ins: tuple[_Meta, ...]
+    out: _Meta
+    index: int | None
+
+    @property
+    def tensor_args(self) -> list[_Arg]:
+        return [a for a in _leaves(self.args) if isinstance(a, _Arg)]
+
+    def kw(self, name: str, default: Any = None) -> Any:
+        return dict(self.kwargs).get(name, default)
+
+
+def _leaves(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _leaves(v)]
+    return [x]
+
+
+def _op_name(target: Any) -> str:
+    """``aten.addmm.default`` for an OpOverload, the callable's name otherwise."""
+    if hasattr(target, "_overloadname"):  # str() of an OpOverload is its qualified name
+        return str(target)
+    return str(getattr(target, "__name__", target))
+
+
+def _base_name(target: Any) -> str:
+    """The op's short name for kernel names: ``aten._softmax.default`` -> ``softmax``."""
+    schema = getattr(target, "_schema", None)
+    name = schema.name.split("::", 1)[-1] if schema is not None else str(target)
+    return name.strip("_") or name
+
+
+def _is_view(target: Any) -> bool:
+    schema = target._schema
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def _mutates(target: Any) -> bool:
+    schema = target._schema
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _cpu(x: Any) -> Any:
+    """``x`` with every torch.device replaced by the CPU (references run on the CPU)."""
+    torch = _torch()
+    if isinstance(x, torch.device):
+        return torch.device("cpu")
+    if isinstance(x, list):
+        return [_cpu(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_cpu(v) for v in x)
+    return x
+
+
+# ----------------------------------------------------------------------------- references
+def _as_tensor(torch: Any, x: np.ndarray, meta: _Meta) -> Any:
+    """The torch tensor a kernel input holds, in the shape and strides eager had."""
+    if not (x.flags.writeable and x.flags.c_contiguous):
+        x = np.array(x)  # torch.from_numpy wants a writeable array
+    t = torch.from_numpy(x).reshape(meta.shape)
+    if meta.strides is not None:  # as eager laid it out, so as_strided views agree
+        t = torch.empty_strided(meta.shape, meta.strides, dtype=t.dtype).copy_(t)
+    return t
+
+
+def _apply_views(
+    t: Any, chain: Sequence[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]]]
+) -> Any:
+    for target, args, kwargs in chain:
+        t = target(t, *args, **dict(kwargs))
+    return t
+
+
+def _fill(x: Any, bases: list[Any]) -> Any:
+    if isinstance(x, _Arg):
+        return _apply_views(bases[x.index], x.chain)
+    if isinstance(x, list):
+        return [_fill(v, bases) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_fill(v, bases) for v in x)
+    return x
+
+
+def _reference(call: _Call) -> Callable[[list[np.ndarray]], np.ndarray]:
+    """A numpy reference running ``call`` through torch on the CPU."""
+    target, args, kwargs, ins, index = call.target, call.args, call.kwargs, call.ins, call.index
+
+    def reference(xs: list[np.ndarray]) -> np.ndarray:
+        torch = _torch()
+        bases = [_as_tensor(torch, x, m) for x, m in zip(xs, ins, strict=True)]
+        with torch.no_grad():
+            r = target(*_fill(args, bases), **{k: _fill(v, bases) for k, v in kwargs})
+        if index is not None:
+            r = r[index]
+        return r.detach().contiguous().numpy()
+
+    return reference
+
+
+def _shape_rule(
+    call: _Call,
+) -> Callable[[Sequence[tuple[int, ...]], Mapping[str, float]], tuple[int, ...]]:
+    expected = tuple(m.ir_shape for m in call.ins)
+    out = call.out.ir_shape
+
+    def shape(in_shapes: Sequence[tuple[int, ...]], params: Mapping[str, float]) -> tuple[int, ...]:
+        if tuple(tuple(s) for s in in_shapes) != expected:
+            raise InvalidArgument(
+                f"this imported op reads shapes {expected}, got {tuple(in_shapes)}; it was "
+                "registered for one call site of the model and computes nothing else"
+            )
+        return out
+
+    return shape
+
+
+# op name -> the signature it was registered for (a name is a hash: check for collisions)
+_SIGNATURES: dict[str, str] = {}
+
+
+def _signature(call: _Call) -> str:
+    return repr((_op_name(call.target), call.args, call.kwargs, call.ins, call.out, call.index))
+
+
+def _opaque_op(call: _Call) -> OpDef:
+    """The registered opaque op computing ``call``; registered on first use."""
+    sig = _signature(call)
+    ident = re.sub(r"\W", "_", _base_name(call.target)).strip("_")[:40] or "op"
+    name = f"torch_{ident}_{hashlib.sha1(sig.encode()).hexdigest()[:12]}"
+    op = ops.get(name)
+    if op is not None:
+        if _SIGNATURES.get(name) != sig:
+            raise InvalidArgument(
+                f"an op named {name!r} is already registered for something else; unregister "
+                f"it (oxiwork.ops.REGISTRY.pop({name!r})) before importing"
+            )
+        return op
+    op = ops.custom(
+        name,
+        reference=_reference(call),
+        arity=len(call.ins),
+        fusion_class=FusionClass.OPAQUE,
+        shape=_shape_rule(call),
+    )
+    _SIGNATURES[name] = sig
+    return op
+
+
+# ----------------------------------------------------------------------------- library rules
+# One rule per ATen op that some library op computes exactly: it returns (library op,
+# params, the call's tensor arguments in the library op's input order), or why not.
+_Rule = Callable[[_Call], "tuple[str, dict[str, float], list[_Arg]] | str"]
+
+
+def _plain(call: _Call, args: Sequence[Any]) -> str | None:
+    """Why ``args`` are not whole float32 buffers (None if they are)."""
+    for a in args:
+        if not isinstance(a, _Arg):
+            return f"an operand is a Python {type(a).__name__}, not a tensor"
+        if a.chain:
+            views = ", ".join(
+                _base_name(t) if hasattr(t, "_schema") else "getitem" for t, _, _ in a.chain
+            )
+            return f"it reads a view ({views}) of its input; library ops read whole buffers"
+        if a.base.dtype != "float32":
+            return f"it reads {a.base.dtype} data; library ops compute float32"
+        if a.base.strides is not None:
+            return "it reads a non-contiguous layout; library ops read row-major buffers"
+    return None
+
+
+def _same(call: _Call, args: Sequence[_Arg]) -> str | None:
+    shapes = [a.base.shape for a in args]
+    if any(s != call.out.shape for s in shapes):
+        return (
+            f"its operands broadcast ({' and '.join(map(str, shapes))} -> {call.out.shape}); "
+            "library element-wise ops need equal shapes"
+        )
+    return None
+
+
+def _unary(lib: str, **fixed: Any) -> _Rule:
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        for k, v in fixed.items():
+            if call.kw(k, v) != v:
+                return f"{k}={call.kw(k)!r}; the library's {lib} computes {k}={v!r}"
+        x = call.args[0]
+        why = _plain(call, [x]) or _same(call, [x])
+        return why or (lib, {}, [x])
+
+    return rule
+
+
+def _binary(lib: str) -> _Rule:
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        if call.kw("alpha", 1) != 1 or len(call.args) > 2:
+            return "it scales its second operand (alpha != 1); no library op does"
+        args = list(call.args[:2])
+        why = _plain(call, args)
+        if why is None:
+            why = _same(call, args)
+            if why is None:
+                return lib, {}, args
+            if lib == "add":  # x + b with b a vector over the last axis: bias_add
+                for x, b in (args, args[::-1]):
+                    bs = tuple(d for d in b.base.shape)
+                    while bs and bs[0] == 1 and len(bs) > 1:
+                        bs = bs[1:]
+                    if (
+                        x.base.shape == call.out.shape
+                        and len(b.base.shape) <= len(x.base.shape)
+                        and bs == x.base.shape[-1:]
+                    ):
+                        return "bias_add", {}, [x, b]
+        return why
+
+    return rule
+
+
+def _mul(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, y = call.args[:2]
+    if isinstance(y, (int, float)) and not isinstance(y, bool) and math.isfinite(y):
+        why = _plain(call, [x]) or _same(call, [x])
+        return why or ("scale", {"alpha": float(y)}, [x])
+    return _binary("mul")(call)
+
+
+def _last_axis(call: _Call, dims: Any) -> bool:
+    nd = len(call.args[0].base.shape) if isinstance(call.args[0], _Arg) else 0
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    return nd >= 1 and [d % nd for d in dims] == [nd - 1]
+
+
+def _row(lib: str, dim_at: int, extra: Callable[[_Call], str | None] = lambda c: None) -> _Rule:
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x = call.args[0]
+        why = _plain(call, [x])
+        if why:
+            return why
+        dims = call.args[dim_at] if len(call.args) > dim_at else call.kw("dim")
+        if not _last_axis(call, dims):
+            return f"it reduces over dims {dims!r}; the library's {lib} reduces the last axis only"
+        why = extra(call)
+        return why or (lib, {}, [x])
+
+    return rule
+
+
+def _softmax_extra(call: _Call) -> str | None:
+    return "it computes in float32 from half" if len(call.args) > 2 and call.args[2] else None
+
+
+def _sum_extra(call: _Call) -> str | None:
+    return f"it accumulates in {call.kw('dtype')}" if call.kw("dtype") is not None else None
+
+
+def _mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    args = list(call.args[:2])
+    return _plain(call, args) or ("matmul", {}, args)
+
+
+def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x = call.args[0]
+    if isinstance(x, _Arg) and len(x.chain) == 1 and x.base.dtype == "float32":
+        target, vargs, _ = x.chain[0]
+        name = _op_name(target)
+        two_d = len(x.base.shape) == 2 and x.base.strides is None
+        swap = (
+            (name == "aten.permute.default" and list(vargs[0]) == [1, 0])
+            or name == "aten.t.default"
+            or (name == "aten.transpose.int" and sorted(d % 2 for d in vargs) == [0, 1])
+        )
+        if two_d and swap:  # the copy of a transposed matrix: the library's transpose
+            return "transpose", {}, [_Arg(x.index, (), x.base)]
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or ("copy", {}, [x])
+
+
+def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, shape, weight, bias, eps = call.args
+    why = _plain(call, [x])
+    if why:
+        return why
+    if list(shape) != [x.base.shape[-1]]:
+        return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
+    if weight is not None or bias is not None:
+        return "it has an affine weight/bias; the library's layer_norm has none"
+    if call.index != 0:
+        return "its mean/rstd output is used; the library's layer_norm gives the result only"
+    return "layer_norm", {"eps": float(eps)}, [x]
+
+
+_LIBRARY: dict[str, _Rule] = {
+    # np.fmax/CUDA fmaxf give 0 for a NaN input where torch.relu keeps the NaN
+    "aten.relu.default": _unary("relu"),
+    "aten.neg.default": _unary("neg"),
+    "aten.exp.default": _unary("exp"),
+    "aten.log.default": _unary("log"),
+    "aten.tanh.default": _unary("tanh"),
+    "aten.sigmoid.default": _unary("sigmoid"),
+    "aten.gelu.default": _unary("gelu", approximate="tanh"),
+    "aten.add.Tensor": _binary("add"),
+    "aten.sub.Tensor": _binary("sub"),
+    "aten.mul.Tensor": _mul,
+    "aten.div.Tensor": _binary("div"),
+    "aten.clone.default": _clone,
+    "aten._softmax.default": _row("softmax", 1, _softmax_extra),
+    "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
+    # the library's max skips NaNs (CUDA fmaxf) where torch.amax propagates them
+    "aten.amax.default": _row("max", 1),
+    "aten.mm.default": _mm,
+    "aten.native_layer_norm.default": _layer_norm,
+}
+
+
+def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """A library op computing ``call`` exactly, or the reason there is none."""
+    name = _op_name(call.target)
+    rule = _LIBRARY.get(name)
+    if rule is None:
+        return f"no op of the library computes {name.rsplit('.', 1)[0]}"
+    if call.out.dtype != "float32" or call.out.strides is not None or not call.out.shape:
+        return f"its result is {call.out.dtype} of shape {call.out.shape}; library ops write float32 arrays"
+    if call.index is not None and name != "aten.native_layer_norm.default":
+        return "it has several outputs; library ops have one"
+    return rule(call)
+
+
+# ----------------------------------------------------------------------------- conversion
+@dataclass
+class _Converter:
+    ep: Any
+    builder: GraphBuilder = field(default_factory=GraphBuilder)
+    env: dict[Any, Any] = field(default_factory=dict)
+    ids: dict[str, Any] = field(default_factory=dict)  # buffer name -> BufferId
+    sizes: dict[str, int] = field(default_factory=dict)  # buffer name -> bytes
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    kernel_names: set[str] = field(default_factory=set)
+    opaque: list[OpaqueOp] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)
+    folded: list[str] = field(default_factory=list)
+    multi: dict[tuple[Any, int], _Tensor] = field(default_factory=dict)
+
+    # -------------------------------------------------------------- names and buffers
+    def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
+        name = name[:200]
+        if name not in taken:
+            return name
+        k = 1
+        while f"{name}_{k}" in taken:
+            k += 1
+        return f"{name}_{k}"
+
+    def _buffer(self, name: str, meta: _Meta, *, external: bool) -> tuple[str, Any]:
+        name = self._unique(name, self.ids)
+        bid = self.builder.alloc_buffer(
+            name, meta.nbytes, meta.dtype, meta.ir_shape, external=external
+        )
+        self.ids[name] = bid
+        self.sizes[name] = meta.nbytes
+        return name, bid
+
+    def _external(self, name: str, value: Any, what: str) -> _Tensor:
+        meta = _meta(value, what)
+        arr = value.detach().cpu().contiguous().numpy().reshape(meta.ir_shape)
+        name, _ = self._buffer(name, _Meta(meta.shape, None, meta.dtype), external=True)
+        self.values[name] = arr
+        return _Tensor(name, _Meta(meta.shape, None, meta.dtype))
+
+    # -------------------------------------------------------------- nodes
+    def placeholder(self, node: Any, spec: Any, value: Any) -> None:
+        torch = _torch()
+        if not node.users:
+            return
+        kind = spec.kind.name
+        if kind in ("TOKEN", "CUSTOM_OBJ"):
+            raise UnsupportedModel(
+                f"input {node.name!r} is a {kind.lower()} (effectful ops or script objects); "
+                "the importer reads tensors only"
+            )
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            self.env[node] = value if value is not None else val  # a specialised Python value
+            return
+        if value is None:  # an input without an example value: zeros of the right kind
+            value = torch.zeros(tuple(val.shape), dtype=val.dtype)
+        name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
+        self.env[node] = self._external(name, value, f"input {name!r}")
+
+    def call(self, node: Any) -> None:
+        torch = _torch()
+        target = node.target
+        if target is operator.getitem:
+            self.getitem(node)
+            return
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            raise UnsupportedModel(
+                f"node {node.name!r} is torch.ops.higher_order.{target.__name__} "
+                "(data-dependent control flow or a wrapped subgraph); the IR has static "
+                "dataflow only: compute the branch outside the module"
+            )
+        if not isinstance(target, torch._ops.OpOverload):
+            raise UnsupportedModel(
+                f"node {node.name!r} calls {target!r}, not an ATen op (symbolic-shape "
+                "arithmetic?); export with static shapes"
+            )
+        if _mutates(target):
+            raise UnsupportedModel(
+                f"node {node.name!r} ({_op_name(target)}) writes to its input in place; the IR "
+                "has no aliasing writes yet: call module.eval() or rewrite the mutation"
+            )
+        val = node.meta.get("val")
+        if val is None and not node.users:
+            return  # an assertion (aten._assert_tensor_metadata...): checks, computes nothing
+        if _is_view(target):
+            self.view(node)
+            return
+        tensors = [
+            a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
+        ]
+        if not tensors:
+            self.fold(node)
+            return
+        if isinstance(val, (list, tuple)):
+            self.env[node] = _Pending(node)
+            return
+        self.env[node] = self.kernel(node, None)
+
+    def _is_tensor(self, a: Any) -> bool:
+        return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending))
+
+    def view(self, node: Any) -> None:
+        src = self.env.get(node.args[0])
+        if not isinstance(src, _Tensor) or src.list_views:
+            raise UnsupportedModel(
+                f"view {node.name!r} ({_op_name(node.target)}) has no tensor base to alias"
+            )
+        rest = tuple(_cpu(a) for a in node.args[1:])
+        kwargs = tuple((k, _cpu(v)) for k, v in node.kwargs.items())
+        if any(self._is_tensor(a) for a in _leaves((rest, tuple(v for _, v in kwargs)))):
+            raise UnsupportedModel(
+                f"view {node.name!r} ({_op_name(node.target)}) takes a second tensor; the "
+                "importer folds views of one base only"
+            )
+        step = (node.target, rest, kwargs)
+        lists = isinstance(node.meta.get("val"), (list, tuple))
+        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists)
+
+    def getitem(self, node: Any) -> None:
+        src, k = self.env.get(node.args[0]), node.args[1]
+        if isinstance(src, _Tensor) and src.list_views:  # a view out of split/unbind
+            self.env[node] = _Tensor(
+                src.buffer, src.base, (*src.chain, (operator.getitem, (k,), ()))
+            )
+        elif isinstance(src, _Pending):
+            key = (src.node, k)
+            if key not in self.multi:
+                self.multi[key] = self.kernel(src.node, k)
+            self.env[node] = self.multi[key]
+        elif isinstance(src, (list, tuple)):
+            self.env[node] = src[k]
+        else:
+            raise UnsupportedModel(f"getitem {node.name!r} indexes {type(src).__name__}")
+
+    def fold(self, node: Any) -> None:
+        """An op without tensor inputs: computed now, held as a constant buffer."""
+        torch = _torch()
+        args = _cpu(tuple(self.env.get(a, a) if _hashable(a) else a for a in node.args))
+        kwargs = {k: _cpu(v) for k, v in node.kwargs.items()}
+        with torch.no_grad():
+            value = node.target(*args, **kwargs)
+        if not isinstance(value, torch.Tensor):
+            raise UnsupportedModel(
+                f"node {node.name!r} ({_op_name(node.target)}) computes a {type(value).__name__} "
+                "from no tensor; the importer folds tensor constants only"
+            )
+        t = self._external(f"const.{node.name}", value, f"constant {node.name!r}")
+        self.folded.append(t.buffer)
+        self.env[node] = t
+
+    def _module_path(self, node: Any) -> str:
+        stack = node.meta.get("nn_module_stack") or {}
+        if not stack:
+            return ""
+        path = list(stack.values())[-1][0]
+        return re.sub(r"@\d+$", "", str(path))
+
+    def kernel(self, node: Any, index: int | None, *, contiguous: bool = False) -> _Tensor:
+        """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
+        inputs: list[str] = []
+        metas: list[_Meta] = []
+
+        def arg(a: Any) -> Any:
+            if isinstance(a, (list, tuple)):
+                return type(a)(arg(v) for v in a)
+            v = self.env.get(a) if _hashable(a) else None
+            if isinstance(v, _Pending):  # an unindexed multi-output value as an argument
+                raise UnsupportedModel(f"node {node.name!r} reads a tuple of tensors whole")
+            if isinstance(v, _Tensor):
+                if v.list_views:
+                    raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
+                if v.buffer not in inputs:
+                    inputs.append(v.buffer)
+                    metas.append(v.base)
+                return _Arg(inputs.index(v.buffer), v.chain, v.base)
+            if v is not None and not isinstance(v, (_Tensor, _Pending)):
+                return v  # a specialised Python input
+            return _cpu(a)
+
+        args = arg(tuple(node.args))
+        kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
+        val = node.meta.get("val")
+        if index is not None:
+            val = val[index]
+        op_name = _op_name(node.target)
+        out = _meta(val, f"the result of {node.name!r} ({op_name})")
+        if contiguous:
+            out = _Meta(out.shape, None, out.dtype)
+        call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+        path = self._module_path(node)
+        base = _base_name(node.target) + ("" if index in (None, 0) else f"_out{index}")
+        name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
+        self.kernel_names.add(name)
+        lib = _library(call)
+        if isinstance(lib, str):
+            op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
+            self.opaque.append(OpaqueOp(name, op_name, op, lib))
+        else:
+            op, params, lib_args = lib
+            reads = [inputs[a.index] for a in lib_args]
+        self.targets[name] = op_name
+        buf, bid = self._buffer(name, out, external=False)
+        numel = math.prod(out.ir_shape)
+        kb = self.builder.add_kernel(
+            name, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
+        )
+        kb.op(op).params(**params).fusible(not isinstance(lib, str))
+        kb.inputs([self.ids[r] for r in reads]).outputs([bid]).finish()
+        return _Tensor(buf, out)
+
+    def output(self, node: Any) -> tuple[list[str], list[tuple[int, ...]]]:
+        torch = _torch()
+        sig = self.ep.graph_signature
+        names: list[str] = []
+        shapes: list[tuple[int, ...]] = []
+        for k, (spec, v) in enumerate(zip(sig.output_specs, node.args[0], strict=True)):
+            kind = spec.kind.name
+            if kind != "USER_OUTPUT":
+                what = getattr(spec, "target", None) or spec.arg
+                raise UnsupportedModel(
+                    f"the module mutates {what} ({kind.lower()}); the IR has no aliasing "
+                    "writes yet: call module.eval() (batch-norm statistics) or drop the mutation"
+                )
+            value = self.env.get(v) if _hashable(v) else None
+            val = v.meta.get("val") if hasattr(v, "meta") else None
+            if not isinstance(value, _Tensor) or not isinstance(val, torch.Tensor):
+                raise UnsupportedModel(
+                    f"output {k} is {type(value if value is not None else v).__name__}, not a "
+                    "tensor; the importer reads tensor outputs only"
+                )
+            if value.chain:  # a view: materialise it (the copy eager's caller would make)
+                value = self._materialise(v, value, k)
+            names.append(value.buffer)
+            shapes.append(tuple(val.shape))
+        for name in dict.fromkeys(names):
+            self.builder.add_memcpy(
+                self._unique(f"read {name}", self.kernel_names),
+                MemcpyDir.DeviceToHost,
+                self.sizes[name],
+                src=self.ids[name],
+            )
+        return names, shapes
+
+    def _materialise(self, v: Any, value: _Tensor, k: int) -> _Tensor:
+        """A kernel copying output ``k``, a view, into a buffer of its own (``aten.clone``,
+        as a caller of the eager module would copy it)."""
+        torch = _torch()
+        clone = SimpleNamespace(
+            target=torch.ops.aten.clone.default,
+            args=(v,),
+            kwargs={"memory_format": torch.contiguous_format},
+            name=f"output_{k}",
+            meta={"val": v.meta["val"], "nn_module_stack": {"out": (f"output.{k}", "")}},
+        )
+        return self.kernel(clone, None, contiguous=True)
+
+
+def _hashable(a: Any) -> bool:
+    try:
+        hash(a)
+    except TypeError:
+        return False
+    return True
+
+
+def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
+    """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
+
+    Any op set converts (core ATen after ``run_decompositions()`` gives the most library
+    ops); the user inputs take the values of ``ep.example_inputs``.
+
+    Parameters
+    ----------
+    ep
+        The exported program (static shapes, no mutation: see the module docstring).
+    name
+        The model's name (default ``"model"``).
+
+    Raises
+    ------
+    UnsupportedModel
+        The program holds what the IR cannot express; the message says what and why.
+
+    Examples
+    --------
+    >>> import torch
+    >>> ep = torch.export.export(torch.nn.Softmax(dim=-1), (torch.randn(2, 8),))
+    >>> model = from_exported_program(ep.run_decompositions(), name="softmax")
+    >>> dict(model.targets), model.opaque
+    ({'softmax': 'aten._softmax.default'}, ())
+    """
+    torch = _torch()
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise InvalidArgument(
+            f"from_exported_program needs a torch.export.ExportedProgram, got "
+            f"{type(ep).__name__}; for an nn.Module call from_module(module, args)"
+        )
+    sig = ep.graph_signature
+    examples = getattr(ep, "example_inputs", None)
+    leaves = torch.utils._pytree.tree_leaves(examples) if examples is not None else []
+    user = [s for s in sig.input_specs if s.kind.name == "USER_INPUT"]
+    user_values = (
+        dict(zip((s.arg.name for s in user), leaves, strict=True))
+        if len(leaves) == len(user)
+        else {}
+    )
+    state = {**ep.state_dict, **ep.constants}
+    conv = _Converter(ep)
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    user_names: list[str] = []
+    for node, spec in zip(placeholders, sig.input_specs, strict=True):
+        value = (
+            user_values.get(node.name) if spec.kind.name == "USER_INPUT" else state.get(spec.target)
+        )
+        conv.placeholder(node, spec, value)
+        t = conv.env.get(node)
+        if spec.kind.name == "USER_INPUT" and isinstance(t, _Tensor):
+            user_names.append(t.buffer)
+    outputs: list[str] = []
+    shapes: list[tuple[int, ...]] = []
+    for node in list(ep.graph.nodes):
+        if node.op == "call_function":
+            conv.call(node)
+        elif node.op == "output":
+            outputs, shapes = conv.output(node)
+        elif node.op == "get_attr":
+            continue  # a subgraph of a higher-order op (torch.cond), refused at its call
+        elif node.op != "placeholder":
+            raise UnsupportedModel(
+                f"node {node.name!r} is a {node.op} ({node.target}); exported programs hold "
+                "placeholders, calls and one output only (a torch.cond branch?)"
+            )
+    graph = conv.builder.build()
+    return ImportedModel(
+        graph=graph,
+        inputs=MappingProxyType(conv.values),
+        outputs=tuple(outputs),
+        output_shapes=tuple(shapes),
+        user_inputs=tuple(user_names),
+        opaque=tuple(conv.opaque),
+        targets=MappingProxyType(conv.targets),
+        folded=tuple(conv.folded),
+        name=name or "model",
+    )
+
+
+def _reason(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    text = "\n".join(lines[:_MAX_REASON_LINES])
+    if len(lines) > _MAX_REASON_LINES:
+        text += f"\n... ({len(lines) - _MAX_REASON_LINES} more lines)"
+    return f"{type(e).__name__}: {text}"
+
+
+def from_module(
+    module: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    name: str | None = None,
+) -> ImportedModel:
+    """Export ``module`` on ``args`` (and ``kwargs``) and import it.
+
+    Runs ``torch.export.export(module, args, kwargs)`` and ``run_decompositions()`` (core
+    ATen), then :func:`from_exported_program`. The example inputs become the user inputs'
+    values. Call ``module.eval()`` first for inference (training-mode batch norm mutates its
+    statistics, and dropout draws random numbers eager would not repeat).
+
+    Parameters
+    ----------
+    module
+        A ``torch.nn.Module``.
+    args, kwargs
+        The example call: tensors with the static shapes to import.
+    name
+        The model's name (default: the module's class name).
+
+    Raises
+    ------
+    ExportFailed
+        ``torch.export`` refused the module (data-dependent control flow...); the message
+        and ``reason`` quote torch.
+    UnsupportedModel
+        The exported program holds what the IR cannot express.
+
+    Examples
+    --------
+    >>> import torch
+    >>> class Branchy(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         return x if x.sum() > 0 else -x
+    >>> from_module(Branchy(), (torch.randn(4),))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    oxiwork.importers.torch.ExportFailed: torch.export could not export Branchy: ...
+    """
+    torch = _torch()
+    if not isinstance(module, torch.nn.Module):
+        raise InvalidArgument(
+            f"from_module needs a torch.nn.Module, got {type(module).__name__}; for an "
+            "ExportedProgram call from_exported_program(ep)"
+        )
+    if not isinstance(args, (tuple, list)):
+        raise InvalidArgument(
+            f"args must be a tuple of the module's positional inputs, got {type(args).__name__}: "
+            "wrap a single tensor as (x,)"
+        )
+    label = name or type(module).__name__
+    try:
+        ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}))
+        ep = ep.run_decompositions()
+    except Exception as e:  # torch raises many kinds; each becomes one GraphError quoting it
+        reason = _reason(e)
+        raise ExportFailed(
+            f"torch.export could not export {label}: {reason}\nMake the traced code "
+            "independent of tensor values (torch.cond, or compute the branch outside the "
+            "module) or see the torch.export documentation for the construct it names.",
+            reason,
+        ) from e
+    return from_exported_program(ep, name=label)

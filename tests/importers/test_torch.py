@@ -1,0 +1,390 @@
+"""The torch.export importer: small modules of our own in, the same numbers out.
+
+Each model is imported once (torch.export dominates the time); every check then runs on
+the imported graph: it verifies, views got no node, the opaque report is accurate, and the
+reference evaluator, SequentialExecutor and the step-through Simulator compute eager's
+outputs with fusion on and off on 1 to 4 streams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, GraphError, SequentialExecutor, Simulator, ops, verify
+from oxiwork.importers.torch import (
+    ExportFailed,
+    ImportedModel,
+    UnsupportedModel,
+    from_exported_program,
+    from_module,
+)
+from oxiwork.node import NodeKind
+from oxiwork.reference import evaluate
+
+# ----------------------------------------------------------------------------- models
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(12, 32)
+        self.act = nn.GELU(approximate="tanh")
+        self.fc2 = nn.Linear(32, 32)
+        self.out = nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.fc1(x))
+        return self.out(torch.relu(self.fc2(h)) * 0.5)
+
+
+class Attention(nn.Module):
+    """Pre-norm self-attention with a boolean causal mask given as an input."""
+
+    def __init__(self, d: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.heads = heads
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        att = self.softmax(scores.masked_fill(~mask, float("-inf")))
+        return self.proj((att @ v).transpose(1, 2).reshape(b, s, d)) + x
+
+
+class ConvBnRelu(nn.Module):
+    """A stem conv and a depthwise-separable pair, each with inference batch norm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False),
+            nn.BatchNorm2d(8),
+            nn.ReLU6(),
+        )
+        self.pointwise = nn.Sequential(nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16), nn.ReLU())
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.pointwise(self.depthwise(self.stem(x)))).flatten(1)
+
+
+class Residual(nn.Module):
+    def __init__(self, d: int = 24) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, d))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.relu(self.body(x) + x)
+        return y, y.t()  # a second output that is a view: it gets its own copy
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int = 16, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, d))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * rms * self.weight
+
+
+class RMSBlock(nn.Module):
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.norm1 = RMSNorm(d)
+        self.fc = nn.Linear(d, d)
+        self.norm2 = RMSNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm2(torch.sigmoid(self.fc(self.norm1(x))) + x)
+
+
+class Embed(nn.Module):
+    """An int64 lookup whose index arithmetic overflows float32's 24-bit mantissa."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(100, 16)
+        self.positions = nn.Embedding(8, 16)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hashed = (ids * 1_000_003 + 7) % 100  # ids * 1e6 > 2**24: exact only in int64
+        pos = torch.arange(ids.shape[1])
+        return self.tokens(hashed) + self.positions(pos), hashed
+
+
+def _make(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    if name == "mlp":
+        return MLP(), (torch.randn(4, 12),)
+    if name == "attention":
+        mask = torch.ones(6, 6, dtype=torch.bool).tril()
+        return Attention(), (torch.randn(2, 6, 16), mask)
+    if name == "conv_bn_relu":
+        m = ConvBnRelu()
+        for mod in m.modules():  # non-trivial statistics, so batch norm matters
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+        return m, (torch.randn(2, 3, 10, 10),)
+    if name == "residual":
+        return Residual(), (torch.randn(3, 24),)
+    if name == "rms_norm":
+        return RMSBlock(), (torch.randn(2, 5, 16),)
+    if name == "embedding":
+        return Embed(), (torch.randint(0, 1000, (2, 8), dtype=torch.int64),)
+    raise KeyError(name)
+
+
+MODELS = ("mlp", "attention", "conv_bn_relu", "residual", "rms_norm", "embedding")
+_CACHE: dict[str, tuple[ImportedModel, tuple[np.ndarray, ...]]] = {}
+
+
+def _imported(name: str) -> tuple[ImportedModel, tuple[np.ndarray, ...]]:
+    if name not in _CACHE:
+        module, args = _make(name)
+        module.eval()
+        with torch.no_grad():
+            eager = module(*args)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        _CACHE[name] = (from_module(module, args), tuple(t.numpy() for t in eager))
+    return _CACHE[name]
+
+
+def _assert_matches(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.dtype.kind == "f":  # per-dtype tolerance: ops run one at a time, not fused
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def _is_view(target: str) -> bool:
+    packet, overload = target.rsplit(".", 1)
+    op = getattr(getattr(torch.ops.aten, packet.split(".", 1)[1]), overload)
+    return any(r.alias_info is not None for r in op._schema.returns)
+
+
+# ----------------------------------------------------------------------------- refusals
+class TestRaises:
+    def test_raises_not_a_module(self) -> None:
+        with pytest.raises(GraphError, match=r"needs a torch\.nn\.Module"):
+            from_module(lambda x: x, (torch.ones(2),))  # type: ignore[arg-type]
+
+    def test_raises_args_not_a_tuple(self) -> None:
+        with pytest.raises(GraphError, match=r"wrap a single tensor as \(x,\)"):
+            from_module(nn.ReLU(), torch.ones(2))  # type: ignore[arg-type]
+
+    def test_raises_not_an_exported_program(self) -> None:
+        with pytest.raises(GraphError, match="ExportedProgram"):
+            from_exported_program(nn.ReLU())
+
+    def test_raises_data_dependent_control_flow_quoting_torch(self) -> None:
+        class Branchy(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 2 if x.sum() > 0 else x - 1
+
+        with pytest.raises(ExportFailed) as info:
+            from_module(Branchy(), (torch.randn(4),))
+        assert info.value.reason and info.value.reason in str(info.value)
+        assert "data-dependent" in info.value.reason.lower()  # torch's own words
+
+    def test_raises_dynamic_shapes(self) -> None:
+        batch = torch.export.Dim("batch", min=2, max=64)
+        ep = torch.export.export(
+            nn.Linear(3, 2), (torch.randn(4, 3),), dynamic_shapes=({0: batch},)
+        )
+        with pytest.raises(UnsupportedModel, match="dynamic shape"):
+            from_exported_program(ep.run_decompositions())
+
+    def test_raises_torch_cond(self) -> None:
+        class Cond(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+        ep = torch.export.export(Cond(), (torch.randn(4),))
+        with pytest.raises(UnsupportedModel, match=r"higher_order\.cond"):
+            from_exported_program(ep)
+
+    def test_raises_training_mode_mutation(self) -> None:
+        bn = nn.BatchNorm1d(4).train()
+        with pytest.raises(UnsupportedModel, match=r"module\.eval\(\)"):
+            from_module(bn, (torch.randn(3, 4),))
+
+    def test_raises_bfloat16(self) -> None:
+        with pytest.raises(UnsupportedModel, match="bfloat16"):
+            from_module(nn.Linear(4, 4).to(torch.bfloat16), (torch.randn(2, 4).bfloat16(),))
+
+    def test_import_oxiwork_does_not_import_torch(self) -> None:
+        code = "import sys, oxiwork, oxiwork.importers; print('torch' in sys.modules)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------- the graph
+@pytest.mark.parametrize("name", MODELS)
+class TestImport:
+    def test_graph_verifies(self, name: str) -> None:
+        model, _ = _imported(name)
+        verify(model.graph)
+        kernels = [n for n in model.graph.nodes if n.is_kernel]
+        assert kernels and set(model.targets) == {n.name for n in kernels}
+
+    def test_views_get_no_node_and_allocate_nothing(self, name: str) -> None:
+        model, _ = _imported(name)
+        assert not [t for t in model.targets.values() if _is_view(t)]
+        # every buffer is written by one kernel or is an external input: no alias buffers
+        g = model.graph
+        for b in g.buffers:
+            writers = g.writers(b.id)
+            assert (len(writers) == 1) != b.external, b.name
+
+    def test_kernels_are_named_after_modules(self, name: str) -> None:
+        model, _ = _imported(name)
+        module, _ = _make(name)
+        paths = {p for p, _ in module.named_modules() if p}
+        for kernel in model.targets:
+            prefix = kernel.rsplit(".", 1)[0] if "." in kernel else ""
+            assert prefix in paths or prefix == "" or prefix.startswith("output."), kernel
+
+    def test_opaque_report_is_accurate(self, name: str) -> None:
+        model, _ = _imported(name)
+        opaque = {o.kernel: o for o in model.opaque}
+        assert len(opaque) == len(model.opaque)
+        for n in model.graph.nodes:
+            if not n.is_kernel:
+                continue
+            op = ops.get(n.op)
+            assert op is not None and op.reference is not None
+            if n.name in opaque:
+                o = opaque[n.name]
+                assert o.op == n.op and o.target == model.targets[n.name] and o.reason
+                assert op.fusion_class is ops.FusionClass.OPAQUE and not n.fusible
+                assert n.op.isidentifier() and n.op.startswith("torch_")
+                assert n.op not in ops.BUILTIN_OPS
+            else:
+                assert n.op in ops.BUILTIN_OPS and n.fusible
+        assert sum(model.opaque_counts().values()) == len(model.opaque)
+
+    def test_inputs_hold_real_values(self, name: str) -> None:
+        model, _ = _imported(name)
+        module, args = _make(name)
+        state = module.state_dict()
+        for buf in model.graph.buffers:
+            if buf.external:
+                value = model.inputs[buf.name]
+                assert value.dtype == np.dtype(buf.dtype)
+                if buf.name in state:
+                    np.testing.assert_array_equal(value, state[buf.name].numpy())
+        for buf_name, arg in zip(model.user_inputs, args, strict=True):
+            np.testing.assert_array_equal(model.inputs[buf_name], arg.numpy())
+
+    def test_reference_evaluator_matches_eager(self, name: str) -> None:
+        model, eager = _imported(name)
+        _assert_matches(model.outputs_from(evaluate(model.graph, model.inputs)), eager)
+
+    @pytest.mark.parametrize("fusion", [True, False])
+    def test_simulated_outputs_match_eager(self, name: str, fusion: bool) -> None:
+        model, eager = _imported(name)
+        for streams in (1, 2, 3, 4):
+            plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+            verify(plan)
+            stats = SequentialExecutor(plan).run(model.inputs)
+            assert stats.generated_inputs == ()
+            _assert_matches(model.outputs_from(stats.outputs), eager)
+        sim = Simulator(plan, model.inputs, policy="random", check_finite=False)
+        assert sim.run().reason == "end"
+        _assert_matches(model.outputs_from(sim.outputs), eager)
+
+
+# ----------------------------------------------------------------------------- specifics
+class TestMapping:
+    def test_library_ops_where_exact(self) -> None:
+        model, _ = _imported("residual")
+        ops_of = {
+            k: model.graph.node(nid).op
+            for nid in model.graph.node_ids
+            for k in [model.graph.node(nid).name]
+        }
+        # the residual add and the relu on equal float32 shapes are library ops, and fuse
+        assert ops_of["add"] == "add" and ops_of["relu"] == "relu"
+        assert ops_of["body.1.tanh"] == "tanh"
+        plan = ExecutionPlan.build(model.graph, fusion=True)
+        assert plan.kernel_count_fused < plan.kernel_count_original
+
+    def test_opaque_reasons(self) -> None:
+        model, _ = _imported("attention")
+        reasons = {o.target: o.reason for o in model.opaque}
+        assert reasons["aten.addmm.default"] == "no op of the library computes aten.addmm"
+        assert "affine weight/bias" in reasons["aten.native_layer_norm.default"]
+        assert "view" in reasons["aten.bmm.default"] or "library" in reasons["aten.bmm.default"]
+        # where() reads the bool mask: its own dtype, through torch
+        assert "aten.where.self" in reasons and "aten.bitwise_not.default" in reasons
+
+    def test_view_output_is_materialised(self) -> None:
+        model, _ = _imported("residual")
+        assert len(model.outputs) == 2 and model.outputs[0] != model.outputs[1]
+        # the transposed output y.t() is a copy of y, made by the library's transpose
+        kernel = next(n for n in model.graph.nodes if n.name.startswith("output.1"))
+        assert kernel.op == "transpose" and model.output_shapes[1] == (24, 3)
+
+    def test_constants_are_folded(self) -> None:
+        model, _ = _imported("embedding")
+        assert model.folded and all(model.graph.buffer_by_name(f).external for f in model.folded)
+        assert model.graph.buffer_by_name(model.outputs[1]).dtype == "int64"
+
+    def test_identical_call_sites_share_one_op(self) -> None:
+        block = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)) for _ in range(3)))
+        model = from_module(block.eval(), (torch.randn(2, 8),))
+        norms = [n.op for n in model.graph.nodes if n.is_kernel and n.name.endswith("layer_norm")]
+        assert len(norms) == 3 and len(set(norms)) == 1
+        again = from_module(block.eval(), (torch.randn(2, 8),))  # re-import reuses the ops
+        assert {o.op for o in again.opaque} == {o.op for o in model.opaque}
+
+    def test_kwargs_and_example_inputs(self) -> None:
+        class Scaled(nn.Module):
+            def forward(self, x: torch.Tensor, *, bias: torch.Tensor) -> torch.Tensor:
+                return torch.exp(x) + bias
+
+        x, bias = torch.randn(3, 4), torch.randn(3, 4)
+        model = from_module(Scaled(), (x,), {"bias": bias})
+        assert model.user_inputs == ("x", "bias") and model.opaque == ()
+        (y,) = model.outputs_from(evaluate(model.graph, model.inputs))
+        np.testing.assert_allclose(y, (torch.exp(x) + bias).numpy(), rtol=1e-6)
+
+    def test_graph_outputs_are_read_at_the_end(self) -> None:
+        model, _ = _imported("embedding")
+        reads = [n for n in model.graph.nodes if n.kind is NodeKind.Memcpy]
+        assert [model.graph.buffer(n.inputs[0]).name for n in reads] == list(model.outputs)
+        assert all(not model.graph.successors(n.id) for n in reads)
+
+
+def test_readme_import_example_runs_as_written() -> None:
+    from tests.test_readme import _blocks
+
+    (code,) = [b for b in _blocks("python") if "from_module" in b]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "README.md", "exec"), {})  # our own README, not user input
+    shown = code.rsplit("# ", 1)[1].strip()  # the comment on the print line
+    assert printed.getvalue().strip() == shown
