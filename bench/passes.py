@@ -2,6 +2,11 @@
 
 Every ratio is measured in this one run, against a baseline run on the same input:
 
+* build (first): ``ExecutionPlan.build(synthetic(n, shape), max_streams=4)`` per size and
+  shape, wall and CPU seconds and the per-pass times of its trace, next to issue 14's targets:
+  each 100k-node build under 5 s, the 100k layered memory pass under 2 s, and 10x more nodes
+  costing at most 12x more time (``--build-only`` prints just this table);
+
 * fusion: kernels before/after, peak live bytes before/after, time;
 * streams (cap ``--streams``): our assignment vs the round-robin-by-level baseline: streams,
   DAG width, events inserted vs the minimum for the assignment, makespan under the cost
@@ -19,6 +24,7 @@ Usage::
 
     python bench/passes.py [--sizes 1000,10000,100000] [--shapes chain,layered,transformer]
                            [--streams 4] [--instances A,B,C,D,E] [--max-pairs 20000000]
+                           [--build-only]
 
 Prints markdown tables.
 """
@@ -35,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from oxiwork.examples import synthetic
+from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
@@ -107,6 +114,58 @@ def bench_graph(shape: str, n: int, cap: int, max_pairs: int, rows: dict[str, li
     )
 
 
+BUILD_TARGET_S = 5.0  # ExecutionPlan.build of a 100k-node synthetic graph
+MEMORY_TARGET_S = 2.0  # the memory pass on the 100k layered graph
+GROWTH_TARGET = 12.0  # time growth for 10x the nodes
+
+
+def build_table(sizes: list[int], shapes: list[str], cap: int) -> None:
+    """ExecutionPlan.build per shape and size: times per pass and the targets beside them."""
+    ExecutionPlan.build(synthetic(200, "layered"), max_streams=cap)  # imports, caches
+    got: dict[tuple[str, int], tuple[float, float, dict[str, float]]] = {}
+    print("## ExecutionPlan.build (issue 14 targets beside the measured numbers)\n")
+    print(
+        "| shape | nodes | wall s | CPU s | fusion s | streams s | memory s | rest s "
+        "(lowering, verify_plan) | arena / bound | streams | events | kernels | target |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for n in sizes:
+        for shape in shapes:
+            g = synthetic(n, shape)
+            w, c = time.perf_counter(), time.process_time()
+            plan = ExecutionPlan.build(g, max_streams=cap)
+            wall, cpu = time.perf_counter() - w, time.process_time() - c
+            per = {t.name: t.seconds for t in plan.trace}
+            got[(shape, n)] = (wall, cpu, per)
+            m = plan.memory
+            target = ""
+            if n >= 100_000:
+                ok = "met" if wall < BUILD_TARGET_S else "NOT met"
+                target = f"build < {BUILD_TARGET_S:.0f} s: {ok}"
+                if shape == "layered":
+                    ok = "met" if per.get("memory", 0) < MEMORY_TARGET_S else "NOT met"
+                    target += f"; memory < {MEMORY_TARGET_S:.0f} s: {ok}"
+            print(
+                f"| {shape} | {n:,} | {wall:.2f} | {cpu:.2f} | {per.get('fusion', 0):.2f} | "
+                f"{per.get('streams', 0):.2f} | {per.get('memory', 0):.2f} | "
+                f"{wall - sum(per.values()):.2f} | {m.arena_bytes / max(m.lower_bound, 1):.3f} | "
+                f"{plan.num_streams} | {plan.event_count:,} | {plan.kernel_count_fused:,} | "
+                f"{target} |",
+                flush=True,
+            )
+    print(f"\nGrowth per 10x nodes (target <= {GROWTH_TARGET:.0f}x), wall and CPU:\n")
+    print("| shape | sizes | wall growth | CPU growth | target |")
+    print("|---|---|---:|---:|---|")
+    for shape in shapes:
+        for n in sizes:
+            if (shape, 10 * n) in got:
+                a, b = got[(shape, n)], got[(shape, 10 * n)]
+                gw, gc = b[0] / a[0], b[1] / a[1]
+                ok = "met" if gw <= GROWTH_TARGET else "NOT met"
+                print(f"| {shape} | {n:,} -> {10 * n:,} | {gw:.1f}x | {gc:.1f}x | {ok} |")
+    print()
+
+
 def load(path: Path) -> list[tuple[int, int, int]]:
     with path.open() as f:
         return [(int(r["lower"]), int(r["upper"]), int(r["size"])) for r in csv.DictReader(f)]
@@ -119,7 +178,13 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--instances", default="A,B,C,D,E")
     ap.add_argument("--max-pairs", type=int, default=20_000_000)
+    ap.add_argument("--build-only", action="store_true", help="only the build table")
     args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    shapes = [s for s in args.shapes.split(",") if s]
+    build_table(sizes, shapes, args.streams)
+    if args.build_only:
+        return
 
     rows: dict[str, list[str]] = {"fusion": [], "streams": [], "memory": []}
     for n in (int(x) for x in args.sizes.split(",") if x):

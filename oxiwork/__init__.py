@@ -12,6 +12,7 @@ Example
 BufferId(0)
 """
 
+from oxiwork.budget import Budget
 from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
 
 # The function shadows the submodules name on the package, so `oxiwork.capture()` reads
@@ -46,6 +47,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "Budget",
     "Buffer",
     "BufferId",
     "ComputeGraph",

@@ -28,9 +28,11 @@ python3 -m venv .venv
 echo "== lint"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The TypeScript side: formatted (prettier) and type-checked (messages.ts types the boundary).
+(cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npx prettier --check src && npm run typecheck)
 
 echo "== JS unit tests"
-(cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npm test)
+(cd widget_js && npm test)
 
 echo "== Python tests"
 .venv/bin/python -m pytest "$@"

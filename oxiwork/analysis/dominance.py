@@ -31,7 +31,9 @@ NodeId(3)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from oxiwork.analysis._util import paused_gc, positions_topological
@@ -53,6 +55,9 @@ class DomTree:
     only need ``idom``, and on 100k nodes the derived tables cost as much as the
     dominators themselves).
 
+    Every mapping it hands out is read-only (``types.MappingProxyType``) and every sequence
+    a tuple: a tree may be shared by several passes and views, and none may change it.
+
     Attributes
     ----------
     idom
@@ -61,7 +66,7 @@ class DomTree:
         True for a post-dominator tree.
     """
 
-    idom: dict[NodeId, NodeId | None]
+    idom: Mapping[NodeId, NodeId | None]
     post: bool
     _ids: tuple[NodeId, ...] = field(repr=False)
     _pos: dict[NodeId, int] = field(repr=False)
@@ -82,7 +87,7 @@ class DomTree:
         return c
 
     @property
-    def children(self) -> dict[NodeId, tuple[NodeId, ...]]:
+    def children(self) -> Mapping[NodeId, tuple[NodeId, ...]]:
         """Nodes each node immediately dominates, ascending by id (every node is a key)."""
         c = self._numbering()
         if "children" not in c:
@@ -93,7 +98,7 @@ class DomTree:
                     a, b = start[p], start[p + 1]
                     if a < b:
                         children[ids[p]] = tuple([ids[k] for k in flat[a:b]])
-            c["children"] = children
+            c["children"] = MappingProxyType(children)
         return c["children"]
 
     @property
@@ -104,11 +109,11 @@ class DomTree:
         return tuple([self._ids[r] for r in c["flat"][c["start"][n] : c["start"][n + 1]]])
 
     @property
-    def depth(self) -> dict[NodeId, int]:
+    def depth(self) -> Mapping[NodeId, int]:
         """Depth in the tree; children of the virtual root have depth 0."""
         c = self._numbering()
         if "depth_map" not in c:
-            c["depth_map"] = dict(zip(self._ids, c["depth"], strict=True))
+            c["depth_map"] = MappingProxyType(dict(zip(self._ids, c["depth"], strict=True)))
         return c["depth_map"]
 
     def dominates(self, a: NodeId, b: NodeId) -> bool:
@@ -303,7 +308,7 @@ def _tree(graph: ComputeGraph, post: bool) -> DomTree:
     # Index -1 (the virtual root) of ``(*ids, None)`` is None: one C-level map.
     named = (*ids, None)
     return DomTree(
-        idom=dict(zip(ids, map(named.__getitem__, idom), strict=True)),
+        idom=MappingProxyType(dict(zip(ids, map(named.__getitem__, idom), strict=True))),
         post=post,
         _ids=ids,
         _pos=d.pos,
@@ -336,7 +341,7 @@ def dominators(graph: ComputeGraph) -> DomTree:
     --------
     >>> from oxiwork import GraphBuilder
     >>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
-    >>> dominators(b.build()).idom
+    >>> dict(dominators(b.build()).idom)
     {NodeId(0): None, NodeId(1): NodeId(0)}
     """
     with paused_gc():
@@ -350,7 +355,7 @@ def post_dominators(graph: ComputeGraph) -> DomTree:
     --------
     >>> from oxiwork import GraphBuilder
     >>> b = GraphBuilder(); x, y = b.add_barrier("x"), b.add_barrier("y"); b.dep(x, y)
-    >>> post_dominators(b.build()).idom
+    >>> dict(post_dominators(b.build()).idom)
     {NodeId(0): NodeId(1), NodeId(1): None}
     """
     with paused_gc():

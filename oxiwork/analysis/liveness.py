@@ -27,8 +27,9 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -37,12 +38,22 @@ from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 
-__all__ = ["LivenessInfo", "analyze", "max_live_bytes"]
+__all__ = [
+    "ArenaAccesses",
+    "LivenessInfo",
+    "analyze",
+    "arena_accesses",
+    "dead_buffers",
+    "max_live_bytes",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class LivenessInfo:
     """The result of :func:`analyze`.
+
+    Read-only: ``intervals`` is a ``types.MappingProxyType``, the rest tuples and
+    frozensets, so the memory pass, the simulator and the widget can share one result.
 
     Attributes
     ----------
@@ -68,7 +79,7 @@ class LivenessInfo:
     """
 
     order: tuple[NodeId, ...]
-    intervals: dict[BufferId, tuple[int, int]]
+    intervals: Mapping[BufferId, tuple[int, int]]
     dead: frozenset[BufferId]
     unused: frozenset[BufferId]
     live_bytes: tuple[int, ...]
@@ -78,6 +89,35 @@ class LivenessInfo:
     def live_at(self, step: int) -> frozenset[BufferId]:
         """Buffers whose interval contains ``step`` (linear scan; for tests and the UI)."""
         return frozenset(b for b, (s, e) in self.intervals.items() if s <= step < e)
+
+
+@dataclass(frozen=True, slots=True)
+class ArenaAccesses:
+    """The accesses of the arena buffers (accessed, not external) over an order, as arrays.
+
+    For passes that work on arrays rather than dicts (the memory pass). Every array is
+    read-only.
+
+    Attributes
+    ----------
+    order
+        The node order the steps index.
+    buffers
+        Row ``k`` is buffer ``buffers[k]`` (graph order).
+    first, last
+        ``(n,)`` first and last step of an access of each row: the interval of
+        :attr:`LivenessInfo.intervals` is ``(first, last + 1)``.
+    row, step
+        One entry per access of a row (node by node in graph order, inputs then outputs):
+        its row and its step.
+    """
+
+    order: tuple[NodeId, ...]
+    buffers: tuple[BufferId, ...]
+    first: np.ndarray
+    last: np.ndarray
+    row: np.ndarray
+    step: np.ndarray
 
 
 def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> list[int]:
@@ -227,6 +267,75 @@ def _default_steps(graph: ComputeGraph) -> np.ndarray:
     return step_of
 
 
+def dead_buffers(graph: ComputeGraph) -> frozenset[BufferId]:
+    """:attr:`LivenessInfo.dead` without an order (it depends on none): buffers written but
+    never read that are not external. Cached per graph.
+
+    The executors capture these right after their last writer (a graph output nobody
+    downloads), so the simulator and the GPU lowering ask this function which they are.
+
+    >>> from oxiwork.examples import quick_start
+    >>> dead_buffers(quick_start())
+    frozenset()
+    """
+    dead = graph._cache.get("analysis.dead")
+    if dead is None:
+        _, acc_buf, acc_read = _accesses(graph)
+        bids, external, _ = _buffer_table(graph)
+        nb = len(bids)
+        read = np.zeros(nb, dtype=bool)
+        read[acc_buf[acc_read]] = True
+        used = np.zeros(nb, dtype=bool)
+        used[acc_buf] = True
+        dead = frozenset(map(bids.__getitem__, np.flatnonzero(used & ~external & ~read).tolist()))
+        graph._cache["analysis.dead"] = dead
+    return dead
+
+
+def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> ArenaAccesses:
+    """The accesses of the arena buffers over ``order`` (default: the graph's topological
+    order) as arrays; see :class:`ArenaAccesses`. The same first and last accesses as
+    :func:`analyze`, for the memory pass.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> acc = arena_accesses(g)
+    >>> [(b, int(f), int(e) + 1) for b, f, e in zip(acc.buffers, acc.first, acc.last)] == [
+    ...     (b, *iv) for b, iv in analyze(g).intervals.items() if not g.buffer(b).external]
+    True
+    """
+    with paused_gc():
+        positions = _order_positions(graph, order)
+        step_of = _default_steps(graph) if order is None else _steps(positions)
+        acc_pos, acc_buf, _ = _accesses(graph)
+        bids, external, _ = _buffer_table(graph)
+        keep = ~external[acc_buf]
+        buf = acc_buf[keep]
+        step = step_of[acc_pos[keep]]
+        rows = np.unique(buf)  # buffer indices, ascending: graph order
+        row_of = np.full(len(bids), -1, dtype=np.int64)
+        row_of[rows] = np.arange(len(rows), dtype=np.int64)
+        row = row_of[buf]
+        n = len(rows)
+        first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        last = np.full(n, -1, dtype=np.int64)
+        np.minimum.at(first, row, step)
+        np.maximum.at(last, row, step)
+        for a in (first, last, row, step):
+            a.setflags(write=False)
+        ids = graph.dense().ids
+        return ArenaAccesses(
+            order=graph.topological_order()
+            if order is None
+            else tuple([ids[p] for p in positions]),
+            buffers=tuple(map(bids.__getitem__, rows.tolist())),
+            first=first,
+            last=last,
+            row=row,
+            step=step,
+        )
+
+
 def max_live_bytes(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> int:
     """:attr:`LivenessInfo.max_live_bytes` of ``analyze(graph, order)``, without building
     the intervals (for callers that compare many graphs by their peak, such as fusion).
@@ -271,7 +380,7 @@ def _live(
 
 def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInfo:
     positions = _order_positions(graph, order)
-    first, end, read, used, placed, live_steps = _live(graph, positions, order is None)
+    first, end, _, used, _, live_steps = _live(graph, positions, order is None)
     bids = _buffer_table(graph)[0]
     live = live_steps.tolist()
 
@@ -282,15 +391,14 @@ def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInf
         used_ids = list(map(bids.__getitem__, np.flatnonzero(used).tolist()))
         spans = zip(first[used].tolist(), end[used].tolist(), strict=True)
     intervals = dict(zip(used_ids, spans, strict=True))
-    dead = map(bids.__getitem__, np.flatnonzero(placed & ~read).tolist())
     unused = map(bids.__getitem__, np.flatnonzero(~used).tolist())
     peak = max(live, default=0)
     return LivenessInfo(
         order=graph.topological_order()
         if order is None
         else tuple([graph.dense().ids[p] for p in positions]),
-        intervals=intervals,
-        dead=frozenset(dead),
+        intervals=MappingProxyType(intervals),
+        dead=dead_buffers(graph),  # the same set for every order
         unused=frozenset(unused),
         live_bytes=tuple(live),
         max_live_bytes=peak,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import NodeId
 
-__all__ = ["TopoInfo", "analyze", "critical_path", "levels", "node_costs"]
+__all__ = ["TopoInfo", "analyze", "critical_path", "level_positions", "levels", "node_costs"]
 
 # Slack below this fraction of the makespan is rounding noise from summing the same costs
 # in a different order (forward for ASAP, backward for ALAP), so it is reported as 0.
@@ -49,6 +50,9 @@ _REL_TOL = 1e-9
 @dataclass(frozen=True, slots=True)
 class TopoInfo:
     """The result of :func:`analyze`; every mapping is keyed by node id.
+
+    Mappings are read-only (``types.MappingProxyType``) and sequences tuples, so one
+    result can be handed to every consumer without a copy and none can change it.
 
     Attributes
     ----------
@@ -78,11 +82,11 @@ class TopoInfo:
     """
 
     order: tuple[NodeId, ...]
-    cost: dict[NodeId, float]
-    asap: dict[NodeId, float]
-    alap: dict[NodeId, float]
-    slack: dict[NodeId, float]
-    level: dict[NodeId, int]
+    cost: Mapping[NodeId, float]
+    asap: Mapping[NodeId, float]
+    alap: Mapping[NodeId, float]
+    slack: Mapping[NodeId, float]
+    level: Mapping[NodeId, int]
     level_widths: tuple[int, ...]
     critical_path: tuple[NodeId, ...]
     makespan: float
@@ -130,16 +134,32 @@ def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None)
     return out
 
 
-def _levels_dense(pred: list[list[int]], topo: list[int]) -> list[int]:
-    level = [0] * len(topo)
-    for v in topo:
-        pv = pred[v]
-        if pv:
-            level[v] = max([level[u] for u in pv]) + 1
+def level_positions(graph: ComputeGraph) -> tuple[int, ...]:
+    """Level of every node by dense position: the length in edges of the longest path from
+    a source (sources are level 0). The one computation of levels; cached per graph.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> a, c, d = (b.add_barrier(n) for n in "acd")
+    >>> b.chain([a, c, d]); b.dep(a, d)
+    >>> level_positions(b.build())
+    (0, 1, 2)
+    """
+    level = graph._cache.get("analysis.levels")
+    if level is None:
+        d = graph.dense()
+        pred = d.pred
+        out = [0] * len(d.ids)
+        # any topological order gives the same levels; memory order is faster when it is one
+        for v in range(len(out)) if positions_topological(graph) else d.topo:
+            pv = pred[v]
+            if pv:
+                out[v] = max([out[u] for u in pv]) + 1
+        level = graph._cache["analysis.levels"] = tuple(out)
     return level
 
 
-def levels(graph: ComputeGraph) -> list[frozenset[NodeId]]:
+def levels(graph: ComputeGraph) -> tuple[frozenset[NodeId], ...]:
     """Nodes grouped by level (longest path in edges from a source), level 0 first.
 
     Every edge goes from a lower to a strictly higher level, so each group can run in
@@ -153,13 +173,12 @@ def levels(graph: ComputeGraph) -> list[frozenset[NodeId]]:
     >>> [sorted(int(n) for n in g) for g in levels(b.build())]
     [[0], [1], [2]]
     """
-    d = graph.dense()
-    level = _levels_dense(d.pred, d.topo)
+    level = level_positions(graph)
     groups: list[list[NodeId]] = [[] for _ in range(max(level, default=-1) + 1)]
-    ids = d.ids
+    ids = graph.dense().ids
     for p, lv in enumerate(level):
         groups[lv].append(ids[p])
-    return [frozenset(g) for g in groups]
+    return tuple(frozenset(g) for g in groups)
 
 
 def critical_path(
@@ -193,8 +212,8 @@ def analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) ->
 
     Notes
     -----
-    Two linear sweeps over the dense view: forward in topological order for ASAP, level
-    and the best predecessor (which yields a critical path by walking back from the last
+    Two linear sweeps over the dense view: forward in topological order for ASAP and the
+    best predecessor (which yields a critical path by walking back from the last
     node to finish), backward for ALAP. References: the longest-path method of CPM
     (J. E. Kelley, M. R. Walker, "Critical-path planning and scheduling", 1959) and
     Kwok & Ahmad 1999 for the ASAP/ALAP vocabulary of task-graph scheduling.
@@ -224,7 +243,7 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
 
     asap = [0.0] * n
     finish = cost[:]  # asap + cost; sources start at 0
-    level = [0] * n
+    level = level_positions(graph)
     best = [-1] * n  # predecessor finishing last: the critical path walks back through it
     for v in sweep:
         pv = pred[v]
@@ -233,14 +252,12 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
         if len(pv) == 1:
             u = pv[0]
             t = finish[u]
-            level[v] = level[u] + 1
             best[v] = u
         else:
             # C-level max/index over small lists beats a Python loop per predecessor.
             ft = [finish[u] for u in pv]
             t = max(ft)
             best[v] = pv[ft.index(t)]
-            level[v] = max([level[u] for u in pv]) + 1
         asap[v] = t
         finish[v] = t + cost[v]
 
@@ -294,11 +311,11 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     order = graph.topological_order()
     return TopoInfo(
         order=order,
-        cost=dict(zip(ids, cost, strict=True)),
-        asap=dict(zip(ids, asap_a.tolist(), strict=True)),
-        alap=dict(zip(ids, alap_a.tolist(), strict=True)),
-        slack=dict(zip(ids, slack_a.tolist(), strict=True)),
-        level=dict(zip(ids, level, strict=True)),
+        cost=MappingProxyType(dict(zip(ids, cost, strict=True))),
+        asap=MappingProxyType(dict(zip(ids, asap_a.tolist(), strict=True))),
+        alap=MappingProxyType(dict(zip(ids, alap_a.tolist(), strict=True))),
+        slack=MappingProxyType(dict(zip(ids, slack_a.tolist(), strict=True))),
+        level=MappingProxyType(dict(zip(ids, level, strict=True))),  # levels: level_positions
         level_widths=tuple(widths),
         critical_path=tuple([ids[p] for p in path]),
         makespan=makespan,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oxiwork.budget import check_sim_bytes
 from oxiwork.error import InvalidPlan
 from oxiwork.executor.plan import BufferArg, ExecutionPlan
 from oxiwork.node import DTYPES, BufferId
@@ -78,11 +79,18 @@ class Arena:
     ------
     InvalidPlan
         A buffer lies (partly) outside the pool, or its dtype/shape does not match its size.
+    BudgetExceeded
+        The pool and private arrays together exceed ``oxiwork.budget.current().sim_bytes``.
     """
 
     def __init__(self, pool_bytes: int, buffers: Iterable[BufferArg]) -> None:
         if pool_bytes < 0:
             raise InvalidPlan(f"pool_bytes is {pool_bytes}; it must be >= 0")
+        buffers = list(buffers)
+        # Refused before anything is allocated: a plan's sizes come from the user, and
+        # zeroing and filling gigabytes blocks the kernel (oxiwork.budget).
+        private = sum(a.size_bytes for a in buffers if a.external or a.offset is None)
+        check_sim_bytes(pool_bytes + private, "the simulator's arena")
         self.pool = np.zeros(pool_bytes, np.uint8)
         self._raw: dict[BufferId, np.ndarray] = {}
         self._typed: dict[BufferId, np.ndarray] = {}

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.executor.nvrtc import cache_key, compile_options, module_source, unit_options
 from oxiwork.node import MemcpyDir, NodeKind
@@ -509,14 +510,15 @@ class _Lowering:
 
 def _captures(plan: ExecutionPlan) -> dict[int, list[BufferArg]]:
     """Step index -> buffers to download after it: never-read, non-external buffers,
-    after their last writer in plan order (as the simulator's outputs)."""
-    read = {a.buffer for st in plan.steps for a in st.inputs}
+    after their last writer in plan order (as the simulator's outputs). Which buffers those
+    are is liveness's answer (:func:`oxiwork.analysis.liveness.dead_buffers`)."""
+    dead = dead_buffers(plan.graph)
     last: dict[Any, tuple[int, BufferArg]] = {}
     for st in plan.steps:
         if st.kind is NodeKind.Memcpy and st.memcpy_dir is MemcpyDir.DeviceToHost:
             continue
         for a in st.outputs:
-            if a.buffer not in read and not a.external:
+            if a.buffer in dead:
                 last[a.buffer] = (st.index, a)
     out: dict[int, list[BufferArg]] = {}
     for index, arg in last.values():

@@ -33,6 +33,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -41,27 +42,47 @@ from oxiwork.error import InvalidArgument
 from oxiwork.executor.arena import overlapping_ranges, plan_buffers
 from oxiwork.executor.happens_before import ClockArrays, groups_ordered, plan_clocks
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
-from oxiwork.node import BufferId, NodeKind
+from oxiwork.node import BufferId, NodeId, NodeKind
 
-__all__ = ["Race", "drop_event", "find_races"]
+__all__ = ["Race", "RaceFix", "drop_event", "find_races"]
 
 READ, WRITE = "read", "write"
+
+
+@dataclass(frozen=True, slots=True)
+class RaceFix:
+    """What removes a race: an event recorded on ``from_stream`` right after step
+    ``record_after`` and waited for on ``to_stream`` before step ``wait_before`` (or, for an
+    arena overlap, ``separate_buffers``: giving the two buffers disjoint memory)."""
+
+    record_after: int
+    wait_before: int
+    from_stream: int
+    to_stream: int
+    separate_buffers: bool
 
 
 @dataclass(frozen=True, slots=True)
 class Race:
     """Two steps touching the same bytes, at least one writing, not ordered by events.
 
+    A record, not a sentence: every fact is a field, and :meth:`describe` (``message``,
+    ``str()``) formats the text from them, so a view that numbers steps differently (the
+    workbench, with an event dropped) formats its own text instead of parsing this one.
+
     ``first`` is the step earlier in plan order (the one the DAG wants to run first),
-    ``second`` the later one. ``buffers`` names the buffer each of them touches (the same
-    name twice for a plain conflict; two names for an arena ``overlap``). ``byte_range``
-    is the shared arena range ``[lo, hi)`` (``None`` for external buffers). ``observed``
-    is the order a simulator actually executed the two steps in (``None`` for the static
-    analysis); ``manifested`` is true when that order was the reverse of plan order.
+    ``second`` the later one; ``nodes`` their graph nodes. ``buffers`` names the buffer each
+    of them touches and ``buffer_ids`` gives their ids (the same buffer twice for a plain
+    ``conflict``; two buffers for an arena ``overlap``). ``byte_range`` is the shared arena
+    range ``[lo, hi)`` (``None`` for external buffers), ``fix`` what removes the race.
+    ``observed`` is the order a simulator actually executed the two steps in (``None`` for
+    the static analysis); ``manifested`` is true when that order was the reverse of plan
+    order.
     """
 
     first: int
     second: int
+    nodes: tuple[NodeId, NodeId]
     first_name: str
     second_name: str
     first_stream: int
@@ -69,9 +90,10 @@ class Race:
     first_access: str
     second_access: str
     buffers: tuple[str, str]
+    buffer_ids: tuple[BufferId, BufferId]
     byte_range: tuple[int, int] | None
     kind: str
-    message: str
+    fix: RaceFix
     observed: tuple[int, int] | None = None
 
     @property
@@ -79,8 +101,80 @@ class Race:
         """True if a run executed ``second`` before ``first``."""
         return self.observed is not None and self.observed[0] == self.second
 
+    @property
+    def message(self) -> str:
+        """:meth:`describe` with the plan's own step numbers."""
+        return self.describe()
+
+    def describe(self, step: Callable[[int], int] | None = None) -> str:
+        """The race in words, naming both steps, the buffer(s) and the fix.
+
+        ``step`` maps this plan's step indices to the ones the reader sees (the identity
+        by default), e.g. the steps of the real plan when the race was found on a copy
+        with an event dropped.
+
+        >>> r = Race(3, 5, (NodeId(1), NodeId(2)), "a", "b", 0, 1, "write", "read",
+        ...          ("x", "x"), (BufferId(0), BufferId(0)), None, "conflict",
+        ...          RaceFix(3, 5, 0, 1, False))
+        >>> r.describe(lambda i: i + 10)
+        "step 15 'b' on stream 1 reads 'x' while step 13 'a' on stream 0 writes it, and no event orders them: add an event from stream 0 to stream 1 after step 13 (record it after 'a', wait for it before 'b')"
+        """
+        num = step or (lambda i: i)
+        f = self.fix
+        fix = (
+            f"add an event from stream {f.from_stream} to stream {f.to_stream} after step "
+            f"{num(f.record_after)} (record it after {self.first_name!r}, wait for it before "
+            f"{self.second_name!r})"
+        )
+        head = (
+            f"step {num(self.second)} {self.second_name!r} on stream {self.second_stream} "
+            f"{self.second_access}s {self.buffers[1]!r}"
+        )
+        other = f"step {num(self.first)} {self.first_name!r} on stream {self.first_stream}"
+        if self.kind == "conflict":
+            return f"{head} while {other} {self.first_access}s it, and no event orders them: {fix}"
+        rng = self.byte_range
+        where = f" (arena bytes [{rng[0]}, {rng[1]}))" if rng else ""
+        tail = ", or give the two buffers disjoint memory" if f.separate_buffers else ""
+        return (
+            f"{head}{where} while {other} {self.first_access}s {self.buffers[0]!r}, which the "
+            f"memory plan put on the same bytes, and no event orders them: {fix}{tail}"
+        )
+
     def __str__(self) -> str:
         return self.message
+
+
+def _race(
+    plan: ExecutionPlan,
+    args: dict[BufferId, BufferArg],
+    a: int,
+    acc_a: str,
+    buf_a: BufferId,
+    b: int,
+    acc_b: str,
+    buf_b: BufferId,
+    rng: tuple[int, int] | None,
+) -> Race:
+    """The record of steps ``a`` (earlier in plan order) and ``b`` racing on the buffers."""
+    sa, sb = plan.steps[a], plan.steps[b]
+    same = buf_a == buf_b
+    return Race(
+        a,
+        b,
+        (sa.node, sb.node),
+        sa.name,
+        sb.name,
+        int(sa.stream),
+        int(sb.stream),
+        acc_a,
+        acc_b,
+        (args[buf_a].name, args[buf_b].name),
+        (buf_a, buf_b),
+        rng,
+        "conflict" if same else "overlap",
+        RaceFix(a, b, int(sa.stream), int(sb.stream), not same),
+    )
 
 
 def _accesses(plan: ExecutionPlan) -> dict[BufferId, list[tuple[int, str]]]:
@@ -91,35 +185,6 @@ def _accesses(plan: ExecutionPlan) -> dict[BufferId, list[tuple[int, str]]]:
         for arg in st.outputs:
             out.setdefault(arg.buffer, []).append((st.index, WRITE))
     return out
-
-
-def _message(
-    plan: ExecutionPlan,
-    a: int,
-    acc_a: str,
-    buf_a: str,
-    b: int,
-    acc_b: str,
-    buf_b: str,
-    rng: tuple[int, int] | None,
-) -> str:
-    sa, sb = plan.steps[a], plan.steps[b]
-    fix = (
-        f"add an event from stream {int(sa.stream)} to stream {int(sb.stream)} after step {a} "
-        f"(record it after {sa.name!r}, wait for it before {sb.name!r})"
-    )
-    head = f"step {b} {sb.name!r} on stream {int(sb.stream)} {acc_b}s {buf_b!r}"
-    if buf_a == buf_b:
-        return (
-            f"{head} while step {a} {sa.name!r} on stream {int(sa.stream)} {acc_a}s it, and "
-            f"no event orders them: {fix}"
-        )
-    where = f" (arena bytes [{rng[0]}, {rng[1]}))" if rng else ""
-    return (
-        f"{head}{where} while step {a} {sa.name!r} on stream {int(sa.stream)} {acc_a}s "
-        f"{buf_a!r}, which the memory plan put on the same bytes, and no event orders them: "
-        f"{fix}, or give the two buffers disjoint memory"
-    )
 
 
 def find_races(plan: ExecutionPlan) -> list[Race]:
@@ -188,23 +253,7 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
                 if key in seen:
                     continue
                 seen.add(key)
-                na, nb = args[buf_a].name, args[buf_b].name
-                races.append(
-                    Race(
-                        a,
-                        b,
-                        steps[a].name,
-                        steps[b].name,
-                        stream[a],
-                        stream[b],
-                        acc_a,
-                        acc_b,
-                        (na, nb),
-                        rng,
-                        "conflict" if same else "overlap",
-                        _message(plan, a, acc_a, na, b, acc_b, nb, rng),
-                    )
-                )
+                races.append(_race(plan, args, a, acc_a, buf_a, b, acc_b, buf_b, rng))
 
     for k in conflicted:
         bid, arg = screen.ids[k], screen.args[k]

@@ -61,10 +61,11 @@ from typing import Any
 
 import numpy as np
 
-from oxiwork.builder import GraphWarning
+from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.error import (
     ExecutionError,
     GraphError,
+    GraphWarning,
     InvalidArgument,
     InvalidPlan,
     UnknownBuffer,
@@ -110,12 +111,10 @@ def _facts(plan: ExecutionPlan) -> _Facts:
         return hit[1]
     args: dict[BufferId, BufferArg] = {}
     names: dict[str, None] = {}
-    read: set[BufferId] = set()
     writes: list[BufferArg] = []
     memcpy, h2d = NodeKind.Memcpy, MemcpyDir.HostToDevice
     for st in plan.steps:
         for a in st.inputs:
-            read.add(a.buffer)
             if a.buffer not in args:
                 args[a.buffer] = a
             if a.external:
@@ -127,9 +126,12 @@ def _facts(plan: ExecutionPlan) -> _Facts:
             writes.append(a)
             if upload or a.external:
                 names[a.name] = None
+    # Written, never read, not external: liveness's dead buffers (one definition, shared
+    # with the GPU lowering's captures), counted by writer so the capture follows the last.
+    dead = dead_buffers(plan.graph)
     unread: dict[BufferId, int] = {}
     for a in writes:
-        if a.buffer not in read and not a.external:
+        if a.buffer in dead:
             unread[a.buffer] = unread.get(a.buffer, 0) + 1
     facts = _Facts(args, tuple(names), unread)
     if len(_FACTS) >= 8:
@@ -470,6 +472,16 @@ _RULES: dict[NodeKind, Callable[[_Machine, PlanStep], None]] = {
 }
 
 
+def _verified(plan: Any) -> None:
+    """Refuse what is not a plan, or a plan that fails ``verify_plan`` (once per plan)."""
+    if not isinstance(plan, ExecutionPlan):
+        raise InvalidArgument(
+            f"expected an ExecutionPlan, got {type(plan).__name__}; build one with "
+            "ExecutionPlan.build(graph)"
+        )
+    plan.verify()
+
+
 class SequentialExecutor:
     """Runs a plan's steps in plan order on the CPU (values via the ops' numpy references).
 
@@ -494,6 +506,7 @@ class SequentialExecutor:
     def __init__(
         self, plan: ExecutionPlan, *, values: bool = True, check_finite: bool = False
     ) -> None:
+        _verified(plan)
         self.plan = plan
         self.values = values
         self.check_finite = check_finite
@@ -585,6 +598,11 @@ class Simulator:
         ``step_back`` past them raises.
     detect_races
         Record races between unordered steps as they execute (see :attr:`races`).
+    verify
+        Refuse a plan that fails :func:`~oxiwork.executor.plan.verify_plan` (checked once
+        per plan), as every executor does. ``False`` steps through it anyway: the race
+        lab's plans with a dropped event (:func:`~oxiwork.executor.races.drop_event`),
+        whose races the detector then reports.
 
     Examples
     --------
@@ -609,7 +627,10 @@ class Simulator:
         check_finite: bool = True,
         max_undo_bytes: int = 256 * 2**20,
         detect_races: bool = True,
+        verify: bool = True,
     ) -> None:
+        if verify:
+            _verified(plan)
         if not isinstance(policy, str) or policy not in _POLICY_RULES:
             raise InvalidArgument(
                 f"unknown policy {policy!r}; choose one of {', '.join(map(repr, POLICIES))}"
@@ -712,6 +733,8 @@ class Simulator:
         )
 
     def _live(self) -> frozenset[str]:
+        # Not liveness intervals: those are over one order, and the simulator runs any
+        # interleaving the streams allow; this is the state after the steps done so far.
         done = self._done
         written: set[BufferId] = set()
         pending_read: set[BufferId] = set()

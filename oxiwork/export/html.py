@@ -27,12 +27,11 @@ import html
 import io
 import re
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oxiwork.error import GraphError
+from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import timeline
 from oxiwork.export.table import COLUMNS, plan_rows
@@ -165,24 +164,11 @@ def _steps(plan: ExecutionPlan) -> str:
 
 
 def _histograms(plan: ExecutionPlan) -> str:
-    from oxiwork import reference
-    from oxiwork.executor.simulator import SequentialExecutor, input_names
-
-    inputs = {
-        n: reference.generated_input(plan.original.buffer_by_name(n), seed=0)
-        for n in input_names(plan)
-    }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        outputs = SequentialExecutor(plan).run(inputs).outputs
-    if not outputs:
-        return '<p class="note">no downloaded outputs to show.</p>'
-    names = sorted(outputs)[:3]
-    fig = figures.new_figure((5.0 * len(names), 2.8), wspace=0.3)
-    axes = fig.subplots(1, len(names), squeeze=False)[0]
-    for ax, name in zip(axes, names, strict=True):
-        figures.buffer_histogram(outputs[name], name, ax=ax)
-    note = f"simulated outputs (inputs generated from seed 0); {len(outputs)} in all"
+    try:
+        fig = figures.output_histograms(plan)
+    except InvalidArgument as e:
+        return f'<p class="note">{_e(e)}</p>'
+    note = "simulated outputs (inputs generated from seed 0)"
     return f'<p class="note">{_e(note)}</p>' + _mpl_svg(fig, "histograms")
 
 

@@ -284,6 +284,7 @@ class _Tensor:
     base: _Meta
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...] = ()
     list_views: bool = False  # the last view returns a list (split): index it first
+    shape: tuple[int, ...] | None = None  # the viewed shape (None: the base's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +301,7 @@ class _Arg:
     index: int
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...]
     base: _Meta
+    shape: tuple[int, ...]  # after the views
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,12 +465,28 @@ def _opaque_op(call: _Call) -> OpDef:
 _Rule = Callable[[_Call], "tuple[str, dict[str, float], list[_Arg]] | str"]
 
 
-def _plain(call: _Call, args: Sequence[Any]) -> str | None:
-    """Why ``args`` are not whole float32 buffers (None if they are)."""
+# Views that keep the row-major order of the elements (a buffer holds its tensor's elements
+# row-major): a library op can read the base buffer in place of such a view.
+_RESHAPES = frozenset(
+    {
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.unsqueeze.default",
+        "aten.squeeze.default",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.alias.default",
+    }
+)
+
+
+def _plain(call: _Call, args: Sequence[Any], reshape_ok: bool = True) -> str | None:
+    """Why ``args`` are not whole float32 buffers, or reshapes of them (None if they are)."""
     for a in args:
         if not isinstance(a, _Arg):
             return f"an operand is a Python {type(a).__name__}, not a tensor"
-        if a.chain:
+        if a.chain and not (reshape_ok and all(_op_name(t) in _RESHAPES for t, _, _ in a.chain)):
             views = ", ".join(
                 _base_name(t) if hasattr(t, "_schema") else "getitem" for t, _, _ in a.chain
             )
@@ -481,20 +499,34 @@ def _plain(call: _Call, args: Sequence[Any]) -> str | None:
 
 
 def _same(call: _Call, args: Sequence[_Arg]) -> str | None:
-    shapes = [a.base.shape for a in args]
+    shapes = [a.shape for a in args]
     if any(s != call.out.shape for s in shapes):
         return (
             f"its operands broadcast ({' and '.join(map(str, shapes))} -> {call.out.shape}); "
             "library element-wise ops need equal shapes"
         )
+    held = {a.base.ir_shape for a in args}
+    if len(held) > 1:
+        return (
+            f"its operands are reshapes of buffers of shapes {sorted(held)}; the library op "
+            "needs buffers of one shape"
+        )
     return None
 
 
-def _unary(lib: str, **fixed: Any) -> _Rule:
+def _rows_kept(a: _Arg) -> bool:
+    """Does the buffer behind ``a`` have ``a``'s last axis (so rows are the same)?"""
+    return bool(a.shape) and a.base.ir_shape[-1] == a.shape[-1]
+
+
+def _unary(lib: str, **fixed: tuple[Any, Any]) -> _Rule:
+    """A rule for a one-input op; ``fixed[k] = (value the library computes, torch's default)``."""
+
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        for k, v in fixed.items():
-            if call.kw(k, v) != v:
-                return f"{k}={call.kw(k)!r}; the library's {lib} computes {k}={v!r}"
+        for k, (want, default) in fixed.items():
+            got = call.kw(k, default)
+            if got != want:
+                return f"{k}={got!r}; the library's {lib} computes {k}={want!r}"
         x = call.args[0]
         why = _plain(call, [x]) or _same(call, [x])
         return why or (lib, {}, [x])
@@ -514,13 +546,14 @@ def _binary(lib: str) -> _Rule:
                 return lib, {}, args
             if lib == "add":  # x + b with b a vector over the last axis: bias_add
                 for x, b in (args, args[::-1]):
-                    bs = tuple(d for d in b.base.shape)
+                    bs = tuple(b.shape)
                     while bs and bs[0] == 1 and len(bs) > 1:
                         bs = bs[1:]
                     if (
-                        x.base.shape == call.out.shape
-                        and len(b.base.shape) <= len(x.base.shape)
-                        and bs == x.base.shape[-1:]
+                        x.shape == call.out.shape
+                        and len(b.shape) <= len(x.shape)
+                        and bs == x.shape[-1:]
+                        and _rows_kept(x)
                     ):
                         return "bias_add", {}, [x, b]
         return why
@@ -537,7 +570,10 @@ def _mul(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 def _last_axis(call: _Call, dims: Any) -> bool:
-    nd = len(call.args[0].base.shape) if isinstance(call.args[0], _Arg) else 0
+    x = call.args[0]
+    if not isinstance(x, _Arg) or not _rows_kept(x):
+        return False
+    nd = len(x.shape)
     dims = [dims] if isinstance(dims, int) else list(dims or [])
     return nd >= 1 and [d % nd for d in dims] == [nd - 1]
 
@@ -549,6 +585,8 @@ def _row(lib: str, dim_at: int, extra: Callable[[_Call], str | None] = lambda c:
         if why:
             return why
         dims = call.args[dim_at] if len(call.args) > dim_at else call.kw("dim")
+        if not _rows_kept(x):
+            return f"it reads a reshape that changes the last axis; the library's {lib} needs rows"
         if not _last_axis(call, dims):
             return f"it reduces over dims {dims!r}; the library's {lib} reduces the last axis only"
         why = extra(call)
@@ -567,7 +605,7 @@ def _sum_extra(call: _Call) -> str | None:
 
 def _mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     args = list(call.args[:2])
-    return _plain(call, args) or ("matmul", {}, args)
+    return _plain(call, args, reshape_ok=False) or ("matmul", {}, args)
 
 
 def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -582,7 +620,7 @@ def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
             or (name == "aten.transpose.int" and sorted(d % 2 for d in vargs) == [0, 1])
         )
         if two_d and swap:  # the copy of a transposed matrix: the library's transpose
-            return "transpose", {}, [_Arg(x.index, (), x.base)]
+            return "transpose", {}, [_Arg(x.index, (), x.base, x.base.shape)]
     why = _plain(call, [x]) or _same(call, [x])
     return why or ("copy", {}, [x])
 
@@ -592,7 +630,7 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     why = _plain(call, [x])
     if why:
         return why
-    if list(shape) != [x.base.shape[-1]]:
+    if list(shape) != [x.shape[-1]] or not _rows_kept(x):
         return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
     if weight is not None or bias is not None:
         return "it has an affine weight/bias; the library's layer_norm has none"
@@ -609,7 +647,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.log.default": _unary("log"),
     "aten.tanh.default": _unary("tanh"),
     "aten.sigmoid.default": _unary("sigmoid"),
-    "aten.gelu.default": _unary("gelu", approximate="tanh"),
+    # the library's gelu is the tanh approximation; torch's default is the exact erf form
+    "aten.gelu.default": _unary("gelu", approximate=("tanh", "none")),
     "aten.add.Tensor": _binary("add"),
     "aten.sub.Tensor": _binary("sub"),
     "aten.mul.Tensor": _mul,
@@ -672,11 +711,11 @@ class _Converter:
         return name, bid
 
     def _external(self, name: str, value: Any, what: str) -> _Tensor:
-        meta = _meta(value, what)
+        meta = _meta(value, what)  # its strides too: views of it see eager's layout
         arr = value.detach().cpu().contiguous().numpy().reshape(meta.ir_shape)
-        name, _ = self._buffer(name, _Meta(meta.shape, None, meta.dtype), external=True)
+        name, _ = self._buffer(name, meta, external=True)
         self.values[name] = arr
-        return _Tensor(name, _Meta(meta.shape, None, meta.dtype))
+        return _Tensor(name, meta)
 
     # -------------------------------------------------------------- nodes
     def placeholder(self, node: Any, spec: Any, value: Any) -> None:
@@ -754,15 +793,17 @@ class _Converter:
                 "importer folds views of one base only"
             )
         step = (node.target, rest, kwargs)
-        lists = isinstance(node.meta.get("val"), (list, tuple))
-        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists)
+        val = node.meta.get("val")
+        lists = isinstance(val, (list, tuple))
+        shape = None if lists else tuple(val.shape)
+        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape)
 
     def getitem(self, node: Any) -> None:
         src, k = self.env.get(node.args[0]), node.args[1]
         if isinstance(src, _Tensor) and src.list_views:  # a view out of split/unbind
-            self.env[node] = _Tensor(
-                src.buffer, src.base, (*src.chain, (operator.getitem, (k,), ()))
-            )
+            step = (operator.getitem, (k,), ())
+            shape = tuple(node.meta["val"].shape)
+            self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape)
         elif isinstance(src, _Pending):
             key = (src.node, k)
             if key not in self.multi:
@@ -813,7 +854,8 @@ class _Converter:
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
-                return _Arg(inputs.index(v.buffer), v.chain, v.base)
+                shape = v.shape if v.shape is not None else v.base.shape
+                return _Arg(inputs.index(v.buffer), v.chain, v.base, shape)
             if v is not None and not isinstance(v, (_Tensor, _Pending)):
                 return v  # a specialised Python input
             return _cpu(a)
@@ -908,7 +950,8 @@ def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
     """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
 
     Any op set converts (core ATen after ``run_decompositions()`` gives the most library
-    ops); the user inputs take the values of ``ep.example_inputs``.
+    ops); the user inputs take the values of ``ep.example_inputs`` (zeros when the program
+    has none: replace them in a copy of :attr:`ImportedModel.inputs`).
 
     Parameters
     ----------

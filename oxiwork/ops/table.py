@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnsupportedOp
+from oxiwork.ops import cnames
+from oxiwork.validate import MAX_PARAMS
 
 __all__ = [
     "REGISTRY",
@@ -173,6 +175,10 @@ ElementFn = Callable[
 def _matmul_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
     k = ins[0][-1]
     return 2.0 * _numel(out) * k, 4.0 * (_numel(ins[0]) + _numel(ins[1]) + _numel(out))
+
+
+# Largest finite float32: kernels receive parameters as float.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +441,10 @@ def custom(
     'ELEMENTWISE'
     >>> _ = REGISTRY.pop("cube")
     """
+    # Everything is checked before the op exists (oxiwork.ops.cnames): names that the
+    # generated C would shadow, expressions that are not one C expression, unbounded sizes.
+    where = f"custom op {name!r}"[:80]
+    cnames.check_function_name(name, where)
     if reference is None and source is None and expr is None:
         raise InvalidArgument(
             f"custom op {name!r} needs a numpy reference, a CUDA source or an expr; "
@@ -447,20 +457,42 @@ def custom(
             raise InvalidArgument(
                 f"custom op {name!r}: {what} must be a str, got {type(text).__name__}"
             )
+    if reference is not None and not callable(reference):
+        raise InvalidArgument(f"{where}: reference must be a function of the input arrays")
+    if isinstance(arity, bool) or not isinstance(arity, int) or not 1 <= arity <= cnames.MAX_ARITY:
+        raise InvalidArgument(
+            f"{where}: arity must be an int from 1 to {cnames.MAX_ARITY}, got {arity!r:.40}"
+        )
     if params is not None and not isinstance(params, Mapping):
         raise InvalidArgument(
             f"custom op {name!r}: params must be a dict of name -> default, got "
             f"{type(params).__name__}"
         )
+    if len(params or {}) > MAX_PARAMS:
+        raise InvalidArgument(f"{where}: at most {MAX_PARAMS} parameters are allowed")
     for k, v in (params or {}).items():
+        cnames.check_param_name(k, where)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise InvalidArgument(
                 f"custom op {name!r}: the default of parameter {k!r} must be a number, got {v!r}"
             )
+        # Kernels take parameters as float: the default must be a finite float32.
+        if (isinstance(v, int) and abs(v) >= 2**128) or not abs(float(v)) <= _FLOAT32_MAX:
+            raise InvalidArgument(
+                f"{where}: the default of parameter {k!r} must be a finite float32, got {v!r:.40}"
+            )
+    fpe = flops_per_element
+    if isinstance(fpe, bool) or not isinstance(fpe, (int, float)) or not 0 <= fpe <= 1e6:
+        raise InvalidArgument(
+            f"{where}: flops_per_element must be a number from 0 to 1e6, got {flops_per_element!r:.40}"
+        )
+    if expr is not None:
+        cnames.check_expr(expr, arity, list(params or {}), where)
     if fusion_class is None:
         fusion_class = FusionClass.ELEMENTWISE if expr is not None else FusionClass.OPAQUE
     if source is not None:
-        function_name = function_name or name
+        cnames.check_source(source, where)
+        function_name = cnames.check_function_name(function_name or name, where)
         if f"{function_name}(" not in source.replace(" (", "("):
             raise InvalidArgument(
                 f"custom op {name!r}: the source does not define function "

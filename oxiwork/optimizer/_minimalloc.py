@@ -458,6 +458,7 @@ def improve(
             lb=lb,
             message=f"exact search skipped: {p.n} intervals is more than "
             f"{MAX_EXACT_INTERVALS}; kept the heuristic plan",
+            stopped_early=True,
         )
     solver = _Solver(p)
     nodes = 0
@@ -482,6 +483,8 @@ def improve(
             nodes=nodes,
             message=f"{why}; returning the heuristic plan of {arena} bytes "
             f"(lower bound {lb}); raise the capacity or the time_limit",
+            proved_bound=capacity + 1 if status == Status.INFEASIBLE else lb,
+            stopped_early=status != Status.INFEASIBLE,
         )
     # Minimise: aim for the lower bound first (often met on real models), then tighten the
     # best arena one step at a time; an exhausted search proves the incumbent optimal.
@@ -522,4 +525,6 @@ def improve(
         proved=proved,
         message=message,
         nodes=nodes,
+        proved_bound=lo,
+        stopped_early=not proved,
     )

@@ -9,6 +9,15 @@ possible. This is two-dimensional strip packing with fixed x positions (NP-hard)
 * ``"exact"``: MiniMalloc's canonical branch-and-bound search (see
   :mod:`oxiwork.optimizer._minimalloc`), starting from the heuristic's arena and tightening
   toward the lower bound (or aiming straight for a given ``capacity``) within a time limit.
+* ``"auto"`` (the memory pass's default): the exact search within a budget that grows with the
+  number of intervals (:func:`auto_time_limit`), skipped when the heuristic meets the lower
+  bound or the input is too large for the search; the plan says whether the search stopped
+  early (``stopped_early``) and the bound it proved (``proved_bound``).
+
+The heuristic's candidates include an online best fit in start order (each buffer, as its
+lifetime begins, into the smallest free gap among the live ones: what a plain best-fit
+allocator does at run time), so its plan is never worse than the better of greedy-by-size and
+online best fit.
 
 Lifetimes are half-open ``[start, end)`` step intervals, as the liveness analysis produces.
 
@@ -46,6 +55,7 @@ __all__ = [
     "MODES",
     "IntervalPlan",
     "MemoryPlan",
+    "auto_time_limit",
     "greedy_by_size",
     "lower_bound",
     "plan_buffers",
@@ -59,7 +69,31 @@ returns 256-byte aligned pointers, and coalesced access wants at least that)."""
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds the exact mode searches when no ``time_limit`` is given."""
 
-MODES = ("heuristic", "exact")
+MODES = ("heuristic", "exact", "auto")
+
+AUTO_SECONDS = 0.05
+"""The ``"auto"`` mode's fixed search budget, in seconds (see :func:`auto_time_limit`)."""
+
+AUTO_SECONDS_PER_INTERVAL = 2.5e-4
+"""The ``"auto"`` mode's budget per interval: 0.3 s for 1,000 intervals."""
+
+AUTO_MAX_SECONDS = 1.0
+"""The most the ``"auto"`` mode searches, however many intervals."""
+
+
+def auto_time_limit(n: int) -> float:
+    """Seconds the ``"auto"`` mode gives the exact search on ``n`` intervals.
+
+    ``AUTO_SECONDS + n * AUTO_SECONDS_PER_INTERVAL``, at most :data:`AUTO_MAX_SECONDS`: it grows
+    with the graph, as the heuristic's own cost does, and stays under a second, so a plan built
+    interactively never waits long. (Above ``_minimalloc.MAX_EXACT_INTERVALS`` intervals the
+    search does not run at all: the heuristic is all that fits.)
+
+    >>> auto_time_limit(0), auto_time_limit(1000), auto_time_limit(100_000)
+    (0.05, 0.3, 1.0)
+    """
+    return min(AUTO_MAX_SECONDS, AUTO_SECONDS + n * AUTO_SECONDS_PER_INTERVAL)
+
 
 # Above this many intervals the heuristic runs only _CHEAP: greedy by size (so it is never
 # worse) and first fit by size, which share their ordering and so one pass over the waves
@@ -95,6 +129,12 @@ class IntervalPlan:
         Why the plan falls short (capacity not met, time limit hit), else None.
     nodes : int
         Search nodes visited by the exact mode (0 in heuristic mode).
+    proved_bound : int
+        The best lower bound known for these intervals: ``lower_bound``, or higher where the
+        exact search proved smaller arenas infeasible (equal to the arena when ``optimal``).
+    stopped_early : bool
+        The exact or auto mode's search ran out of time (or was skipped for too many
+        intervals) before proving the arena minimal; ``message`` says which.
     """
 
     offsets: tuple[int, ...]
@@ -107,6 +147,8 @@ class IntervalPlan:
     fits: bool | None = None
     message: str | None = None
     nodes: int = 0
+    proved_bound: int = 0
+    stopped_early: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +165,8 @@ class MemoryPlan:
         Buffer id -> half-open ``[start, end)`` step interval.
     arena_bytes, lower_bound, optimal, ratio, seconds, strategy, fits, message, mode
         As in :class:`IntervalPlan`; ``mode`` is the mode asked for.
+    nodes, proved_bound, stopped_early
+        As in :class:`IntervalPlan`.
     """
 
     offsets: Mapping[int, int]
@@ -138,6 +182,8 @@ class MemoryPlan:
     fits: bool | None = None
     message: str | None = None
     nodes: int = field(default=0)
+    proved_bound: int = 0
+    stopped_early: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data for the widget and reports.
@@ -158,6 +204,8 @@ class MemoryPlan:
             "fits": self.fits,
             "message": self.message,
             "nodes": int(self.nodes),
+            "proved_bound": int(self.proved_bound),
+            "stopped_early": bool(self.stopped_early),
             "buffers": [
                 {
                     "id": int(bid),
@@ -880,6 +928,10 @@ _ORDERINGS: dict[str, tuple[_Keys, bool]] = {
     # MiniMalloc's static preorder: the most crowded moment a buffer lives through, then area.
     "best_fit_total": (lambda p, tot: [-(p.end - p.start) * p.size, -tot], True),
     "first_fit_total": (lambda p, tot: [-(p.end - p.start) * p.size, -tot], False),
+    # An online best-fit allocator: buffers in start order (ties in input, i.e. issue,
+    # order), each into the smallest gap among the buffers live then. On MobileNetV2's
+    # one-order lifetimes it needs 1.074x the bound where greedy by size needs 1.487x.
+    "best_fit_start": (lambda p, tot: [p.start], True),
 }
 # The candidates up to _MANY_INTERVALS. XLA's temporal ordering (best_fit_length) is left out:
 # over MiniMalloc's 5 instances, 48 random inputs of 1k-100k intervals (bench/memory_bench.py
@@ -893,7 +945,7 @@ _DEFAULT = tuple(name for name in _ORDERINGS if name != "best_fit_length")
 # 1% long-lived: 0.884x greedy's arena against 0.929x). The MiniMalloc preorder wins more
 # often still (0.865x there) but groups buffers that share their most crowded moment, which
 # all overlap: they must be placed one after another, about 3x slower at 100k.
-_CHEAP = ("greedy_by_size", "first_fit_size")
+_CHEAP = ("greedy_by_size", "first_fit_size", "best_fit_start")
 
 
 # Orderings that sort by the same keys (they differ in first or best fit): name -> the first
@@ -998,6 +1050,8 @@ def _result(
     message: str | None = None,
     nodes: int = 0,
     lb: int | None = None,
+    proved_bound: int | None = None,
+    stopped_early: bool = False,
 ) -> IntervalPlan:
     if lb is None:
         live, _, _ = _live_profile(p) if p.n else (np.zeros(0, dtype=np.int64), None, None)
@@ -1024,6 +1078,8 @@ def _result(
         fits=fits,
         message=message,
         nodes=nodes,
+        proved_bound=int(arena if proved else max(lb, proved_bound or 0)),
+        stopped_early=stopped_early,
     )
 
 
@@ -1046,9 +1102,10 @@ def plan_intervals(
     ----------
     intervals : iterable of (int, int, int)
         ``[start, end)`` lifetime in steps and size in bytes of each buffer.
-    mode : {"heuristic", "exact"}
+    mode : {"heuristic", "exact", "auto"}
         ``"heuristic"``: best of several greedy orderings (fast; never worse than TFLite's
-        greedy-by-size). ``"exact"``: MiniMalloc's branch-and-bound from the heuristic plan.
+        greedy-by-size or an online best fit). ``"exact"``: MiniMalloc's branch-and-bound from
+        the heuristic plan. ``"auto"``: the exact search within :func:`auto_time_limit`.
     alignment : int
         Power of two; sizes are rounded up to it and every offset is a multiple of it.
     capacity : int, optional
@@ -1057,7 +1114,8 @@ def plan_intervals(
         (heuristic mode, or the time limit ran out) the best plan is still returned, with
         ``fits=False`` and a ``message`` saying so: nothing is raised.
     time_limit : float, optional
-        Seconds the exact mode may search (default :data:`DEFAULT_TIME_LIMIT`).
+        Seconds the exact mode may search (default :data:`DEFAULT_TIME_LIMIT`; for
+        ``"auto"``, :func:`auto_time_limit` of the number of intervals).
 
     Returns
     -------
@@ -1103,7 +1161,10 @@ def _plan(
         return _result(p, off, arena, strategy, capacity, t0, lb=lb)
     from oxiwork.optimizer import _minimalloc
 
-    limit = DEFAULT_TIME_LIMIT if time_limit is None else float(time_limit)
+    if time_limit is not None:
+        limit = float(time_limit)
+    else:
+        limit = DEFAULT_TIME_LIMIT if mode == "exact" else auto_time_limit(p.n)
     return _minimalloc.improve(p, off, arena, strategy, capacity, t0, t0 + limit)
 
 
@@ -1194,4 +1255,6 @@ def plan_buffers(
         fits=plan.fits,
         message=plan.message,
         nodes=plan.nodes,
+        proved_bound=plan.proved_bound,
+        stopped_early=plan.stopped_early,
     )

@@ -137,7 +137,7 @@ from typing import Any
 
 import numpy as np
 
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import liveness, paused_gc
 from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
@@ -205,9 +205,21 @@ class MemoryReport:
     message : str or None
         Why the plan falls short, if it does.
     conflict_pairs : int or None
-        Buffer pairs not ordered by happens-before (counted by the exact placement).
+        Buffer pairs not ordered by happens-before (counted by the exact placement; None
+        where the sweep placed the buffers without listing them).
     seconds : float
         Time the whole pass took.
+    stopped_early : bool
+        The exact search (modes ``"exact"`` and ``"auto"``) ran out of time, or was skipped
+        for too many buffers, before proving its arena minimal; ``plan.message`` says which.
+        False when no search ran or it finished.
+    search_bound : int
+        The least arena any placement of the safe intervals needs, as proved (the safe
+        intervals' peak, or more where the search refuted smaller arenas). The safe
+        placement may beat it on several streams; on one stream it also bounds
+        ``lower_bound``.
+    search_nodes : int
+        Search nodes the exact search visited (0 when none ran).
     """
 
     plan: MemoryPlan
@@ -228,6 +240,9 @@ class MemoryReport:
     message: str | None
     conflict_pairs: int | None
     seconds: float
+    stopped_early: bool = False
+    search_bound: int = 0
+    search_nodes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (for the widget): the report and one row per buffer.
@@ -254,6 +269,9 @@ class MemoryReport:
             message=self.message,
             conflict_pairs=self.conflict_pairs,
             seconds=self.seconds,
+            stopped_early=self.stopped_early,
+            search_bound=self.search_bound,
+            search_nodes=self.search_nodes,
         )
         return out
 
@@ -357,28 +375,14 @@ class _Analysis:
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
     vc, order = graph_clocks(graph, issue_order(graph))
-    where = {nid: i for i, nid in enumerate(order)}
-    internal = {b.id for b in graph.buffers if not b.external}
-    acc_b: list[BufferId] = []
-    acc_x: list[int] = []
-    for node in graph.nodes:
-        i = where[node.id]
-        for bid in (*node.inputs, *node.outputs):
-            if bid in internal:
-                acc_b.append(bid)
-                acc_x.append(i)
-    touched = set(acc_b)
-    ids = [b.id for b in graph.buffers if b.id in touched]
-    row = {b: k for k, b in enumerate(ids)}
+    # Plain liveness (first and last access of each arena buffer over the issue order) is
+    # the liveness analysis's; the safe intervals below extend it by happens-before.
+    acc = liveness.arena_accesses(graph, order)
+    ids = list(acc.buffers)
     n = len(ids)
     arrays = vc.arrays()
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
-    rb = np.array([row[b] for b in acc_b], dtype=np.int64)
-    x = np.array(acc_x, dtype=np.int64)
-    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    last = np.full(n, -1, dtype=np.int64)
-    np.minimum.at(first, rb, x)
-    np.maximum.at(last, rb, x)
+    rb, x, first, last = acc.row, acc.step, acc.first, acc.last
     # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
     last_clock, from_clock = arrays.bounds(rb, x, n)
     end = last + 1
@@ -870,7 +874,7 @@ def _peak(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
 def plan_memory(
     graph: ComputeGraph,
     *,
-    mode: str = "heuristic",
+    mode: str = "auto",
     time_limit: float | None = None,
     capacity: int | None = None,
 ) -> PassResult:
@@ -880,11 +884,15 @@ def plan_memory(
     ----------
     graph : ComputeGraph
         Usually the stream pass's output; nodes without a stream count as stream 0.
-    mode : {"heuristic", "exact"}
+    mode : {"auto", "heuristic", "exact"}
         Passed to the interval planner (``"exact"`` is MiniMalloc's search, and always runs
-        the interval planner).
+        the interval planner). ``"auto"`` (default) runs that search within
+        :func:`oxiwork.optimizer.memory.auto_time_limit` of the number of buffers, and only
+        where it could help: the placement above misses the lower bound and the safe
+        intervals' own bound is below it. The report says whether it stopped early
+        (``stopped_early``) and what it proved (``search_bound``).
     time_limit : float, optional
-        Seconds the exact mode may search.
+        Seconds the exact (or auto) search may take.
     capacity : int, optional
         Arena bytes the plan should fit in; a plan that does not is still returned, with
         ``fits=False`` and a ``message`` in the report.
@@ -964,9 +972,15 @@ def _plan_memory(
     if overlapping <= MAX_INTERVAL_PAIRS or mode == "exact":
         sizes = {b: by_id[b].size_bytes for b in a.ids}
         aligns = {b: by_id[b].alignment for b in a.ids}
-        plan = plan_buffers(
-            sizes, aligns, safe, mode=mode, time_limit=time_limit, capacity=capacity
-        )
+        run = mode
+        if mode == "auto" and (exact[1] <= lower or interval_lb >= exact[1]):
+            # the placement meets the bound, or no plan of the safe intervals can beat it
+            run = "heuristic"
+        plan = plan_buffers(sizes, aligns, safe, mode=run, time_limit=time_limit, capacity=capacity)
+        if plan.proved_bound > lower and len(a.members) <= 1:
+            # one stream: the safe intervals are plain liveness and two buffers conflict
+            # exactly when they overlap, so the search's bound holds for every safe arena
+            lower = plan.proved_bound
         chosen = {b: int(o) for b, o in plan.offsets.items()}
         arena, strategy = int(plan.arena_bytes), plan.strategy
         if exact[1] < arena:
@@ -987,6 +1001,7 @@ def _plan_memory(
             strategy=strategy,
             mode=mode,
             fits=None if capacity is None else arena <= capacity,
+            proved_bound=interval_lb,
         )
     offsets: dict[BufferId, int] = {}
     buffers = []
@@ -1023,6 +1038,9 @@ def _plan_memory(
         message=message,
         conflict_pairs=conflict_pairs,
         seconds=time.perf_counter() - t0,
+        stopped_early=plan.stopped_early,
+        search_bound=plan.proved_bound,
+        search_nodes=plan.nodes,
     )
     planned = graph.with_changes(buffers=buffers)
     share_bound(graph, planned)  # offsets do not change what a kernel computes

@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import matplotlib.colors
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, PathPatch
+from matplotlib.path import Path
 
 from oxiwork import cost
 from oxiwork.analysis import dominance, topo
@@ -55,6 +57,7 @@ __all__ = [
     "dag",
     "dominator_tree",
     "memory",
+    "output_histograms",
     "pass_summary",
     "streams",
 ]
@@ -67,6 +70,33 @@ LABEL_NODES = 400
 
 _INK = "#1b2430"
 _FONT = 6.5
+
+
+BATCH_ABOVE = 1500
+"""Above this many rectangles (buffers, steps) or arrows a view draws them as one compound
+path per colour instead of one path each: the same geometry in a handful of SVG elements
+(a 5,000-node plan's timeline otherwise writes 14,000 SVG paths, several seconds)."""
+
+
+def _batched_rects(ax: Axes, polys: list[Any], colors: list[str], gid: str, **kw: Any) -> None:
+    """Rectangles as one PathPatch per colour, each with gid ``gid``."""
+    by_colour: dict[str, list[Any]] = {}
+    for poly, c in zip(polys, colors, strict=True):
+        by_colour.setdefault(c, []).append(poly)
+    for c, ps in by_colour.items():
+        path = Path.make_compound_path_from_polys(np.asarray(ps, dtype=float))
+        # add_artist, not add_patch: the limits are set by the caller, and add_patch's
+        # update of them walks every Bezier segment (seconds for thousands of bars).
+        ax.add_artist(PathPatch(path, facecolor=c, edgecolor="none", gid=gid, **kw))
+
+
+def _batched_lines(ax: Axes, segs: list[Any], gid: str, **kw: Any) -> None:
+    """Segments as one Line2D broken by NaNs (one SVG path for all of them)."""
+    xy = np.full((3 * len(segs), 2), np.nan)
+    if segs:
+        arr = np.asarray(segs, dtype=float)
+        xy[0::3], xy[1::3] = arr[:, 0], arr[:, 1]
+    ax.add_line(Line2D(xy[:, 0], xy[:, 1], gid=gid, **kw))
 
 
 def new_figure(
@@ -101,18 +131,23 @@ def _unit(max_bytes: float) -> tuple[float, str]:
     return float(1024**3), "GiB"
 
 
-def _fits(ax: Axes, width: float, height: float, text: str, fontsize: float) -> bool:
-    """Whether ``text`` fits in a data-space box of ``width`` x ``height`` on ``ax``."""
+def _fitter(ax: Axes, fontsize: float) -> Callable[[float, float, str], bool]:
+    """``fits(width, height, text)``: whether ``text`` at ``fontsize`` fits in a data-space
+    box of ``width`` x ``height`` on ``ax`` (its limits set; measured once per axes, as
+    thousands of boxes are tested)."""
     fig = ax.figure
     bbox = ax.get_position()
-    w_px = bbox.width * fig.get_figwidth() * fig.dpi
-    h_px = bbox.height * fig.get_figheight() * fig.dpi
     x0, x1 = ax.get_xlim()
     y0, y1 = ax.get_ylim()
-    px_w = abs(width / (x1 - x0)) * w_px
-    px_h = abs(height / (y1 - y0)) * h_px
+    sx = bbox.width * fig.get_figwidth() * fig.dpi / abs(x1 - x0)
+    sy = bbox.height * fig.get_figheight() * fig.dpi / abs(y1 - y0)
     char = 0.6 * fontsize * fig.dpi / 72
-    return px_w > char * len(text) + 4 and px_h > 1.3 * fontsize * fig.dpi / 72
+    line = 1.3 * fontsize * fig.dpi / 72
+
+    def fits(width: float, height: float, text: str) -> bool:
+        return width * sx > char * len(text) + 4 and height * sy > line
+
+    return fits
 
 
 # ---------------------------------------------------------------------- DAG by level
@@ -178,12 +213,23 @@ def dag(
     pos, bands = _dag_positions(graph, info)
     cols = min(len(info.level_widths), 48) or 1
     width = max(info.level_widths, default=1)
-    fig, ax = _axes(ax, (min(18.0, 2 + cols * 0.36), min(24.0, 1.5 + bands * (width + 1.5) * 0.32)))
+    fig, ax = _axes(
+        ax, (min(18.0, max(5.0, 2 + cols * 0.36)), min(24.0, 1.5 + bands * (width + 1.5) * 0.32))
+    )
+
+    def faint_across_bands(segs: list[Any], colour: str) -> list[Any]:
+        # An edge into the next band runs back across the figure: draw it faintly, so the
+        # bands stay readable and the edge can still be followed.
+        rgba = matplotlib.colors.to_rgba(colour)
+        return [rgba if b[0] >= a[0] else (*rgba[:3], 0.18) for a, b in segs]
+
     segs = [(pos[a], pos[b]) for a, b in graph.edges]
-    ax.add_collection(LineCollection(segs, colors="#9aa5b4", linewidths=0.6, gid="edges"))
+    ax.add_collection(LineCollection(segs, colors=faint_across_bands(segs, "#9aa5b4"),
+                                     linewidths=0.6, gid="edges"))  # fmt: skip
     path = info.critical_path
     crit = [(pos[a], pos[b]) for a, b in itertools.pairwise(path)]
-    ax.add_collection(LineCollection(crit, colors=st.STRONG, linewidths=1.8, gid="critical path"))
+    ax.add_collection(LineCollection(crit, colors=faint_across_bands(crit, st.STRONG),
+                                     linewidths=1.8, gid="critical path"))  # fmt: skip
     max_slack = max(info.slack.values(), default=0.0)
     ids = list(info.order)
     xy = np.array([pos[i] for i in ids]) if ids else np.zeros((0, 2))
@@ -200,13 +246,21 @@ def dag(
     if n <= LABEL_NODES:
         for i in ids:
             x, y = pos[i]
-            ax.text(x, y - 0.28, st.clip(graph.node(i).name, 14), fontsize=_FONT - 1.5, parse_math=False,
-                    ha="center", va="top", color=_INK, gid="label")  # fmt: skip
+            # Neighbouring levels label below and above in turn, so names along a chain
+            # do not run into each other.
+            up = int(x) % 2 == 1
+            ax.text(x, y + (0.28 if up else -0.28), st.clip(graph.node(i).name, 14),
+                    fontsize=_FONT - 1.5, parse_math=False, ha="center",
+                    va="bottom" if up else "top", color=_INK, gid="label")  # fmt: skip
+        # The names sit 0.28 above or below their nodes: keep them inside the axes, which a
+        # chain (one row of nodes) would otherwise squeeze to a sliver around y = 0.
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, float(xy[:, 1].min()) - 0.7), max(hi, float(xy[:, 1].max()) + 0.7))
     ax.set_xlabel("level (edges from a source)" + (", folded into bands" if bands > 1 else ""))
     ax.set_yticks([])
     ax.margins(0.04)
     ax.set_title(
-        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')}; "
+        f"DAG by level: {st.plural(n, 'node')}, {st.plural(len(info.level_widths), 'level')};\n"
         f"critical path {st.plural(len(path), 'node')}, {st.format_time(info.makespan)} "
         "(cost model, no launch overheads)",
         fontsize=9,
@@ -329,11 +383,13 @@ def dominator_tree(
             x, y = pos[v]
             name = root if v is None else st.clip(graph.node(v).name, 18)
             leaf = v is not None and not kids[v]
-            # Leaves are labelled downwards (they have room), inner nodes to the right.
-            ax.text(x + (0 if leaf else 0.15), y - (0.12 if leaf else 0), name, parse_math=False,
-                    fontsize=_FONT - 1, rotation=90 if leaf else 0,
-                    ha="center" if leaf else "left", va="top" if leaf else "center",
-                    color=_INK, gid="label")  # fmt: skip
+            # Leaves are labelled downwards (they have room); inner nodes on a slant up and
+            # to the right, so the labels of siblings one leaf apart run parallel instead of
+            # overlapping.
+            ax.text(x + (0 if leaf else 0.12), y - (0.12 if leaf else -0.08), name,
+                    parse_math=False, fontsize=_FONT - 1, rotation=90 if leaf else 35,
+                    rotation_mode="anchor", ha="right" if leaf else "left",
+                    va="center" if leaf else "bottom", color=_INK, gid="label")  # fmt: skip
     ax.set_yticks([])
     ax.set_xticks([])
     ax.set_ylabel("depth")
@@ -354,7 +410,8 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
     Returns
     -------
     Figure
-        Collection ``buffers`` (one rectangle per planned buffer), lines ``arena``,
+        Collection ``buffers`` (one rectangle per planned buffer; above
+        :data:`BATCH_ABOVE` buffers, one compound patch per colour), lines ``arena``,
         ``lower bound`` (and ``liveness lower bound``), texts ``label``.
 
     Examples
@@ -381,16 +438,20 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
     clique = (
         set(rep.conflict_clique) if rep.conflict_lower_bound > rep.liveness_lower_bound else set()
     )
-    ax.add_collection(
-        PolyCollection(
-            polys,
-            facecolors=[st.buffer_color(r["id"]) for r in rows],
-            edgecolors=[_INK if r["id"] in clique else "white" for r in rows],
-            linewidths=0.6,
-            alpha=0.85,
-            gid="buffers",
+    colours = [st.buffer_color(r["id"]) for r in rows]
+    if len(rows) > BATCH_ABOVE:
+        _batched_rects(ax, polys, colours, "buffers", alpha=0.85)
+    else:
+        ax.add_collection(
+            PolyCollection(
+                polys,
+                facecolors=colours,
+                edgecolors=[_INK if r["id"] in clique else "white" for r in rows],
+                linewidths=0.6,
+                alpha=0.85,
+                gid="buffers",
+            )
         )
-    )
     ax.set_xlim(0, steps)
     ax.set_ylim(0, top / scale * 1.08)
     ax.axhline(rep.arena_bytes / scale, color=_INK, lw=1.2, gid="arena",
@@ -402,9 +463,10 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
                    gid="liveness lower bound",
                    label=f"liveness lower bound {st.format_bytes(rep.liveness_lower_bound)} "
                    "(one order)")  # fmt: skip
+    fits = _fitter(ax, _FONT)
     for r in rows:
         name = names.get(r["id"], f"#{r['id']}")
-        if _fits(ax, r["end"] - r["start"], r["size"] / scale, name, _FONT):
+        if fits(r["end"] - r["start"], r["size"] / scale, name):
             ax.text(r["start"] + 0.2, (r["offset"] + r["size"] / 2) / scale, name, parse_math=False,
                     fontsize=_FONT, va="center", ha="left", color="white", gid="label",
                     clip_on=True)  # fmt: skip
@@ -430,25 +492,29 @@ def _timeline_panel(plan: ExecutionPlan, mode: str, ax: Axes) -> None:
          (b.end * us, b.stream + h), (b.start * us, b.stream + h)]
         for b in tl.bars
     ]  # fmt: skip
-    ax.add_collection(
-        PolyCollection(
-            polys,
-            facecolors=[st.stream_color(b.stream) for b in tl.bars],
-            edgecolors="white",
-            linewidths=0.3,
-            gid="steps",
+    colours = [st.stream_color(b.stream) for b in tl.bars]
+    big = len(tl.bars) > BATCH_ABOVE or len(tl.arrows) > BATCH_ABOVE
+    if big:
+        _batched_rects(ax, polys, colours, "steps")
+    else:
+        ax.add_collection(
+            PolyCollection(
+                polys, facecolors=colours, edgecolors="white", linewidths=0.3, gid="steps"
+            )
         )
-    )
     start = {b.step: b.start for b in tl.bars}
     arrows = [
         ((a.time * us, a.from_stream + (h if a.to_stream > a.from_stream else -h)),
          (start[a.wait] * us, a.to_stream - (h if a.to_stream > a.from_stream else -h)))
         for a in tl.arrows
     ]  # fmt: skip
-    ax.add_collection(
-        LineCollection(arrows, colors=st.STRONG, linewidths=0.8, alpha=0.6, gid="event arrows")
-    )
-    if arrows:
+    if big:
+        _batched_lines(ax, arrows, "event arrows", color=st.STRONG, linewidth=0.4, alpha=0.25)
+    else:
+        ax.add_collection(
+            LineCollection(arrows, colors=st.STRONG, linewidths=0.8, alpha=0.6, gid="event arrows")
+        )
+    if arrows and not big:
         heads = np.array([seg[1] for seg in arrows])
         down = np.array([a.to_stream > a.from_stream for a in tl.arrows])
         for mask, marker in ((down, "v"), (~down, "^")):
@@ -457,9 +523,10 @@ def _timeline_panel(plan: ExecutionPlan, mode: str, ax: Axes) -> None:
                            alpha=0.75, zorder=4, gid="arrow heads")  # fmt: skip
     ax.set_xlim(0, max(tl.makespan * us, 1e-3) * 1.02)
     ax.set_ylim(tl.num_streams - 0.5, -0.5)
+    fits = _fitter(ax, _FONT - 0.5)
     for b in tl.bars:
         name = st.clip(b.name, 24)
-        if _fits(ax, (b.end - b.start) * us, 2 * h, name, _FONT - 0.5):
+        if fits((b.end - b.start) * us, 2 * h, name):
             ax.text(b.start * us, b.stream, " " + name, fontsize=_FONT - 0.5, va="center", parse_math=False,
                     ha="left", color="white", gid="label", clip_on=True)  # fmt: skip
     ax.set_yticks(range(tl.num_streams), [f"stream {s}" for s in range(tl.num_streams)])
@@ -489,7 +556,8 @@ def streams(
     -------
     Figure
         Per panel: collections ``steps`` (one bar per plan step) and ``event arrows`` (one
-        segment per event wait).
+        segment per event wait); above :data:`BATCH_ABOVE` of either, patches ``steps``
+        (one compound path per stream) and a line ``event arrows`` (segments split by NaN).
 
     Examples
     --------
@@ -604,6 +672,40 @@ def buffer_histogram(source: Any, name: str | None = None, *, ax: Axes | None = 
     return fig
 
 
+def output_histograms(plan: ExecutionPlan, *, seed: int = 0, most: int = 3) -> Figure:
+    """Value histograms of the plan's downloaded outputs after a simulated run
+    (:class:`~oxiwork.executor.simulator.SequentialExecutor`, inputs generated from ``seed``),
+    one panel per output, at most ``most`` (by name).
+
+    Examples
+    --------
+    >>> from oxiwork.examples import quick_start
+    >>> fig = output_histograms(ExecutionPlan.build(quick_start()))
+    >>> [a.get_title().split(":")[0] for a in fig.axes]
+    ['output']
+    """
+    import warnings
+
+    from oxiwork import reference
+    from oxiwork.executor.simulator import SequentialExecutor, input_names
+
+    inputs = {
+        n: reference.generated_input(plan.original.buffer_by_name(n), seed=seed)
+        for n in input_names(plan)
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # generated inputs: expected here
+        outputs = SequentialExecutor(plan).run(inputs, seed=seed).outputs
+    if not outputs:
+        raise InvalidArgument("the plan has no downloaded outputs with values to show")
+    names = sorted(outputs)[:most]
+    fig = new_figure((5.0 * len(names), 2.8), wspace=0.3)
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        buffer_histogram(outputs[name], name, ax=ax)
+    return fig
+
+
 VIEWS = {
     "dag": lambda plan: dag(plan.original),
     "dominators": lambda plan: dominator_tree(plan.original),
@@ -611,5 +713,6 @@ VIEWS = {
     "memory": memory,
     "streams": streams,
     "passes": pass_summary,
+    "histograms": output_histograms,
 }
 """Every view that a plan alone determines, by name (the CLI's ``--view`` and the report)."""

@@ -16,14 +16,17 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from oxiwork.budget import check_growth
 from oxiwork.builder import GraphBuilder
-from oxiwork.error import InvalidArgument, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.error import InvalidArgument, MessageError, UnknownBuffer, UnknownNode, UnsupportedOp
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, MemcpyDir, NodeId
+from oxiwork.ops.program import bind
 
 __all__ = ["EDITS", "apply_edit"]
 
@@ -102,8 +105,16 @@ def _add_kernel(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
     kb.inputs(ins).outputs(outs)
     if m.get("params"):
         kb.params(**m["params"])
-    _append(g, b, kb.finish(), ins, outs)
-    return b.build()
+    nid = kb.finish()
+    _append(g, b, nid, ins, outs)
+    new = b.build()
+    node = new.node(nid)
+    if node.op is not None:
+        # A kernel of a known op must fit it (arity, parameter names and types, shapes)
+        # now, not when the simulator reaches it; an opaque kernel has nothing to check.
+        with contextlib.suppress(UnsupportedOp):
+            bind(new, node)
+    return new
 
 
 def _add_memcpy(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
@@ -167,9 +178,8 @@ def _delete(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
 
 def _rename(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
     new = m["name"]
-    # The builder's name rules (non-empty, no control characters, length) apply to renames.
-    probe = GraphBuilder()
-    probe.add_barrier(new)
+    # The name rule (oxiwork.validate.name) is applied by with_changes to the renamed node
+    # or buffer, with the builder's message.
     if "node" in m:
         nid = _node(g, m["node"])
         nodes = tuple(n.replace(name=new) if n.id == nid else n for n in g.nodes)
@@ -197,7 +207,9 @@ def apply_edit(graph: ComputeGraph, message: dict[str, Any]) -> ComputeGraph:
     """Apply one validated edit request to ``graph`` and return the new, verified graph.
 
     Raises the builder's :class:`~oxiwork.error.GraphError` for an invalid edit (the caller
-    keeps ``graph``), or :class:`~oxiwork.error.MessageError` for a type that is not an edit.
+    keeps ``graph``), :class:`~oxiwork.error.BudgetExceeded` for an edit growing the graph
+    past :func:`oxiwork.budget.current`, or :class:`~oxiwork.error.MessageError` for a type
+    that is not an edit.
 
     >>> from oxiwork.examples import quick_start
     >>> g = quick_start()
@@ -210,4 +222,6 @@ def apply_edit(graph: ComputeGraph, message: dict[str, Any]) -> ComputeGraph:
     fn = EDITS.get(message.get("type", ""))
     if fn is None:
         raise MessageError(f"{message.get('type')!r} is not an edit")
-    return fn(graph, message)
+    new = fn(graph, message)
+    check_growth(graph, new)  # nodes, buffers and bytes within oxiwork.budget.current()
+    return new

@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from oxiwork.error import MessageError
+from oxiwork import validate as rules
+from oxiwork.error import InvalidArgument, MessageError
 from oxiwork.executor.simulator import POLICIES
 from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
@@ -34,7 +35,9 @@ __all__ = ["MAX_LIST", "MAX_MESSAGE_BYTES", "MAX_STRING", "SCHEMAS", "Field", "v
 MAX_MESSAGE_BYTES = 32 * 1024
 MAX_STRING = 256
 MAX_LIST = 64
-MAX_INT = 2**62
+# Integers (ids, indices, sizes) beyond the largest size a graph can hold are junk; this
+# also keeps them exact in the frontend's JavaScript numbers.
+MAX_INT = rules.MAX_SIZE_BYTES
 
 SIM_ACTIONS = ("step", "back", "run", "reset")
 DIRECTIONS = ("h2d", "d2h", "d2d")
@@ -45,7 +48,7 @@ DTYPE_NAMES = ("float32", "float64", "float16", "int32", "int64", "uint8")
 class Field:
     """One field of a message: its kind, whether it is required, allowed values."""
 
-    kind: str  # "int", "bool", "str", "int_or_name", "list_ids", "dims", "params"
+    kind: str  # "int", "bool", "str", "name", "int_or_name", "list_ids", "dims", "params"
     required: bool = True
     nullable: bool = False
     choices: tuple[str, ...] = ()
@@ -66,6 +69,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "drop_event": Field("int", required=False, nullable=True),
     },
     "inspect": {"buffer": Field("int")},
+    # Pin the current plan for the Compare tab (clear: forget the pinned one).
+    "pin": {"clear": Field("bool", required=False)},
     "set_memory_mode": {"mode": Field("str", choices=MEMORY_MODES)},
     "set_stream_mode": {"mode": Field("str", choices=STREAM_MODES)},
     # Pipeline options (ExecutionPlan.build): the ones given change, the others stay.
@@ -78,12 +83,12 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     # Sent by the frontend after its first draw: run the pass pipeline, fill its views.
     "load_passes": {},
     "add_buffer": {
-        "name": Field("str"),
+        "name": Field("name"),
         "size_bytes": Field("int"),
         "dtype": Field("str", required=False, choices=DTYPE_NAMES),
     },
     "add_kernel": {
-        "name": Field("str"),
+        "name": Field("name"),
         "op": Field("str", required=False, nullable=True),
         "inputs": Field("list_ids"),
         "outputs": Field("list_ids"),
@@ -92,7 +97,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "params": Field("params", required=False),
     },
     "add_memcpy": {
-        "name": Field("str"),
+        "name": Field("name"),
         "src": Field("int_or_name", required=False, nullable=True),
         "dst": Field("int_or_name", required=False, nullable=True),
         "direction": Field("str", choices=DIRECTIONS),
@@ -103,7 +108,7 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "rename": {
         "node": Field("int", required=False),
         "buffer": Field("int", required=False),
-        "name": Field("str"),
+        "name": Field("name"),
     },
 }
 
@@ -117,12 +122,20 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -MAX_INT <= v <= MAX_INT
 
 
+def _rule(rule: Any, v: Any, where: str, **kw: Any) -> Any:
+    """Apply an :mod:`oxiwork.validate` rule; its refusal is a MessageError, same words."""
+    try:
+        return rule(v, where, **kw)
+    except InvalidArgument as e:
+        raise MessageError(str(e)) from None
+
+
 def _check_str(where: str, v: Any) -> str:
+    # Every string is echoed somewhere (a reply, an error, a name): it must be text that
+    # Jupyter can send back (valid Unicode, no control characters).
     if not isinstance(v, str):
         raise MessageError(f"{where} must be a string, got {type(v).__name__}")
-    if len(v) > MAX_STRING:
-        raise MessageError(f"{where} is {len(v)} characters; at most {MAX_STRING} are allowed")
-    return v
+    return _rule(rules.text, v, where, max_length=MAX_STRING)
 
 
 def _check_field(mtype: str, name: str, f: Field, v: Any) -> Any:
@@ -142,6 +155,9 @@ def _check_field(mtype: str, name: str, f: Field, v: Any) -> Any:
         if not isinstance(v, bool):
             raise MessageError(f"{where} must be true or false, got {v!r:.60}")
         return v
+    if f.kind == "name":
+        _check_str(where, v)
+        return _rule(rules.name, v, where)
     if f.kind == "str":
         s = _check_str(where, v)
         if f.choices and s not in f.choices:
@@ -172,10 +188,8 @@ def _check_field(mtype: str, name: str, f: Field, v: Any) -> Any:
             raise MessageError(f"{where} has {len(v)} entries; at most {MAX_LIST} are allowed")
         for k, x in v.items():
             _check_str(f"{where} key", k)
-            if isinstance(x, str):
-                _check_str(f"{where}.{k}", x)
-            elif not isinstance(x, (int, float, bool)):
-                raise MessageError(f"{where}.{k} must be a number, string or boolean")
+            _rule(rules.param_name, k, f"{where} key")
+            _rule(rules.param_value, x, f"{where}.{k}")
         return v
     raise AssertionError(f"unknown field kind {f.kind}")  # a bug in SCHEMAS
 
@@ -231,6 +245,7 @@ def validate(content: Any, buffers: list[Any] | None = None) -> dict[str, Any]:
     rid = content.get("request_id", "")
     if not isinstance(rid, str) or len(rid) > 64:
         raise MessageError(f"{mtype}.request_id must be a string of at most 64 characters")
+    _rule(rules.text, rid, f"{mtype}.request_id", max_length=64)
     schema = SCHEMAS[mtype]
     extra = sorted(set(content) - set(schema) - {"type", "request_id"})
     if extra:

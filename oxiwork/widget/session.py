@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oxiwork.budget import Budget, using
 from oxiwork.error import GraphError, InvalidArgument, InvalidPlan
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.races import drop_event as _drop_event
@@ -177,6 +178,9 @@ class Session:
     lazy
         Run the pipeline on first access to :attr:`stages`, :attr:`plan`, :attr:`notes` or
         :attr:`sim` (or on :meth:`load`) instead of now.
+    budget
+        The :class:`~oxiwork.budget.Budget` the simulator and the reference run allocate
+        under (``None``: the one in force, see :func:`oxiwork.budget.current`).
 
     Attributes
     ----------
@@ -202,8 +206,8 @@ class Session:
     """
 
     __slots__ = ("_dropped", "_events", "_loaded", "_notes", "_plan", "_policy", "_reference",
-                 "_sim", "_sim_plan", "_stages", "_to_plan", "fusion", "graph", "max_group_size",
-                 "max_streams", "memory_mode", "seconds")  # fmt: skip
+                 "_sim", "_sim_plan", "_stages", "_to_plan", "budget", "fusion", "graph",
+                 "max_group_size", "max_streams", "memory_mode", "seconds")  # fmt: skip
 
     def __init__(
         self,
@@ -214,6 +218,7 @@ class Session:
         fusion: bool = True,
         max_group_size: int = 16,
         lazy: bool = False,
+        budget: Budget | None = None,
     ) -> None:
         # Checked here, not in the pipeline: a bad option is the caller's mistake, to raise,
         # while the pipeline's errors are about the graph and end up in notes.
@@ -221,6 +226,8 @@ class Session:
         self.fusion = bool(check_option("fusion", fusion))
         self.max_group_size = int(check_option("max_group_size", max_group_size))
         self.graph = graph
+        #: The work budget the simulators run under (oxiwork.budget; None: the default).
+        self.budget = budget
         self.memory_mode = memory_mode
         self.seconds = 0.0
         self._stages: list[Stage] = [Stage("input", graph)]
@@ -351,7 +358,8 @@ class Session:
             # shows it in the simulator panel instead).
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self._sim = Simulator(plan)
+                with using(self.budget):
+                    self._sim = Simulator(plan)
             self._sim_plan = plan
         except Exception as e:  # GraphError or an engine bug: the panel shows it
             self._notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
@@ -485,7 +493,11 @@ class Session:
         sim_plan = plan if new_drop is None else _drop_event(plan, new_drop)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # generated inputs, as in _build
-            sim = Simulator(sim_plan, policy=new_policy, seed=self._sim.seed)
+            # A dropped event breaks the plan on purpose: step through it anyway.
+            with using(self.budget):
+                sim = Simulator(
+                    sim_plan, policy=new_policy, seed=self._sim.seed, verify=sim_plan is plan
+                )
         to_plan = None
         if sim_plan is not plan:
             index = {st.node: st.index for st in plan.steps}
@@ -510,7 +522,8 @@ class Session:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # generated inputs
-                    ref = SequentialExecutor(self.plan).run(seed=self._sim.seed).outputs
+                    with using(self.budget):
+                        ref = SequentialExecutor(self.plan).run(seed=self._sim.seed).outputs
             except Exception as e:  # GraphError or an engine bug: no reference to compare
                 self._reference = f"{type(e).__name__}: {e}"
                 return None

@@ -79,9 +79,11 @@ __all__ = [
     "node_details",
     "ops_section",
     "pack_dag",
+    "plan_figures",
     "replan_memory",
     "streams_section",
     "summary_section",
+    "topo_analysis",
     "topo_info",
     "unavailable",
     "unpack_dag",
@@ -172,14 +174,9 @@ def unpack_dag(blob: bytes) -> dict[str, list[Any]]:
 
 
 def _levels(graph: ComputeGraph) -> list[int]:
-    """ASAP level (longest path in edges from a source) per dense position."""
-    d = graph.dense()
-    level = [0] * len(d.ids)
-    for v in d.topo:
-        for u in d.pred[v]:
-            if level[u] + 1 > level[v]:
-                level[v] = level[u] + 1
-    return level
+    """ASAP level per dense position (:func:`oxiwork.analysis.topo.level_positions`), as a
+    list the caller may extend with ghosts."""
+    return list(topo.level_positions(graph))
 
 
 # An engine bug in an analysis must not take the drawing down: the view draws without it
@@ -212,6 +209,7 @@ def dag_section(
     removed: Iterable[NodeId] = (),
     title: str = "",
     pass_index: int = 0,
+    analysis: tuple[TopoInfo | None, str] | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """The DAG view's columns for ``graph`` (and ghosts of the nodes a pass removed).
 
@@ -225,6 +223,9 @@ def dag_section(
         Node ids the pass created (in ``graph``) and removed (from ``before``).
     title, pass_index
         Shown in the header; which slider position this is.
+    analysis
+        :func:`topo_analysis` of ``graph`` if the caller has it (the cost model is the
+        expensive part of a big graph's view: computed once per graph, not per section).
 
     Returns
     -------
@@ -245,7 +246,7 @@ def dag_section(
     pos = dict(d.pos)
     nodes = [graph.node(i) for i in ids]
     level = _levels(graph)
-    info, topo_error = _topo(graph)
+    info, topo_error = analysis if analysis is not None else _topo(graph)
     doms, dom_error = _dominance(graph)
     created_set = set(created)
     state = [STATE_CREATED if i in created_set else STATE_NORMAL for i in ids]
@@ -372,6 +373,7 @@ def summary_section(
     graph: ComputeGraph,
     plan: ExecutionPlan | None = None,
     notes: Mapping[str, str] | None = None,
+    analysis: tuple[TopoInfo | None, str] | None = None,
 ) -> list[list[str]]:
     """Graph-level facts for the details panel when nothing is selected: ``[label, value]``.
 
@@ -393,7 +395,7 @@ def summary_section(
             f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
         ],
     ]
-    info, _ = _topo(graph)
+    info, _ = analysis if analysis is not None else _topo(graph)
     if info is not None:
         rows.append(
             [
@@ -458,6 +460,17 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float):
         return v if math.isfinite(v) else str(v)
     return str(v)
+
+
+def topo_analysis(graph: ComputeGraph) -> tuple[TopoInfo | None, str]:
+    """The topological analysis under the cost model and, if the engine failed, why.
+
+    >>> from oxiwork.examples import quick_start
+    >>> info, error = topo_analysis(quick_start())
+    >>> info.makespan > 0, error
+    (True, '')
+    """
+    return _topo(graph)
 
 
 def topo_info(graph: ComputeGraph) -> TopoInfo | None:
@@ -704,6 +717,42 @@ def streams_section(
         "launches": sum(1 for st in plan.steps if st.kind in LAUNCHED),
         "overheads": {"stream": p.launch_overhead_stream, "graph": p.launch_overhead_graph},
         "time_unit": "s",
+    }
+
+
+MAX_COMPARED_NAMES = 2000
+"""Most kernels whose names :func:`plan_figures` lists (the compare view diffs them)."""
+
+
+def plan_figures(plan: ExecutionPlan, profile: cost.DeviceProfile | None = None) -> dict[str, Any]:
+    """The figures the compare view sets side by side for a plan: its options, kernels,
+    steps, streams, events, arena and the modelled times (each named as in the stream view).
+
+    >>> from oxiwork.examples import quick_start
+    >>> f = plan_figures(ExecutionPlan.build(quick_start()))
+    >>> f["kernels"], f["events"], f["kernel_names"]
+    (1, 0, ['relu+scale'])
+    """
+    p = profile or cost.DeviceProfile()
+    tl = timeline(plan, p, "graph")
+    costs, _ = _guarded("cost model", lambda: cost.node_costs(plan.graph, p))
+    info, _ = _guarded("topological analysis", lambda: topo.analyze(plan.graph, costs=costs))
+    kernels = sorted(n.name for n in plan.graph.nodes if n.is_kernel)
+    mem = plan.memory
+    return {
+        "options": {k: plan.options[k] for k in ("max_streams", "fusion", "max_group_size")},
+        "kernels": len(kernels),
+        "kernels_before_fusion": int(plan.kernel_count_original),
+        # For the diff of kernels (none listed for huge plans: the counts still compare).
+        "kernel_names": kernels if len(kernels) <= MAX_COMPARED_NAMES else [],
+        "steps": len(plan.steps),
+        "streams": int(plan.num_streams),
+        "events": int(plan.event_count),
+        "arena_bytes": int(plan.pool_bytes),
+        "lower_bound_bytes": int(mem.lower_bound) if mem is not None else None,
+        "graph_launch": float(tl.totals["graph"]),
+        "stream_launches": float(tl.totals["stream"]),
+        "critical_path": float(info.makespan) if info is not None else None,
     }
 
 

@@ -48,8 +48,8 @@ True
 
 from __future__ import annotations
 
+import json
 import pathlib
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -59,6 +59,7 @@ import anywidget
 import numpy as np
 import traitlets
 
+from oxiwork.budget import Budget, using
 from oxiwork.builder import GraphBuilder, GraphWarning
 from oxiwork.error import (
     ExecutionError,
@@ -95,6 +96,37 @@ MAX_ERRORS = 20
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+
+
+# What Workbench._set_graph saves and restores when installing a graph fails.
+_SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
+                 "sim_state", "inspector", "inspector_values")  # fmt: skip
+_CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
+_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
+
+
+def _sendable_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_sendable(state: dict[str, Any]) -> None:
+    """Refuse state Jupyter cannot send: its JSON must be strict (no NaN) and UTF-8 (no lone
+    surrogates), as ``jupyter_client.session.json_packer`` writes it."""
+    try:
+        json.dumps(
+            {k: v for k, v in state.items() if not isinstance(v, bytes)},
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as e:
+        raise InvalidArgument(
+            f"the workbench cannot send this graph's views ({type(e).__name__}: {e}); "
+            "please report it"
+        ) from None
 
 
 class NotAGraph(InvalidArgument, TypeError):
@@ -142,6 +174,10 @@ class Workbench(anywidget.AnyWidget):
         for it after its first draw (or when Python needs it). ``False`` runs it in the
         constructor, so the first synced state is complete (for headless runs whose saved
         widget state should hold every view).
+    budget
+        The :class:`~oxiwork.budget.Budget` of this workbench's requests: how many bytes the
+        simulator may allocate, how many nodes and buffers edits may grow the graph to
+        (``None``: :func:`oxiwork.budget.current`).
 
     Attributes
     ----------
@@ -175,6 +211,8 @@ class Workbench(anywidget.AnyWidget):
     errors = traitlets.List(traitlets.Dict()).tag(sync=True)
     inspector = traitlets.Dict().tag(sync=True)
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
+    #: A pinned plan's figures (:meth:`pin`), compared with the current plan's in the Compare tab.
+    pinned = traitlets.Dict().tag(sync=True)
     # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
     # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
     # them without unpacking; set_options changes several with one rebuild.
@@ -191,9 +229,14 @@ class Workbench(anywidget.AnyWidget):
         max_group_size: int = 16,
         memory_mode: str = "heuristic",
         progressive: bool = True,
+        budget: Budget | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidOption(f"Workbench budget must be a Budget, got {type(budget).__name__}")
+        #: Work limits of this workbench's requests (oxiwork.budget; None: the default).
+        self.budget = budget
         # No session yet, so these only check the values (see _on_option).
         self.max_streams = max_streams
         self.fusion = fusion
@@ -221,6 +264,35 @@ class Workbench(anywidget.AnyWidget):
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
         #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
+        if progressive:
+            self._fill_after_cell()
+
+    def _fill_after_cell(self) -> None:
+        """In IPython, run the passes once the cell that made this workbench has finished.
+
+        The cell's output (the input DAG) has been sent by then, so the frontend still draws
+        first; the passes then fill the views whether or not a frontend asks for them, so a
+        notebook executed headless (nbconvert, nbclient) saves the full pipeline's views in
+        its widget state, not only the input DAG. The frontend's ``load_passes`` request
+        finds them computed. Outside IPython nothing changes.
+        """
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
+            return
+        ip = get_ipython()
+        if ip is None or not hasattr(ip, "events"):
+            return
+        events = ip.events
+
+        def fill(*_args: Any) -> None:
+            events.unregister("post_run_cell", fill)
+            try:
+                self.load_passes()
+            except Exception as e:  # the views show the engine's errors; never break the cell
+                self._error("", e, internal=not isinstance(e, GraphError))
+
+        events.register("post_run_cell", fill)
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -386,6 +458,52 @@ class Workbench(anywidget.AnyWidget):
         finally:
             self._setting_options = False
 
+    def pin(self) -> dict[str, Any]:
+        """Pin the current plan's figures, to compare other settings against; return them.
+
+        The Compare tab sets them beside the current plan's (:func:`viewmodel.plan_figures`:
+        kernels, steps, streams, events, arena, modelled times) and lists the kernels only one
+        of the two has. Change an option (``w.max_streams = 1``, ``w.fusion = False``) and
+        the comparison follows; the pin stays until :meth:`unpin` or another :meth:`pin`.
+
+        Raises
+        ------
+        InvalidPlan
+            The pipeline failed on the graph: there is no plan to pin.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1))
+        >>> w.pin()["options"]["max_streams"]
+        4
+        >>> w.set_options(max_streams=1)
+        True
+        >>> w.load_passes()
+        >>> w.pinned["streams"], w.view["figures"]["streams"]
+        (4, 1)
+        """
+        self.load_passes()
+        if self.session.plan is None:
+            raise InvalidPlan(f"no plan to pin: {self.session.notes['plan']}; fix the graph")
+        self.pinned = self._figures() or {}
+        return dict(self.pinned)
+
+    def unpin(self) -> None:
+        """Forget the pinned plan (:meth:`pin`)."""
+        self.pinned = {}
+
+    def _figures(self) -> dict[str, Any] | None:
+        s = self.session
+        if not s.loaded or s.plan is None:
+            return None
+        if self._figures_cache[0] is not s.plan:
+            figures = _section("plan figures", lambda: vm.plan_figures(s.plan))
+            self._figures_cache = (s.plan, figures)
+        return self._figures_cache[1]
+
+    _figures_cache: tuple[Any, dict[str, Any] | None] = (None, None)
+
     @property
     def sim_settings(self) -> dict[str, Any]:
         """The simulator's settings: ``{"policy": ..., "drop_event": ...}`` (see
@@ -466,6 +584,7 @@ class Workbench(anywidget.AnyWidget):
             fusion=self.fusion,
             max_group_size=self.max_group_size,
             lazy=lazy,
+            budget=self.budget,
         )
 
     def _set_graph(self, graph: ComputeGraph) -> None:
@@ -473,9 +592,38 @@ class Workbench(anywidget.AnyWidget):
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
         session = self._new_session(graph, lazy=lazy)
-        # Commit only after the engine accepted the graph.
-        self._graph = graph
-        self._install(session)
+        # Commit only after the engine accepted the graph, and all or nothing: if drawing
+        # the new views or sending them fails, the workbench goes back to the old graph.
+        saved = self._snapshot()
+        try:
+            with self.hold_sync():
+                self._graph = graph
+                self._install(session)
+                _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
+        except BaseException:
+            self._restore(saved)
+            raise
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """What :meth:`_install` changes, to put back with :meth:`_restore`."""
+        caches = {k: dict(getattr(self, k)) for k in _CACHES}
+        extra = {k: getattr(self, k) for k in _PLAIN_STATE}
+        traits = {k: getattr(self, k) for k in _SYNCED_STATE}
+        return self._graph, self.session, caches, extra, traits
+
+    def _restore(self, saved: tuple[Any, ...]) -> None:
+        graph, session, caches, extra, traits = saved
+        self._graph, self.session = graph, session
+        for k, v in caches.items():
+            getattr(self, k).clear()
+            getattr(self, k).update(v)
+        for k, v in extra.items():
+            setattr(self, k, v)
+        # Straight into the trait store: these values were valid and on screen, and going
+        # through the observers would redraw (and could fail) again.
+        for k, v in traits.items():
+            self._trait_values[k] = v
+        self.send_state(list(traits))
 
     def _apply_options(self) -> None:
         """Re-plan the current graph with the option traits, if they differ from the plan's."""
@@ -571,7 +719,7 @@ class Workbench(anywidget.AnyWidget):
             title = "input graph" if index == 0 else f"after {st.name}"
             self._dag_cache[index] = vm.dag_section(
                 st.graph, before=st.before, created=st.created, removed=st.removed,
-                title=title, pass_index=index,
+                title=title, pass_index=index, analysis=self._analysis(index),
             )  # fmt: skip
         return self._dag_cache[index]
 
@@ -699,7 +847,7 @@ class Workbench(anywidget.AnyWidget):
                 # Both steps of the pair (real-plan indices), so the views mark them.
                 "step": b, "node": int(steps[b].node), "first": a,
                 "first_node": int(steps[a].node), "buffer": names.get(r.buffers[0], -1),
-                "message": _real_steps(str(r.message), r, s),
+                "message": r.describe(s.plan_step),
                 "observed": r.observed is not None, "manifested": bool(r.manifested),
             })  # fmt: skip
         e = s.dropped_event
@@ -751,6 +899,8 @@ class Workbench(anywidget.AnyWidget):
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
             "summary": self._summary(),
+            # The current plan's figures, for the Compare tab (None until the passes ran).
+            "figures": self._figures(),
             "editable": self._stage_index() == 0,
             "edit_reason": "" if self._stage_index() == 0 else
             "Edits apply to the input graph: move the pass slider back to 'input' to build.",
@@ -767,10 +917,20 @@ class Workbench(anywidget.AnyWidget):
         s = self.session
         if not s.loaded:
             # Not cached: the same stage gets its plan row once the passes have run.
-            return vm.summary_section(s.input_stage.graph, None, {"plan": PENDING})
+            graph = s.input_stage.graph
+            return vm.summary_section(graph, None, {"plan": PENDING}, self._analysis(0))
         if i not in self._summary_cache:
-            self._summary_cache[i] = vm.summary_section(s.stages[i].graph, s.plan, s.notes)
+            self._summary_cache[i] = vm.summary_section(
+                s.stages[i].graph, s.plan, s.notes, self._analysis(i)
+            )
         return self._summary_cache[i]
+
+    def _analysis(self, index: int) -> tuple[Any, str]:
+        """The topological analysis of stage ``index``'s graph, once per session and stage
+        (the DAG columns, the summary and the details all read it)."""
+        if index not in self._topo_cache:
+            self._topo_cache[index] = vm.topo_analysis(self._stage(index).graph)
+        return self._topo_cache[index]
 
     def _graph_shown(self) -> ComputeGraph:
         return self._stage(self._stage_index()).graph
@@ -778,11 +938,11 @@ class Workbench(anywidget.AnyWidget):
     def _update_details(self) -> None:
         g = self._graph_shown()
         if self.selection >= 0 and g.has_node(self.selection):
-            i = self._stage_index()
-            if i not in self._topo_cache:
-                self._topo_cache[i] = vm.topo_info(g)
             self.details = vm.node_details(
-                g, NodeId(self.selection), info=self._topo_cache[i], fusion=self._fusion_index()
+                g,
+                NodeId(self.selection),
+                info=self._analysis(self._stage_index())[0],
+                fusion=self._fusion_index(),
             )
         else:
             self.details = {}
@@ -814,7 +974,8 @@ class Workbench(anywidget.AnyWidget):
         ``errors`` unchanged and come back as ``{"type": "error", "request_id", "message"}``.
         """
         rid = content.get("request_id", "") if isinstance(content, dict) else ""
-        rid = rid if isinstance(rid, str) else ""
+        # Echoed in the reply, so only if it can be sent back (validate refuses the rest).
+        rid = rid if isinstance(rid, str) and _sendable_text(rid[:64]) else ""
         try:
             msg = validate(content, buffers)
             # One sync message per request, so the frontend never sees half an update
@@ -894,7 +1055,8 @@ class Workbench(anywidget.AnyWidget):
         # Builder warnings (a buffer read before any write...) are shown in the widget.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", GraphWarning)
-            new = apply_edit(self._graph, m)
+            with using(self.budget):  # how far an edit may grow the graph
+                new = apply_edit(self._graph, m)
         self._set_graph(new)
         notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
         done = f"{m['type'].replace('_', ' ')}: done"
@@ -985,6 +1147,17 @@ class Workbench(anywidget.AnyWidget):
     def _h_sim_config(self, m: dict[str, Any]) -> str:
         return self.sim_config(m.get("policy", KEEP), m.get("drop_event", KEEP))
 
+    def _h_pin(self, m: dict[str, Any]) -> str:
+        if m.get("clear"):
+            self.unpin()
+            return "unpinned"
+        f = self.pin()
+        o = f["options"]
+        return (
+            f"pinned the plan with {o['max_streams']} stream(s), fusion "
+            f"{'on' if o['fusion'] else 'off'}: change an option to compare"
+        )
+
     def _h_inspect(self, m: dict[str, Any]) -> str:
         self._inspect(m["buffer"])
         return f"inspecting {self.inspector.get('name', '')}"
@@ -1012,23 +1185,9 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "sim": Workbench._h_sim,
     "sim_config": Workbench._h_sim_config,
     "inspect": Workbench._h_inspect,
+    "pin": Workbench._h_pin,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
-
-
-def _real_steps(message: str, race: Any, s: Session) -> str:
-    """A race message with the simulated plan's step numbers replaced by the real plan's
-    (those the panel lists) when an event is dropped; only the exact phrases the race
-    detector writes are replaced, so a node named like one is left alone."""
-    if s.dropped_event is None:
-        return message
-    phrases = {}
-    for i, name in ((race.first, race.first_name), (race.second, race.second_name)):
-        phrases[f"step {i} {name!r}"] = f"step {s.plan_step(i)} {name!r}"
-    phrases[f"after step {race.first} ("] = f"after step {s.plan_step(race.first)} ("
-    # One pass, so a number already replaced is not replaced again.
-    pattern = re.compile("|".join(re.escape(k) for k in sorted(phrases, key=len, reverse=True)))
-    return pattern.sub(lambda m: phrases[m.group(0)], message)
 
 
 MAX_RACES = 200

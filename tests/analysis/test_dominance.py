@@ -171,3 +171,21 @@ def test_reversed_ids_take_the_ranked_path(graph: ComputeGraph) -> None:
             for v, d in _tree(graph, post).idom.items()
         }
         assert _tree(flipped, post).idom == expected == _nx_idom(flipped, reverse=post)
+
+
+class TestReadOnly:
+    """A DomTree may be shared by passes and views: none may change it."""
+
+    @pytest.mark.parametrize("post", [False, True])
+    @pytest.mark.parametrize("field", ["idom", "children", "depth"])
+    def test_mappings_refuse_writes(self, post, field):
+        g = build_dag(*dag_edges("diamond", 12, seed=3), seed=3)
+        tree = dominance.post_dominators(g) if post else dominance.dominators(g)
+        m = getattr(tree, field)
+        nid = next(iter(m))
+        with pytest.raises(TypeError):
+            m[nid] = None  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            m.update({})  # type: ignore[attr-defined]
+        assert isinstance(tree.roots, tuple)
+        assert all(isinstance(c, tuple) for c in tree.children.values())

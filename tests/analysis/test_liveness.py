@@ -142,3 +142,77 @@ def test_sparse_ids(g: ComputeGraph) -> None:
         b.live_bytes,
     )
     assert b.order == tuple(NodeId(3 * v + 7) for v in a.order)
+
+
+class TestReadOnly:
+    """One LivenessInfo serves the memory pass, the simulator and the widget: none may change it."""
+
+    def test_intervals_refuse_writes(self):
+        g = build_dag(*dag_edges("diamond", 12, seed=3), seed=3)
+        info = liveness.analyze(g)
+        bid = next(iter(info.intervals))
+        with pytest.raises(TypeError):
+            info.intervals[bid] = (0, 0)  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            info.intervals.clear()  # type: ignore[attr-defined]
+        assert liveness.analyze(g) == info
+
+    def test_the_rest_is_immutable(self):
+        info = liveness.analyze(build_dag(*dag_edges("chain", 8, seed=1), seed=1))
+        assert isinstance(info.order, tuple) and isinstance(info.live_bytes, tuple)
+        with pytest.raises(AttributeError):
+            info.dead.add(BufferId(0))  # type: ignore[attr-defined]
+        with pytest.raises(AttributeError):
+            info.unused.add(BufferId(0))  # type: ignore[attr-defined]
+
+
+class TestOneLiveness:
+    """The memory pass, the simulator and the GPU lowering take their lifetimes from here."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(go=_graph_and_order())
+    def test_arena_accesses_are_the_intervals_of_analyze(self, go):
+        g, order = go
+        acc = liveness.arena_accesses(g, order)
+        info = liveness.analyze(g, order)
+        want = {b: iv for b, iv in info.intervals.items() if not g.buffer(b).external}
+        got = {
+            b: (int(f), int(e) + 1)
+            for b, f, e in zip(acc.buffers, acc.first, acc.last, strict=True)
+        }
+        assert got == want and list(acc.buffers) == list(want)  # graph order
+        assert acc.order == info.order
+        # every access of an arena buffer, at its node's step
+        step = {nid: i for i, nid in enumerate(info.order)}
+        expected = sorted(
+            (acc.buffers.index(b), step[n.id])
+            for n in g.nodes
+            for b in (*n.inputs, *n.outputs)
+            if not g.buffer(b).external
+        )
+        assert sorted(zip(acc.row.tolist(), acc.step.tolist(), strict=True)) == expected
+        for a in (acc.first, acc.last, acc.row, acc.step):
+            with pytest.raises(ValueError):
+                a[:1] = 0
+
+    @settings(max_examples=40, deadline=None)
+    @given(go=_graph_and_order())
+    def test_dead_buffers_are_analyzes_dead_for_every_order(self, go):
+        g, order = go
+        dead = liveness.dead_buffers(g)
+        assert dead == liveness.analyze(g, order).dead == liveness.analyze(g).dead
+        read = {b for n in g.nodes for b in n.inputs}
+        written = {b for n in g.nodes for b in n.outputs}
+        assert dead == {b for b in written - read if not g.buffer(b).external}
+
+    @pytest.mark.parametrize("streams", [1, 4])
+    def test_memory_pass_plain_intervals_are_liveness(self, streams):
+        from oxiwork.examples import transformer_block
+        from oxiwork.optimizer.memory_pass import buffer_intervals
+        from oxiwork.optimizer.stream import assign_streams
+
+        g = assign_streams(transformer_block(1), max_streams=streams).graph
+        safe, live, order = buffer_intervals(g)
+        info = liveness.analyze(g, order)
+        assert live == {b: iv for b, iv in info.intervals.items() if not g.buffer(b).external}
+        assert all(safe[b][0] == live[b][0] and safe[b][1] >= live[b][1] for b in live)

@@ -197,3 +197,39 @@ def test_priority_is_topological_when_snapping_rounds_alap() -> None:
     rank = {nid: i for i, nid in enumerate(info.priority)}
     assert all(rank[u] < rank[v] for u, v in g.edges)
     assert info.slack[long_] == 0.0
+
+
+class TestReadOnly:
+    """A TopoInfo is shared by every consumer: none may change it."""
+
+    @pytest.mark.parametrize("field", ["cost", "asap", "alap", "slack", "level"])
+    def test_mappings_refuse_writes(self, field):
+        g = build_dag(*dag_edges("diamond", 12, seed=3), seed=3)
+        info = topo.analyze(g)
+        m = getattr(info, field)
+        nid = next(iter(m))
+        with pytest.raises(TypeError):
+            m[nid] = 0  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            m.pop(nid)  # type: ignore[attr-defined]
+        assert topo.analyze(g) == info
+
+    def test_sequences_are_tuples(self):
+        g = build_dag(*dag_edges("layered", 20, seed=1), seed=1)
+        info = topo.analyze(g)
+        for seq in (info.order, info.level_widths, info.critical_path, info.priority):
+            assert isinstance(seq, tuple)
+        assert isinstance(topo.levels(g), tuple)
+        with pytest.raises(TypeError):
+            topo.level_positions(g)[0] = 5  # type: ignore[index]
+
+    def test_levels_are_one_computation(self):
+        g = build_dag(*dag_edges("random", 40, seed=2), seed=2)
+        info = topo.analyze(g)
+        by_pos = topo.level_positions(g)
+        ids = g.dense().ids
+        assert dict(info.level) == {ids[p]: lv for p, lv in enumerate(by_pos)}
+        assert [sorted(s) for s in topo.levels(g)] == [
+            sorted(n for n, lv in info.level.items() if lv == k)
+            for k in range(len(info.level_widths))
+        ]

@@ -200,6 +200,8 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         "search finds a node, selects it in the kernel and centres it",
         "the repeated blocks collapse into groups",
         "a long graph is folded into bands that show more of it",
+        "pin and compare: the pinned plan beside the current one",
+        "the dom tree names every node, inner ones too",
     ):
         assert must in names
     for s in results["skipped"]:

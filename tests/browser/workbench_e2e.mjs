@@ -365,11 +365,21 @@ try {
   const lanes = Number(await big.locator(".ow-streams").getAttribute("data-streams"));
   check("the stream view draws the plan's streams", lanes > 1 && String(lanes) === (await py("print(big.plan.num_streams)")), `${lanes} lanes`);
   await shot(big.locator(".ow-passbar"), "options-bar");
+  // Pin the 4-stream plan, to compare the 1-stream plan against it.
+  await big.locator('.ow-bottom .ow-tab[data-tab="compare"]').click();
+  await big.locator(".ow-pin").click();
+  await big.locator('.ow-compare[data-pinned="1"]').waitFor({ timeout: 15000 });
   await opts.locator(".ow-opt-streams").selectOption("1");
   await waitAttr(big, "data-max-streams", 1);
   await waitAttr(big.locator(".ow-streams"), "data-streams", 1);
   const one = await py("print(big.max_streams, big.plan.num_streams, big.session.stages[big.pass_index].name)");
   check("one stream in the options: the stream view shows one lane", one === "1 1 memory", one);
+  await big.locator('.ow-compare tr[data-figure="streams"]', { hasText: "1" }).waitFor({ timeout: 15000 });
+  const cmp = await big.locator('.ow-compare tr[data-figure="streams"] td').allTextContents();
+  const cmpEvents = await big.locator('.ow-compare tr[data-figure="events"] td').allTextContents();
+  check("pin and compare: the pinned plan beside the current one", cmp[1] === String(lanes) && cmp[2] === "1" && cmpEvents[2] === "0" && cmpEvents[3].startsWith("−"), `${cmp.join(" | ")} ; ${cmpEvents.join(" | ")}`);
+  await shot(big.locator(".ow-bottom"), "compare");
+  await big.locator('.ow-bottom .ow-tab[data-tab="streams"]').click();
   // One stream needs no events: fewer steps than on four.
   await waitAttr(big.locator(".ow-streams"), "data-drawn-bars", Number(await py("print(len(big.plan.steps))")));
   await shot(big.locator(".ow-bottom"), "streams-one-stream");
@@ -418,6 +428,9 @@ try {
       scrollable === "1" && overflow && Number(leaves) > 20 && Number(labels) >= Number(leaves),
       `scrollable ${scrollable}, overflow ${overflow}, ${labels} labels, ${leaves} leaves`,
     );
+    // Issue 15 (7): inner nodes are named too (a column per depth, scrolling sideways).
+    const drawnTree = Number(await tree.getAttribute("data-drawn-nodes"));
+    check(`the ${tab} tree names every node, inner ones too`, Number(labels) >= drawnTree, `${labels} labels for ${drawnTree} nodes`);
   }
   check("dominator trees drew every node", true);
   await big.locator('.ow-bottom .ow-tab[data-tab="passes"]').click();

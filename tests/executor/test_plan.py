@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import verify
-from oxiwork.error import GraphError, InvalidPlan
+from oxiwork.error import GraphError, InvalidPlan, UnorderedAccess
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.executor.happens_before import plan_clocks
 from oxiwork.executor.plan import ExecutionPlan, PlanStep, verify_plan
@@ -132,8 +132,10 @@ class TestVerifyPlan:
         # the record and every wait on it (a producer's record is shared by its waits)
         gone = {s.index for s in plan.steps if s.event == rec.event}
         broken = drop_steps(plan, gone)
-        with pytest.raises(InvalidPlan, match="neither stream order nor any event pair orders"):
+        # What the dropped event ordered is a buffer a step reads: named with the event.
+        with pytest.raises(UnorderedAccess, match="neither stream order nor an event orders") as e:
             verify_plan(broken)
+        assert e.value.in_plan and e.value.missing.startswith("event recorded after step")
 
     def test_raises_when_one_wait_of_a_shared_record_loses_its_record(self):
         plan = multi_stream_plan()
@@ -157,7 +159,8 @@ class TestVerifyPlan:
             waits = {
                 s.index for s in plan.steps if s.kind is NodeKind.EventWait and s.event == rec.event
             }
-            with pytest.raises(InvalidPlan, match="depends on step"):
+            # A dropped event leaves a data access or a dependency unordered.
+            with pytest.raises(InvalidPlan, match=r"depends on step|nor an event orders them"):
                 verify_plan(drop_steps(plan, {rec.index, *waits}))
 
     def test_raises_when_a_record_is_missing(self):
@@ -236,3 +239,39 @@ class TestVerifyPlan:
     def test_is_a_graph_error(self):
         assert issubclass(InvalidPlan, GraphError)
         assert PlanStep.__slots__  # the data types stay slotted
+
+
+class TestStreamsWeighMemory:
+    """ExecutionPlan.build keeps extra streams only where they pay for their memory."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(2, 8))
+    def test_default_plan_pays_for_its_streams(self, graph, cap):
+        from oxiwork.optimizer.fusion import peak_live_bytes
+        from oxiwork.optimizer.stream import streams_pay
+
+        plan = ExecutionPlan.build(graph, max_streams=cap)
+        tried = plan.options["streams_tried"]
+        assert tried[0] == cap and tried == sorted(tried, reverse=True)
+        if plan.num_streams > 1:
+            fused = plan.trace[0].after
+            sa = plan.streams
+            assert streams_pay(plan.pool_bytes, sa.makespan, peak_live_bytes(fused), sa.total_work)
+        raw = ExecutionPlan.build(graph, max_streams=cap, weigh_memory=False)
+        assert raw.options["streams_tried"] == [cap]
+        if len(tried) == 1:  # nothing was rejected: the same plan
+            assert (raw.pool_bytes, raw.num_streams) == (plan.pool_bytes, plan.num_streams)
+
+    @pytest.mark.parametrize("cap", [2, 4, 8])
+    def test_memory_budget_halves_the_streams_until_the_arena_fits(self, cap):
+        g = transformer_block()
+        one = ExecutionPlan.build(g, max_streams=1)
+        full = ExecutionPlan.build(g, max_streams=cap, weigh_memory=False)
+        assert full.pool_bytes > one.pool_bytes  # streams cost memory here
+        plan = ExecutionPlan.build(g, max_streams=cap, memory_budget=one.pool_bytes)
+        verify_plan(plan)
+        assert plan.pool_bytes <= one.pool_bytes
+        tried = plan.options["streams_tried"]
+        assert tried[0] == cap and plan.num_streams <= tried[-1]
+        roomy = ExecutionPlan.build(g, max_streams=cap, memory_budget=full.pool_bytes)
+        assert (roomy.num_streams, roomy.pool_bytes) == (full.num_streams, full.pool_bytes)

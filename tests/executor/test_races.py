@@ -83,6 +83,38 @@ class TestFindRaces:
         ) in str(r)
         assert not r.manifested and r.observed is None
 
+    @pytest.mark.parametrize("event", [0, 1])
+    def test_a_race_is_a_record_and_its_text_is_formatted_from_it(self, event):
+        plan = fork_plan()
+        if event >= plan.event_count:
+            pytest.skip("the stream pass needed fewer events")
+        bad = drop_event(plan, event)
+        races = find_races(bad)
+        assert races
+        for r in races:
+            sa, sb = bad.steps[r.first], bad.steps[r.second]
+            assert r.nodes == (sa.node, sb.node)
+            assert (r.first_name, r.second_name) == (sa.name, sb.name)
+            touched_a = {a.buffer for a in (*sa.inputs, *sa.outputs)}
+            touched_b = {a.buffer for a in (*sb.inputs, *sb.outputs)}
+            assert r.buffer_ids[0] in touched_a and r.buffer_ids[1] in touched_b
+            assert (r.buffer_ids[0] == r.buffer_ids[1]) == (r.kind == "conflict")
+            fix = r.fix
+            assert (fix.record_after, fix.wait_before) == (r.first, r.second)
+            assert (fix.from_stream, fix.to_stream) == (int(sa.stream), int(sb.stream))
+            assert fix.separate_buffers == (r.kind == "overlap")
+            # the text is a view of the fields: renumbering the steps renumbers only them
+            shifted = r.describe(lambda i: i + 1000)
+            assert f"step {r.second + 1000} {r.second_name!r}" in shifted
+            assert f"after step {r.first + 1000} (" in shifted
+            assert (
+                shifted.replace(str(r.second + 1000), str(r.second)).replace(
+                    str(r.first + 1000), str(r.first)
+                )
+                == r.message
+                == str(r)
+            )
+
     def test_unordered_arena_overlap_is_reported(self):
         plan = fork_plan()
         steps = {s.name: s for s in plan.steps}
@@ -186,13 +218,7 @@ def reference_races(plan: ExecutionPlan) -> list[Race]:
                 if (a, b, buf_a, buf_b) in seen:
                     continue
                 seen.add((a, b, buf_a, buf_b))
-                na, nb = args[buf_a].name, args[buf_b].name
-                msg = races_mod._message(plan, a, acc_a, na, b, acc_b, nb, rng)
-                kind = "conflict" if same else "overlap"
-                out.append(
-                    Race(a, b, steps[a].name, steps[b].name, stream[a], stream[b], acc_a, acc_b,
-                         (na, nb), rng, kind, msg)
-                )  # fmt: skip
+                out.append(races_mod._race(plan, args, a, acc_a, buf_a, b, acc_b, buf_b, rng))
 
     for bid, arg in args.items():
         in_arena = not arg.external and arg.offset is not None

@@ -178,6 +178,10 @@ def _assert_matches(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -
             np.testing.assert_array_equal(g, w)
 
 
+def _ids(model: ImportedModel, name: str) -> list[int]:
+    return [n.id for n in model.graph.nodes if n.name == name]
+
+
 def _is_view(target: str) -> bool:
     packet, overload = target.rsplit(".", 1)
     op = getattr(getattr(torch.ops.aten, packet.split(".", 1)[1]), overload)
@@ -332,6 +336,35 @@ class TestMapping:
         plan = ExecutionPlan.build(model.graph, fusion=True)
         assert plan.kernel_count_fused < plan.kernel_count_original
 
+    def test_gelu_maps_only_in_its_tanh_form(self) -> None:
+        mlp, _ = _imported("mlp")  # nn.GELU(approximate="tanh")
+        assert mlp.graph.node(next(iter(_ids(mlp, "act.gelu")))).op == "gelu"
+        x = torch.randn(3, 4)
+        exact = from_module(nn.GELU(), (x,))  # the default, erf form: no library op
+        assert [o.reason for o in exact.opaque] == [
+            "approximate='none'; the library's gelu computes approximate='tanh'"
+        ]
+        (y,) = exact.outputs_from(evaluate(exact.graph, exact.inputs))
+        np.testing.assert_allclose(y, nn.GELU()(x).numpy(), rtol=1e-6, atol=1e-7)
+
+    def test_library_ops_read_reshapes_of_buffers(self) -> None:
+        # sigmoid reads fc's (10, 16) addmm result viewed as (2, 5, 16): a reshape keeps the
+        # row-major order, so the library's sigmoid reads the base buffer itself
+        model, _ = _imported("rms_norm")
+        g = model.graph
+        sig = next(n for n in g.nodes if n.name == "sigmoid")
+        assert sig.op == "sigmoid"
+        (src,) = sig.inputs
+        assert g.buffer(src).array_shape == (10, 16) and g.buffer(sig.outputs[0]).array_shape == (
+            2,
+            5,
+            16,
+        )
+        # a transposing view is no reshape: the attention's clones of permuted heads stay opaque
+        model, _ = _imported("attention")
+        assert all(model.targets[o.kernel] == o.target for o in model.opaque)
+        assert any("view (" in o.reason for o in model.opaque if o.target == "aten.clone.default")
+
     def test_opaque_reasons(self) -> None:
         model, _ = _imported("attention")
         reasons = {o.target: o.reason for o in model.opaque}
@@ -388,3 +421,20 @@ def test_readme_import_example_runs_as_written() -> None:
         exec(compile(code, "README.md", "exec"), {})  # our own README, not user input
     shown = code.rsplit("# ", 1)[1].strip()  # the comment on the print line
     assert printed.getvalue().strip() == shown
+
+
+def test_as_strided_sees_eagers_layout() -> None:
+    # exp of a transposed input keeps eager's transposed layout; as_strided then indexes that
+    # storage, so the importer must rebuild it (a row-major copy would give other elements)
+    class Strided(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.as_strided(torch.exp(x.permute(1, 0)), (2, 3), (1, 2)) * 2
+
+    x = torch.randn(2, 3)
+    model = from_module(Strided(), (x,))
+    want = Strided()(x).numpy()
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.allclose(
+        np.exp(x.numpy().T).reshape(-1)[[0, 2, 4, 1, 3, 5]], want.reshape(-1) / 2
+    )

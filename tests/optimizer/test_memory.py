@@ -169,7 +169,9 @@ class TestValidation:
             plan_intervals([(0, 1, 4)], alignment=alignment)
 
     def test_raises_bad_mode(self):
-        with pytest.raises(InvalidArgument, match=r"mode must be one of \('heuristic', 'exact'\)"):
+        with pytest.raises(
+            InvalidArgument, match=r"mode must be one of \('heuristic', 'exact', 'auto'\)"
+        ):
             plan_intervals([(0, 1, 4)], mode="optimal")
 
     @pytest.mark.parametrize("capacity", [0, -1, 1.5])
@@ -223,6 +225,21 @@ class TestHeuristic:
         assert_valid(intervals, greedy.offsets, [alignment] * len(intervals), greedy.arena_bytes)
         plan = plan_intervals(intervals, alignment=alignment)
         assert plan.arena_bytes <= greedy.arena_bytes
+
+    @settings(max_examples=300, deadline=None)
+    @given(interval_lists(), ALIGNS)
+    def test_never_worse_than_online_best_fit(self, intervals, alignment):
+        # An online best-fit allocator (start order, ties in input order, the smallest gap
+        # among the live buffers), written from the definition: the heuristic never loses to
+        # the better of it and greedy by size.
+        n = len(intervals)
+        size = [_round(z, alignment) for _, _, z in intervals]
+        order = sorted(range(n), key=lambda i: (intervals[i][0], i))
+        online = reference_placement(intervals, size, [alignment] * n, order, True)
+        assert_valid(intervals, online[0], [alignment] * n, online[1])
+        plan = plan_intervals(intervals, alignment=alignment)
+        best = min(online[1], greedy_by_size(intervals, alignment).arena_bytes)
+        assert plan.arena_bytes <= best
 
     @settings(max_examples=200, deadline=None)
     @given(interval_lists(), ALIGNS)
@@ -362,6 +379,10 @@ class TestHeuristic:
             assert_valid(intervals, plan.offsets, [8] * len(intervals), plan.arena_bytes)
             assert plan.strategy in memory._CHEAP
             assert plan.arena_bytes <= greedy_by_size(intervals, 8).arena_bytes
+            size = [_round(z, 8) for _, _, z in intervals]
+            order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], i))
+            online = reference_placement(intervals, size, [8] * len(intervals), order, True)
+            assert plan.arena_bytes <= online[1]
 
     def test_long_lived_buffers_are_valid(self):
         import random
@@ -387,6 +408,43 @@ class TestHeuristic:
         plan = plan_intervals(intervals, alignment=256)
         assert_valid(intervals, plan.offsets, [256] * len(intervals), plan.arena_bytes)
         assert plan.arena_bytes <= greedy_by_size(intervals, 256).arena_bytes
+
+
+class TestAuto:
+    """The default of the memory pass: the exact search within a budget that scales."""
+
+    def test_budget_grows_with_the_input_and_is_capped(self):
+        from oxiwork.optimizer import memory
+
+        limits = [memory.auto_time_limit(n) for n in (0, 10, 1000, 10**6)]
+        assert limits == sorted(limits) and limits[0] > 0
+        assert limits[-1] == memory.AUTO_MAX_SECONDS
+
+    @settings(max_examples=100, deadline=None)
+    @given(interval_lists(max_n=6, max_size=40), st.sampled_from([1, 4]))
+    def test_proves_what_it_claims(self, intervals, alignment):
+        # The proved bound never exceeds the optimum, the arena never beats it; a search
+        # that did not stop early ends at the optimum.
+        best = brute_force(intervals, [alignment] * len(intervals))
+        plan = plan_intervals(intervals, mode="auto", alignment=alignment)
+        assert_valid(intervals, plan.offsets, [alignment] * len(intervals), plan.arena_bytes)
+        assert plan.lower_bound <= plan.proved_bound <= best <= plan.arena_bytes
+        assert plan.arena_bytes <= plan_intervals(intervals, alignment=alignment).arena_bytes
+        if not plan.stopped_early:
+            assert plan.arena_bytes == best and plan.optimal
+
+    @pytest.mark.skipif(not BENCH.exists(), reason="MiniMalloc instances not available")
+    def test_stopping_early_is_reported(self):
+        # Instance D's minimum is not found in a fraction of a second: the plan says so, with
+        # the bound it did prove.
+        (path,) = BENCH.glob("D.*.csv")
+        with path.open() as f:
+            iv = [(int(r["lower"]), int(r["upper"]), int(r["size"])) for r in csv.DictReader(f)]
+        plan = plan_intervals(iv, mode="auto", time_limit=0.2)
+        assert plan.stopped_early and not plan.optimal
+        assert plan.message is not None and "time limit" in plan.message
+        assert plan.lower_bound <= plan.proved_bound < plan.arena_bytes
+        assert_valid(iv, plan.offsets, [1] * len(iv), plan.arena_bytes)
 
 
 class TestExact:

@@ -427,3 +427,46 @@ class TestConflictLowerBound:
             assert sub.sum() == len(got) * (len(got) - 1)
             outside = np.setdiff1d(rows, got)
             assert not conflict[np.ix_(outside, got)].all(axis=1).any()
+
+
+class TestDefaultPlan:
+    """The memory plan a default ``ExecutionPlan.build`` makes (mode ``"auto"``)."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 8))
+    def test_safe_bounded_and_never_worse_than_greedy_by_size(self, graph, cap):
+        from oxiwork.executor.plan import ExecutionPlan
+        from oxiwork.optimizer import memory
+
+        plan = ExecutionPlan.build(graph, max_streams=cap)
+        rep = plan.memory
+        assert rep.mode == "auto"
+        # no two buffers that may be live at once under the plan's happens-before share bytes
+        check_safe(plan.graph)
+        # never beats the proven lower bound (nor the search's, on one stream)
+        assert rep.arena_bytes >= rep.lower_bound >= rep.liveness_lower_bound
+        if plan.num_streams == 1:
+            assert rep.arena_bytes >= rep.search_bound
+        # never worse than greedy-by-size on the same happens-before-safe lifetimes
+        ids = list(rep.intervals)
+        if ids:
+            rows = np.array(
+                [(*rep.intervals[b], plan.graph.buffer(b).size_bytes) for b in ids],
+                dtype=np.int64,
+            )
+            aligns = [plan.graph.buffer(b).alignment for b in ids]
+            p = memory._make_problem(rows, aligns)
+            _, greedy, _ = memory._heuristic(p, ("greedy_by_size",))
+            assert rep.arena_bytes <= greedy
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=12), st.integers(1, 4))
+    def test_proved_bounds_hold(self, graph, cap):
+        # Against brute force: the bound never passes the optimum, the arena never beats it.
+        g = assign_streams(graph, max_streams=cap).graph
+        rep = plan_memory(g).artefacts["memory"]
+        assume(len(rep.intervals) <= 7)
+        best = brute_optimum(g)
+        assert rep.lower_bound <= best <= rep.arena_bytes
+        if len({n.stream for n in g.nodes}) <= 1:
+            assert rep.search_bound <= best

@@ -419,3 +419,26 @@ def reference_chains(graph: ComputeGraph) -> list[list[int]]:
                 break
     reference_hopcroft_karp(n, reach, ml, mr)
     return stream_mod._chains_from_matching(d, ml, mr)
+
+
+class TestStreamsPay:
+    @given(
+        st.integers(1, 10**6),
+        st.floats(0.01, 2.0),
+        st.floats(0.5, 3.0),
+        st.floats(0.01, 10.0),
+    )
+    def test_rule(self, one_arena, speed, growth, one_makespan):
+        from oxiwork.optimizer.stream import (
+            STREAM_MEMORY_SLACK,
+            STREAM_MIN_SPEEDUP,
+            streams_pay,
+        )
+
+        arena, makespan = int(one_arena * growth), one_makespan * speed
+        kept = streams_pay(arena, makespan, one_arena, one_makespan)
+        small = arena <= STREAM_MEMORY_SLACK * one_arena
+        fast = makespan <= (1 - STREAM_MIN_SPEEDUP) * one_makespan
+        assert kept == (small or fast)
+        assert streams_pay(arena, makespan, one_arena, one_makespan, memory_budget=arena)
+        assert not streams_pay(arena, makespan, one_arena, one_makespan, memory_budget=arena - 1)

@@ -216,3 +216,58 @@ def test_palette_is_the_widgets() -> None:
     ts = (Path(__file__).resolve().parents[2] / "widget_js/src/colors.ts").read_text()
     assert 'from "../../oxiwork/palette.json"' in ts
     assert "#4e79a7" not in ts  # no second copy of the colours
+
+
+def test_big_plans_batch_the_same_geometry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above BATCH_ABOVE, bars and arrows become one path per colour: same rectangles,
+    same segments."""
+    plan = ExecutionPlan.build(random_op_dag(4, 60), max_streams=3)
+    small = figures.streams(plan, modes=["graph"]).axes[0]
+    monkeypatch.setattr(figures, "BATCH_ABOVE", 0)
+    big = figures.streams(plan, modes=["graph"]).axes[0]
+    bars = [p for p in big.patches if p.get_gid() == "steps"]
+    assert len(bars) == len({b.stream for b in timeline(plan).bars})
+    n_rects = sum(len(p.get_path().vertices) // 5 for p in bars)
+    assert n_rects == len(coll(small, "steps").get_paths()) == len(plan.steps)
+    (line,) = [ln for ln in big.lines if ln.get_gid() == "event arrows"]
+    xs = line.get_xdata()
+    waits = sum(1 for s in plan.steps if s.kind is NodeKind.EventWait)
+    assert np.isnan(xs).sum() == waits == len(coll(small, "event arrows").get_segments())
+    mem = figures.memory(plan).axes[0]
+    rects = sum(len(p.get_path().vertices) // 5 for p in mem.patches if p.get_gid() == "buffers")
+    assert rects == len(plan.memory.to_dict()["buffers"])
+
+
+@pytest.mark.parametrize("view", sorted(figures.VIEWS))
+def test_every_view_renders_to_svg_with_names_as_text(view: str, tmp_path) -> None:
+    plan = ExecutionPlan.build(quick_start())
+    fig = figures.VIEWS[view](plan)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(tmp_path / "v.svg")
+    svg = (tmp_path / "v.svg").read_text()
+    assert "<text" in svg
+
+
+def test_output_histograms_one_panel_per_output() -> None:
+    plan = ExecutionPlan.build(transformer_block(1), max_streams=2)
+    fig = figures.output_histograms(plan)
+    assert len(fig.axes) == min(3, len(simulated_outputs(plan)))
+
+
+def simulated_outputs(plan: ExecutionPlan) -> dict:
+    import warnings
+
+    from oxiwork.executor.simulator import SequentialExecutor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # inputs generated from the seed
+        return SequentialExecutor(plan).run().outputs
+
+
+def test_dag_labels_lie_inside_the_axes_even_for_a_chain() -> None:
+    # A chain is one row of nodes; its names, drawn above and below the row, used to fall
+    # outside the axes (cut off in a notebook or a saved figure).
+    ax = figures.dag(quick_start()).axes[0]
+    lo, hi = ax.get_ylim()
+    labels = [t for t in ax.texts if t.get_gid() == "label"]
+    assert len(labels) == 4 and all(lo < t.get_position()[1] < hi for t in labels)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork.error import MessageError
-from oxiwork.widget.messages import MAX_MESSAGE_BYTES, MAX_STRING, SCHEMAS, validate
+from oxiwork.widget.messages import MAX_INT, MAX_MESSAGE_BYTES, MAX_STRING, SCHEMAS, validate
 
 # One valid example per message type; the test below checks that the table is complete.
 VALID: dict[str, dict[str, Any]] = {
@@ -19,6 +19,7 @@ VALID: dict[str, dict[str, Any]] = {
     "sim": {"action": "run", "breakpoint": 2},
     "sim_config": {"policy": "adversarial", "drop_event": 3},
     "inspect": {"buffer": 0},
+    "pin": {"clear": False},
     "set_memory_mode": {"mode": "exact"},
     "set_stream_mode": {"mode": "stream"},
     "set_options": {"max_streams": 2, "fusion": False, "max_group_size": 8},
@@ -232,7 +233,7 @@ def test_sim_config_accepts_exactly_the_allowed_values(policy: Any, drop: Any) -
     from oxiwork.executor.simulator import POLICIES
 
     allowed = isinstance(policy, str) and policy in POLICIES
-    allowed = allowed and (drop is None or (type(drop) is int and abs(drop) <= 2**62))
+    allowed = allowed and (drop is None or (type(drop) is int and abs(drop) <= MAX_INT))
     try:
         out = validate(msg("sim_config", policy=policy, drop_event=drop))
     except MessageError as e:

@@ -313,6 +313,21 @@ class TestSimulator:
         assert send(w, "sim", action="reset")["type"] == "ok"
         assert w.sim_position == -1 and w.sim_state["highlight"] == []
 
+    def test_race_messages_number_the_real_plans_steps(self) -> None:
+        # With an event dropped the simulator runs a copy of the plan with fewer steps; the
+        # panel lists the real plan, so each race's text is formatted from its fields with
+        # the real step numbers (no text is parsed back).
+        w = Workbench(transformer_block(1), max_streams=4)
+        w.load_passes()
+        assert send(w, "sim_config", drop_event=0)["type"] == "ok"
+        send(w, "sim", action="run")
+        races = w.sim_state["races"]
+        assert races
+        steps = w.session.plan.steps
+        for r in races:
+            real = steps[r["step"]]
+            assert f"step {r['step']} {real.name!r} on stream {int(real.stream)}" in r["message"]
+
     def test_step_does_not_resend_the_graph(self) -> None:
         w = Workbench(quick_start())
         w.load_passes()
@@ -1054,3 +1069,85 @@ class TestStepNumbers:
         for r in races:
             assert r["first"] < r["step"]
             assert steps[r["first"]].node == r["first_node"] and steps[r["step"]].node == r["node"]
+
+
+class TestSavedNotebook:
+    """Issue 15 (10): a notebook executed without a browser saves every view, and the bundle."""
+
+    def test_headless_execution_saves_the_pipelines_views_and_the_bundle(
+        self, tmp_path: pytest.TempPathFactory
+    ) -> None:
+        nbformat = pytest.importorskip("nbformat")
+        nbclient = pytest.importorskip("nbclient")
+        import os
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [
+            nbformat.v4.new_code_cell(
+                "from oxiwork import Workbench\nfrom oxiwork.examples import quick_start\n"
+                "w = Workbench(quick_start())\nw"
+            )
+        ]
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        old = dict(os.environ)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), old.get("PYTHONPATH")]))
+        try:
+            nbclient.NotebookClient(
+                nb, timeout=120, kernel_name="python3", store_widget_state=True
+            ).execute()
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+        state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+        ours = [m["state"] for m in state.values() if "view" in m["state"]]
+        assert len(ours) == 1
+        saved = ours[0]
+        assert saved["view"]["pending"] is False
+        assert [e["name"] for e in saved["view"]["passes"]["entries"]][:2] == ["input", "fusion"]
+        assert saved["view"]["sim"]["available"] is True
+        # The bundle itself, not a URL: the saved state renders without a network.
+        esm = saved["_esm"]
+        assert "owColumn" in esm and "://" not in esm.split("\n", 1)[0]
+
+
+class TestPinAndCompare:
+    """Issue 15: pin a plan, change the settings, compare the two."""
+
+    def test_pin_then_change_options_compares_both_plans(self) -> None:
+        w = Workbench(transformer_block(1), progressive=False)
+        r = send(w, "pin")
+        assert r["type"] == "ok" and "pinned the plan with 4 stream(s)" in r["message"]
+        pinned = dict(w.pinned)
+        assert pinned == w.view["figures"]
+        w.set_options(max_streams=1, fusion=False)
+        w.load_passes()
+        now = w.view["figures"]
+        assert w.pinned == pinned  # the pin survives re-planning
+        assert (pinned["streams"], now["streams"]) == (4, 1)
+        assert now["events"] == 0 < pinned["events"]
+        assert now["kernels"] == now["kernels_before_fusion"] > pinned["kernels"]
+        # The kernel diff has what fusion merged on one side and kept apart on the other.
+        assert set(now["kernel_names"]) - set(pinned["kernel_names"])
+        assert send(w, "pin", clear=True)["message"] == "unpinned" and w.pinned == {}
+
+    def test_pin_without_a_plan_is_refused(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        def build(cls: type[ExecutionPlan], graph: Any, **options: Any) -> ExecutionPlan:
+            raise InvalidPlan("pass 'memory' failed")
+
+        monkeypatch.setattr(ExecutionPlan, "build", classmethod(build))
+        w = Workbench(quick_start(), progressive=False)
+        r = send(w, "pin")
+        assert r["type"] == "error" and "no plan to pin" in r["message"]
+        assert w.pinned == {} and w.view["figures"] is None
+
+
+class TestMessageTexts:
+    """Issue 15's "Also" list: what the user reads is about their input, in plain words."""
+
+    def test_a_grid_typed_as_text_is_named_in_the_refusal(self) -> None:
+        w = Workbench(quick_start())
+        r = send(w, "add_kernel", name="k", op="relu", inputs=["input"], outputs=["mid"],
+                 grid=["abc"], block=[256])  # fmt: skip
+        assert r["type"] == "error" and "'abc'" in r["message"] and "None" not in r["message"]

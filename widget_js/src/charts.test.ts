@@ -1,5 +1,19 @@
 import { describe, expect, it } from "vitest";
-import { byteTicks, FULL, isFull, panWindow, zoomWindow, figureDefinitions, formatBytes, formatTime, ganttGeometry, modeTotals, niceTicks, timelineGeometry, treeGeometry } from "./charts";
+import {
+  byteTicks,
+  FULL,
+  isFull,
+  panWindow,
+  zoomWindow,
+  figureDefinitions,
+  formatBytes,
+  formatTime,
+  ganttGeometry,
+  modeTotals,
+  niceTicks,
+  timelineGeometry,
+  treeGeometry,
+} from "./charts";
 import type { MemorySection, StreamsSection } from "./types";
 
 const mem: MemorySection = {
@@ -78,7 +92,9 @@ describe("timelineGeometry", () => {
     expect(g.arrows[0].x1).toBeCloseTo(g.rects[2].x);
   });
   it("compares the launch modes", () => {
-    expect(modeTotals(st)).toBe("graph launch 3.0 µs · stream launches 6.0 µs (graph ×2.00 faster) · critical path 2.5 µs · device work 2.5 µs · 2 streams");
+    expect(modeTotals(st)).toBe(
+      "graph launch 3.0 µs · stream launches 6.0 µs (graph ×2.00 faster) · critical path 2.5 µs · device work 2.5 µs · 2 streams",
+    );
     expect(modeTotals({ ...st, totals: { graph: 2e-6, stream: 1e-6 } })).toContain("stream ×2.00 faster");
   });
   it("says when the stream mode is host-bound, and names every figure it shows", () => {

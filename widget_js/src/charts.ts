@@ -165,7 +165,13 @@ export interface TimelineGeometry {
  * lane to the start of the waiting step on its lane (none for `droppedEvent`). `win` is the
  * part of the time axis shown (zoom).
  */
-export function timelineGeometry(st: StreamsSection, width: number, height: number, win: XWindow = FULL, droppedEvent: number | null = null): TimelineGeometry {
+export function timelineGeometry(
+  st: StreamsSection,
+  width: number,
+  height: number,
+  win: XWindow = FULL,
+  droppedEvent: number | null = null,
+): TimelineGeometry {
   const box = plotArea(width, height, { left: 72, top: LEGEND_ROOM });
   const lanes = Math.max(1, st.num_streams);
   let tMax = Math.max(st.makespan, 1e-12);
@@ -221,9 +227,18 @@ export function figureDefinitions(st: StreamsSection): [string, string][] {
   const per = formatTime(st.overheads.stream ?? 0);
   const node = formatTime(st.overheads.graph ?? 0);
   return [
-    ["graph launch", `modelled makespan of the plan as one CUDA graph launch: ${per} once, then ${node} in front of every node, on the plan's streams with its events`],
-    ["stream launches", `modelled makespan when the host launches every kernel, copy and memset itself, ${per} each, one after another; when launches dominate it is host-bound and more streams cannot shorten it`],
-    ["critical path", "longest chain of dependencies in the plan's graph (its event nodes included) under the cost model, launch overheads left out: no schedule can be shorter"],
+    [
+      "graph launch",
+      `modelled makespan of the plan as one CUDA graph launch: ${per} once, then ${node} in front of every node, on the plan's streams with its events`,
+    ],
+    [
+      "stream launches",
+      `modelled makespan when the host launches every kernel, copy and memset itself, ${per} each, one after another; when launches dominate it is host-bound and more streams cannot shorten it`,
+    ],
+    [
+      "critical path",
+      "longest chain of dependencies in the plan's graph (its event nodes included) under the cost model, launch overheads left out: no schedule can be shorter",
+    ],
     ["stream-pass schedule", "the stream pass's own list schedule of the graph before events are inserted, launch overheads left out"],
     ["device work", "every step's duration added up, as if on one stream with no overheads"],
   ];

@@ -26,9 +26,13 @@ const FONT = `11px system-ui, -apple-system, "Segoe UI", sans-serif`;
 // Dominator trees: pixels per leaf row when the panel scrolls, margins, and the tallest
 // canvas drawn (browsers cap canvas sizes; 16k px is safe everywhere).
 const TREE_ROW = 15;
-const TREE_TOP = 16;
+const TREE_TOP = 30;
 const TREE_BOTTOM = 16;
 const TREE_MAX_HEIGHT = 16000;
+// Columns: margins and the least width of one depth (room for an inner node's name).
+const TREE_LEFT = 20;
+const TREE_RIGHT = 170;
+const TREE_COL = 120;
 
 /** A canvas with a DOM tooltip for hovering rectangles, a legend, and (for the charts with
  *  a time or step axis) zoom with the wheel, pan by dragging, and a reset. */
@@ -51,9 +55,20 @@ abstract class CanvasChart {
     this.tooltip = h("div", { class: "ow-tooltip" });
     this.tooltip.style.display = "none";
     this.legend = h("div", { class: "ow-chart-legend" });
-    this.reset = h("button", { class: "ow-btn ow-small ow-chart-reset", text: "Reset zoom", title: "show the whole axis (double-click)", onclick: () => this.resetZoom() });
+    this.reset = h("button", {
+      class: "ow-btn ow-small ow-chart-reset",
+      text: "Reset zoom",
+      title: "show the whole axis (double-click)",
+      onclick: () => this.resetZoom(),
+    });
     this.reset.style.display = "none";
-    this.root = h("div", { class: `ow-chart ${cls}`, "data-zoom": "1" }, this.canvas, this.tooltip, h("div", { class: "ow-chart-head" }, this.legend, this.reset));
+    this.root = h(
+      "div",
+      { class: `ow-chart ${cls}`, "data-zoom": "1" },
+      this.canvas,
+      this.tooltip,
+      h("div", { class: "ow-chart-head" }, this.legend, this.reset),
+    );
     this.canvas.addEventListener("pointermove", (e) => {
       const r = this.canvas.getBoundingClientRect();
       const x = e.clientX - r.left;
@@ -152,7 +167,9 @@ abstract class CanvasChart {
     if (this.frame) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
-      if (this.canvas.clientWidth > 0) this.draw();
+      // A hidden tab is drawn when it is shown (renderBottom schedules it): a 50,000-node
+      // dominator tree must not be drawn behind the memory chart.
+      if (this.canvas.clientWidth > 0 && !this.root.classList.contains("ow-hidden")) this.draw();
     });
   }
 
@@ -161,7 +178,11 @@ abstract class CanvasChart {
     const key = items.map(([c, t]) => c + t).join("|");
     if (this.legend.dataset.key === key) return;
     this.legend.dataset.key = key;
-    this.legend.replaceChildren(...items.map(([c, t, long]) => h("span", { class: "ow-legend-item", "data-mark": c, title: long ?? t }, h("span", { class: `ow-mark ow-chart-mark-${c}` }), t)));
+    this.legend.replaceChildren(
+      ...items.map(([c, t, long]) =>
+        h("span", { class: "ow-legend-item", "data-mark": c, title: long ?? t }, h("span", { class: `ow-mark ow-chart-mark-${c}` }), t),
+      ),
+    );
   }
 
   protected clicked(_index: number): void {}
@@ -241,11 +262,22 @@ export class MemoryChart extends CanvasChart {
     this.root.dataset.drawnRects = String(g.rects.length);
     const bound = new Set(mem.bound_buffers ?? []);
     const lv = mem.liveness_bound_bytes ?? mem.lower_bound_bytes;
-    const legend: [string, string, string?][] = [["buffer", "buffer", "a buffer: its live steps (x) by its arena bytes (y), one colour per buffer"]];
-    if (bound.size) legend.push(["bound", `bound's ${bound.size} buffers`, "outlined: buffers no event orders pairwise; their sizes add up to the lower bound"]);
+    const legend: [string, string, string?][] = [
+      ["buffer", "buffer", "a buffer: its live steps (x) by its arena bytes (y), one colour per buffer"],
+    ];
+    if (bound.size)
+      legend.push([
+        "bound",
+        `bound's ${bound.size} buffers`,
+        "outlined: buffers no event orders pairwise; their sizes add up to the lower bound",
+      ]);
     if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
-    legend.push(["arena", `arena (${mem.mode})`, "the arena the planner made"], ["lower", "lower bound", "no safe plan for this schedule is smaller"]);
-    if (lv < mem.lower_bound_bytes) legend.push(["liveness", "liveness, one order", "most bytes live at once over one order (below the bound on several streams)"]);
+    legend.push(
+      ["arena", `arena (${mem.mode})`, "the arena the planner made"],
+      ["lower", "lower bound", "no safe plan for this schedule is smaller"],
+    );
+    if (lv < mem.lower_bound_bytes)
+      legend.push(["liveness", "liveness, one order", "most bytes live at once over one order (below the bound on several streams)"]);
     this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
@@ -402,12 +434,15 @@ export class StreamChart extends CanvasChart {
     this.root.dataset.drawnBars = String(g.rects.length);
     this.root.dataset.drawnArrows = String(g.arrows.length);
     const m = this.marks;
-    const legend: [string, string, string?][] = [["bar", "step (colour: stream)", "a step on its stream's lane, [start, end) from the cost model"]];
+    const legend: [string, string, string?][] = [
+      ["bar", "step (colour: stream)", "a step on its stream's lane, [start, end) from the cost model"],
+    ];
     if (g.arrows.length) legend.push(["event", "event", "an event: recorded at the end of one step, waited for before another"]);
     if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
     if (this.selectedNode >= 0) legend.push(["selected", "selected"]);
     if (m.raceSteps.size) legend.push(["race", `race (${m.raceSteps.size} steps)`, "a step in a race the simulator reports"]);
-    if (m.droppedEvent !== null) legend.push(["dropped", `dropped e${m.droppedEvent}`, `event ${m.droppedEvent}'s record and waits are dropped: faded, and no arrow`]);
+    if (m.droppedEvent !== null)
+      legend.push(["dropped", `dropped e${m.droppedEvent}`, `event ${m.droppedEvent}'s record and waits are dropped: faded, and no arrow`]);
     this.showLegend(legend);
     const { box } = g;
     const bottom = hh - box.bottom;
@@ -498,7 +533,14 @@ export class TreeChart extends CanvasChart {
     this.root.dataset.nodes = "0";
   }
 
-  set(parent: ArrayLike<number> | null, names: string[], include: ArrayLike<number> | undefined, selected: number, simNode: number, reason: string): void {
+  set(
+    parent: ArrayLike<number> | null,
+    names: string[],
+    include: ArrayLike<number> | undefined,
+    selected: number,
+    simNode: number,
+    reason: string,
+  ): void {
     this.parent = parent ?? [];
     this.names = names;
     this.include = include;
@@ -536,16 +578,23 @@ export class TreeChart extends CanvasChart {
     const scroll = rows > this.root.clientHeight && rows <= TREE_MAX_HEIGHT;
     this.canvas.style.height = scroll ? `${rows}px` : "";
     this.root.dataset.scrollable = scroll ? "1" : "0";
+    // Likewise across: every depth gets a column wide enough to name its inner nodes (the
+    // panel scrolls sideways), instead of unlabelled dots a few pixels apart.
+    const cols = g ? TREE_LEFT + TREE_RIGHT + g.depth * TREE_COL : 0;
+    const wide = !!g && cols > this.root.clientWidth && cols <= TREE_MAX_HEIGHT;
+    this.canvas.style.width = wide ? `${cols}px` : "";
+    this.root.dataset.wide = wide ? "1" : "0";
     const { ctx, w, h: hh } = fitCanvas(this.canvas);
     if (!g) {
       this.rects = [];
+      this.showLegend([]);
       this.root.dataset.labels = "0";
       message(ctx, w, hh, this.reason);
       return;
     }
     const n = this.parent.length;
-    const left = 20;
-    const right = 130;
+    const left = TREE_LEFT;
+    const right = TREE_RIGHT;
     const sxs = (w - left - right) / Math.max(1, g.depth);
     const sys = (hh - TREE_TOP - TREE_BOTTOM) / Math.max(1, g.leaves - 1);
     this.dotX = new Float64Array(n);
@@ -591,13 +640,32 @@ export class TreeChart extends CanvasChart {
       ctx.fill();
       this.rects.push({ x: x - r - 2, y: y - r - 2, w: 2 * r + 4, h: 2 * r + 4, index: i });
       const room = leaf[i] ? Math.min(160, w - x - r - 8) : innerRoom;
-      if ((labels && room >= 24) || i === this.selected) {
+      if (labels && room >= 24 && i !== this.selected) {
         ctx.fillStyle = "#3b4656";
-        const maxW = i === this.selected ? Math.max(room, 120) : room;
-        ctx.fillText(fitText(ctx, this.names[i] ?? "", maxW), x + r + 4, y);
+        ctx.fillText(fitText(ctx, this.names[i] ?? "", room), x + r + 4, y);
         labelled++;
       }
     }
+    // The selected node's full name last, on a white backing, over whatever it crosses.
+    if (this.selected >= 0 && this.selected < n && !Number.isNaN(g.x[this.selected])) {
+      const x = this.dotX[this.selected] + r + 6;
+      const y = this.dotY[this.selected];
+      ctx.font = `600 ${FONT}`;
+      const text = fitText(ctx, this.names[this.selected] ?? "", Math.max(120, Math.min(320, w - x - 4)));
+      const tw = ctx.measureText(text).width;
+      ctx.fillStyle = "rgba(255,255,255,0.95)";
+      ctx.fillRect(x - 3, y - 8, tw + 6, 16);
+      ctx.strokeStyle = "#d62728";
+      ctx.strokeRect(x - 3 + 0.5, y - 8 + 0.5, tw + 5, 15);
+      ctx.fillStyle = "#1b2430";
+      ctx.fillText(text, x, y);
+      ctx.font = FONT;
+      labelled++;
+    }
+    const legend: [string, string, string?][] = [["tree", `node (linked to its immediate ${this.word})`]];
+    if (this.selected >= 0) legend.push(["selected", "selected"]);
+    if (this.simNode >= 0) legend.push(["sim", "simulator step"]);
+    this.showLegend(legend);
     this.root.dataset.drawnNodes = String(drawn);
     this.root.dataset.labels = String(labelled);
     this.root.dataset.leaves = String(g.leaves);
@@ -608,6 +676,11 @@ export class TreeChart extends CanvasChart {
       if (y < top + 12 || y > top + this.root.clientHeight - 12) {
         this.root.scrollTop = Math.max(0, y - this.root.clientHeight / 2);
       }
+    }
+    if (this.reveal && wide && this.selected >= 0 && this.selected < n) {
+      const x = this.dotX[this.selected];
+      const l = this.root.scrollLeft;
+      if (x < l + 12 || x > l + this.root.clientWidth - 160) this.root.scrollLeft = Math.max(0, x - this.root.clientWidth / 3);
     }
     this.reveal = false;
   }

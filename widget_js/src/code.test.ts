@@ -31,7 +31,11 @@ describe("tokenize", () => {
     expect(toks.some((t) => t.kind === "ident" && t.text.includes("relu_scale"))).toBe(true);
   });
   it("survives unterminated strings and comments", () => {
-    expect(tokenize('x = "abc').map((t) => t.text).join("")).toBe('x = "abc');
+    expect(
+      tokenize('x = "abc')
+        .map((t) => t.text)
+        .join(""),
+    ).toBe('x = "abc');
     expect(tokenize("/* open").map((t) => t.kind)).toEqual(["comment"]);
   });
 });

@@ -14,18 +14,25 @@ export interface Token {
 }
 
 const KEYWORDS = new Set(
-  "if else for while do return break continue switch case default goto sizeof typedef struct union enum extern static inline const volatile restrict auto register".split(" "),
+  "if else for while do return break continue switch case default goto sizeof typedef struct union enum extern static inline const volatile restrict auto register".split(
+    " ",
+  ),
 );
 const TYPES = new Set(
-  "void bool char short int long float double signed unsigned size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t half __half float2 float4 int2 int4 dim3".split(" "),
+  "void bool char short int long float double signed unsigned size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t half __half float2 float4 int2 int4 dim3".split(
+    " ",
+  ),
 );
 // CUDA's qualifiers and built-in variables.
 const QUALIFIERS = new Set(
-  "__global__ __device__ __host__ __shared__ __constant__ __restrict__ __forceinline__ __launch_bounds__ threadIdx blockIdx blockDim gridDim __syncthreads".split(" "),
+  "__global__ __device__ __host__ __shared__ __constant__ __restrict__ __forceinline__ __launch_bounds__ threadIdx blockIdx blockDim gridDim __syncthreads".split(
+    " ",
+  ),
 );
 
 // One regular expression, alternatives in priority order; every character is matched by one.
-const TOKEN = /(\/\/[^\n]*|\/\*[\s\S]*?(?:\*\/|$))|(^[ \t]*#[^\n]*)|("(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?)|((?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)[fFuUlL]*)|([A-Za-z_]\w*)|(\s+)|(.)/gm;
+const TOKEN =
+  /(\/\/[^\n]*|\/\*[\s\S]*?(?:\*\/|$))|(^[ \t]*#[^\n]*)|("(?:[^"\\\n]|\\.)*"?|'(?:[^'\\\n]|\\.)*'?)|((?:0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)[fFuUlL]*)|([A-Za-z_]\w*)|(\s+)|(.)/gm;
 
 /** Splits C/CUDA source into tokens; concatenating their texts gives the source back. */
 export function tokenize(src: string): Token[] {
@@ -42,7 +49,8 @@ export function tokenize(src: string): Token[] {
     else if (m[2] !== undefined) kind = "preproc";
     else if (m[3] !== undefined) kind = "string";
     else if (m[4] !== undefined) kind = "number";
-    else if (m[5] !== undefined) kind = KEYWORDS.has(m[5]) ? "keyword" : TYPES.has(m[5]) ? "type" : QUALIFIERS.has(m[5]) ? "qualifier" : "ident";
+    else if (m[5] !== undefined)
+      kind = KEYWORDS.has(m[5]) ? "keyword" : TYPES.has(m[5]) ? "type" : QUALIFIERS.has(m[5]) ? "qualifier" : "ident";
     else if (m[6] !== undefined) kind = "space";
     else kind = "punct";
     const last = out[out.length - 1];
@@ -88,9 +96,19 @@ export class CodeView {
 
   constructor() {
     this.title = h("span", { class: "ow-code-title" });
-    this.copyBtn = h("button", { class: "ow-btn ow-small ow-code-copy", text: "Copy", title: "copy the source to the clipboard", onclick: () => void this.copy() });
+    this.copyBtn = h("button", {
+      class: "ow-btn ow-small ow-code-copy",
+      text: "Copy",
+      title: "copy the source to the clipboard",
+      onclick: () => void this.copy(),
+    });
     this.body = h("pre", { class: "ow-code" });
-    this.root = h("div", { class: "ow-chart ow-code-view", "data-lines": 0 }, h("div", { class: "ow-code-head" }, this.title, this.copyBtn), this.body);
+    this.root = h(
+      "div",
+      { class: "ow-chart ow-code-view", "data-lines": 0 },
+      h("div", { class: "ow-code-head" }, this.title, this.copyBtn),
+      this.body,
+    );
   }
 
   /** Shows `source` (the node `name`'s CUDA C), or `empty` when there is none. */

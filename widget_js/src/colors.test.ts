@@ -5,7 +5,20 @@ import { decodeDag, encodeDag } from "./dagdata";
 const kinds = ["kernel", "memcpy", "memset", "event_record", "event_wait", "host_callback", "barrier"];
 // 0 -> 1 -> 2, 0 -> 3; idom: 1,3 under 0; 2 under 1.
 const dag = decodeDag(
-  encodeDag(4, { kind: [1, 0, 0, 2], critical: [1, 1, 1, 0], stream: [0, 0, 1, -1], group: [-1, 2, 2, -1], idom: [-1, 0, 1, 0], ipdom: [2, 2, -1, -1] }, [0, 1, 0], [1, 2, 3], { slack: [0, 0, 0, 4] }),
+  encodeDag(
+    4,
+    {
+      kind: [1, 0, 0, 2],
+      critical: [1, 1, 1, 0],
+      stream: [0, 0, 1, -1],
+      group: [-1, 2, 2, -1],
+      idom: [-1, 0, 1, 0],
+      ipdom: [2, 2, -1, -1],
+    },
+    [0, 1, 0],
+    [1, 2, 3],
+    { slack: [0, 0, 0, 4] },
+  ),
 );
 
 describe("colour modes", () => {

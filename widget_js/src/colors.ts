@@ -85,9 +85,7 @@ const byKind: ModeFn = ({ dag, kinds }) => {
 const bySlack: ModeFn = ({ dag }) => {
   let max = 0;
   for (const s of dag.float.slack) if (Number.isFinite(s)) max = Math.max(max, s);
-  const colors = Array.from(dag.float.slack, (s) =>
-    max > 0 ? mix(STRONG, SLACK_MAX, s / max) : STRONG,
-  );
+  const colors = Array.from(dag.float.slack, (s) => (max > 0 ? mix(STRONG, SLACK_MAX, s / max) : STRONG));
   return {
     colors,
     legend: [

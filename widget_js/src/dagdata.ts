@@ -7,17 +7,7 @@
 
 export const MAGIC = 0x4f584457; // "OXDW"
 export const VERSION = 1;
-export const INT_COLUMNS = [
-  "id",
-  "level",
-  "kind",
-  "stream",
-  "critical",
-  "group",
-  "idom",
-  "ipdom",
-  "state",
-] as const;
+export const INT_COLUMNS = ["id", "level", "kind", "stream", "critical", "group", "idom", "ipdom", "state"] as const;
 export const FLOAT_COLUMNS = ["slack", "cost", "asap"] as const;
 
 export type IntColumn = (typeof INT_COLUMNS)[number];

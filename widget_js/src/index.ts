@@ -16,20 +16,23 @@ import { figureDefinitions, formatBytes, modeTotals } from "./charts";
 import { asBytes } from "./dagdata";
 import { PassLoader } from "./passes";
 import { CodeView } from "./code";
-import { isAvailable, type DagMeta, type ErrorEntry, type SimSection, type InspectorSection, type NodeDetails, type PipelineOptions, type ViewModel } from "./types";
-
-/** The part of the anywidget model API this widget uses. */
-export interface Model {
-  get(key: string): any;
-  set(key: string, value: unknown): void;
-  save_changes(): void;
-  on(event: string, cb: (...args: any[]) => void): void;
-  off(event?: string, cb?: (...args: any[]) => void): void;
-  send(content: unknown, callbacks?: unknown, buffers?: ArrayBuffer[]): void;
-}
+import { comparePanel } from "./compare";
+import type { RenderProps } from "@anywidget/types";
+import { Requests, type Model, type Payload, type WorkbenchModel, type Reply, type RequestType, type Send } from "./messages";
+import {
+  isAvailable,
+  type DagMeta,
+  type PlanFigures,
+  type ErrorEntry,
+  type SimSection,
+  type InspectorSection,
+  type NodeDetails,
+  type PipelineOptions,
+  type ViewModel,
+} from "./types";
 
 type SideTab = "details" | "build" | "sim";
-type BottomTab = "memory" | "streams" | "code" | "dom" | "postdom" | "passes";
+type BottomTab = "memory" | "streams" | "code" | "compare" | "dom" | "postdom" | "passes";
 
 export class App {
   readonly root: HTMLDivElement;
@@ -46,7 +49,7 @@ export class App {
   private posOf = new Map<number, number>();
   private side: SideTab = "details";
   private bottom: BottomTab = "memory";
-  private counter = 0;
+  private requests: Requests;
   private status: HTMLDivElement;
   private sideBody: HTMLDivElement;
   private bottomBody: HTMLDivElement;
@@ -74,8 +77,12 @@ export class App {
   /** Time from construction until the pass views were filled, in ms (-1 until then). */
   passesMs = -1;
 
-  constructor(private model: Model, el: HTMLElement) {
+  constructor(
+    private model: Model,
+    el: HTMLElement,
+  ) {
     const t0 = (this.t0 = performance.now());
+    this.requests = new Requests((content) => this.model.send(content));
     this.passes = new PassLoader(() => this.requestPasses());
     this.dagView = new DagView({
       onSelect: (pos) => this.send("select", { node: pos >= 0 ? this.dag.int.id[pos] : null }),
@@ -111,10 +118,20 @@ export class App {
         "div",
         { class: "ow-main" },
         this.dagView.root,
-        (this.vsplit = h("div", { class: "ow-split ow-split-v", title: "drag to resize the side panel", role: "separator", "aria-orientation": "vertical" })),
+        (this.vsplit = h("div", {
+          class: "ow-split ow-split-v",
+          title: "drag to resize the side panel",
+          role: "separator",
+          "aria-orientation": "vertical",
+        })),
         (this.sidePanel = h("div", { class: "ow-side" }, this.sideTabs, this.status, this.sideBody)),
       )),
-      (this.hsplit = h("div", { class: "ow-split ow-split-h", title: "drag to resize the graph and the charts", role: "separator", "aria-orientation": "horizontal" })),
+      (this.hsplit = h("div", {
+        class: "ow-split ow-split-h",
+        title: "drag to resize the graph and the charts",
+        role: "separator",
+        "aria-orientation": "horizontal",
+      })),
       h("div", { class: "ow-bottom" }, h("div", { class: "ow-bottom-head" }, this.bottomTabs, this.bottomTools), this.bottomBody),
     );
     this.bindSplitters();
@@ -135,10 +152,13 @@ export class App {
       this.passes.viewArrived(this.pending);
     });
     this.listen("change:dag", () => this.refresh(true));
-    this.listen("change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size", () => this.refresh(false));
+    this.listen(
+      "change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size change:pinned",
+      () => this.refresh(false),
+    );
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
     this.listen("change:errors", () => this.renderErrors());
-    this.listen("msg:custom", (msg: { type?: string; message?: string; request_id?: string }) => this.onMessage(msg));
+    this.listen("msg:custom", (msg: unknown) => this.onMessage(msg));
     this.refresh(true);
     this.dagView.drawNow();
     this.firstDrawMs = performance.now() - t0;
@@ -221,26 +241,31 @@ export class App {
     this.postTree.destroy();
   }
 
-  /** Sends a typed request; returns its request id. */
-  send(type: string, payload: Record<string, unknown>): string {
-    const request_id = `r${++this.counter}`;
-    this.model.send({ type, request_id, ...payload });
+  /** Sends a typed request; returns its request id. Its reply (matched by that id) sets the
+   *  status line. */
+  send<T extends RequestType>(type: T, payload: Payload<T>): string {
+    const { id, reply } = this.requests.send(type, payload);
     this.status.textContent = "…";
     this.status.className = "ow-status ow-pending";
-    return request_id;
+    void reply.then((r) => this.showReply(r));
+    return id;
   }
 
-  private onMessage(msg: { type?: string; message?: string; request_id?: string }): void {
-    if (msg.type === "ok" || msg.type === "error") this.passes.replied(msg.request_id, this.pending);
-    if (msg.type === "error") {
-      this.status.textContent = `✗ ${msg.message ?? "error"}`;
+  private onMessage(msg: unknown): void {
+    const r = this.requests.received(msg);
+    if (r) this.passes.replied(r.request_id, this.pending);
+  }
+
+  private showReply(r: Reply): void {
+    if (r.type === "error") {
+      this.status.textContent = `✗ ${r.message ?? "error"}`;
       this.status.className = "ow-status ow-bad";
-    } else if (msg.type === "ok") {
-      this.status.textContent = msg.message ? `✓ ${msg.message}` : "✓";
+    } else {
+      this.status.textContent = r.message ? `✓ ${r.message}` : "✓";
       this.status.className = "ow-status ow-good";
     }
     // The reply to an edit comes after the request for its passes went out: say both.
-    if ((msg.type === "ok" || msg.type === "error") && this.passes.waiting) this.status.textContent += " · computing passes…";
+    if (this.passes.waiting) this.status.textContent += " · computing passes…";
   }
 
   /** The simulator section: its steps from the view-model, its position from `sim_state`. */
@@ -248,7 +273,17 @@ export class App {
     const s = this.vm?.sim;
     if (!isAvailable(s)) return null;
     const dyn = (this.model.get("sim_state") ?? {}) as Partial<SimSection>;
-    const defaults = { policies: [], events: [], position: -1, executed: 0, executed_steps: [], policy: "in_order", drop_event: null, dropped_steps: [], verdict: null };
+    const defaults = {
+      policies: [],
+      events: [],
+      position: -1,
+      executed: 0,
+      executed_steps: [],
+      policy: "in_order",
+      drop_event: null,
+      dropped_steps: [],
+      verdict: null,
+    };
     return { ...defaults, finished: false, races: [], message: "", highlight: [], live_buffers: [], ...s, ...dyn };
   }
 
@@ -266,7 +301,8 @@ export class App {
       this.posOf = new Map();
       const dm = isAvailable(vm.dag) ? vm.dag : null;
       const names = dm?.names ?? [];
-      for (let i = 0; i < this.dag.n; i++) if (this.dag.int.state[i] !== STATE_REMOVED || !this.posOf.has(this.dag.int.id[i])) this.posOf.set(this.dag.int.id[i], i);
+      for (let i = 0; i < this.dag.n; i++)
+        if (this.dag.int.state[i] !== STATE_REMOVED || !this.posOf.has(this.dag.int.id[i])) this.posOf.set(this.dag.int.id[i], i);
       const anchors = new Map<number, number[]>(dm?.anchors ?? []);
       const hadCache = this.cache.size > 0;
       this.layout = stableLayout(
@@ -339,7 +375,13 @@ export class App {
       : (this.vm.dag as { reason: string }).reason;
     const note = dm?.notes?.[this.colorSel.value];
     this.header.append(
-      h("div", { class: "ow-title" }, h("span", { class: "ow-logo", text: "◆" }), h("span", { text: "oxiwork" }), h("span", { class: "ow-subtitle", text: dm?.title ?? "" })),
+      h(
+        "div",
+        { class: "ow-title" },
+        h("span", { class: "ow-logo", text: "◆" }),
+        h("span", { text: "oxiwork" }),
+        h("span", { class: "ow-subtitle", text: dm?.title ?? "" }),
+      ),
       h("div", { class: "ow-graph-stats", text: stats }),
       h("div", { class: "ow-spacer" }),
       h("label", { class: "ow-inline" }, h("span", { text: "colour by" }), this.colorSel),
@@ -371,7 +413,15 @@ export class App {
       return;
     }
     const idx = Math.min(Number(this.model.get("pass_index") ?? 0), passes.entries.length - 1);
-    const slider = h("input", { class: "ow-pass-slider", type: "range", min: 0, max: passes.entries.length - 1, step: 1, value: idx, "aria-label": "pipeline position" });
+    const slider = h("input", {
+      class: "ow-pass-slider",
+      type: "range",
+      min: 0,
+      max: passes.entries.length - 1,
+      step: 1,
+      value: idx,
+      "aria-label": "pipeline position",
+    });
     slider.addEventListener("change", () => this.send("set_pass", { index: Number(slider.value) }));
     const ticks = h("div", { class: "ow-pass-ticks" });
     passes.entries.forEach((e, i) => {
@@ -412,10 +462,17 @@ export class App {
     }
     // Keep focus and typed text in the build form across redraws caused by other traits.
     const active = document.activeElement;
-    if (this.side === "build" && active && this.sideBody.contains(active) && this.sideBody.dataset.kind === "build" && this.sideBody.dataset.key === this.buildKey()) return;
+    if (
+      this.side === "build" &&
+      active &&
+      this.sideBody.contains(active) &&
+      this.sideBody.dataset.kind === "build" &&
+      this.sideBody.dataset.key === this.buildKey()
+    )
+      return;
     clear(this.sideBody);
     this.sideBody.dataset.kind = this.side;
-    const send = (t: string, p: Record<string, unknown>) => this.send(t, p);
+    const send: Send = (t, p) => this.send(t, p);
     if (this.side === "details") {
       const d = this.model.get("details") as NodeDetails | Record<string, never>;
       this.sideBody.append(
@@ -458,6 +515,7 @@ export class App {
       ["memory", "Memory"],
       ["streams", "Streams"],
       ["code", "Code"],
+      ["compare", "Compare"],
       ["dom", "Dominator tree"],
       ["postdom", "Post-dominator tree"],
       ["passes", "Passes"],
@@ -490,14 +548,30 @@ export class App {
     const dm = isAvailable(vm.dag) ? vm.dag : null;
     const live = Int32Array.from(this.dag.int.state, (s) => (s === STATE_REMOVED ? 0 : 1));
     const simPos = simNode >= 0 ? (this.posOf.get(simNode) ?? -1) : -1;
-    this.domTree.set(dm?.has_dominance ? this.dag.int.idom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.dominator || "no dominator tree");
-    this.postTree.set(dm?.has_dominance ? this.dag.int.ipdom : null, dm?.names ?? [], live, this.selectedPos, simPos, dm?.notes?.postdominator || "no post-dominator tree");
+    this.domTree.set(
+      dm?.has_dominance ? this.dag.int.idom : null,
+      dm?.names ?? [],
+      live,
+      this.selectedPos,
+      simPos,
+      dm?.notes?.dominator || "no dominator tree",
+    );
+    this.postTree.set(
+      dm?.has_dominance ? this.dag.int.ipdom : null,
+      dm?.names ?? [],
+      live,
+      this.selectedPos,
+      simPos,
+      dm?.notes?.postdominator || "no post-dominator tree",
+    );
 
     const det = this.model.get("details") as Partial<NodeDetails> | undefined;
     this.code.set(
       det?.name ?? "",
       det?.source,
-      det?.name ? `${det.name} launches no generated CUDA C (not a kernel, or an opaque one)` : "Select a kernel to read its generated CUDA C here.",
+      det?.name
+        ? `${det.name} launches no generated CUDA C (not a kernel, or an opaque one)`
+        : "Select a kernel to read its generated CUDA C here.",
     );
     clear(this.bottomTools);
     const body = this.bottomBody;
@@ -508,16 +582,21 @@ export class App {
       dom: this.domTree.root,
       postdom: this.postTree.root,
       passes: passesTable(vm, Number(this.model.get("pass_index") ?? 0), (i) => this.send("set_pass", { index: i })),
+      compare: comparePanel(pinnedFigures(this.model.get("pinned")), vm.figures && "kernels" in vm.figures ? vm.figures : null, (t, p) =>
+        this.send(t, p),
+      ),
     };
     // Charts stay attached (hidden) so that their data- counts are always readable.
     for (const k of Object.keys(want) as BottomTab[]) {
       const elx = want[k];
-      if (k === "passes") continue;
+      if (k === "passes" || k === "compare") continue;
       if (elx.parentElement !== body) body.append(elx);
       elx.classList.toggle("ow-hidden", k !== this.bottom);
     }
     body.querySelector(".ow-passes")?.remove();
+    body.querySelector(".ow-compare")?.remove();
     if (this.bottom === "passes") body.append(want.passes);
+    if (this.bottom === "compare") body.append(want.compare);
     if (this.bottom === "memory" && isAvailable(vm.memory)) {
       const modeSel = h("select", { class: "ow-input ow-memory-mode", "aria-label": "memory planner" });
       for (const m of vm.memory.modes) modeSel.append(h("option", { value: m, text: m }));
@@ -525,12 +604,17 @@ export class App {
       modeSel.addEventListener("change", () => this.send("set_memory_mode", { mode: modeSel.value }));
       const m = vm.memory;
       this.bottomTools.append(
-        h("span", { class: "ow-muted", text: `execution plan · ${m.buffers.length} buffers over ${m.num_steps} steps · arena ${formatBytes(m.arena_bytes)} = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)} × lower bound${m.optimal ? " (optimal)" : ""}${(m.liveness_bound_bytes ?? m.lower_bound_bytes) < m.lower_bound_bytes ? ` · streams cost ${formatBytes(m.lower_bound_bytes - (m.liveness_bound_bytes ?? 0))} over one-order liveness` : ""}` }),
+        h("span", {
+          class: "ow-muted",
+          text: `execution plan · ${m.buffers.length} buffers over ${m.num_steps} steps · arena ${formatBytes(m.arena_bytes)} = ${(m.arena_bytes / Math.max(1, m.lower_bound_bytes)).toFixed(2)} × lower bound${m.optimal ? " (optimal)" : ""}${(m.liveness_bound_bytes ?? m.lower_bound_bytes) < m.lower_bound_bytes ? ` · streams cost ${formatBytes(m.lower_bound_bytes - (m.liveness_bound_bytes ?? 0))} over one-order liveness` : ""}`,
+        }),
         h("label", { class: "ow-inline" }, h("span", { text: "planner" }), modeSel),
       );
     }
     if (this.bottom === "memory" && !isAvailable(vm.memory) && vm.memory.can_plan) {
-      this.bottomTools.append(h("button", { class: "ow-btn ow-primary ow-plan-memory", text: "Plan memory", onclick: () => this.send("plan_memory", {}) }));
+      this.bottomTools.append(
+        h("button", { class: "ow-btn ow-primary ow-plan-memory", text: "Plan memory", onclick: () => this.send("plan_memory", {}) }),
+      );
     }
     if (this.bottom === "streams" && isAvailable(vm.streams)) {
       const s = vm.streams;
@@ -539,7 +623,13 @@ export class App {
       modeSel.value = s.mode;
       modeSel.addEventListener("change", () => this.send("set_stream_mode", { mode: modeSel.value }));
       this.bottomTools.append(
-        h("span", { class: "ow-muted ow-stream-totals", text: modeTotals(s), title: figureDefinitions(s).map(([k, v]) => `${k}: ${v}`).join("\n") }),
+        h("span", {
+          class: "ow-muted ow-stream-totals",
+          text: modeTotals(s),
+          title: figureDefinitions(s)
+            .map(([k, v]) => `${k}: ${v}`)
+            .join("\n"),
+        }),
         h("label", { class: "ow-inline" }, h("span", { text: "drawn" }), modeSel),
       );
     }
@@ -556,7 +646,14 @@ export class App {
     this.errorsBox.dataset.count = String(shown.length);
     if (!shown.length) return;
     for (const e of shown.slice(-3)) {
-      this.errorsBox.append(h("div", { class: "ow-error", "data-request": e.request_id }, h("span", { class: "ow-error-kind", text: e.kind || "error" }), h("span", { class: "ow-error-msg", text: e.message })));
+      this.errorsBox.append(
+        h(
+          "div",
+          { class: "ow-error", "data-request": e.request_id },
+          h("span", { class: "ow-error-kind", text: e.kind || "error" }),
+          h("span", { class: "ow-error-msg", text: e.message }),
+        ),
+      );
     }
     const dismiss = h("button", { class: "ow-btn ow-small ow-dismiss", text: "Dismiss" });
     dismiss.addEventListener("click", () => {
@@ -567,11 +664,16 @@ export class App {
   }
 }
 
+function pinnedFigures(p: unknown): PlanFigures | null {
+  return p && typeof p === "object" && "kernels" in p ? (p as PlanFigures) : null;
+}
+
 function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
-function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
+/** anywidget's entry point, typed with the Workbench's traits. */
+function render({ model, el }: Pick<RenderProps<WorkbenchModel>, "model" | "el">): () => void {
   const app = new App(model, el);
   return () => app.destroy();
 }

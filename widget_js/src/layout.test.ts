@@ -4,7 +4,7 @@ import { DX, DY, freshLayout, hitTest, NODE_H, NODE_W, remember, SpatialGrid, st
 /** A random DAG: edges only from lower to higher index, levels = longest path. */
 function randomDag(n: number, m: number, seed: number) {
   let s = seed;
-  const rnd = () => ((s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rnd = () => (s = (s * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
   const src: number[] = [];
   const dst: number[] = [];
   for (let e = 0; e < m; e++) {
@@ -74,10 +74,11 @@ describe("stableLayout", () => {
     const keep = (i: number) => i >= 1;
     const src: number[] = [];
     const dst: number[] = [];
-    for (let e = 0; e < g.src.length; e++) if (keep(g.src[e]) && keep(g.dst[e])) {
-      src.push(g.src[e] - 1);
-      dst.push(g.dst[e] - 1);
-    }
+    for (let e = 0; e < g.src.length; e++)
+      if (keep(g.src[e]) && keep(g.dst[e])) {
+        src.push(g.src[e] - 1);
+        dst.push(g.dst[e] - 1);
+      }
     src.push(0);
     dst.push(ids.length - 1);
     const L1 = stableLayout({ n: ids.length, ids, names, level, src, dst }, cache);
@@ -103,12 +104,25 @@ describe("stableLayout", () => {
       [3, { x: 3 * DX, y: 0, name: "download" }],
     ]);
     const L = stableLayout(
-      { n: 5, ids: [0, 1, 2, 3, 4], names: ["upload", "relu", "scale", "download", "k"], level: [0, 1, 2, 4, 3], src: [0, 1, 2, 4], dst: [1, 2, 3, 3] },
+      {
+        n: 5,
+        ids: [0, 1, 2, 3, 4],
+        names: ["upload", "relu", "scale", "download", "k"],
+        level: [0, 1, 2, 4, 3],
+        src: [0, 1, 2, 4],
+        dst: [1, 2, 3, 3],
+      },
       cache,
     );
     for (let i = 0; i < 5; i++) expect(L.x[i]).toBe([0, 1, 2, 4, 3][i] * DX);
     expect([L.y[0], L.y[1], L.y[2], L.y[3]]).toEqual([0, 0, 0, 0]);
-    for (const [a, b] of [[0, 1], [1, 2], [2, 3], [4, 3]]) expect(L.x[b]).toBeGreaterThan(L.x[a]);
+    for (const [a, b] of [
+      [0, 1],
+      [1, 2],
+      [2, 3],
+      [4, 3],
+    ])
+      expect(L.x[b]).toBeGreaterThan(L.x[a]);
   });
 
   it("puts a fused node at the height of the nodes it replaces, in its level's column", () => {
@@ -152,7 +166,15 @@ describe("hitTest", () => {
 import { fitTransform, LABEL_ZOOM } from "./dagview";
 
 describe("fitTransform", () => {
-  const box = (minX: number, maxX: number, minY: number, maxY: number) => ({ x: new Float32Array(0), y: new Float32Array(0), minX, maxX, minY, maxY, reused: 0 });
+  const box = (minX: number, maxX: number, minY: number, maxY: number) => ({
+    x: new Float32Array(0),
+    y: new Float32Array(0),
+    minX,
+    maxX,
+    minY,
+    maxY,
+    reused: 0,
+  });
   it("shows a compact graph whole and centred", () => {
     const f = fitTransform(box(0, 4 * DX, -2 * DY, 2 * DY), 1000, 500);
     const cx = (0 + 4 * DX) / 2;

@@ -83,7 +83,10 @@ export function freshLayout(inp: LayoutInput): Layout {
   };
   const down = layers.map((_, i) => i).slice(1);
   sweep(down, pred);
-  sweep([...down].reverse().map((i) => i - 1), succ);
+  sweep(
+    [...down].reverse().map((i) => i - 1),
+    succ,
+  );
 
   const x = new Float32Array(n);
   const y = new Float32Array(n);
@@ -204,12 +207,7 @@ export function stableLayout(inp: LayoutInput, prev: ReadonlyMap<number, Placed>
 }
 
 /** Records a layout into the position cache (id -> position and name). */
-export function remember(
-  cache: Map<number, Placed>,
-  ids: ArrayLike<number>,
-  names: ArrayLike<string>,
-  lay: Layout,
-): void {
+export function remember(cache: Map<number, Placed>, ids: ArrayLike<number>, names: ArrayLike<string>, lay: Layout): void {
   for (let i = 0; i < ids.length; i++) cache.set(ids[i], { x: lay.x[i], y: lay.y[i], name: names[i] });
 }
 

@@ -1,5 +1,17 @@
 import { describe, expect, it } from "vitest";
-import { centerOn, groupBox, groupOf, groupsAt, maxGroupDepth, minimapToWorld, minimapTransform, revealed, searchNodes, viewportOnMinimap, zoomAt } from "./nav";
+import {
+  centerOn,
+  groupBox,
+  groupOf,
+  groupsAt,
+  maxGroupDepth,
+  minimapToWorld,
+  minimapTransform,
+  revealed,
+  searchNodes,
+  viewportOnMinimap,
+  zoomAt,
+} from "./nav";
 import { foldLayout, freshLayout, DX } from "./layout";
 
 const screen = (v: { k: number; tx: number; ty: number }, x: number, y: number) => ({ x: x * v.k + v.tx, y: y * v.k + v.ty });
@@ -39,7 +51,10 @@ describe("minimap", () => {
   const b = { minX: 0, maxX: 2000, minY: -100, maxY: 100 };
   const m = minimapTransform(b, 170, 96);
   it("fits the whole graph inside the minimap", () => {
-    for (const [x, y] of [[0, -100], [2000, 100]]) {
+    for (const [x, y] of [
+      [0, -100],
+      [2000, 100],
+    ]) {
       const px = x * m.s + m.ox;
       const py = y * m.s + m.oy;
       expect(px).toBeGreaterThanOrEqual(0);

@@ -7,7 +7,8 @@ import { clear, fitCanvas, h } from "./dom";
 import type { InspectorSection, NodeDetails, PipelineOptions, SimSection, ViewModel } from "./types";
 import { isAvailable } from "./types";
 
-export type Send = (type: string, payload: Record<string, unknown>) => string;
+import type { Send } from "./messages";
+export type { Send };
 
 function row(label: string, value: string | null | undefined): HTMLElement | null {
   if (value === null || value === undefined || value === "") return null;
@@ -18,14 +19,23 @@ function time(v: number | null | undefined): string | null {
   return v === null || v === undefined ? null : formatTime(v);
 }
 
-export function detailsPanel(d: NodeDetails | null, editable: boolean, send: Send, summary: [string, string][] = [], onShowCode: () => void = () => {}): HTMLElement {
+export function detailsPanel(
+  d: NodeDetails | null,
+  editable: boolean,
+  send: Send,
+  summary: [string, string][] = [],
+  onShowCode: () => void = () => {},
+): HTMLElement {
   if (!d) {
     return h(
       "div",
       { class: "ow-panel ow-details" },
       summary.length ? h("h4", { text: "Graph" }) : null,
       ...summary.map(([k, v]) => row(k, v)),
-      h("p", { class: "ow-hint ow-help", text: "Click a node for its details. Drag the background to pan, scroll to zoom, double-click to fit. Drag from one node to another to add a dependency." }),
+      h("p", {
+        class: "ow-hint ow-help",
+        text: "Click a node for its details. Drag the background to pan, scroll to zoom, double-click to fit. Drag from one node to another to add a dependency.",
+      }),
     );
   }
   const rename = h("input", { class: "ow-input ow-rename-input", value: d.name, "aria-label": "new name" });
@@ -144,10 +154,16 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
   // Buffer
   const bName = h("input", { class: "ow-input ow-buf-name", placeholder: "name" });
   const bSize = h("input", { class: "ow-input ow-buf-size", value: "4096", type: "number", min: 1 });
-  const bType = select("ow-buf-dtype", ["float32", "float64", "float16", "int32", "int64", "uint8"].map((d) => [d, d]));
+  const bType = select(
+    "ow-buf-dtype",
+    ["float32", "float64", "float16", "int32", "int64", "uint8"].map((d) => [d, d]),
+  );
   // Kernel
   const kName = h("input", { class: "ow-input ow-k-name", placeholder: "name" });
-  const kOp = select("ow-k-op", [["", "(opaque kernel)"], ...vm.ops.map((o) => [o.name, `${o.name}  (${o.arity} in)`] as [string, string])]);
+  const kOp = select("ow-k-op", [
+    ["", "(opaque kernel)"],
+    ...vm.ops.map((o) => [o.name, `${o.name}  (${o.arity} in)`] as [string, string]),
+  ]);
   const kIn = h("input", { class: "ow-input ow-k-inputs", placeholder: bufNames.slice(0, 2).join(", ") || "a, b" });
   const kOut = h("input", { class: "ow-input ow-k-outputs", placeholder: "out" });
   const kGrid = h("input", { class: "ow-input ow-k-grid", value: "1" });
@@ -167,7 +183,11 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
   const bufOpts: [string, string][] = bufNames.map((n) => [n, n]);
   const cSrc = select("ow-c-src", bufOpts);
   const cDst = select("ow-c-dst", bufOpts, bufNames[1]);
-  const cDir = select("ow-c-dir", [["d2d", "device → device"], ["h2d", "host → device"], ["d2h", "device → host"]]);
+  const cDir = select("ow-c-dir", [
+    ["d2d", "device → device"],
+    ["h2d", "host → device"],
+    ["d2h", "device → host"],
+  ]);
   const buffers = h(
     "div",
     { class: "ow-buflist" },
@@ -180,7 +200,12 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
         h("span", { class: "ow-muted", text: `${formatBytes(b.size_bytes)} ${b.dtype}${b.external ? " · external" : ""}` }),
         ren,
         h("button", { class: "ow-btn ow-small", text: "Rename", onclick: () => send("rename", { buffer: b.id, name: ren.value }) }),
-        h("button", { class: "ow-btn ow-small ow-danger", text: "✕", title: "delete buffer", onclick: () => send("delete", { buffer: b.id }) }),
+        h("button", {
+          class: "ow-btn ow-small ow-danger",
+          text: "✕",
+          title: "delete buffer",
+          onclick: () => send("delete", { buffer: b.id }),
+        }),
       );
     }),
   );
@@ -223,7 +248,8 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
     h("button", {
       class: "ow-btn ow-add-memcpy",
       text: "Add copy",
-      onclick: () => send("add_memcpy", { name: cName.value, src: cSrc.value, dst: cDst.value, direction: cDir.value }),
+      onclick: () =>
+        send("add_memcpy", { name: cName.value, src: cSrc.value, dst: cDst.value, direction: cDir.value as "h2d" | "d2h" | "d2d" }),
     }),
     h("p", { class: "ow-hint", text: "Dependencies: drag from one node to another in the graph." }),
     h("h4", { text: `Buffers (${vm.buffers.length})` }),
@@ -247,15 +273,26 @@ export function simPanel(
   const done = new Set(sim.executed_steps);
   const dropped = new Set(sim.dropped_steps);
   const runnable = sim.steps.length - dropped.size;
-  const btn = (cls: string, text: string, action: string, extra: Record<string, unknown> = {}, disabled = false) =>
-    h("button", { class: `ow-btn ${cls}`, text, disabled, onclick: () => send("sim", { action, ...extra }) });
+  const btn = (
+    cls: string,
+    text: string,
+    action: "step" | "back" | "run" | "reset",
+    extra: { breakpoint?: number } = {},
+    disabled = false,
+  ) => h("button", { class: `ow-btn ${cls}`, text, disabled, onclick: () => send("sim", { action, ...extra }) });
   const controls = h(
     "div",
     { class: "ow-sim-controls" },
     btn("ow-sim-reset", "Reset", "reset"),
     btn("ow-sim-back", "◀ Back", "back", {}, sim.position < 0),
     btn("ow-sim-step", "Step ▶", "step", {}, sim.finished),
-    btn("ow-sim-run", selectedId !== null ? "Run to selected ▶▶" : "Run ▶▶", "run", selectedId !== null ? { breakpoint: selectedId } : {}, sim.finished),
+    btn(
+      "ow-sim-run",
+      selectedId !== null ? "Run to selected ▶▶" : "Run ▶▶",
+      "run",
+      selectedId !== null ? { breakpoint: selectedId } : {},
+      sim.finished,
+    ),
   );
   // Step i is plan.steps[i], numbered from 0 as in Python, the kernel's messages, the race
   // reports and the timeline's tooltips (see stepLabel).
@@ -271,7 +308,8 @@ export function simPanel(
   const hi = Math.min(sim.steps.length, lo + 14);
   for (let i = lo; i < hi; i++) {
     const s = sim.steps[i];
-    const cls = i === sim.position ? "ow-step ow-current" : dropped.has(i) ? "ow-step ow-dropped" : done.has(i) ? "ow-step ow-done" : "ow-step";
+    const cls =
+      i === sim.position ? "ow-step ow-current" : dropped.has(i) ? "ow-step ow-dropped" : done.has(i) ? "ow-step ow-done" : "ow-step";
     const li = h(
       "li",
       { class: cls, value: i, "data-node": s.node, "data-step": i },
@@ -302,15 +340,33 @@ export function simPanel(
     }),
   );
   const msg = sim.message ? h("div", { class: "ow-sim-msg", text: sim.message }) : null;
-  return h("div", { class: "ow-panel ow-sim" }, simConfig(sim, send), controls, status, msg, list, races, inspectorPanel(inspector, values, buffers, send));
+  return h(
+    "div",
+    { class: "ow-panel ow-sim" },
+    simConfig(sim, send),
+    controls,
+    status,
+    msg,
+    list,
+    races,
+    inspectorPanel(inspector, values, buffers, send),
+  );
 }
 
 /** The race lab's row: which interleaving policy runs, and which event (if any) is left out. */
 function simConfig(sim: SimSection, send: Send): HTMLElement {
-  const policy = select("ow-sim-policy", sim.policies.map((p) => [p, p.replace("_", " ")] as [string, string]), sim.policy);
+  const policy = select(
+    "ow-sim-policy",
+    sim.policies.map((p) => [p, p.replace("_", " ")] as [string, string]),
+    sim.policy,
+  );
   policy.addEventListener("change", () => send("sim_config", { policy: policy.value }));
   const none: [string, string] = ["", sim.events.length ? "none" : "none (the plan has no events)"];
-  const drop = select("ow-sim-drop", [none, ...sim.events.map((e) => [String(e.event), e.label] as [string, string])], sim.drop_event === null ? "" : String(sim.drop_event));
+  const drop = select(
+    "ow-sim-drop",
+    [none, ...sim.events.map((e) => [String(e.event), e.label] as [string, string])],
+    sim.drop_event === null ? "" : String(sim.drop_event),
+  );
   drop.disabled = sim.events.length === 0;
   drop.addEventListener("change", () => send("sim_config", { drop_event: drop.value === "" ? null : Number(drop.value) }));
   return h(
@@ -326,14 +382,26 @@ function verdictLine(sim: SimSection): HTMLElement | null {
   const v = sim.verdict;
   if (v) {
     const cls = v.match === true ? "ow-verdict ow-good" : v.match === false ? "ow-verdict ow-bad" : "ow-verdict ow-muted";
-    return h("div", { class: cls, "data-match": v.match === null ? "unknown" : String(v.match), text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text });
+    return h("div", {
+      class: cls,
+      "data-match": v.match === null ? "unknown" : String(v.match),
+      text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text,
+    });
   }
   if (sim.drop_event === null && sim.policy === "in_order") return null;
-  return h("div", { class: "ow-verdict ow-muted", "data-match": "pending", text: "Run to the end to compare the outputs with the correct plan's." });
+  return h("div", {
+    class: "ow-verdict ow-muted",
+    "data-match": "pending",
+    text: "Run to the end to compare the outputs with the correct plan's.",
+  });
 }
 
 function inspectorPanel(ins: InspectorSection | null, values: Float64Array, buffers: ViewModel["buffers"], send: Send): HTMLElement {
-  const pick = select("ow-insp-buffer", [["", "inspect a buffer…"], ...buffers.map((b) => [String(b.id), b.name] as [string, string])], ins ? String(ins.buffer) : "");
+  const pick = select(
+    "ow-insp-buffer",
+    [["", "inspect a buffer…"], ...buffers.map((b) => [String(b.id), b.name] as [string, string])],
+    ins ? String(ins.buffer) : "",
+  );
   pick.addEventListener("change", () => {
     if (pick.value !== "") send("inspect", { buffer: Number(pick.value) });
   });
@@ -343,7 +411,8 @@ function inspectorPanel(ins: InspectorSection | null, values: Float64Array, buff
     box.append(h("p", { class: "ow-hint", text: `${ins.name} has not been written yet at this step.` }));
     return box;
   }
-  const stat = (k: string, v: string) => h("div", { class: "ow-stat" }, h("span", { class: "ow-k", text: k }), h("span", { class: "ow-v", text: v }));
+  const stat = (k: string, v: string) =>
+    h("div", { class: "ow-stat" }, h("span", { class: "ow-k", text: k }), h("span", { class: "ow-v", text: v }));
   const f = (v: number | null) => (v === null ? "—" : v.toPrecision(5));
   box.append(
     h(
@@ -429,7 +498,14 @@ export class OptionsBar {
   constructor(send: Send) {
     this.streams = h("select", { class: "ow-input ow-opt-streams", "aria-label": "most streams" });
     this.fusion = h("input", { class: "ow-opt-fusion", type: "checkbox", "aria-label": "fusion" });
-    this.group = h("input", { class: "ow-input ow-opt-group", type: "number", min: 1, max: 64, step: 1, "aria-label": "most kernels per fused group" });
+    this.group = h("input", {
+      class: "ow-input ow-opt-group",
+      type: "number",
+      min: 1,
+      max: 64,
+      step: 1,
+      "aria-label": "most kernels per fused group",
+    });
     this.streams.addEventListener("change", () => send("set_options", { max_streams: Number(this.streams.value) }));
     this.fusion.addEventListener("change", () => send("set_options", { fusion: this.fusion.checked }));
     this.group.addEventListener("change", () => send("set_options", { max_group_size: typed(this.group) }));

@@ -275,6 +275,23 @@ export interface NodeDetails {
   source?: string | null;
 }
 
+/** A plan's figures for the Compare tab (viewmodel.plan_figures). */
+export interface PlanFigures {
+  options: PipelineOptions;
+  kernels: number;
+  kernels_before_fusion: number;
+  /** Sorted; empty for plans with very many kernels. */
+  kernel_names: string[];
+  steps: number;
+  streams: number;
+  events: number;
+  arena_bytes: number;
+  lower_bound_bytes: number | null;
+  graph_launch: number;
+  stream_launches: number;
+  critical_path: number | null;
+}
+
 export type Section<T> = T | Unavailable;
 
 export interface ViewModel {
@@ -290,6 +307,8 @@ export interface ViewModel {
   ops: OpInfo[];
   editable: boolean;
   edit_reason: string;
+  /** The current plan's figures (null until the passes ran), compared with `pinned`. */
+  figures?: PlanFigures | null;
   /** Graph-level facts shown when no node is selected: [label, value] pairs. */
   summary?: [string, string][];
 }
