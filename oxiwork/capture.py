@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oxiwork.builder import GraphBuilder
-from oxiwork.error import GraphError, InvalidArgument
+from oxiwork.error import GraphError, InvalidArgument, UnorderedAccess
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, MemcpyDir, NodeId
 from oxiwork.verify import verify
@@ -385,13 +385,18 @@ class Capture:
         graph = ComputeGraph(built.nodes, built.buffers, tuple(self._edges))
         try:
             verify(graph)
-        except GraphError as e:
+        except UnorderedAccess as e:
+            a, b = e.first_name, e.second_name
+            sa, sb = self.stream_of[NodeId(e.first)], self.stream_of[NodeId(e.second)]
+            done = {"read": "read", "write": "written"}
             raise self._fail(
                 CaptureRace(
-                    f"the captured graph is unsafe: {e}. Under capture only stream order and "
-                    "events create dependencies, never buffers, so on a GPU these accesses "
-                    "run concurrently; record an event after the first and wait on it on "
-                    "the second's stream"
+                    f"buffer {e.buffer!r} is {done[e.first_access]} by {a!r} (stream {sa!r}) "
+                    f"and {done[e.second_access]} by {b!r} (stream {sb!r}), and no stream order or "
+                    "event orders them: capture makes dependencies from streams and events "
+                    "only, never from buffers, so on a GPU they run concurrently (a race no "
+                    f"driver reports). Record an event on {sa!r} after {a!r} and wait on "
+                    f"it on {sb!r} before {b!r}"
                 )
             ) from e
         for s in self.streams.values():

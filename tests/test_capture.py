@@ -141,7 +141,13 @@ class TestCaptureErrors:
 
     def test_raises_race_for_a_missing_event_between_streams(self) -> None:
         # side writes y; main reads y with no event between: concurrent on a GPU.
-        with pytest.raises(CaptureRace, match=r"'y'.*record an event"), oxiwork.capture() as cap:
+        with (
+            pytest.raises(
+                CaptureRace,
+                match=r"'y' is written by 'relu' \(stream 'side'\).*Record an event on 'side' after 'relu'",
+            ),
+            oxiwork.capture() as cap,
+        ):
             x, y, z = cap.buffer("x", N), cap.buffer("y", N), cap.buffer("z", N)
             main, side = cap.stream("main"), cap.stream("side")
             main.memcpy("upload", MemcpyDir.HostToDevice, dst=x)
