@@ -219,8 +219,6 @@ step 1 (memcpy 'upload', node 0, stream 0), ...
                 {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
             )
         )
-        from oxiwork.analysis import paused_gc
-
         with paused_gc():  # the passes, checks and lowering allocate acyclic data only
             run = Pipeline(passes).run(graph, verify=verify)
             tried = [max_streams]
