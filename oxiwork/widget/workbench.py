@@ -1041,7 +1041,8 @@ class Workbench(anywidget.AnyWidget):
 
     def _h_load_passes(self, m: dict[str, Any]) -> str:
         if self.passes_loaded:
-            return "passes already computed"
+            # Already run (after the cell, or by Python code): the same answer as a first run.
+            return f"passes computed in {self.session.seconds:.2f} s"
         self.load_passes()
         s = self.session
         done = f"passes computed in {s.seconds:.2f} s"
