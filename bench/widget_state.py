@@ -1,6 +1,6 @@
 """Dump a Workbench's synced state as JSON (binary traits base64) for the widget benchmark.
 
-Usage: ``python bench/widget_state.py <nodes> <shape> <out.json> [--eager]``; prints the
+Usage: ``python bench/widget_state.py <nodes> <shape> <out.json> [--eager | --no-passes]``; prints the
 seconds the kernel side took as one JSON line.
 
 By default the workbench opens progressively: ``out.json`` is the state the constructor
@@ -40,6 +40,8 @@ def state_of(w: Workbench) -> dict[str, Any]:
 def main() -> None:
     nodes, shape, out = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     eager = "--eager" in sys.argv[4:]
+    # --no-passes: only the first sync (the 50,000-node run measures drawing, not the pipeline).
+    no_passes = "--no-passes" in sys.argv[4:]
     t0 = time.perf_counter()
     graph = synthetic(nodes, shape)
     t1 = time.perf_counter()
@@ -49,7 +51,7 @@ def main() -> None:
     out.write_text(json.dumps(first))
     row = {"nodes": graph.num_nodes, "edges": len(graph.edges), "generate_s": t1 - t0,
            "workbench_s": t2 - t1, "state_bytes": out.stat().st_size}  # fmt: skip
-    if not eager:
+    if not eager and not no_passes:
         # What the kernel does when the frontend asks for the passes after its first draw.
         t3 = time.perf_counter()
         reply = w.handle_message({"type": "load_passes", "request_id": "bench"})

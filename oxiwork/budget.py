@@ -56,12 +56,13 @@ class Budget:
         Python may be larger; edits that do not add nodes or buffers are always allowed).
 
     >>> Budget(sim_bytes=2**20).max_nodes
-    20000
+    5000
     """
 
     sim_bytes: int = 2**30
-    max_nodes: int = 20_000
-    max_buffers: int = 20_000
+    # About as many as the pass pipeline and the views redo in a few seconds per edit.
+    max_nodes: int = 5_000
+    max_buffers: int = 5_000
 
     def __post_init__(self) -> None:
         for field in ("sim_bytes", "max_nodes", "max_buffers"):

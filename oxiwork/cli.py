@@ -13,7 +13,7 @@
                                               the demo: every stage of one graph, printed
 
 ``FILE`` is a graph saved with :meth:`ComputeGraph.to_json` or ``example:NAME`` (one of
-:data:`EXAMPLES`). Plan options: ``--max-streams N``, ``--memory heuristic|exact``,
+:data:`EXAMPLES`). Plan options: ``--max-streams N``, ``--memory auto|heuristic|exact`` (the planner's default, ``auto``),
 ``--time-limit S`` (exact search), ``--no-fusion``, ``--max-group-size N``.
 
 Errors are one line on stderr (``error: ...``) and exit code 2, never a traceback; names
@@ -213,7 +213,7 @@ def _memory_lines(plan: Any, p: Callable[..., None]) -> None:
 def _plan_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("FILE", help="graph JSON (ComputeGraph.to_json) or example:NAME")
     ap.add_argument("--max-streams", type=int, default=4, metavar="N")
-    ap.add_argument("--memory", choices=["heuristic", "exact"], default="heuristic")
+    ap.add_argument("--memory", choices=["auto", "heuristic", "exact"], default="auto")
     ap.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="seconds the exact memory search may take")  # fmt: skip
     ap.add_argument("--no-fusion", action="store_true")
@@ -227,7 +227,7 @@ def _build(args: argparse.Namespace, *, what: str = "plan") -> Any:
     from oxiwork.executor.plan import ExecutionPlan
 
     graph = load_graph(args.FILE)
-    long = graph.num_nodes > BIG or args.memory == "exact"
+    long = graph.num_nodes > BIG or args.memory != "heuristic"
     # disable=None: the bar shows on a terminal only, never in pipes, files or tests.
     with tqdm(total=2, desc=what, unit="stage", disable=None if long else True,
               file=sys.stderr, leave=False) as bar:  # fmt: skip
@@ -460,7 +460,7 @@ def _demo(argv: list[str]) -> int:
     ap.add_argument("--example", choices=["quick_start", "transformer"], default="quick_start")
     ap.add_argument("--json", help="a graph saved with ComputeGraph.to_json()")
     ap.add_argument("--streams", type=int, default=4, help="maximum number of streams")
-    ap.add_argument("--memory", choices=["heuristic", "exact"], default="heuristic")
+    ap.add_argument("--memory", choices=["auto", "heuristic", "exact"], default="auto")
     args = ap.parse_args(argv)
     graph = load_graph(args.json) if args.json else load_graph(f"example:{args.example}")
     return describe(graph, max_streams=args.streams, memory_mode=args.memory)

@@ -25,6 +25,7 @@ __all__ = [
     "ExecutionError",
     "GraphError",
     "GraphResult",
+    "GraphWarning",
     "InvalidArgument",
     "InvalidPlan",
     "MalformedFile",
@@ -32,6 +33,7 @@ __all__ = [
     "RaceError",
     "UnknownBuffer",
     "UnknownNode",
+    "UnorderedAccess",
     "UnsupportedOp",
 ]
 
@@ -78,6 +80,69 @@ class InvalidPlan(GraphError):
     """An ExecutionPlan breaks an invariant (ordering, events, arena overlap, alignment)."""
 
 
+class UnorderedAccess(InvalidPlan):
+    """Two accesses to the same bytes, at least one a write, that nothing orders.
+
+    In a graph, no path of edges leads from one node to the other; in a plan, neither
+    stream order nor an event record/wait pair makes one step happen before the other.
+    Either way an executor may run them in either order, so the result is not defined.
+    Raised by :func:`oxiwork.verify.verify` for graphs and plans, and so by
+    :meth:`ComputeGraph.from_json <oxiwork.graph.ComputeGraph.from_json>`,
+    :meth:`~oxiwork.graph.ComputeGraph.with_changes` and every executor. It is an
+    :class:`InvalidPlan` so that code catching plan errors catches it for plans too.
+
+    The fields say what the message says, for code that formats its own text:
+
+    Attributes
+    ----------
+    buffer : str
+        The buffer whose accesses are unordered (for two buffers on overlapping arena
+        bytes, ``"a" / "b"``; see ``buffers``).
+    buffers : tuple of str
+        The buffer the first and the second access touch (the same name twice unless the
+        memory plan put two buffers on the same bytes).
+    first, second : int
+        The two nodes (graph) or steps (plan), earlier one first (topological or plan order).
+    first_name, second_name : str
+        Their names.
+    first_access, second_access : str
+        ``"read"`` or ``"write"``.
+    missing : str
+        What would order them: the edge to add (graph) or the event to record and wait
+        for (plan).
+    in_plan : bool
+        True for plan steps, False for graph nodes.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        buffers: tuple[str, str] = ("", ""),
+        first: int = -1,
+        second: int = -1,
+        first_name: str = "",
+        second_name: str = "",
+        first_access: str = "",
+        second_access: str = "",
+        missing: str = "",
+        in_plan: bool = False,
+    ) -> None:
+        # Defaults only so that copy and pickle (which call cls(*args), then restore
+        # __dict__) can rebuild it; oxiwork always passes every field.
+        super().__init__(message)
+        self.buffers = buffers
+        self.buffer = buffers[0] if buffers[0] == buffers[1] else f"{buffers[0]} / {buffers[1]}"
+        self.first = first
+        self.second = second
+        self.first_name = first_name
+        self.second_name = second_name
+        self.first_access = first_access
+        self.second_access = second_access
+        self.missing = missing
+        self.in_plan = in_plan
+
+
 class UnsupportedOp(GraphError):
     """A kernel has no numpy reference or no CUDA C, so its values cannot be computed."""
 
@@ -96,6 +161,10 @@ class BackendUnavailable(GraphError):
 
 class MessageError(GraphError):
     """A message from the widget frontend is malformed or refers to unknown things."""
+
+
+class GraphWarning(UserWarning):
+    """Something is suspicious but not wrong (a buffer read before anyone writes it...)."""
 
 
 class BudgetExceeded(GraphError):

@@ -26,12 +26,20 @@ import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from oxiwork import validate
-from oxiwork.error import CycleError, InvalidArgument, MalformedFile, UnknownBuffer, UnknownNode
+from oxiwork.error import (
+    CycleError,
+    InvalidArgument,
+    MalformedFile,
+    UnknownBuffer,
+    UnknownNode,
+    UnorderedAccess,
+)
 from oxiwork.node import (
     DTYPES,
     Buffer,
@@ -76,16 +84,28 @@ _TRUSTED = "_trusted"
 class DenseGraph:
     """Integer-indexed adjacency of a graph, for algorithms that must be fast.
 
-    ``ids[p]`` is the node at position ``p``; ``pos`` maps back; ``succ``/``pred`` are
-    adjacency lists of positions; ``topo`` is a deterministic topological order of
-    positions (Kahn's algorithm, ties broken by id).
+    ``ids[p]`` is the node at position ``p`` (``graph.nodes[p]``); ``pos`` maps back;
+    ``succ``/``pred`` are adjacency tuples of positions; ``topo`` is a deterministic
+    topological order of positions (Kahn's algorithm, ties broken by id).
+
+    The view is cached on the graph and shared by every caller, so it is read-only:
+    tuples, and a read-only mapping for ``pos``. Copy what you need to change
+    (``list(d.topo)``).
+
+    >>> from oxiwork.examples import quick_start
+    >>> d = quick_start().dense()
+    >>> d.succ[0], type(d.topo).__name__
+    ((1,), 'tuple')
+    >>> d.pos[d.ids[2]] = 0
+    Traceback (most recent call last):
+    TypeError: 'mappingproxy' object does not support item assignment
     """
 
     ids: tuple[NodeId, ...]
-    pos: dict[NodeId, int]
-    succ: list[list[int]]
-    pred: list[list[int]]
-    topo: list[int]
+    pos: Mapping[NodeId, int]
+    succ: tuple[tuple[int, ...], ...]
+    pred: tuple[tuple[int, ...], ...]
+    topo: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,7 +278,13 @@ class ComputeGraph:
                 f"the dependencies form a cycle: {shown}; remove one of these dependencies",
                 names,
             )
-        return DenseGraph(ids, pos, succ, pred, topo)
+        return DenseGraph(
+            ids,
+            MappingProxyType(pos),
+            tuple(map(tuple, succ)),
+            tuple(map(tuple, pred)),
+            tuple(topo),
+        )
 
     def successors(self, nid: NodeId) -> tuple[NodeId, ...]:
         """Nodes that directly depend on ``nid``."""
@@ -316,6 +342,48 @@ class ComputeGraph:
         self.buffer(bid)
         return tuple(self._accesses()[1][bid])
 
+    def check_ordering(self) -> None:
+        """Check that the edges order every pair of conflicting accesses.
+
+        Two accesses to one buffer conflict when at least one of them writes; the edges
+        must then lead (through any path) from one node to the other, or an executor may
+        run them in either order and the result is not defined. :meth:`GraphBuilder.build
+        <oxiwork.builder.GraphBuilder.build>` adds these data edges itself; a graph put
+        together by hand, loaded from JSON or edited with :meth:`with_changes` is checked
+        here. The result is cached: the check runs once per graph.
+
+        Per buffer, the accesses are walked in topological order as runs of readers
+        between writers. Each reader must follow the writer before it and precede the
+        writer after it, and consecutive writers must be ordered (when no reader sits
+        between them); by transitivity that orders every conflicting pair, so the check
+        makes O(accesses) queries instead of one per pair. A query is answered by the
+        direct edge, which ``build()`` and every pass put there, in O(1); only the rest
+        search the graph, from the earlier node, never past the later node's topological
+        rank (nothing beyond it can reach it).
+
+        Raises
+        ------
+        UnorderedAccess
+            Naming the buffer, both nodes and the edge that would order them.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import quick_start
+        >>> g = quick_start()
+        >>> g.check_ordering()
+        >>> try:
+        ...     g.with_changes(edges=[e for e in g.edges if e != (1, 2)])  # relu -> scale
+        ... except UnorderedAccess as e:
+        ...     print(e.buffer, e.first_name, e.second_name, e.missing)
+        mid relu scale edge 'relu' -> 'scale'
+        """
+        if self._cache.get("ordered"):
+            return
+        bad = _first_unordered(self)
+        if bad is not None:
+            raise _unordered(self, *bad)
+        self._cache["ordered"] = True
+
     def kernels(self) -> tuple[GraphNode, ...]:
         """All kernel-launch nodes."""
         return tuple(n for n in self.nodes if n.kind is NodeKind.KernelLaunch)
@@ -328,15 +396,31 @@ class ComputeGraph:
         buffers: Iterable[Buffer] | None = None,
         edges: Iterable[tuple[NodeId, NodeId]] | None = None,
     ) -> ComputeGraph:
-        """A new, validated graph with the given parts replaced."""
+        """A new, validated graph with the given parts replaced.
+
+        The new graph must order its conflicting accesses by its edges
+        (:meth:`check_ordering`), or the change is refused with
+        :class:`~oxiwork.error.UnorderedAccess` naming the edge to keep or add. The data
+        edges are not re-derived: which of two unordered accesses should come first is
+        exactly what the edges say, so a derivation would have to guess it (or silently
+        put back an edge the caller removed). ``GraphBuilder.build()``, which knows the
+        program order, is the one place that derives them.
+
+        >>> from oxiwork.examples import quick_start
+        >>> g = quick_start()
+        >>> g.with_changes(nodes=[n.replace(label="x") for n in g.nodes]).nodes[0].label
+        'x'
+        """
         # The constructor turns each part into a checked tuple (InvalidArgument for junk);
         # of the nodes and buffers, only those not taken from this graph are checked again.
-        return ComputeGraph(
+        graph = ComputeGraph(
             self.nodes if nodes is None else nodes,  # type: ignore[arg-type]
             self.buffers if buffers is None else buffers,  # type: ignore[arg-type]
             self.edges if edges is None else edges,  # type: ignore[arg-type]
             {_TRUSTED: (self.nodes, self.buffers)},
         )
+        graph.check_ordering()
+        return graph
 
     def next_node_id(self) -> NodeId:
         """An id larger than any node's, for passes that create nodes."""
@@ -460,6 +544,110 @@ def _items(values: Any, cls: type, what: str) -> list[Any]:
                 f" only, got {x!r}"
             )
     return items
+
+
+def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] | None:
+    """The first conflicting pair of accesses no path orders, as ``(p, q, buffer,
+    p_writes, q_writes)`` (positions, ``p`` earlier in topological order), or None."""
+    d = g.dense()
+    n = len(d.ids)
+    nodes = g.nodes
+    succ = d.succ
+    # Per buffer, its accesses in topological order, encoded 2 * position + writes.
+    acc: dict[BufferId, list[int]] = {}
+    for p in d.topo:
+        nd = nodes[p]
+        outs = nd.outputs
+        for b in outs:
+            acc.setdefault(b, []).append(2 * p + 1)
+        for b in nd.inputs:
+            if b not in outs:  # a read-modify-write counts as the write
+                acc.setdefault(b, []).append(2 * p)
+    big: dict[int, frozenset[int]] = {}  # successor sets of high fan-out nodes
+
+    def edge(u: int, v: int) -> bool:
+        su = succ[u]
+        if len(su) < 16:
+            return v in su
+        s = big.get(u)
+        if s is None:
+            s = big[u] = frozenset(su)
+        return v in s
+
+    misses: list[tuple[int, int, BufferId, bool, bool]] = []
+    for b in sorted(acc):
+        seq = acc[b]
+        if len(seq) < 2:
+            continue  # one access: nothing to order
+        writer = -1
+        readers: list[int] = []
+        for x in seq:
+            p = x >> 1
+            if x & 1:
+                # A writer follows the readers since the last write (they follow that
+                # write), or else directly the last write.
+                for r in readers or ([writer] if writer >= 0 else ()):
+                    if not edge(r, p):
+                        misses.append((r, p, b, r == writer, True))
+                writer, readers = p, []
+            else:
+                if writer >= 0 and not edge(writer, p):
+                    misses.append((writer, p, b, True, False))
+                readers.append(p)
+    if not misses:
+        return None
+    # The rest search forwards from the earlier node, up to the later node's rank.
+    rank = [0] * n
+    for r, p in enumerate(d.topo):
+        rank[p] = r
+    targets: dict[int, set[int]] = {}
+    for u, v, *_ in misses:
+        targets.setdefault(u, set()).add(v)
+    reached: dict[int, set[int]] = {}
+    for u, want in targets.items():
+        bound = max(rank[v] for v in want)
+        seen = {u}
+        stack = [u]
+        found: set[int] = set()
+        while stack and len(found) < len(want):
+            for w in succ[stack.pop()]:
+                if w not in seen and rank[w] <= bound:
+                    seen.add(w)
+                    stack.append(w)
+                    if w in want:
+                        found.add(w)
+        reached[u] = found
+    for miss in misses:
+        if miss[1] not in reached[miss[0]]:
+            return miss
+    return None
+
+
+def _unordered(
+    g: ComputeGraph, p: int, q: int, bid: BufferId, p_writes: bool, q_writes: bool
+) -> UnorderedAccess:
+    if p > q:  # neither reaches the other: name them in id (creation) order, the likelier intent
+        p, q, p_writes, q_writes = q, p, q_writes, p_writes
+    a, b = g.nodes[p], g.nodes[q]
+    name = g.buffer(bid).name
+    how = {True: "written", False: "read"}
+    return UnorderedAccess(
+        f"buffer {name!r} is {how[p_writes]} by {a.name!r} (node {int(a.id)}) and "
+        f"{how[q_writes]} by {b.name!r} (node {int(b.id)}), but no path of edges leads from "
+        "one to the other, so an executor may run them in either order and the result is "
+        f"not defined; add the edge {a.name!r} -> {b.name!r} (({int(a.id)}, {int(b.id)}) in "
+        "edges; the reverse if the other must run first), or build the graph with "
+        "GraphBuilder, which adds every data edge itself",
+        buffers=(name, name),
+        first=int(a.id),
+        second=int(b.id),
+        first_name=a.name,
+        second_name=b.name,
+        first_access="write" if p_writes else "read",
+        second_access="write" if q_writes else "read",
+        missing=f"edge {a.name!r} -> {b.name!r}",
+        in_plan=False,
+    )
 
 
 def _dot_escape(text: str) -> str:
@@ -819,9 +1007,13 @@ def _json_depth(data: bytes) -> int:
     sum of +1 per opening and -1 per closing bracket: linear time, a few numpy passes.
     """
     bare = np.frombuffer(_JSON_STRING.sub(b"", data), np.uint8)
-    step = (np.isin(bare, (ord("["), ord("{"))).astype(np.int32)
-            - np.isin(bare, (ord("]"), ord("}"))).astype(np.int32))  # fmt: skip
-    return int(np.cumsum(step).max(initial=0))
+    return int(np.cumsum(_BRACKET_STEP[bare], dtype=np.int64).max(initial=0))
+
+
+# +1 for an opening bracket, -1 for a closing one, 0 for every other byte.
+_BRACKET_STEP = np.zeros(256, np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
 
 
 def _json_number(kind: str, convert: Any) -> Any:

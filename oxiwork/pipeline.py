@@ -113,6 +113,13 @@ class Pipeline:
 
         trace: list[TraceEntry] = []
         current = graph
+        if verify:  # a pass must not be blamed for what its input already got wrong
+            try:
+                verify_graph(graph)
+            except GraphError as e:
+                err = copy.copy(e)
+                err.args = (f"the input graph, before any pass: {e}",)
+                raise err from e
         for spec in self.passes:
             t0 = time.perf_counter()
             try:

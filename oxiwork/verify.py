@@ -41,8 +41,26 @@ def context(graph: ComputeGraph, nid: NodeId) -> str:
 def verify(obj: Any) -> None:
     """Check every invariant of a :class:`ComputeGraph` or an ``ExecutionPlan``.
 
-    Raises a :class:`~oxiwork.error.GraphError` subclass naming what is wrong; returns
-    ``None`` when everything holds.
+    On a graph: values (sizes, dtypes, alignments, each node kind's rule), event waits
+    depending on their records, and the ordering invariant: every two accesses to one
+    buffer of which one writes are ordered by a path of edges
+    (:meth:`ComputeGraph.check_ordering`). On a plan: :func:`oxiwork.executor.plan.
+    verify_plan`, whose ordering is happens-before (stream order plus event pairs), also
+    across buffers the memory plan put on the same bytes.
+
+    Raises a :class:`~oxiwork.error.GraphError` subclass naming what is wrong
+    (:class:`~oxiwork.error.UnorderedAccess` for the ordering: the buffer, both nodes or
+    steps, and the missing edge or event); returns ``None`` when everything holds.
+
+    >>> from oxiwork.examples import quick_start
+    >>> from oxiwork.graph import ComputeGraph
+    >>> g = quick_start()
+    >>> bare = ComputeGraph(g.nodes, g.buffers, ())  # the quick start without its edges
+    >>> verify(bare)
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.UnorderedAccess: buffer 'input' is written by 'upload' (node 0) and read \
+by 'relu' (node 1), ...
     """
     if isinstance(obj, ComputeGraph):
         _verify_graph(obj)
@@ -51,6 +69,7 @@ def verify(obj: Any) -> None:
 
     if isinstance(obj, ExecutionPlan):
         verify_plan(obj)
+        obj._cache["verified"] = True  # the executors will not check it again
         return
     raise InvalidArgument(f"verify() takes a ComputeGraph or an ExecutionPlan, not {type(obj)}")
 
@@ -74,6 +93,8 @@ def _verify_graph(g: ComputeGraph) -> None:
         _RULES[n.kind](g, n, edge_set)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
+    # Use before def: every conflicting pair of accesses is ordered by the edges.
+    g.check_ordering()
 
 
 def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:

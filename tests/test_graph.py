@@ -18,6 +18,7 @@ from oxiwork.error import (
     MalformedFile,
     UnknownBuffer,
     UnknownNode,
+    UnorderedAccess,
 )
 from oxiwork.node import Buffer, BufferId, GraphNode
 from oxiwork.verify import verify
@@ -113,6 +114,95 @@ class TestQueries:
         rank = {p: i for i, p in enumerate(d.topo)}
         assert sorted(rank) == list(range(len(d.ids)))
         assert all(rank[d.pos[a]] < rank[d.pos[b]] for a, b in g.edges)
+
+    def test_dense_view_is_read_only(self) -> None:
+        # The view is cached and shared: nobody may change what the next caller sees.
+        g = _small()
+        d = g.dense()
+        with pytest.raises(AttributeError):
+            d.succ[0].clear()  # type: ignore[attr-defined]
+        with pytest.raises(TypeError):
+            d.pos[d.ids[0]] = 5  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            d.topo.reverse()  # type: ignore[attr-defined]
+        assert isinstance(d.pred, tuple) and all(isinstance(p, tuple) for p in d.pred)
+        assert g.successors(g.node_ids[0]) == (g.node_ids[1],)
+        assert g.dense() is d
+
+
+class TestEdgePolicy:
+    """Edges are the dependency relation: a graph whose edges leave two accesses of a
+    buffer unordered is refused when loaded or edited, never silently run."""
+
+    def test_raises_json_without_edges(self) -> None:
+        from oxiwork.examples import quick_start
+
+        data = quick_start().to_dict()
+        data["edges"] = []
+        with pytest.raises(UnorderedAccess) as e:
+            ComputeGraph.from_dict(data)
+        assert str(e.value).startswith(
+            "buffer 'input' is written by 'upload' (node 0) and read by 'relu' (node 1), but "
+            "no path of edges leads from one to the other"
+        )
+        assert "add the edge 'upload' -> 'relu' ((0, 1) in edges" in str(e.value)
+        assert (e.value.buffer, e.value.first_name, e.value.second_name) == (
+            "input",
+            "upload",
+            "relu",
+        )
+        with pytest.raises(UnorderedAccess, match="GraphBuilder, which adds every data edge"):
+            ComputeGraph.from_json(json.dumps(data))
+
+    def test_raises_with_changes_dropping_a_data_edge(self) -> None:
+        from oxiwork.examples import quick_start
+
+        g = quick_start()
+        relu, scale = (next(n.id for n in g.nodes if n.name == x) for x in ("relu", "scale"))
+        with pytest.raises(UnorderedAccess) as e:
+            g.with_changes(edges=[x for x in g.edges if x != (relu, scale)])
+        assert str(e.value).startswith(
+            "buffer 'mid' is written by 'relu' (node 1) and read by 'scale' (node 2), but no "
+            "path of edges leads from one to the other"
+        )
+        assert e.value.missing == "edge 'relu' -> 'scale'" and not e.value.in_plan
+
+    def test_a_path_is_enough(self) -> None:
+        # relu -> scale replaced by relu -> barrier -> scale: still ordered.
+        b = GraphBuilder()
+        x, y = b.alloc_buffer("x", 64), b.alloc_buffer("y", 64)
+        up = b.add_memcpy("up", MemcpyDir.HostToDevice, 64, dst=x)
+        k = b.add_kernel("relu", 1, 16).inputs([x]).outputs([y]).finish()
+        bar = b.add_barrier("bar")
+        down = b.add_memcpy("down", MemcpyDir.DeviceToHost, 64, src=y)
+        b.chain([up, k, bar, down])
+        g = b.build()
+        edges = [e for e in g.edges if e != (k, down)]
+        assert (k, down) in g.edges and (k, bar) in g.edges
+        g.with_changes(edges=edges).check_ordering()
+
+    def test_write_write_and_read_write_need_an_order(self) -> None:
+        b = GraphBuilder()
+        x = b.alloc_buffer("x", 64)
+        s0 = b.add_memset("s0", 64, 0, dst=x)
+        k = b.add_kernel("relu", 1, 16).inputs([x]).outputs([b.alloc_buffer("y", 64)]).finish()
+        s1 = b.add_memset("s1", 64, 1, dst=x)
+        g = b.build()
+        assert {(s0, k), (k, s1), (s0, s1)} <= set(g.edges)
+        with pytest.raises(UnorderedAccess, match=r"read by 'relu' .* and written by 's1'"):
+            g.with_changes(edges=[e for e in g.edges if e != (k, s1)])
+        # Without the read in between (nor its edges), the two writes need their own edge.
+        nodes = [n.replace(inputs=()) if n.id == k else n for n in g.nodes]
+        edges = [e for e in g.edges if k not in e]
+        assert g.with_changes(nodes=nodes, edges=edges).check_ordering() is None
+        with pytest.raises(UnorderedAccess, match=r"written by 's0' .* and written by 's1'"):
+            g.with_changes(nodes=nodes, edges=[e for e in edges if e != (s0, s1)])
+
+    @settings(max_examples=100, deadline=None)
+    @given(g=rich_graphs())
+    def test_built_graphs_are_ordered(self, g: ComputeGraph) -> None:
+        g.check_ordering()
+        assert ComputeGraph(g.nodes, g.buffers, g.edges).with_changes() == g
 
 
 class TestJson:

@@ -61,11 +61,11 @@ from oxiwork.executor.lowering import (
     pack_args,
 )
 from oxiwork.executor.nvrtc import KernelCache, ModuleSource, compile_cuda
+from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.update import UpdateReport, check_update
 
 if TYPE_CHECKING:
     from oxiwork.executor.driver import Session
-    from oxiwork.executor.plan import ExecutionPlan
 
 __all__ = ["CudaGraphExecutor", "GpuTimings"]
 
@@ -323,6 +323,12 @@ class _PlanExecutor:
         self._callback_errors: list[BaseException] = []
         self._callbacks: dict[int, Any] = {}
         self.generated_inputs: tuple[str, ...] = ()
+        if not isinstance(plan, ExecutionPlan):
+            raise InvalidArgument(
+                f"expected an ExecutionPlan, got {type(plan).__name__}; build one with "
+                "ExecutionPlan.build(graph)"
+            )
+        plan.verify()  # refuse a plan that is not safe to run (checked once per plan)
         try:
             self._session = s = Session(device, driver)
             self.arch = arch or s.device.arch

@@ -17,11 +17,16 @@ Example
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from oxiwork.error import InvalidPlan
+import numpy as np
+
+from oxiwork.analysis import paused_gc
+from oxiwork.error import InvalidPlan, UnorderedAccess
+from oxiwork.executor.happens_before import ClockArrays, VectorClocks, plan_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, KernelConfig, MemcpyDir, NodeId, NodeKind, StreamId
 
@@ -97,6 +102,42 @@ class ExecutionPlan:
     streams: Any = None
     trace: tuple[Any, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    # Results worked out once per plan (the plan is immutable): {"verified": True}.
+    _cache: dict[str, Any] = field(
+        default_factory=dict, init=False, compare=False, repr=False, hash=False
+    )
+
+    def verify(self) -> None:
+        """:func:`verify_plan`, once per plan: the executors call it before they run one.
+
+        A plan is immutable, so a plan that passed stays valid; ``dataclasses.replace``
+        makes a new plan, which is checked again.
+
+        Raises
+        ------
+        InvalidPlan
+            The first broken invariant (:class:`~oxiwork.error.UnorderedAccess` for two
+            accesses nothing orders).
+
+        Examples
+        --------
+        >>> import dataclasses
+        >>> from oxiwork.examples import quick_start
+        >>> plan = ExecutionPlan.build(quick_start())
+        >>> plan.verify()  # already checked by build(): free
+        >>> up, kernel, down = plan.steps
+        >>> swapped = [dataclasses.replace(s, index=i, position=i) for i, s in
+        ...            enumerate([kernel, up, down])]  # compute before the upload
+        >>> bad = dataclasses.replace(plan, steps=tuple(swapped))
+        >>> bad.verify()
+        Traceback (most recent call last):
+        ...
+        oxiwork.error.InvalidPlan: step 0 (kernel 'relu+scale', node 4, stream 0) depends on \
+step 1 (memcpy 'upload', node 0, stream 0), ...
+        """
+        if not self._cache.get("verified"):
+            verify_plan(self)
+            self._cache["verified"] = True
 
     @classmethod
     def build(
@@ -178,36 +219,34 @@ class ExecutionPlan:
                 {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
             )
         )
-        from oxiwork.analysis import paused_gc
-
-        with paused_gc():  # the passes and the checks between them allocate acyclic data only
+        with paused_gc():  # the passes, checks and lowering allocate acyclic data only
             run = Pipeline(passes).run(graph, verify=verify)
             tried = [max_streams]
             if weigh_memory or memory_budget is not None:
                 run, tried = _weigh_streams(run, passes, max_streams, memory_budget, verify)
-        memory = run.artefact("memory", "memory")
-        streams = run.artefact("streams", "streams")
-        plan = _lower(
-            run.graph,
-            graph,
-            memory.order,
-            memory=memory,
-            streams=streams,
-            trace=run.trace,
-            options={
-                "max_streams": max_streams,
-                "fusion": fusion,
-                "max_group_size": max_group_size,
-                "memory_mode": memory_mode,
-                "memory_time_limit": memory_time_limit,
-                "capacity": capacity,
-                "weigh_memory": weigh_memory,
-                "memory_budget": memory_budget,
-                "streams_tried": tried,
-            },
-        )
+            memory = run.artefact("memory", "memory")
+            streams = run.artefact("streams", "streams")
+            plan = _lower(
+                run.graph,
+                graph,
+                memory.order,
+                memory=memory,
+                streams=streams,
+                trace=run.trace,
+                options={
+                    "max_streams": max_streams,
+                    "fusion": fusion,
+                    "max_group_size": max_group_size,
+                    "memory_mode": memory_mode,
+                    "memory_time_limit": memory_time_limit,
+                    "capacity": capacity,
+                    "weigh_memory": weigh_memory,
+                    "memory_budget": memory_budget,
+                    "streams_tried": tried,
+                },
+            )
         if verify:
-            verify_plan(plan)
+            plan.verify()
         return plan
 
     # ------------------------------------------------------------------ reports
@@ -514,27 +553,41 @@ def verify_plan(plan: ExecutionPlan) -> None:
        non-event node of the graph has a step;
     2. event indices are ``0..event_count-1``, each recorded once, every wait after its
        record;
-    3. every dependency of the graph, transitively (also through event nodes the plan
-       dropped), is ordered by stream order plus event pairs (vector clocks of
-       :mod:`oxiwork.executor.happens_before`);
-    4. every arena buffer has an offset that is aligned, inside ``pool_bytes`` and the same
+    3. what the steps touch is ordered: every two accesses of one buffer of which one
+       writes are ordered by happens-before, stream order plus event pairs (vector clocks
+       of :mod:`oxiwork.executor.happens_before`). Per buffer the accesses are walked in
+       step order as runs of readers between writers, so each check is one O(1) clock
+       test (the walk of :meth:`~oxiwork.graph.ComputeGraph.check_ordering`);
+    4. ``plan.graph`` orders its own conflicting accesses by edges
+       (:meth:`~oxiwork.graph.ComputeGraph.check_ordering`, cached per graph), and every
+       dependency of the graph is ordered by happens-before (through event nodes the plan
+       dropped too): one clock test per edge;
+    5. every arena buffer has an offset that is aligned, inside ``pool_bytes`` and the same
        in every step and in the graph; and any two buffers sharing bytes are ordered: every
        access of one happens before every access of the other. The pairs are found by a
        sweep over the buffers in order of first access that keeps, per address range,
        the buffer that last occupied it; "ordered" is transitive, so checking each buffer
-       against the previous occupants of its range covers every overlapping pair.
+       against the previous occupants of its range covers every overlapping pair. Each
+       test compares two per-buffer clocks (:meth:`~oxiwork.executor.happens_before.
+       ClockArrays.bounds`, the test the memory pass places buffers with).
+
+    Unordered accesses (3, and 5 for two buffers on the same bytes) raise
+    :class:`~oxiwork.error.UnorderedAccess` naming the buffer(s), both steps and the event
+    that would order them. The executors call this once per plan (:meth:`ExecutionPlan.
+    verify`, cached).
 
     >>> from oxiwork.examples import quick_start
     >>> verify_plan(ExecutionPlan.build(quick_start()))
     """
-    from oxiwork.analysis import paused_gc
-    from oxiwork.executor.happens_before import plan_clocks
-
     with paused_gc():  # many acyclic allocations: a GC pass would rescan them all
         _check_structure(plan)
         vc = plan_clocks(plan)
-        _check_dependencies(plan, vc)
-        _check_memory(plan, vc)
+        ca = vc.arrays()
+        acc = _Accesses.of(plan)
+        _check_accesses(plan, ca, acc)
+        plan.graph.check_ordering()
+        _check_dependencies(plan, vc, ca)
+        _check_memory(plan, vc, ca, acc)
 
 
 def _check_structure(plan: ExecutionPlan) -> None:
@@ -587,92 +640,303 @@ def _check_structure(plan: ExecutionPlan) -> None:
             )
 
 
-def _check_dependencies(plan: ExecutionPlan, vc: Any) -> None:
-    """Every dependency (transitively) is ordered by stream order + events."""
+NONE = np.iinfo(np.int64).min  # "no offset" in the int64 arrays below
+
+
+def _off(x: Any) -> int | None:
+    return None if x == NONE else int(x)
+
+
+@dataclass(frozen=True, slots=True)
+class _Accesses:
+    """Every buffer access of a plan's steps as numpy arrays, sorted by (buffer, step).
+
+    A step listing a buffer more than once counts once, as a write if it writes it.
+    ``buffer`` holds buffer ids, ``offset`` the offset the step sees (``NONE``: none).
+    """
+
+    step: np.ndarray
+    buffer: np.ndarray
+    write: np.ndarray
+    offset: np.ndarray
+
+    @classmethod
+    def of(cls, plan: ExecutionPlan) -> _Accesses:
+        args: list[BufferArg] = []
+        counts: list[int] = []
+        for st in plan.steps:
+            args += st.inputs
+            args += st.outputs
+            counts += (len(st.inputs), len(st.outputs))
+        m = len(args)
+        n = len(plan.steps)
+        step = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
+        write = np.repeat(np.tile(np.array([False, True]), n), counts)
+        buffer = np.fromiter((a.buffer for a in args), dtype=np.int64, count=m)
+        offset = np.fromiter(
+            (NONE if a.offset is None else a.offset for a in args), dtype=np.int64, count=m
+        )
+        # By buffer, then step, writes first.
+        srt = np.lexsort((~write, step, buffer))
+        step, buffer, write, offset = step[srt], buffer[srt], write[srt], offset[srt]
+        same = buffer[1:] == buffer[:-1]
+        moved = np.flatnonzero(same & (offset[1:] != offset[:-1]))
+        if len(moved):
+            i = int(moved[0]) + 1
+            k, name = int(step[i]), _arg_name(plan.steps[int(step[i])], BufferId(int(buffer[i])))
+            raise InvalidPlan(
+                f"{_where(plan, k)}: buffer {name!r} is at offset {_off(offset[i])}, but an "
+                f"earlier step has it at {_off(offset[i - 1])}"
+            )
+        # A step's repeats of a buffer count once (as the write, sorted first).
+        keep = np.r_[True, ~same | (step[1:] != step[:-1])][:m]
+        return cls(step[keep], buffer[keep], write[keep], offset[keep])
+
+
+def _check_accesses(plan: ExecutionPlan, ca: ClockArrays, acc: _Accesses) -> None:
+    """Every two accesses of one buffer, one a write, are ordered by happens-before.
+
+    Per buffer (a run of the sorted table) the accesses form runs of reads between
+    writes; the pairs to test are: each read after the write before it, each read before
+    the write after it, and each write after the write right before it. All pairs are
+    tested at once on the clocks as arrays.
+    """
+    step, buffer, write = acc.step, acc.buffer, acc.write
+    m = len(step)
+    if m < 2:
+        return
+    idx = np.arange(m)
+    new = np.r_[True, buffer[1:] != buffer[:-1]]  # first access of its buffer
+    start = np.maximum.accumulate(np.where(new, idx, 0))
+    end = np.r_[np.flatnonzero(new)[1:], m][np.cumsum(new) - 1]  # one past its buffer's last
+    # The last write strictly before i / the first write strictly after i, same buffer.
+    last_w = np.r_[-1, np.maximum.accumulate(np.where(write, idx, -1))[:-1]]
+    first_w = np.r_[np.minimum.accumulate(np.where(write, idx, m)[::-1])[::-1][1:], m]
+    read = ~write
+    r1 = read & (last_w >= start)  # read after a write
+    r2 = read & (first_w < end)  # read before a write
+    ww = write & ~new & np.r_[False, write[:-1]]  # write right after a write
+    a = np.concatenate([last_w[r1], idx[r2], idx[ww] - 1])
+    b = np.concatenate([idx[r1], first_w[r2], idx[ww]])
+    bad = ~ca.happens_before(step[a], step[b])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        x, y = int(a[k]), int(b[k])
+        bid = BufferId(int(buffer[x]))
+        _raise_unordered(
+            plan, (bid, bid), int(step[x]), int(step[y]), bool(write[x]), bool(write[y])
+        )
+
+
+def _raise_unordered(
+    plan: ExecutionPlan,
+    bids: tuple[BufferId, BufferId],
+    a: int,
+    b: int,
+    a_writes: bool,
+    b_writes: bool,
+    detail: str = "",
+) -> None:
+    """Raise :class:`UnorderedAccess` for steps ``a < b`` touching ``bids[0]``/``bids[1]``."""
+    if a > b:
+        a, b, a_writes, b_writes, bids = b, a, b_writes, a_writes, (bids[1], bids[0])
+    sa, sb = plan.steps[a], plan.steps[b]
+    na, nb = (_arg_name(st, x) for st, x in ((sa, bids[0]), (sb, bids[1])))
+    how = {True: "written", False: "read"}
+    what = f"buffer {na!r}" if na == nb else f"buffers {na!r} and {nb!r}"
+    missing = (
+        f"event recorded after step {a} on stream {int(sa.stream)} and waited for before step "
+        f"{b} on stream {int(sb.stream)}"
+    )
+    raise UnorderedAccess(
+        f"{what}{detail}{' is ' if na == nb else f': {na!r} is '}{how[a_writes]} by "
+        f"{_where(plan, a)} and {'' if na == nb else f'{nb!r} is '}{how[b_writes]} by "
+        f"{_where(plan, b)}, but "
+        "neither stream order nor an event orders them, so the GPU may run them in either "
+        f"order; record an event after step {a} on stream {int(sa.stream)} and wait for it "
+        f"before step {b} on stream {int(sb.stream)}"
+        + ("" if na == nb else ", or give the two buffers disjoint offsets"),
+        buffers=(na, nb),
+        first=a,
+        second=b,
+        first_name=sa.name,
+        second_name=sb.name,
+        first_access="write" if a_writes else "read",
+        second_access="write" if b_writes else "read",
+        missing=missing,
+        in_plan=True,
+    )
+
+
+def _arg_name(st: PlanStep, bid: BufferId) -> str:
+    return next((a.name for a in (*st.inputs, *st.outputs) if a.buffer == bid), f"#{int(bid)}")
+
+
+def _check_dependencies(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays) -> None:
+    """Every dependency (transitively) is ordered by stream order + events.
+
+    An edge between two steps is one clock test. A node without a step (an event node
+    the plan dropped) passes on ``need``: per stream, the last position of a step it
+    depends on, which every step depending on it must have seen.
+    """
     graph = plan.graph
     d = graph.dense()
-    step_of = {st.node: k for k, st in enumerate(plan.steps)}
-    width = len(vc.streams)
-    # need[p][a]: the last position on stream a of a step the node at p depends on
-    # (itself included); dependencies pass through nodes without a step.
-    need: list[list[int]] = [[]] * len(d.ids)
-    empty = [-1] * width
-    for p in d.topo:
-        c = empty
-        for u in d.pred[p]:
-            c = list(map(max, c, need[u]))
-        k = step_of.get(d.ids[p])
-        if k is not None:
-            have = vc.clocks[k]
-            a_own = vc.stream_index[k]
-            for a in range(width):
-                bad = c[a] >= vc.position[k] if a == a_own else c[a] > have[a]
-                if bad:
-                    j = vc.members[a][c[a]]
-                    raise InvalidPlan(
-                        f"{_where(plan, k)} depends on {_where(plan, j)}, but neither stream "
-                        "order nor any event pair orders them; record an event after step "
-                        f"{j} on stream {vc.streams[a]} and wait for it before step {k}"
-                    )
-            c = c[:] if c is not empty else empty[:]
-            c[a_own] = max(c[a_own], vc.position[k])
-        need[p] = c
-
-
-def _check_memory(plan: ExecutionPlan, vc: Any) -> None:
-    graph = plan.graph
-    accesses: dict[BufferId, list[int]] = {}
-    offset: dict[BufferId, int | None] = {}
+    pos = d.pos
+    step_at = [-1] * len(d.ids)
     for k, st in enumerate(plan.steps):
-        for a in (*st.inputs, *st.outputs):
-            accesses.setdefault(a.buffer, []).append(k)
-            if a.buffer in offset and offset[a.buffer] != a.offset:
-                raise InvalidPlan(
-                    f"{_where(plan, k)}: buffer {a.name!r} is at offset {a.offset}, but an "
-                    f"earlier step has it at {offset[a.buffer]}"
-                )
-            offset[a.buffer] = a.offset
-    placed: list[tuple[int, int, BufferId]] = []
-    for b in graph.buffers:
-        if b.external:
-            continue
-        off = offset.get(b.id, b.offset)
-        who = f"buffer {b.name!r} (id {int(b.id)})"
-        if b.id in offset and off != b.offset:
-            raise InvalidPlan(f"{who}: steps use offset {off}, plan.graph says {b.offset}")
-        if off is None:
-            if b.id in accesses:
-                k = accesses[b.id][0]
-                raise InvalidPlan(f"{who} is used by {_where(plan, k)} but has no arena offset")
-            continue
-        if off < 0 or off % b.alignment:
-            raise InvalidPlan(
-                f"{who}: offset {off} is not a multiple of its alignment {b.alignment}"
-            )
-        if off + b.size_bytes > plan.pool_bytes:
-            raise InvalidPlan(
-                f"{who}: bytes {off}..{off + b.size_bytes} run past the arena of "
-                f"{plan.pool_bytes} bytes"
-            )
-        if b.id in accesses:
-            placed.append((accesses[b.id][0], off, b.id))
+        step_at[pos[st.node]] = k
+    clocks, sidx, position = vc.clocks, vc.stream_index, vc.position
+    width = len(vc.streams)
+    need: dict[int, list[int]] = {}  # only for nodes without a step
 
-    # Sweep in order of first access; `starts`/`owners` map address segments
-    # [starts[i], starts[i+1]) to the buffer that last occupied them (None: never).
-    placed.sort()
+    def fail(j: int, k: int) -> None:
+        raise InvalidPlan(
+            f"{_where(plan, k)} depends on {_where(plan, j)}, but neither stream "
+            "order nor any event pair orders them; record an event after step "
+            f"{j} on stream {int(plan.steps[j].stream)} and wait for it before step {k}"
+        )
+
+    if -1 not in step_at:  # every node has a step: one clock test per edge, all at once
+        lens = np.fromiter(map(len, d.succ), dtype=np.int64, count=len(d.succ))
+        src = np.repeat(np.arange(len(d.succ), dtype=np.int64), lens)
+        dst = np.fromiter(itertools.chain.from_iterable(d.succ), dtype=np.int64, count=len(src))
+        at = np.array(step_at, dtype=np.int64)
+        bad = np.flatnonzero(~ca.happens_before(at[src], at[dst]))
+        if len(bad):
+            e = int(bad[0])
+            fail(int(at[src[e]]), int(at[dst[e]]))
+        return
+
+    for p in d.topo:
+        k = step_at[p]
+        if k < 0:
+            c = [-1] * width
+            for u in d.pred[p]:
+                ku = step_at[u]
+                if ku >= 0:
+                    s = sidx[ku]
+                    c[s] = max(c[s], position[ku])
+                else:
+                    c = list(map(max, c, need[u]))
+            need[p] = c
+            continue
+        row = clocks[k]
+        own = sidx[k]
+        for u in d.pred[p]:
+            ku = step_at[u]
+            if ku >= 0:
+                if row[sidx[ku]] < position[ku] or ku == k:
+                    fail(ku, k)
+                continue
+            for a, c_a in enumerate(need[u]):
+                if c_a >= 0 and (c_a >= position[k] if a == own else c_a > row[a]):
+                    fail(vc.members[a][c_a], k)
+
+
+def _check_memory(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays, acc: _Accesses) -> None:
+    graph = plan.graph
+    bufs = graph.buffers
+    nb = len(bufs)
+    ids = np.fromiter((b.id for b in bufs), dtype=np.int64, count=nb)  # ascending
+    external = np.fromiter((b.external for b in bufs), dtype=bool, count=nb)
+    declared = np.fromiter(
+        (NONE if b.offset is None else b.offset for b in bufs), dtype=np.int64, count=nb
+    )
+    align = np.fromiter((b.alignment for b in bufs), dtype=np.int64, count=nb)
+    size = np.fromiter((b.size_bytes for b in bufs), dtype=np.int64, count=nb)
+    # What the steps see of each buffer: its first access and the offset they use.
+    first_of = np.flatnonzero(np.r_[True, acc.buffer[1:] != acc.buffer[:-1]])
+    first_of = first_of[first_of < len(acc.step)]
+    where = np.searchsorted(ids, acc.buffer[first_of]).clip(0, max(nb - 1, 0))
+    known = (ids[where] == acc.buffer[first_of]) if nb else np.zeros(0, dtype=bool)
+    where, first_of = where[known], first_of[known]
+    touched = np.zeros(nb, dtype=bool)
+    touched[where] = True
+    first_step = np.full(nb, -1, dtype=np.int64)
+    first_step[where] = acc.step[first_of]
+    off = declared.copy()
+    off[where] = acc.offset[first_of]
+    has = off != NONE
+    inside = ~external
+    bad = inside & (
+        (touched & (off != declared))
+        | (touched & ~has)
+        | (has & ((off < 0) | (off % np.maximum(align, 1) != 0)))
+        | (has & (off + size > plan.pool_bytes))
+    )
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        _raise_bad_offset(plan, bufs[r], _off(off[r]), int(first_step[r]) if touched[r] else None)
+    rows = np.flatnonzero(inside & has & touched)
+    if len(rows) < 2:
+        return
+
+    # Rank the placed buffers by first access; per buffer, the two clocks that decide
+    # "every access of one before every access of the other" (ClockArrays.bounds).
+    rows = rows[np.argsort(first_step[rows], kind="stable")]
+    rank_of = np.full(int(max(ids.max(), acc.buffer.max())) + 1, -1, dtype=np.int64)
+    rank_of[ids[rows]] = np.arange(len(rows))
+    group = rank_of[acc.buffer]
+    mask = group >= 0
+    last, floor = ca.bounds(group[mask], acc.step[mask], len(rows))
+    lo, hi = off[rows], off[rows] + size[rows]
+    prev, nxt = _successive_occupants(lo, hi)
+    ok = (last[prev] <= floor[nxt]).all(axis=1)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        a, b = (BufferId(int(ids[rows[x]])) for x in (prev[k], nxt[k]))
+        _raise_overlap(plan, vc, acc, a, b)
+
+
+def _successive_occupants(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs ``(i, j)``, ``i < j``, of ranges ``[lo, hi)`` (indexed in the order they
+    occupy the arena) where ``i`` is the last range before ``j`` on some shared byte.
+
+    "Ordered" is transitive, so checking these pairs checks every overlapping pair: the
+    ranges over one byte form a chain in occupation order. The bytes are cut into the
+    elementary segments between all range ends; a range covers a run of them, and within
+    a segment the pairs are consecutive occupants. That is one sort over the (range,
+    segment) incidences, usually a few per range; when they would explode (many long
+    ranges over many short ones) the same pairs come from a sweep that keeps, per segment,
+    its last occupant.
+    """
+    cuts = np.unique(np.concatenate([lo, hi]))
+    first = np.searchsorted(cuts, lo)
+    span = np.searchsorted(cuts, hi) - first
+    total = int(span.sum())
+    if total <= 8 * len(lo) + 1_000_000:
+        row = np.repeat(np.arange(len(lo)), span)
+        seg = np.repeat(first - np.cumsum(span) + span, span) + np.arange(total)
+        srt = np.lexsort((row, seg))
+        row, seg = row[srt], seg[srt]
+        same = seg[1:] == seg[:-1]
+        pairs = np.unique(np.stack([row[:-1][same], row[1:][same]], axis=1), axis=0)
+        return pairs[:, 0], pairs[:, 1]
     starts: list[int] = [0]
-    owners: list[BufferId | None] = [None]
-    clock_of: dict[BufferId, list[int]] = {}
-    for _, off, bid in placed:
-        end = off + graph.buffer(bid).size_bytes
-        _split(starts, owners, off)
-        _split(starts, owners, end)
-        lo, hi = bisect_left(starts, off), bisect_left(starts, end)
-        for prev in {owners[i] for i in range(lo, hi)} - {None}:
-            if not _before(vc, accesses[prev], accesses[bid], clock_of, prev):
-                _raise_overlap(plan, vc, prev, bid, accesses)
-        starts[lo:hi] = [off]
-        owners[lo:hi] = [bid]
+    owners: list[int] = [-1]
+    found: set[tuple[int, int]] = set()
+    for r, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+        _split(starts, owners, a)
+        _split(starts, owners, b)
+        i, j = bisect_left(starts, a), bisect_left(starts, b)
+        found.update((p, r) for p in set(owners[i:j]) if p >= 0)
+        starts[i:j] = [a]
+        owners[i:j] = [r]
+    pairs = np.array(sorted(found), dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _raise_bad_offset(plan: ExecutionPlan, b: Any, off: int | None, first: int | None) -> None:
+    who = f"buffer {b.name!r} (id {int(b.id)})"
+    if first is not None and off != b.offset:
+        raise InvalidPlan(f"{who}: steps use offset {off}, plan.graph says {b.offset}")
+    if off is None:
+        raise InvalidPlan(f"{who} is used by {_where(plan, first or 0)} but has no arena offset")
+    if off < 0 or off % b.alignment:
+        raise InvalidPlan(f"{who}: offset {off} is not a multiple of its alignment {b.alignment}")
+    raise InvalidPlan(
+        f"{who}: bytes {off}..{off + b.size_bytes} run past the arena of {plan.pool_bytes} bytes"
+    )
 
 
 def _split(starts: list[int], owners: list[Any], at: int) -> None:
@@ -682,29 +946,25 @@ def _split(starts: list[int], owners: list[Any], at: int) -> None:
         owners.insert(i + 1, owners[i])
 
 
-def _before(
-    vc: Any, first: list[int], second: list[int], cache: dict[BufferId, list[int]], key: BufferId
-) -> bool:
-    """Every step of ``first`` happens strictly before every step of ``second``."""
-    clock = cache.get(key)
-    if clock is None:
-        clock = cache[key] = vc.access_clock(first)
-    if set(first) & set(second):
-        return False
-    return all(vc.dominates(k, clock) for k in second)
-
-
 def _raise_overlap(
-    plan: ExecutionPlan, vc: Any, a: BufferId, b: BufferId, accesses: dict[BufferId, list[int]]
+    plan: ExecutionPlan, vc: VectorClocks, acc: _Accesses, a: BufferId, b: BufferId
 ) -> None:
     ba, bb = plan.graph.buffer(a), plan.graph.buffer(b)
-    for x in accesses[a]:
-        for y in accesses[b]:
-            if not vc.happens_before(x, y):
-                raise InvalidPlan(
-                    f"buffers {ba.name!r} (bytes {ba.offset}..{ba.offset + ba.size_bytes}) and "
-                    f"{bb.name!r} (bytes {bb.offset}..{bb.offset + bb.size_bytes}) share arena "
-                    f"bytes, but {_where(plan, x)} (uses {ba.name!r}) does not happen before "
-                    f"{_where(plan, y)} (uses {bb.name!r}); give them disjoint offsets or "
-                    "order the steps with an event"
-                )
+    lo = max(ba.offset or 0, bb.offset or 0)
+    hi = min((ba.offset or 0) + ba.size_bytes, (bb.offset or 0) + bb.size_bytes)
+    of_a, of_b = (np.flatnonzero(acc.buffer == int(x)) for x in (a, b))
+    for i in of_a.tolist():
+        for j in of_b.tolist():
+            x, y = int(acc.step[i]), int(acc.step[j])
+            if not vc.happens_before(min(x, y), max(x, y)):
+                _raise_unordered(
+                    plan, (a, b), x, y, bool(acc.write[i]), bool(acc.write[j]),
+                    f" share arena bytes [{lo}, {hi})",
+                )  # fmt: skip
+    # Every pair is ordered both ways round, but not all of one before all of the other:
+    # the accesses interleave (one buffer used before and after the other).
+    i, j = int(of_a[-1]), int(of_b[0])
+    _raise_unordered(
+        plan, (a, b), int(acc.step[i]), int(acc.step[j]), bool(acc.write[i]),
+        bool(acc.write[j]), f" share arena bytes [{lo}, {hi}) and their uses interleave",
+    )  # fmt: skip

@@ -62,10 +62,10 @@ from typing import Any
 import numpy as np
 
 from oxiwork.analysis.liveness import dead_buffers
-from oxiwork.builder import GraphWarning
 from oxiwork.error import (
     ExecutionError,
     GraphError,
+    GraphWarning,
     InvalidArgument,
     InvalidPlan,
     UnknownBuffer,
@@ -472,6 +472,16 @@ _RULES: dict[NodeKind, Callable[[_Machine, PlanStep], None]] = {
 }
 
 
+def _verified(plan: Any) -> None:
+    """Refuse what is not a plan, or a plan that fails ``verify_plan`` (once per plan)."""
+    if not isinstance(plan, ExecutionPlan):
+        raise InvalidArgument(
+            f"expected an ExecutionPlan, got {type(plan).__name__}; build one with "
+            "ExecutionPlan.build(graph)"
+        )
+    plan.verify()
+
+
 class SequentialExecutor:
     """Runs a plan's steps in plan order on the CPU (values via the ops' numpy references).
 
@@ -496,6 +506,7 @@ class SequentialExecutor:
     def __init__(
         self, plan: ExecutionPlan, *, values: bool = True, check_finite: bool = False
     ) -> None:
+        _verified(plan)
         self.plan = plan
         self.values = values
         self.check_finite = check_finite
@@ -587,6 +598,11 @@ class Simulator:
         ``step_back`` past them raises.
     detect_races
         Record races between unordered steps as they execute (see :attr:`races`).
+    verify
+        Refuse a plan that fails :func:`~oxiwork.executor.plan.verify_plan` (checked once
+        per plan), as every executor does. ``False`` steps through it anyway: the race
+        lab's plans with a dropped event (:func:`~oxiwork.executor.races.drop_event`),
+        whose races the detector then reports.
 
     Examples
     --------
@@ -611,7 +627,10 @@ class Simulator:
         check_finite: bool = True,
         max_undo_bytes: int = 256 * 2**20,
         detect_races: bool = True,
+        verify: bool = True,
     ) -> None:
+        if verify:
+            _verified(plan)
         if not isinstance(policy, str) or policy not in _POLICY_RULES:
             raise InvalidArgument(
                 f"unknown policy {policy!r}; choose one of {', '.join(map(repr, POLICIES))}"

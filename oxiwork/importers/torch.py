@@ -519,11 +519,14 @@ def _rows_kept(a: _Arg) -> bool:
     return bool(a.shape) and a.base.ir_shape[-1] == a.shape[-1]
 
 
-def _unary(lib: str, **fixed: Any) -> _Rule:
+def _unary(lib: str, **fixed: tuple[Any, Any]) -> _Rule:
+    """A rule for a one-input op; ``fixed[k] = (value the library computes, torch's default)``."""
+
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        for k, v in fixed.items():
-            if call.kw(k, v) != v:
-                return f"{k}={call.kw(k)!r}; the library's {lib} computes {k}={v!r}"
+        for k, (want, default) in fixed.items():
+            got = call.kw(k, default)
+            if got != want:
+                return f"{k}={got!r}; the library's {lib} computes {k}={want!r}"
         x = call.args[0]
         why = _plain(call, [x]) or _same(call, [x])
         return why or (lib, {}, [x])
@@ -644,7 +647,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.log.default": _unary("log"),
     "aten.tanh.default": _unary("tanh"),
     "aten.sigmoid.default": _unary("sigmoid"),
-    "aten.gelu.default": _unary("gelu", approximate="tanh"),
+    # the library's gelu is the tanh approximation; torch's default is the exact erf form
+    "aten.gelu.default": _unary("gelu", approximate=("tanh", "none")),
     "aten.add.Tensor": _binary("add"),
     "aten.sub.Tensor": _binary("sub"),
     "aten.mul.Tensor": _mul,
@@ -707,11 +711,11 @@ class _Converter:
         return name, bid
 
     def _external(self, name: str, value: Any, what: str) -> _Tensor:
-        meta = _meta(value, what)
+        meta = _meta(value, what)  # its strides too: views of it see eager's layout
         arr = value.detach().cpu().contiguous().numpy().reshape(meta.ir_shape)
-        name, _ = self._buffer(name, _Meta(meta.shape, None, meta.dtype), external=True)
+        name, _ = self._buffer(name, meta, external=True)
         self.values[name] = arr
-        return _Tensor(name, _Meta(meta.shape, None, meta.dtype))
+        return _Tensor(name, meta)
 
     # -------------------------------------------------------------- nodes
     def placeholder(self, node: Any, spec: Any, value: Any) -> None:

@@ -16,15 +16,17 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from oxiwork.budget import check_growth
 from oxiwork.builder import GraphBuilder
-from oxiwork.error import InvalidArgument, MessageError, UnknownBuffer, UnknownNode
+from oxiwork.error import InvalidArgument, MessageError, UnknownBuffer, UnknownNode, UnsupportedOp
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, MemcpyDir, NodeId
+from oxiwork.ops.program import bind
 
 __all__ = ["EDITS", "apply_edit"]
 
@@ -103,8 +105,16 @@ def _add_kernel(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:
     kb.inputs(ins).outputs(outs)
     if m.get("params"):
         kb.params(**m["params"])
-    _append(g, b, kb.finish(), ins, outs)
-    return b.build()
+    nid = kb.finish()
+    _append(g, b, nid, ins, outs)
+    new = b.build()
+    node = new.node(nid)
+    if node.op is not None:
+        # A kernel of a known op must fit it (arity, parameter names and types, shapes)
+        # now, not when the simulator reaches it; an opaque kernel has nothing to check.
+        with contextlib.suppress(UnsupportedOp):
+            bind(new, node)
+    return new
 
 
 def _add_memcpy(g: ComputeGraph, m: dict[str, Any]) -> ComputeGraph:

@@ -493,8 +493,11 @@ class Session:
         sim_plan = plan if new_drop is None else _drop_event(plan, new_drop)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # generated inputs, as in _build
+            # A dropped event breaks the plan on purpose: step through it anyway.
             with using(self.budget):
-                sim = Simulator(sim_plan, policy=new_policy, seed=self._sim.seed)
+                sim = Simulator(
+                    sim_plan, policy=new_policy, seed=self._sim.seed, verify=sim_plan is plan
+                )
         to_plan = None
         if sim_plan is not plan:
             index = {st.node: st.index for st in plan.steps}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 from oxiwork.builder import GraphBuilder
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import MemcpyDir, NodeId, NodeKind, StreamId
+from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind, StreamId
 
 
 class CUresult(enum.IntEnum):
@@ -275,6 +275,10 @@ def simple_plan(graph: ComputeGraph, streams: dict[str, int] | None = None) -> E
         return step.index
 
     recorded: dict[NodeId, int] = {}  # node -> event recorded right after it
+    # plan.graph holds what the steps run: streams, placed buffers and the event nodes.
+    record_node: dict[NodeId, NodeId] = {}
+    extra: list[GraphNode] = []
+    extra_edges: list[tuple[NodeId, NodeId]] = []
     stream_of = {n.id: StreamId(streams.get(n.name, 0)) for n in graph.nodes}
     for nid in graph.topological_order():
         n = graph.node(nid)
@@ -283,6 +287,10 @@ def simple_plan(graph: ComputeGraph, streams: dict[str, int] | None = None) -> E
             if stream_of[p] != s:
                 add(kind=NodeKind.EventWait, node=NodeId(next_id), name=f"wait_{recorded[p]}",
                     stream=s, fused_nodes=(), event=recorded[p])  # fmt: skip
+                rec = record_node[p]
+                extra.append(GraphNode(NodeId(next_id), f"wait_{recorded[p]}",
+                                       NodeKind.EventWait, stream=s, event=rec))  # fmt: skip
+                extra_edges += [(rec, NodeId(next_id)), (NodeId(next_id), nid)]
                 next_id += 1
         index_of[nid] = add(
             kind=n.kind, node=nid, name=n.name, stream=s, fused_nodes=(nid,),
@@ -296,9 +304,18 @@ def simple_plan(graph: ComputeGraph, streams: dict[str, int] | None = None) -> E
         if any(stream_of[c] != s for c in graph.successors(nid)):
             add(kind=NodeKind.EventRecord, node=NodeId(next_id), name=f"record_{events}",
                 stream=s, fused_nodes=(), event=events)  # fmt: skip
+            extra.append(GraphNode(NodeId(next_id), f"record_{events}", NodeKind.EventRecord,
+                                   stream=s))  # fmt: skip
+            extra_edges.append((nid, NodeId(next_id)))
+            record_node[nid] = NodeId(next_id)
             recorded[nid] = events
             next_id += 1
             events += 1
+    planned = graph.with_changes(
+        nodes=[*(n.replace(stream=stream_of[n.id]) for n in graph.nodes), *extra],
+        buffers=[replace(b, offset=offsets.get(b.id)) for b in graph.buffers],
+        edges=[*graph.edges, *extra_edges],
+    )
     return ExecutionPlan(
         steps=tuple(steps),
         num_streams=max((int(st.stream) for st in steps), default=0) + 1,
@@ -306,7 +323,7 @@ def simple_plan(graph: ComputeGraph, streams: dict[str, int] | None = None) -> E
         kernel_count_original=len(graph.kernels()),
         kernel_count_fused=len(graph.kernels()),
         event_count=events,
-        graph=graph,
+        graph=planned,
         original=graph,
     )
 

@@ -178,6 +178,10 @@ def _assert_matches(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -
             np.testing.assert_array_equal(g, w)
 
 
+def _ids(model: ImportedModel, name: str) -> list[int]:
+    return [n.id for n in model.graph.nodes if n.name == name]
+
+
 def _is_view(target: str) -> bool:
     packet, overload = target.rsplit(".", 1)
     op = getattr(getattr(torch.ops.aten, packet.split(".", 1)[1]), overload)
@@ -331,6 +335,17 @@ class TestMapping:
         assert ops_of["body.1.tanh"] == "tanh"
         plan = ExecutionPlan.build(model.graph, fusion=True)
         assert plan.kernel_count_fused < plan.kernel_count_original
+
+    def test_gelu_maps_only_in_its_tanh_form(self) -> None:
+        mlp, _ = _imported("mlp")  # nn.GELU(approximate="tanh")
+        assert mlp.graph.node(next(iter(_ids(mlp, "act.gelu")))).op == "gelu"
+        x = torch.randn(3, 4)
+        exact = from_module(nn.GELU(), (x,))  # the default, erf form: no library op
+        assert [o.reason for o in exact.opaque] == [
+            "approximate='none'; the library's gelu computes approximate='tanh'"
+        ]
+        (y,) = exact.outputs_from(evaluate(exact.graph, exact.inputs))
+        np.testing.assert_allclose(y, nn.GELU()(x).numpy(), rtol=1e-6, atol=1e-7)
 
     def test_library_ops_read_reshapes_of_buffers(self) -> None:
         # sigmoid reads fc's (10, 16) addmm result viewed as (2, 5, 16): a reshape keeps the

@@ -524,7 +524,7 @@ class TestProgressive:
         assert w.dag == dag == eager.dag and w.sim_state == eager.sim_state
         assert w.passes_loaded and w.timings["passes_s"] > 0
         before = snapshot(w)
-        assert send(w, "load_passes")["message"] == "passes already computed"
+        assert send(w, "load_passes")["message"].startswith("passes computed in ")
         assert snapshot(w) == before
 
     @pytest.mark.parametrize("access", ON_DEMAND.values(), ids=ON_DEMAND.keys())
@@ -1141,3 +1141,13 @@ class TestPinAndCompare:
         r = send(w, "pin")
         assert r["type"] == "error" and "no plan to pin" in r["message"]
         assert w.pinned == {} and w.view["figures"] is None
+
+
+class TestMessageTexts:
+    """Issue 15's "Also" list: what the user reads is about their input, in plain words."""
+
+    def test_a_grid_typed_as_text_is_named_in_the_refusal(self) -> None:
+        w = Workbench(quick_start())
+        r = send(w, "add_kernel", name="k", op="relu", inputs=["input"], outputs=["mid"],
+                 grid=["abc"], block=[256])  # fmt: skip
+        assert r["type"] == "error" and "'abc'" in r["message"] and "None" not in r["message"]

@@ -167,7 +167,9 @@ abstract class CanvasChart {
     if (this.frame) return;
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
-      if (this.canvas.clientWidth > 0) this.draw();
+      // A hidden tab is drawn when it is shown (renderBottom schedules it): a 50,000-node
+      // dominator tree must not be drawn behind the memory chart.
+      if (this.canvas.clientWidth > 0 && !this.root.classList.contains("ow-hidden")) this.draw();
     });
   }
 

@@ -51,6 +51,8 @@ export interface DagCanvas extends HTMLCanvasElement {
   /** The drawn column (x / DX, unfolded) and ASAP level of a node: equal after any edit. */
   owColumn?: (nodeId: number) => { column: number; level: number } | null;
   owLastDrawMs?: number;
+  /** Of which the base layer (nodes, edges; a bitmap copy on big graphs when panning). */
+  owBaseMs?: number;
   owDrawCount?: number;
 }
 
@@ -96,6 +98,11 @@ export class DagView {
   private lastSelected = -1;
   private lastSim = "";
   private ringLegend: HTMLDivElement;
+  /** The big-graph bitmap (see blitBase) and the minimap's dots; dropped when the drawing changes. */
+  private base: { canvas: HTMLCanvasElement; k: number; ox: number; oy: number; w: number; h: number; drawn: number } | null = null;
+  private miniBase: HTMLCanvasElement | null = null;
+  private zoomingUntil = 0;
+  private coloring: ReturnType<typeof colorNodes> | null = null;
 
   constructor(private cb: DagCallbacks) {
     this.canvas = h("canvas", { class: "ow-dag-canvas" }) as DagCanvas;
@@ -186,6 +193,9 @@ export class DagView {
   }
 
   setState(s: DagViewState, refit = false): void {
+    this.base = null;
+    this.coloring = null;
+    this.miniBase = null;
     const layoutChanged = !this.state || this.state.layout !== s.layout;
     const namesChanged = !this.state || this.state.names !== s.names;
     this.state = s;
@@ -255,6 +265,7 @@ export class DagView {
 
   private zoomAt(sx: number, sy: number, f: number): void {
     this.userMoved = true;
+    this.zoomingUntil = performance.now() + 150;
     const v = zoomView({ k: this.k, tx: this.tx, ty: this.ty }, sx, sy, f, 0.01, 8);
     this.k = v.k;
     this.tx = v.tx;
@@ -292,6 +303,8 @@ export class DagView {
       bands = Math.max(1, Math.ceil((maxLevel + 1) / cols));
     }
     this.drawn = this.fold ? foldLayout(s.layout, s.dag.int.level, w, hh, bands) : s.layout;
+    this.base = null;
+    this.miniBase = null;
     this.grid = new SpatialGrid(this.drawn);
     this.root.dataset.folded = String(this.drawn !== s.layout);
     this.foldBtn.classList.toggle("ow-active", this.fold);
@@ -299,6 +312,7 @@ export class DagView {
   }
 
   private regroup(): void {
+    this.base = null;
     const s = this.state;
     const L = this.drawn;
     this.groups = [];
@@ -562,8 +576,132 @@ export class DagView {
     if (!this.fitted || (!this.userMoved && this.fitSize !== `${w}x${hh}`)) this.doFit(w, hh);
     const { dag } = s;
     const L = this.drawn ?? s.layout;
-    const { colors, legend } = colorNodes(s.colorMode, { dag, kinds: s.kinds, selected: s.selected });
+    // Colours change with the state, not with a pan: computed once per state.
+    if (!this.coloring) this.coloring = colorNodes(s.colorMode, { dag, kinds: s.kinds, selected: s.selected });
+    const { colors, legend } = this.coloring;
     this.cb.onLegend(legend);
+    // The nodes, edges and groups; on big graphs drawn once per zoom into a bitmap that a pan
+    // only moves (see blitBase), so dragging 50,000 nodes is one image copy per frame.
+    const paint = (ctx: CanvasRenderingContext2D, w: number, hh: number, k: number, tx: number, ty: number): number => {
+      const grp = this.groupOf.length === dag.n ? this.groupOf : new Int32Array(dag.n).fill(-1);
+      const groups = this.groups;
+      const sx = (i: number) => L.x[i] * k + tx;
+      const sy = (i: number) => L.y[i] * k + ty;
+      const hw = (NODE_W / 2) * k;
+      const hh2 = (NODE_H / 2) * k;
+      const visible = (i: number) => grp[i] < 0 && sx(i) + hw >= 0 && sx(i) - hw <= w && sy(i) + hh2 >= 0 && sy(i) - hh2 <= hh;
+      // Where an edge leaves / enters a node, or the box of the collapsed group it is in.
+      const outX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x1 * k + tx : sx(i)) + hw;
+      const inX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x0 * k + tx : sx(i)) - hw;
+      const atY = (i: number) => (grp[i] >= 0 ? groups[grp[i]].y * k + ty : sy(i));
+
+      // Edges: one batched path (straight lines at low zoom, curves when close enough to read).
+      const curved = k > 0.35 && dag.m < 20000;
+      const critical = dag.int.critical;
+      const edgeLayer = (crit: boolean) => {
+        ctx.beginPath();
+        for (let e = 0; e < dag.m; e++) {
+          const a = dag.src[e];
+          const b = dag.dst[e];
+          if (crit !== (critical[a] === 1 && critical[b] === 1)) continue;
+          if (grp[a] >= 0 && grp[a] === grp[b]) continue; // inside a collapsed group
+          const x0 = outX(a);
+          const y0 = atY(a);
+          const x1 = inX(b);
+          const y1 = atY(b);
+          if (Math.max(x0, x1) < 0 || Math.min(x0, x1) > w || Math.max(y0, y1) < 0 || Math.min(y0, y1) > hh) continue;
+          ctx.moveTo(x0, y0);
+          if (curved) {
+            const mx = (x0 + x1) / 2;
+            ctx.bezierCurveTo(mx, y0, mx, y1, x1, y1);
+          } else ctx.lineTo(x1, y1);
+        }
+        ctx.stroke();
+      };
+      ctx.lineWidth = Math.max(0.5, Math.min(1.5, k * 1.2));
+      ctx.strokeStyle = "rgba(90,104,125,0.45)";
+      edgeLayer(false);
+      if (s.colorMode === "critical") {
+        ctx.strokeStyle = "rgba(214,39,40,0.8)";
+        ctx.lineWidth = Math.max(1, Math.min(2.5, k * 2));
+      }
+      edgeLayer(true);
+
+      // Arrow heads only when zoomed in.
+      if (k > 0.5) {
+        ctx.fillStyle = "rgba(90,104,125,0.7)";
+        ctx.beginPath();
+        for (let e = 0; e < dag.m; e++) {
+          const a = dag.src[e];
+          const b = dag.dst[e];
+          if (grp[a] >= 0 && grp[a] === grp[b]) continue;
+          const x1 = inX(b);
+          const y1 = atY(b);
+          if (x1 < -10 || x1 > w + 10 || y1 < -10 || y1 > hh + 10) continue;
+          ctx.moveTo(x1, y1);
+          ctx.lineTo(x1 - 7 * k, y1 - 3.5 * k);
+          ctx.lineTo(x1 - 7 * k, y1 + 3.5 * k);
+        }
+        ctx.fill();
+      }
+
+      // Nodes.
+      let drawn = 0;
+      const detail = k >= LABEL_ZOOM;
+      const state = dag.int.state;
+      ctx.font = `${Math.max(8, Math.min(13, 12 * k))}px system-ui, -apple-system, "Segoe UI", sans-serif`;
+      ctx.textBaseline = "middle";
+      ctx.textAlign = "left";
+      for (let i = 0; i < dag.n; i++) {
+        if (!visible(i)) continue;
+        drawn++;
+        const x = sx(i) - hw;
+        const y = sy(i) - hh2;
+        const ghost = state[i] === STATE_REMOVED;
+        ctx.globalAlpha = ghost ? 0.35 : 1;
+        ctx.fillStyle = colors[i];
+        if (detail) {
+          roundRect(ctx, x, y, hw * 2, hh2 * 2, Math.min(6, 6 * k));
+          ctx.fill();
+          if (ghost) {
+            ctx.setLineDash([4, 3]);
+            ctx.strokeStyle = "#5a687d";
+            ctx.lineWidth = 1;
+            ctx.stroke();
+            ctx.setLineDash([]);
+          }
+          ctx.fillStyle = textOn(colors[i]);
+          const label = fitText(ctx, s.names[i], hw * 2 - 12 * k);
+          ctx.fillText(label, x + 6 * k, sy(i));
+        } else {
+          ctx.fillRect(x, y, Math.max(1.5, hw * 2), Math.max(1.5, hh2 * 2));
+        }
+        ctx.globalAlpha = 1;
+      }
+      // Collapsed groups: one box from the first member's column to the last one's.
+      for (const g of groups) {
+        const x = g.x0 * k + tx - hw;
+        const x1 = g.x1 * k + tx + hw;
+        const y = g.y * k + ty - hh2;
+        if (x1 < 0 || x > w || y + 2 * hh2 < 0 || y > hh) continue;
+        ctx.fillStyle = "#e8edf6";
+        ctx.strokeStyle = "#6d7e99";
+        ctx.lineWidth = 1.5;
+        roundRect(ctx, x, y, x1 - x, hh2 * 2, Math.min(6, 6 * k));
+        ctx.fill();
+        ctx.setLineDash([6, 3]);
+        ctx.stroke();
+        ctx.setLineDash([]);
+        if (detail || x1 - x > 60) {
+          ctx.fillStyle = "#1b2430";
+          ctx.fillText(fitText(ctx, `▸ ${g.name} (${g.members.length})`, x1 - x - 12), x + 6, g.y * k + ty);
+        }
+      }
+      return drawn;
+    };
+    const tBase = performance.now();
+    const drawn = dag.n > CACHE_NODES ? this.blitBase(ctx, w, hh, L, paint) : paint(ctx, w, hh, this.k, this.tx, this.ty);
+    this.canvas.owBaseMs = performance.now() - tBase;
     const k = this.k;
     const tx = this.tx;
     const ty = this.ty;
@@ -574,113 +712,8 @@ export class DagView {
     const hw = (NODE_W / 2) * k;
     const hh2 = (NODE_H / 2) * k;
     const visible = (i: number) => grp[i] < 0 && sx(i) + hw >= 0 && sx(i) - hw <= w && sy(i) + hh2 >= 0 && sy(i) - hh2 <= hh;
-    // Where an edge leaves / enters a node, or the box of the collapsed group it is in.
-    const outX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x1 * k + tx : sx(i)) + hw;
-    const inX = (i: number) => (grp[i] >= 0 ? groups[grp[i]].x0 * k + tx : sx(i)) - hw;
-    const atY = (i: number) => (grp[i] >= 0 ? groups[grp[i]].y * k + ty : sy(i));
-
-    // Edges: one batched path (straight lines at low zoom, curves when close enough to read).
-    const curved = k > 0.35 && dag.m < 20000;
-    const critical = dag.int.critical;
-    const edgeLayer = (crit: boolean) => {
-      ctx.beginPath();
-      for (let e = 0; e < dag.m; e++) {
-        const a = dag.src[e];
-        const b = dag.dst[e];
-        if (crit !== (critical[a] === 1 && critical[b] === 1)) continue;
-        if (grp[a] >= 0 && grp[a] === grp[b]) continue; // inside a collapsed group
-        const x0 = outX(a);
-        const y0 = atY(a);
-        const x1 = inX(b);
-        const y1 = atY(b);
-        if (Math.max(x0, x1) < 0 || Math.min(x0, x1) > w || Math.max(y0, y1) < 0 || Math.min(y0, y1) > hh) continue;
-        ctx.moveTo(x0, y0);
-        if (curved) {
-          const mx = (x0 + x1) / 2;
-          ctx.bezierCurveTo(mx, y0, mx, y1, x1, y1);
-        } else ctx.lineTo(x1, y1);
-      }
-      ctx.stroke();
-    };
-    ctx.lineWidth = Math.max(0.5, Math.min(1.5, k * 1.2));
-    ctx.strokeStyle = "rgba(90,104,125,0.45)";
-    edgeLayer(false);
-    if (s.colorMode === "critical") {
-      ctx.strokeStyle = "rgba(214,39,40,0.8)";
-      ctx.lineWidth = Math.max(1, Math.min(2.5, k * 2));
-    }
-    edgeLayer(true);
-
-    // Arrow heads only when zoomed in.
-    if (k > 0.5) {
-      ctx.fillStyle = "rgba(90,104,125,0.7)";
-      ctx.beginPath();
-      for (let e = 0; e < dag.m; e++) {
-        const a = dag.src[e];
-        const b = dag.dst[e];
-        if (grp[a] >= 0 && grp[a] === grp[b]) continue;
-        const x1 = inX(b);
-        const y1 = atY(b);
-        if (x1 < -10 || x1 > w + 10 || y1 < -10 || y1 > hh + 10) continue;
-        ctx.moveTo(x1, y1);
-        ctx.lineTo(x1 - 7 * k, y1 - 3.5 * k);
-        ctx.lineTo(x1 - 7 * k, y1 + 3.5 * k);
-      }
-      ctx.fill();
-    }
-
-    // Nodes.
-    let drawn = 0;
     const detail = k >= LABEL_ZOOM;
     const state = dag.int.state;
-    ctx.font = `${Math.max(8, Math.min(13, 12 * k))}px system-ui, -apple-system, "Segoe UI", sans-serif`;
-    ctx.textBaseline = "middle";
-    ctx.textAlign = "left";
-    for (let i = 0; i < dag.n; i++) {
-      if (!visible(i)) continue;
-      drawn++;
-      const x = sx(i) - hw;
-      const y = sy(i) - hh2;
-      const ghost = state[i] === STATE_REMOVED;
-      ctx.globalAlpha = ghost ? 0.35 : 1;
-      ctx.fillStyle = colors[i];
-      if (detail) {
-        roundRect(ctx, x, y, hw * 2, hh2 * 2, Math.min(6, 6 * k));
-        ctx.fill();
-        if (ghost) {
-          ctx.setLineDash([4, 3]);
-          ctx.strokeStyle = "#5a687d";
-          ctx.lineWidth = 1;
-          ctx.stroke();
-          ctx.setLineDash([]);
-        }
-        ctx.fillStyle = textOn(colors[i]);
-        const label = fitText(ctx, s.names[i], hw * 2 - 12 * k);
-        ctx.fillText(label, x + 6 * k, sy(i));
-      } else {
-        ctx.fillRect(x, y, Math.max(1.5, hw * 2), Math.max(1.5, hh2 * 2));
-      }
-      ctx.globalAlpha = 1;
-    }
-    // Collapsed groups: one box from the first member's column to the last one's.
-    for (const g of groups) {
-      const x = g.x0 * k + tx - hw;
-      const x1 = g.x1 * k + tx + hw;
-      const y = g.y * k + ty - hh2;
-      if (x1 < 0 || x > w || y + 2 * hh2 < 0 || y > hh) continue;
-      ctx.fillStyle = "#e8edf6";
-      ctx.strokeStyle = "#6d7e99";
-      ctx.lineWidth = 1.5;
-      roundRect(ctx, x, y, x1 - x, hh2 * 2, Math.min(6, 6 * k));
-      ctx.fill();
-      ctx.setLineDash([6, 3]);
-      ctx.stroke();
-      ctx.setLineDash([]);
-      if (detail || x1 - x > 60) {
-        ctx.fillStyle = "#1b2430";
-        ctx.fillText(fitText(ctx, `▸ ${g.name} (${g.members.length})`, x1 - x - 12), x + 6, g.y * k + ty);
-      }
-    }
     // Rings: created (green), search hits (blue), races (red), sim step (amber), hover,
     // selection (dark). A member of a collapsed group rings its group's box.
     const ring = (i: number, color: string, width: number, pad: number, dash: number[] = []) => {
@@ -749,6 +782,52 @@ export class DagView {
     this.root.dataset.races = races.map((i) => dag.int.id[i]).join(",");
   }
 
+  /**
+   * Draws the base layer of a big graph through a bitmap of the whole graph at the current
+   * zoom: rebuilt when the zoom or the drawing changes, only moved by a pan. While the wheel
+   * turns, the old bitmap is scaled and the sharp one follows when it stops. Zoomed in so far
+   * that the bitmap would be huge, it draws directly (culling keeps that cheap).
+   */
+  private blitBase(
+    ctx: CanvasRenderingContext2D,
+    w: number,
+    hh: number,
+    L: Layout,
+    paint: (c: CanvasRenderingContext2D, w: number, h: number, k: number, tx: number, ty: number) => number,
+  ): number {
+    const k = this.k;
+    const pad = 24;
+    const bw = Math.ceil((L.maxX - L.minX + NODE_W) * k + 2 * pad);
+    const bh = Math.ceil((L.maxY - L.minY + NODE_H) * k + 2 * pad);
+    if (bw > 8192 || bh > 8192 || bw * bh > 24e6) {
+      this.base = null;
+      return paint(ctx, w, hh, k, this.tx, this.ty);
+    }
+    const b = this.base;
+    if (b && b.k !== k && performance.now() < this.zoomingUntil) {
+      const f = k / b.k;
+      ctx.drawImage(b.canvas, this.tx - b.ox * f, this.ty - b.oy * f, b.w * f, b.h * f);
+      setTimeout(() => this.schedule(), 160);
+      return b.drawn;
+    }
+    if (!b || b.k !== k) {
+      const dpr = (typeof window !== "undefined" && window.devicePixelRatio) || 1;
+      const c = document.createElement("canvas");
+      c.width = Math.ceil(bw * dpr);
+      c.height = Math.ceil(bh * dpr);
+      const octx = c.getContext("2d")!;
+      octx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      const ox = pad - (L.minX - NODE_W / 2) * k;
+      const oy = pad - (L.minY - NODE_H / 2) * k;
+      const drawn = paint(octx, bw, bh, k, ox, oy);
+      this.base = { canvas: c, k, ox, oy, w: bw, h: bh, drawn };
+    }
+    const base = this.base!;
+    // Whole pixels: a copy, not a resampling (which costs a software rasteriser tens of ms).
+    ctx.drawImage(base.canvas, Math.round(this.tx - base.ox), Math.round(this.ty - base.oy), base.w, base.h);
+    return base.drawn;
+  }
+
   /** The marks drawn over the nodes, named (the colour legend names the fills). */
   private showRingLegend(items: [string, string, boolean][]): void {
     const shown = items.filter(([, , on]) => on);
@@ -799,12 +878,22 @@ export class DagView {
     const L = this.drawn ?? s.layout;
     const m = minimapTransform(L, w, hh);
     this.miniMap = m;
-    ctx.fillStyle = "#8ea3c3";
-    const dot = Math.max(1, Math.min(3, NODE_W * m.s));
-    for (let i = 0; i < s.dag.n; i++) {
-      if (s.dag.int.state[i] === STATE_REMOVED) continue;
-      ctx.fillRect(L.x[i] * m.s + m.ox - dot / 2, L.y[i] * m.s + m.oy - 0.75, dot, 1.5);
+    // The dots are drawn once per drawing (a bitmap), the viewport outline every frame.
+    if (!this.miniBase || this.miniBase.width !== c.width || this.miniBase.height !== c.height) {
+      const mb = document.createElement("canvas");
+      mb.width = c.width;
+      mb.height = c.height;
+      const mctx = mb.getContext("2d")!;
+      mctx.setTransform(c.width / w, 0, 0, c.height / hh, 0, 0);
+      mctx.fillStyle = "#8ea3c3";
+      const dot = Math.max(1, Math.min(3, NODE_W * m.s));
+      for (let i = 0; i < s.dag.n; i++) {
+        if (s.dag.int.state[i] === STATE_REMOVED) continue;
+        mctx.fillRect(L.x[i] * m.s + m.ox - dot / 2, L.y[i] * m.s + m.oy - 0.75, dot, 1.5);
+      }
+      this.miniBase = mb;
     }
+    ctx.drawImage(this.miniBase, 0, 0, w, hh);
     const mark = (i: number, color: string) => {
       if (i < 0 || i >= s.dag.n) return;
       ctx.fillStyle = color;
@@ -814,6 +903,9 @@ export class DagView {
     for (const i of s.simNodes) mark(i, "#ff9f1c");
     mark(s.selected, "#1b2430");
     const v = viewportOnMinimap({ k: this.k, tx: this.tx, ty: this.ty }, this.canvas.clientWidth, this.canvas.clientHeight, m);
+    // The whole graph is in view: the minimap would only repeat it.
+    const all = v.x <= 1 && v.y <= 1 && v.x + v.w >= w - 1 && v.y + v.h >= hh - 1;
+    c.classList.toggle("ow-mini-idle", all);
     ctx.strokeStyle = "#3867d6";
     ctx.lineWidth = 1.5;
     ctx.strokeRect(Math.max(0.5, v.x), Math.max(0.5, v.y), Math.min(w - 1, v.w), Math.min(hh - 1, v.h));
@@ -841,6 +933,9 @@ export function textOn(bg: string): string {
   const lum = 0.2126 * r + 0.7152 * g + 0.0722 * b;
   return lum > 150 ? "#1b2430" : "#ffffff";
 }
+
+/** Graphs bigger than this draw their base layer through a bitmap (see blitBase). */
+const CACHE_NODES = 5000;
 
 /** Smallest zoom at which node labels are drawn (see `detail` in draw). */
 export const LABEL_ZOOM = 0.4;
