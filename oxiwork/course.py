@@ -416,7 +416,7 @@ def check_lesson_07(answer: ComputeGraph) -> None:
     order exactly what :func:`fork_join_explicit` orders.
 
     >>> g = fork_join_explicit()
-    >>> check_lesson_07(ComputeGraph(g.nodes, g.buffers, ()))  # orders nothing
+    >>> check_lesson_07(ComputeGraph(g.nodes, g.buffers, ()))  # nothing ordered
     Traceback (most recent call last):
     ...
     oxiwork.course.WrongAnswer: lesson 07: not yet. ...

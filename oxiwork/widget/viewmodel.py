@@ -83,6 +83,7 @@ __all__ = [
     "replan_memory",
     "streams_section",
     "summary_section",
+    "topo_analysis",
     "topo_info",
     "unavailable",
     "unpack_dag",
@@ -208,6 +209,7 @@ def dag_section(
     removed: Iterable[NodeId] = (),
     title: str = "",
     pass_index: int = 0,
+    analysis: tuple[TopoInfo | None, str] | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """The DAG view's columns for ``graph`` (and ghosts of the nodes a pass removed).
 
@@ -221,6 +223,9 @@ def dag_section(
         Node ids the pass created (in ``graph``) and removed (from ``before``).
     title, pass_index
         Shown in the header; which slider position this is.
+    analysis
+        :func:`topo_analysis` of ``graph`` if the caller has it (the cost model is the
+        expensive part of a big graph's view: computed once per graph, not per section).
 
     Returns
     -------
@@ -241,7 +246,7 @@ def dag_section(
     pos = dict(d.pos)
     nodes = [graph.node(i) for i in ids]
     level = _levels(graph)
-    info, topo_error = _topo(graph)
+    info, topo_error = analysis if analysis is not None else _topo(graph)
     doms, dom_error = _dominance(graph)
     created_set = set(created)
     state = [STATE_CREATED if i in created_set else STATE_NORMAL for i in ids]
@@ -368,6 +373,7 @@ def summary_section(
     graph: ComputeGraph,
     plan: ExecutionPlan | None = None,
     notes: Mapping[str, str] | None = None,
+    analysis: tuple[TopoInfo | None, str] | None = None,
 ) -> list[list[str]]:
     """Graph-level facts for the details panel when nothing is selected: ``[label, value]``.
 
@@ -389,7 +395,7 @@ def summary_section(
             f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
         ],
     ]
-    info, _ = _topo(graph)
+    info, _ = analysis if analysis is not None else _topo(graph)
     if info is not None:
         rows.append(
             [
@@ -454,6 +460,17 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float):
         return v if math.isfinite(v) else str(v)
     return str(v)
+
+
+def topo_analysis(graph: ComputeGraph) -> tuple[TopoInfo | None, str]:
+    """The topological analysis under the cost model and, if the engine failed, why.
+
+    >>> from oxiwork.examples import quick_start
+    >>> info, error = topo_analysis(quick_start())
+    >>> info.makespan > 0, error
+    (True, '')
+    """
+    return _topo(graph)
 
 
 def topo_info(graph: ComputeGraph) -> TopoInfo | None:

@@ -265,18 +265,29 @@ class Workbench(anywidget.AnyWidget):
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
         #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
-        if progressive:
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Displayed in a notebook: the widget view, and the passes after the cell (see
+        :meth:`_fill_after_cell`)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if self._progressive and not self.passes_loaded:
             self._fill_after_cell()
+        return bundle
+
+    _fill_pending = False
 
     def _fill_after_cell(self) -> None:
-        """In IPython, run the passes once the cell that made this workbench has finished.
+        """In IPython, run the passes once the cell that displayed this workbench has finished.
 
         The cell's output (the input DAG) has been sent by then, so the frontend still draws
         first; the passes then fill the views whether or not a frontend asks for them, so a
         notebook executed headless (nbconvert, nbclient) saves the full pipeline's views in
         its widget state, not only the input DAG. The frontend's ``load_passes`` request
-        finds them computed. Outside IPython nothing changes.
+        finds them computed. A workbench that is never displayed, or runs outside IPython,
+        is left as it is.
         """
+        if self._fill_pending:
+            return
         try:
             from IPython import get_ipython
         except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
@@ -288,12 +299,14 @@ class Workbench(anywidget.AnyWidget):
 
         def fill(*_args: Any) -> None:
             events.unregister("post_run_cell", fill)
+            self._fill_pending = False
             try:
                 self.load_passes()
             except Exception as e:  # the views show the engine's errors; never break the cell
                 self._error("", e, internal=not isinstance(e, GraphError))
 
         events.register("post_run_cell", fill)
+        self._fill_pending = True
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -720,7 +733,7 @@ class Workbench(anywidget.AnyWidget):
             title = "input graph" if index == 0 else f"after {st.name}"
             self._dag_cache[index] = vm.dag_section(
                 st.graph, before=st.before, created=st.created, removed=st.removed,
-                title=title, pass_index=index,
+                title=title, pass_index=index, analysis=self._analysis(index),
             )  # fmt: skip
         return self._dag_cache[index]
 
@@ -918,10 +931,20 @@ class Workbench(anywidget.AnyWidget):
         s = self.session
         if not s.loaded:
             # Not cached: the same stage gets its plan row once the passes have run.
-            return vm.summary_section(s.input_stage.graph, None, {"plan": PENDING})
+            graph = s.input_stage.graph
+            return vm.summary_section(graph, None, {"plan": PENDING}, self._analysis(0))
         if i not in self._summary_cache:
-            self._summary_cache[i] = vm.summary_section(s.stages[i].graph, s.plan, s.notes)
+            self._summary_cache[i] = vm.summary_section(
+                s.stages[i].graph, s.plan, s.notes, self._analysis(i)
+            )
         return self._summary_cache[i]
+
+    def _analysis(self, index: int) -> tuple[Any, str]:
+        """The topological analysis of stage ``index``'s graph, once per session and stage
+        (the DAG columns, the summary and the details all read it)."""
+        if index not in self._topo_cache:
+            self._topo_cache[index] = vm.topo_analysis(self._stage(index).graph)
+        return self._topo_cache[index]
 
     def _graph_shown(self) -> ComputeGraph:
         return self._stage(self._stage_index()).graph
@@ -929,11 +952,11 @@ class Workbench(anywidget.AnyWidget):
     def _update_details(self) -> None:
         g = self._graph_shown()
         if self.selection >= 0 and g.has_node(self.selection):
-            i = self._stage_index()
-            if i not in self._topo_cache:
-                self._topo_cache[i] = vm.topo_info(g)
             self.details = vm.node_details(
-                g, NodeId(self.selection), info=self._topo_cache[i], fusion=self._fusion_index()
+                g,
+                NodeId(self.selection),
+                info=self._analysis(self._stage_index())[0],
+                fusion=self._fusion_index(),
             )
         else:
             self.details = {}
@@ -1032,7 +1055,8 @@ class Workbench(anywidget.AnyWidget):
 
     def _h_load_passes(self, m: dict[str, Any]) -> str:
         if self.passes_loaded:
-            return "passes already computed"
+            # Already run (after the cell, or by Python code): the same answer as a first run.
+            return f"passes computed in {self.session.seconds:.2f} s"
         self.load_passes()
         s = self.session
         done = f"passes computed in {s.seconds:.2f} s"
