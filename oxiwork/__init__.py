@@ -14,6 +14,10 @@ BufferId(0)
 
 from oxiwork.budget import Budget
 from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
+
+# The function shadows the submodules name on the package, so `oxiwork.capture()` reads
+# like `torch.cuda.graph()`; `from oxiwork.capture import CaptureError` still works.
+from oxiwork.capture import capture
 from oxiwork.error import GraphError, GraphResult
 from oxiwork.executor.plan import ExecutionPlan, PlanStep
 from oxiwork.executor.simulator import SequentialExecutor, Simulator
@@ -63,5 +67,6 @@ __all__ = [
     "Simulator",
     "StreamId",
     "Workbench",
+    "capture",
     "verify",
 ]

@@ -264,18 +264,29 @@ class Workbench(anywidget.AnyWidget):
         #: Seconds the constructor's engine part (the whole pipeline unless progressive) and
         #: view-model took; :meth:`load_passes` adds ``passes_s`` and ``passes_view_s``.
         self.timings = {"engine_s": t1 - t0, "view_s": time.perf_counter() - t1}
-        if progressive:
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Displayed in a notebook: the widget view, and the passes after the cell (see
+        :meth:`_fill_after_cell`)."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if self._progressive and not self.passes_loaded:
             self._fill_after_cell()
+        return bundle
+
+    _fill_pending = False
 
     def _fill_after_cell(self) -> None:
-        """In IPython, run the passes once the cell that made this workbench has finished.
+        """In IPython, run the passes once the cell that displayed this workbench has finished.
 
         The cell's output (the input DAG) has been sent by then, so the frontend still draws
         first; the passes then fill the views whether or not a frontend asks for them, so a
         notebook executed headless (nbconvert, nbclient) saves the full pipeline's views in
         its widget state, not only the input DAG. The frontend's ``load_passes`` request
-        finds them computed. Outside IPython nothing changes.
+        finds them computed. A workbench that is never displayed, or runs outside IPython,
+        is left as it is.
         """
+        if self._fill_pending:
+            return
         try:
             from IPython import get_ipython
         except ImportError:  # pragma: no cover (IPython comes with ipywidgets)
@@ -287,12 +298,14 @@ class Workbench(anywidget.AnyWidget):
 
         def fill(*_args: Any) -> None:
             events.unregister("post_run_cell", fill)
+            self._fill_pending = False
             try:
                 self.load_passes()
             except Exception as e:  # the views show the engine's errors; never break the cell
                 self._error("", e, internal=not isinstance(e, GraphError))
 
         events.register("post_run_cell", fill)
+        self._fill_pending = True
 
     # ------------------------------------------------------------------ public API
     @staticmethod
@@ -1041,7 +1054,8 @@ class Workbench(anywidget.AnyWidget):
 
     def _h_load_passes(self, m: dict[str, Any]) -> str:
         if self.passes_loaded:
-            return "passes already computed"
+            # Already run (after the cell, or by Python code): the same answer as a first run.
+            return f"passes computed in {self.session.seconds:.2f} s"
         self.load_passes()
         s = self.session
         done = f"passes computed in {s.seconds:.2f} s"

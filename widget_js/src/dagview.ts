@@ -903,6 +903,9 @@ export class DagView {
     for (const i of s.simNodes) mark(i, "#ff9f1c");
     mark(s.selected, "#1b2430");
     const v = viewportOnMinimap({ k: this.k, tx: this.tx, ty: this.ty }, this.canvas.clientWidth, this.canvas.clientHeight, m);
+    // The whole graph is in view: the minimap would only repeat it.
+    const all = v.x <= 1 && v.y <= 1 && v.x + v.w >= w - 1 && v.y + v.h >= hh - 1;
+    c.classList.toggle("ow-mini-idle", all);
     ctx.strokeStyle = "#3867d6";
     ctx.lineWidth = 1.5;
     ctx.strokeRect(Math.max(0.5, v.x), Math.max(0.5, v.y), Math.min(w - 1, v.w), Math.min(hh - 1, v.h));
