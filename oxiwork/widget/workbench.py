@@ -72,7 +72,7 @@ from oxiwork.error import (
 )
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES as STREAM_MODES
-from oxiwork.executor.timeline import timeline
+from oxiwork.export.perfetto import perfetto_trace
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId, NodeKind
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
@@ -365,7 +365,8 @@ class Workbench(anywidget.AnyWidget):
             self.timings["passes_view_s"] = time.perf_counter() - t0
 
     def chrome_trace(self, mode: str | None = None) -> str:
-        """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto).
+        """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto),
+        made by :func:`oxiwork.export.perfetto_trace`.
 
         ``mode`` is ``"graph"`` or ``"stream"`` (default: :attr:`stream_mode`). Write it to a
         file and open it there: ``pathlib.Path("plan.json").write_text(w.chrome_trace())``.
@@ -387,7 +388,7 @@ class Workbench(anywidget.AnyWidget):
         """
         if self.plan is None:
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
-        return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
+        return perfetto_trace(self.session.plan, modes=(mode or self.stream_mode,))
 
     def save_html(self, path: str | pathlib.Path, *, title: str | None = None) -> pathlib.Path:
         """Save a self-contained offline HTML report of the plan (summary tables and every
