@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from oxiwork.builder import GraphBuilder, GraphWarning
+from oxiwork.builder import GraphBuilder
+from oxiwork.error import GraphWarning
 from oxiwork.executor.cuda_graph import CudaGraphExecutor
 from oxiwork.executor.driver import Session, probe
 from oxiwork.executor.plan import ExecutionPlan

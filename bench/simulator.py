@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from oxiwork import GraphBuilder, MemcpyDir
-from oxiwork.builder import GraphWarning
+from oxiwork.error import GraphWarning
 from oxiwork.examples import synthetic
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor, Simulator

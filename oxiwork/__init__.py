@@ -13,12 +13,12 @@ BufferId(0)
 """
 
 from oxiwork.budget import Budget
-from oxiwork.builder import GraphBuilder, GraphWarning, KernelBuilder
+from oxiwork.builder import GraphBuilder, KernelBuilder
 
 # The function shadows the submodules name on the package, so `oxiwork.capture()` reads
 # like `torch.cuda.graph()`; `from oxiwork.capture import CaptureError` still works.
 from oxiwork.capture import capture
-from oxiwork.error import GraphError, GraphResult
+from oxiwork.error import GraphError, GraphResult, GraphWarning
 from oxiwork.executor.plan import ExecutionPlan, PlanStep
 from oxiwork.executor.simulator import SequentialExecutor, Simulator
 from oxiwork.graph import ComputeGraph

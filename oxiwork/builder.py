@@ -35,7 +35,14 @@ from typing import Any
 
 from oxiwork import ops, validate
 from oxiwork.analysis import paused_gc
-from oxiwork.error import CycleError, EmptyGraph, InvalidArgument, UnknownBuffer, UnknownNode
+from oxiwork.error import (
+    CycleError,
+    EmptyGraph,
+    GraphWarning,
+    InvalidArgument,
+    UnknownBuffer,
+    UnknownNode,
+)
 from oxiwork.graph import ComputeGraph, check_buffer, check_node
 from oxiwork.node import (
     Buffer,
@@ -48,11 +55,7 @@ from oxiwork.node import (
     StreamId,
 )
 
-__all__ = ["GraphBuilder", "GraphWarning", "KernelBuilder"]
-
-
-class GraphWarning(UserWarning):
-    """Something is suspicious but not wrong (a buffer read before anyone writes it...)."""
+__all__ = ["GraphBuilder", "KernelBuilder"]
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -491,9 +494,7 @@ class GraphBuilder:
                 tuple(edges),
                 {"_trusted": (self._nodes, self._buffers)},
             )
-            from oxiwork.verify import verify
-
-            verify(graph)
+            graph.verify()
             return graph
 
     # ------------------------------------------------------------------ internals

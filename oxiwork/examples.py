@@ -18,7 +18,8 @@ import math
 import random
 import warnings
 
-from oxiwork.builder import GraphBuilder, GraphWarning
+from oxiwork.builder import GraphBuilder
+from oxiwork.error import GraphWarning, InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, MemcpyDir, NodeId
 
@@ -290,14 +291,10 @@ def synthetic(n: int, shape: str = "chain", seed: int = 0) -> ComputeGraph:
     """
     builders = {"chain": _chain, "layered": _layered, "transformer": _transformer}
     if shape not in builders:
-        from oxiwork.error import InvalidArgument
-
         raise InvalidArgument(
             f"unknown synthetic shape {shape!r}; use one of {', '.join(builders)}"
         )
     if isinstance(n, bool) or not isinstance(n, int) or n < 4:
-        from oxiwork.error import InvalidArgument
-
         raise InvalidArgument(f"synthetic graphs need n >= 4 nodes, got {n!r}")
     return builders[shape](n, seed)
 

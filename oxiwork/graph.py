@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -53,6 +54,7 @@ from oxiwork.node import (
     NodeKind,
     StreamId,
 )
+from oxiwork.verify import verify_graph
 
 __all__ = [
     "JSON_FORMAT",
@@ -122,6 +124,10 @@ class ComputeGraph:
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
+        if set(self._cache) - {_TRUSTED}:  # dataclasses.replace passed another graph's
+            object.__setattr__(
+                self, "_cache", {k: v for k, v in self._cache.items() if k == _TRUSTED}
+            )
         nodes = tuple(sorted(_items(self.nodes, GraphNode, "nodes"), key=lambda n: n.id))
         buffers = tuple(sorted(_items(self.buffers, Buffer, "buffers"), key=lambda b: b.id))
         try:
@@ -134,6 +140,12 @@ class ComputeGraph:
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "edges", edges)
         self._validate()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle and copy rebuild the graph from its parts (validated again): the caches
+        # hold read-only views (MappingProxyType) that cannot be pickled, and a copy must
+        # not share another graph's caches.
+        return (ComputeGraph, (self.nodes, self.buffers, self.edges))
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -342,6 +354,16 @@ class ComputeGraph:
         self.buffer(bid)
         return tuple(self._accesses()[1][bid])
 
+    def verify(self) -> None:
+        """Check every invariant (:func:`oxiwork.verify.verify_graph`), once per graph.
+
+        >>> from oxiwork.examples import quick_start
+        >>> quick_start().verify()
+        """
+        if not self._cache.get("verified"):
+            verify_graph(self)
+            self._cache["verified"] = True
+
     def check_ordering(self) -> None:
         """Check that the edges order every pair of conflicting accesses.
 
@@ -356,10 +378,11 @@ class ComputeGraph:
         between writers. Each reader must follow the writer before it and precede the
         writer after it, and consecutive writers must be ordered (when no reader sits
         between them); by transitivity that orders every conflicting pair, so the check
-        makes O(accesses) queries instead of one per pair. A query is answered by the
-        direct edge, which ``build()`` and every pass put there, in O(1); only the rest
-        search the graph, from the earlier node, never past the later node's topological
-        rank (nothing beyond it can reach it).
+        makes O(accesses) queries instead of one per pair. The queries are answered at
+        once by the direct edge, which ``build()`` and every pass put there (a binary
+        search in the sorted edge keys); only the rest search the graph, from the earlier
+        node, never past the later node's topological rank (nothing beyond it can reach
+        it).
 
         Raises
         ------
@@ -447,11 +470,10 @@ class ComputeGraph:
 
     @classmethod
     def from_dict(cls, data: Any) -> ComputeGraph:
-        """Load and validate the form written by :meth:`to_dict`."""
-        from oxiwork.verify import verify
-
+        """Load and validate the form written by :meth:`to_dict` (:meth:`verify`: a
+        graph whose edges leave two accesses of a buffer unordered is refused)."""
         graph = _graph_from_dict(data)
-        verify(graph)
+        graph.verify()
         return graph
 
     @classmethod
@@ -551,55 +573,63 @@ def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] |
     p_writes, q_writes)`` (positions, ``p`` earlier in topological order), or None."""
     d = g.dense()
     n = len(d.ids)
-    nodes = g.nodes
     succ = d.succ
-    # Per buffer, its accesses in topological order, encoded 2 * position + writes.
-    acc: dict[BufferId, list[int]] = {}
-    for p in d.topo:
-        nd = nodes[p]
-        outs = nd.outputs
-        for b in outs:
-            acc.setdefault(b, []).append(2 * p + 1)
-        for b in nd.inputs:
-            if b not in outs:  # a read-modify-write counts as the write
-                acc.setdefault(b, []).append(2 * p)
-    big: dict[int, frozenset[int]] = {}  # successor sets of high fan-out nodes
-
-    def edge(u: int, v: int) -> bool:
-        su = succ[u]
-        if len(su) < 16:
-            return v in su
-        s = big.get(u)
-        if s is None:
-            s = big[u] = frozenset(su)
-        return v in s
-
-    misses: list[tuple[int, int, BufferId, bool, bool]] = []
-    for b in sorted(acc):
-        seq = acc[b]
-        if len(seq) < 2:
-            continue  # one access: nothing to order
-        writer = -1
-        readers: list[int] = []
-        for x in seq:
-            p = x >> 1
-            if x & 1:
-                # A writer follows the readers since the last write (they follow that
-                # write), or else directly the last write.
-                for r in readers or ([writer] if writer >= 0 else ()):
-                    if not edge(r, p):
-                        misses.append((r, p, b, r == writer, True))
-                writer, readers = p, []
-            else:
-                if writer >= 0 and not edge(writer, p):
-                    misses.append((writer, p, b, True, False))
-                readers.append(p)
+    # Every access as (position, buffer, writes), in arrays.
+    bufs: list[BufferId] = []
+    counts: list[int] = []
+    for nd in g.nodes:
+        bufs += nd.outputs
+        bufs += nd.inputs
+        counts += (len(nd.outputs), len(nd.inputs))
+    m = len(bufs)
+    if m < 2:
+        return None
+    pos = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
+    write = np.repeat(np.tile(np.array([True, False]), n), counts)
+    buf = np.fromiter(bufs, dtype=np.int64, count=m)
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.array(d.topo, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+    # By buffer, then topological rank, writes first; a node's repeats count once (a
+    # read-modify-write counts as the write).
+    srt = np.lexsort((~write, rank[pos], buf))
+    pos, write, buf = pos[srt], write[srt], buf[srt]
+    keep = np.r_[True, (buf[1:] != buf[:-1]) | (pos[1:] != pos[:-1])]
+    pos, write, buf = pos[keep], write[keep], buf[keep]
+    m = len(pos)
+    # The pairs to test: each read after the write before it, each read before the write
+    # after it, each write after the write right before it (same buffer).
+    idx = np.arange(m)
+    new = np.r_[True, buf[1:] != buf[:-1]]
+    start = np.maximum.accumulate(np.where(new, idx, 0))
+    end = np.r_[np.flatnonzero(new)[1:], m][np.cumsum(new) - 1]
+    last_w = np.r_[-1, np.maximum.accumulate(np.where(write, idx, -1))[:-1]]
+    first_w = np.r_[np.minimum.accumulate(np.where(write, idx, m)[::-1])[::-1][1:], m]
+    r1 = ~write & (last_w >= start)
+    r2 = ~write & (first_w < end)
+    ww = write & ~new & np.r_[False, write[:-1]]
+    a = np.concatenate([last_w[r1], idx[r2], idx[ww] - 1])
+    b = np.concatenate([idx[r1], first_w[r2], idx[ww]])
+    # Answered by a direct edge (build() and every pass put one there), all at once.
+    lens = np.fromiter(map(len, succ), dtype=np.int64, count=n)
+    src = np.repeat(np.arange(n, dtype=np.int64), lens)
+    dst = np.fromiter(itertools.chain.from_iterable(succ), dtype=np.int64, count=len(src))
+    edge_keys = np.sort(src * n + dst)
+    keys = pos[a] * n + pos[b]
+    at = np.searchsorted(edge_keys, keys).clip(0, max(len(edge_keys) - 1, 0))
+    direct = (edge_keys[at] == keys) if len(edge_keys) else np.zeros(len(keys), dtype=bool)
+    miss = np.flatnonzero(~direct)
+    if not len(miss):
+        return None
+    # In walk order: by buffer, then the later access, then the earlier one.
+    miss = miss[np.lexsort((a[miss], b[miss], buf[a[miss]]))]
+    misses = [
+        (int(pos[x]), int(pos[y]), BufferId(int(buf[x])), bool(write[x]), bool(write[y]))
+        for x, y in zip(a[miss].tolist(), b[miss].tolist(), strict=True)
+    ]
+    rank = rank.tolist()
     if not misses:
         return None
     # The rest search forwards from the earlier node, up to the later node's rank.
-    rank = [0] * n
-    for r, p in enumerate(d.topo):
-        rank[p] = r
     targets: dict[int, set[int]] = {}
     for u, v, *_ in misses:
         targets.setdefault(u, set()).add(v)

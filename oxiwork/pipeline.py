@@ -25,26 +25,33 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from oxiwork.error import GraphError
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
+from oxiwork.optimizer import PassFn, PassResult
+from oxiwork.optimizer.fusion import fuse
+from oxiwork.optimizer.memory_pass import plan_memory
+from oxiwork.optimizer.stream import assign_streams
+from oxiwork.verify import verify as verify_graph
 
-__all__ = ["PassFn", "PassResult", "PassSpec", "Pipeline", "PipelineRun", "TraceEntry"]
-
-
-@dataclass(frozen=True, slots=True)
-class PassResult:
-    """What a pass returns: the new graph and named artefacts (plain data or reports)."""
-
-    graph: ComputeGraph
-    artefacts: Mapping[str, Any] = field(default_factory=dict)
-
-
-PassFn = Callable[..., PassResult]
+__all__ = [
+    "CONSTRAINTS",
+    "Constraint",
+    "PassFailed",
+    "PassFn",
+    "PassOrderError",
+    "PassResult",
+    "PassSpec",
+    "Pipeline",
+    "PipelineRun",
+    "TraceEntry",
+    "plan_passes",
+    "this_before_that",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +106,109 @@ class PassFailed(GraphError):
     """A pass raised or produced an invalid graph; names it and the passes before it."""
 
 
-class Pipeline:
-    """Runs passes in order and traces each one."""
+class PassOrderError(GraphError):
+    """A pipeline lists two passes against a declared :class:`Constraint`."""
 
-    def __init__(self, passes: Iterable[PassSpec | tuple[str, PassFn]]) -> None:
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A declared order between two passes: ``before`` must run before ``after`` whenever
+    a pipeline has both (torch.fx's ``this_before_that_pass_constraint``)."""
+
+    before: str
+    after: str
+    why: str
+
+    def check(self, names: Sequence[str]) -> None:
+        """Raise :class:`PassOrderError` if ``names`` runs ``after`` before ``before``."""
+        both = self.before in names and self.after in names
+        if both and names.index(self.before) > names.index(self.after):
+            raise PassOrderError(
+                f"pass {self.after!r} runs before {self.before!r}, but {self.why}; "
+                f"list {self.before!r} first"
+            )
+
+
+def this_before_that(before: str, after: str, why: str) -> Constraint:
+    """The constraint "``before`` runs before ``after``" (see :class:`Constraint`).
+
+    >>> this_before_that("streams", "memory", "why").check(["memory", "streams"])
+    Traceback (most recent call last):
+    ...
+    oxiwork.pipeline.PassOrderError: pass 'memory' runs before 'streams', but why; list ...
+    """
+    return Constraint(before, after, why)
+
+
+CONSTRAINTS: tuple[Constraint, ...] = (
+    this_before_that(
+        "streams",
+        "memory",
+        "a memory plan is only safe for the schedule it runs under (two buffers may share "
+        "bytes only if happens-before orders them, which the streams decide)",
+    ),
+    this_before_that("fusion", "streams", "fusion changes the nodes the streams are assigned to"),
+)
+"""The pass-order constraints every :class:`Pipeline` checks."""
+
+
+def plan_passes(
+    *,
+    fusion: bool = True,
+    max_group_size: int = 16,
+    max_streams: int = 4,
+    memory_mode: str = "auto",
+    memory_time_limit: float | None = None,
+    capacity: int | None = None,
+) -> tuple[PassSpec, ...]:
+    """The pass list of :meth:`ExecutionPlan.build <oxiwork.executor.plan.ExecutionPlan.
+    build>`: fusion ▶ streams ▶ memory (fusion optional), listed here once.
+
+    >>> [p.name for p in plan_passes()], [p.name for p in plan_passes(fusion=False)]
+    (['fusion', 'streams', 'memory'], ['streams', 'memory'])
+    """
+    passes = [PassSpec("fusion", fuse, {"max_group_size": max_group_size})] if fusion else []
+    passes.append(PassSpec("streams", assign_streams, {"max_streams": max_streams}))
+    passes.append(
+        PassSpec(
+            "memory",
+            plan_memory,
+            {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
+        )
+    )
+    return tuple(passes)
+
+
+class Pipeline:
+    """Runs passes in order and traces each one.
+
+    ``constraints`` (default :data:`CONSTRAINTS`, "fusion before streams before memory")
+    are checked when the pipeline is made: a list that breaks one is refused with
+    :class:`PassOrderError` before any pass runs.
+
+    >>> Pipeline([p for p in reversed(plan_passes())])
+    Traceback (most recent call last):
+    ...
+    oxiwork.pipeline.PassOrderError: pass 'memory' runs before 'streams', but a memory plan \
+is only safe for the schedule it runs under ...
+    """
+
+    def __init__(
+        self,
+        passes: Iterable[PassSpec | tuple[str, PassFn]],
+        constraints: Iterable[Constraint] = CONSTRAINTS,
+    ) -> None:
         self.passes: tuple[PassSpec, ...] = tuple(
             p if isinstance(p, PassSpec) else PassSpec(p[0], p[1]) for p in passes
         )
+        self.constraints = tuple(constraints)
+        names = [p.name for p in self.passes]
+        for c in self.constraints:
+            c.check(names)
 
     def run(self, graph: ComputeGraph, *, verify: bool = True) -> PipelineRun:
-        """Run every pass on ``graph``; verify after each one if ``verify``."""
-        from oxiwork.verify import verify as verify_graph
-
+        """Run every pass on ``graph``; verify the input and the graph after each pass if
+        ``verify``."""
         trace: list[TraceEntry] = []
         current = graph
         if verify:  # a pass must not be blamed for what its input already got wrong

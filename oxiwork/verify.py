@@ -15,13 +15,29 @@ Example
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oxiwork.error import InvalidArgument
-from oxiwork.graph import ComputeGraph
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
 
-__all__ = ["context", "verify"]
+if TYPE_CHECKING:  # only for annotations: this module sits below graph.py (see pyproject)
+    from oxiwork.graph import ComputeGraph
+
+__all__ = ["Verifiable", "context", "verify", "verify_graph"]
+
+
+@runtime_checkable
+class Verifiable(Protocol):
+    """What :func:`verify` takes: an object that checks its own invariants.
+
+    :meth:`ComputeGraph.verify <oxiwork.graph.ComputeGraph.verify>` (which calls
+    :func:`verify_graph`) and :meth:`ExecutionPlan.verify
+    <oxiwork.executor.plan.ExecutionPlan.verify>` (which calls ``verify_plan``). Dispatching
+    through the object keeps this module below the graph and the plan: it never imports
+    the executor, which sits layers above it.
+    """
+
+    def verify(self) -> None: ...
 
 
 def context(graph: ComputeGraph, nid: NodeId) -> str:
@@ -41,6 +57,7 @@ def context(graph: ComputeGraph, nid: NodeId) -> str:
 def verify(obj: Any) -> None:
     """Check every invariant of a :class:`ComputeGraph` or an ``ExecutionPlan``.
 
+    Both are checked once per object (they are immutable; the result is cached on them).
     On a graph: values (sizes, dtypes, alignments, each node kind's rule), event waits
     depending on their records, and the ordering invariant: every two accesses to one
     buffer of which one writes are ordered by a path of edges
@@ -62,19 +79,17 @@ def verify(obj: Any) -> None:
     oxiwork.error.UnorderedAccess: buffer 'input' is written by 'upload' (node 0) and read \
 by 'relu' (node 1), ...
     """
-    if isinstance(obj, ComputeGraph):
-        _verify_graph(obj)
-        return
-    from oxiwork.executor.plan import ExecutionPlan, verify_plan
-
-    if isinstance(obj, ExecutionPlan):
-        verify_plan(obj)
-        obj._cache["verified"] = True  # the executors will not check it again
-        return
-    raise InvalidArgument(f"verify() takes a ComputeGraph or an ExecutionPlan, not {type(obj)}")
+    if isinstance(obj, type) or not isinstance(obj, Verifiable):
+        raise InvalidArgument(f"verify() takes a ComputeGraph or an ExecutionPlan, not {type(obj)}")
+    obj.verify()
 
 
-def _verify_graph(g: ComputeGraph) -> None:
+def verify_graph(g: ComputeGraph) -> None:
+    """Every invariant of a graph (what :func:`verify` checks for a graph, uncached).
+
+    >>> from oxiwork.examples import quick_start
+    >>> verify_graph(quick_start())
+    """
     # Structure (ids, references, acyclicity) and every value's own rule (sizes, dtypes,
     # shapes, alignments, streams, bytes: oxiwork.validate) were checked when the graph was
     # made; what is left relates values to each other.

@@ -28,6 +28,8 @@ python3 -m venv .venv
 echo "== lint"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The layer order of pyproject.toml's [tool.importlinter] contract (no upward imports).
+.venv/bin/lint-imports --no-logo
 # The TypeScript side: formatted (prettier) and type-checked (messages.ts types the boundary).
 (cd widget_js && npm ci --no-audit --no-fund --loglevel=error && npx prettier --check src && npm run typecheck)
 

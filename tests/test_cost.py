@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, MemcpyDir
-from oxiwork.builder import GraphWarning
 from oxiwork.cost import DeviceProfile, kernel_work, node_costs, node_time
+from oxiwork.error import GraphWarning
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.node import NodeKind
 from oxiwork.optimizer.fusion import fuse

@@ -129,6 +129,16 @@ class TestQueries:
         assert g.successors(g.node_ids[0]) == (g.node_ids[1],)
         assert g.dense() is d
 
+    def test_pickle_and_copy_rebuild_the_graph(self) -> None:
+        import copy
+        import pickle
+
+        g = _small()
+        g.check_ordering()
+        for back in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), copy.copy(g)):
+            assert back == g and back is not g
+            assert back.dense() is not g.dense() and back.dense() == g.dense()
+
 
 class TestEdgePolicy:
     """Edges are the dependency relation: a graph whose edges leave two accesses of a

@@ -7,7 +7,16 @@ import pytest
 from oxiwork import ComputeGraph, GraphBuilder
 from oxiwork.error import CycleError, GraphError, InvalidArgument
 from oxiwork.node import GraphNode, NodeKind
-from oxiwork.pipeline import PassFailed, PassResult, PassSpec, Pipeline
+from oxiwork.pipeline import (
+    CONSTRAINTS,
+    PassFailed,
+    PassOrderError,
+    PassResult,
+    PassSpec,
+    Pipeline,
+    plan_passes,
+    this_before_that,
+)
 
 
 def _graph() -> ComputeGraph:
@@ -134,3 +143,51 @@ class TestPipeline:
         with pytest.raises(GraphError, match=r"pass 'break' failed \(passes before it: ok\)"):
             p.run(_graph())
         assert calls == []  # the pass after the broken one never ran
+
+
+class TestPassOrder:
+    """The pipeline owns the pass list and checks its declared order constraints."""
+
+    def test_plan_passes_is_the_build_pass_list(self) -> None:
+        from oxiwork.examples import quick_start
+        from oxiwork.executor.plan import ExecutionPlan
+
+        assert [p.name for p in plan_passes()] == ["fusion", "streams", "memory"]
+        assert [p.name for p in plan_passes(fusion=False)] == ["streams", "memory"]
+        plan = ExecutionPlan.build(quick_start(), weigh_memory=False)
+        assert [t.name for t in plan.trace] == [p.name for p in plan_passes()]
+
+    @pytest.mark.parametrize(
+        ("order", "match"),
+        [
+            (["memory", "streams"], r"pass 'memory' runs before 'streams', but a memory plan"),
+            (["streams", "fusion"], r"pass 'streams' runs before 'fusion', but fusion changes"),
+        ],
+    )
+    def test_raises_pass_order(self, order: list[str], match: str) -> None:
+        by_name = {p.name: p for p in plan_passes()}
+        ran = []
+
+        def spy(spec: PassSpec) -> PassSpec:
+            def fn(graph: ComputeGraph, **options: object) -> PassResult:
+                ran.append(spec.name)
+                return spec.fn(graph, **options)
+
+            return PassSpec(spec.name, fn, spec.options)
+
+        with pytest.raises(PassOrderError, match=match):
+            Pipeline([spy(by_name[n]) for n in order])
+        assert ran == []  # refused before any pass ran
+
+    def test_constraints_hold_only_between_present_passes(self) -> None:
+        c = this_before_that("a", "b", "b reads what a writes")
+        c.check(["b"])  # without "a" there is nothing to order
+        c.check(["a", "x", "b"])
+        with pytest.raises(PassOrderError, match="b reads what a writes; list 'a' first"):
+            c.check(["b", "a"])
+        # A pipeline with its own constraints; the default ones are then not applied.
+        Pipeline([("b", merge_ab), ("a", merge_ab)], constraints=())
+        assert {(x.before, x.after) for x in CONSTRAINTS} == {
+            ("streams", "memory"),
+            ("fusion", "streams"),
+        }

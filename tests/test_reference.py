@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, MemcpyDir
-from oxiwork.builder import GraphWarning
-from oxiwork.error import InvalidArgument, UnknownBuffer, UnsupportedOp
+from oxiwork.error import GraphWarning, InvalidArgument, UnknownBuffer, UnsupportedOp
 from oxiwork.examples import quick_start, random_op_dag
 from oxiwork.reference import evaluate, evaluate_detailed, generated_input
 

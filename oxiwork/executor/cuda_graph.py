@@ -63,6 +63,8 @@ from oxiwork.executor.lowering import (
 from oxiwork.executor.nvrtc import KernelCache, ModuleSource, compile_cuda
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.update import UpdateReport, check_update
+from oxiwork.node import KernelConfig
+from oxiwork.reference import generated_input
 
 if TYPE_CHECKING:
     from oxiwork.executor.driver import Session
@@ -198,8 +200,6 @@ def prepare_inputs(
     evaluator generate them (:func:`oxiwork.reference.generated_input` with ``seed``), so
     a GPU run and a simulator run on the same ``inputs`` and ``seed`` see the same data.
     """
-    from oxiwork.reference import generated_input
-
     targets = input_targets(desc)
     unknown = sorted(set(inputs) - set(targets))
     if unknown:
@@ -719,8 +719,6 @@ _NODE_RULES: dict[str, Any] = {
 
 
 def _launch_value(key: str, value: Any) -> Any:
-    from oxiwork.node import KernelConfig
-
     if key == "smem":
         return KernelConfig((1, 1, 1), (1, 1, 1), value).shared_mem_bytes
     dims = KernelConfig(value, (1, 1, 1)).grid if key == "grid" else KernelConfig(1, value).block

@@ -64,10 +64,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oxiwork import ops
 from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.executor.nvrtc import cache_key, compile_options, module_source, unit_options
-from oxiwork.node import MemcpyDir, NodeKind
+from oxiwork.node import MemcpyDir, NodeId, NodeKind
+from oxiwork.ops import function_name
 
 if TYPE_CHECKING:
     from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
@@ -268,8 +270,6 @@ class GraphDesc:
     def node_for(self, key: Any) -> DescNode:
         """The node lowered from plan node ``key`` (a NodeId), named ``key`` (a str), or
         at description index ``key`` (an int)."""
-        from oxiwork.node import NodeId
-
         for n in self.nodes:
             if (isinstance(key, NodeId) and n.node == int(key)) or (
                 isinstance(key, str) and n.name == key
@@ -426,8 +426,6 @@ class _Lowering:
         return ("host", name)
 
     def kernel(self, step: PlanStep, index: int) -> DescNode:
-        from oxiwork import ops
-
         graph = self.plan.graph
         node = graph.node(step.node)
         try:
@@ -545,8 +543,6 @@ class _Source:
 
 
 def _noop_kernel(node: Any, n_in: int, n_out: int) -> _Source:
-    from oxiwork.ops import function_name
-
     fname = function_name(node)
     params = [f"const float* in{k}" for k in range(n_in)]
     params += [f"float* out{k}" for k in range(n_out)]
@@ -748,8 +744,6 @@ _STEP_RULES: dict[NodeKind, Callable[[_Lowering, Any, int], DescNode]] = {
 
 def iter_kernel_sources(plan: ExecutionPlan) -> Iterable[Any]:
     """The KernelSource of every kernel step of ``plan`` (for compile-everything checks)."""
-    from oxiwork import ops
-
     for step in plan.steps:
         if step.kind is NodeKind.KernelLaunch:
             yield ops.kernel_source(plan.graph, plan.graph.node(step.node))

@@ -25,10 +25,14 @@ from typing import Any
 import numpy as np
 
 from oxiwork.analysis import paused_gc
+from oxiwork.analysis.happens_before import ClockArrays, VectorClocks, plan_clocks
 from oxiwork.error import InvalidPlan, UnorderedAccess
-from oxiwork.executor.happens_before import ClockArrays, VectorClocks, plan_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, KernelConfig, MemcpyDir, NodeId, NodeKind, StreamId
+from oxiwork.optimizer.fusion import peak_live_bytes
+from oxiwork.optimizer.memory_pass import MemoryReport
+from oxiwork.optimizer.stream import StreamAssignment, streams_pay
+from oxiwork.pipeline import PassSpec, Pipeline, PipelineRun, TraceEntry, plan_passes
 
 __all__ = ["BufferArg", "ExecutionPlan", "PlanStep", "verify_plan"]
 
@@ -98,9 +102,9 @@ class ExecutionPlan:
     event_count: int
     graph: ComputeGraph
     original: ComputeGraph
-    memory: Any = None
-    streams: Any = None
-    trace: tuple[Any, ...] = ()
+    memory: MemoryReport | None = None
+    streams: StreamAssignment | None = None
+    trace: tuple[TraceEntry, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     # Results worked out once per plan (the plan is immutable): {"verified": True}.
     _cache: dict[str, Any] = field(
@@ -202,21 +206,15 @@ step 1 (memcpy 'upload', node 0, stream 0), ...
         >>> [s.name for s in plan.steps]
         ['upload', 'relu', 'scale', 'download']
         """
-        from oxiwork.optimizer.memory_pass import plan_memory
-        from oxiwork.optimizer.stream import assign_streams
-        from oxiwork.pipeline import PassSpec, Pipeline
-
-        passes = []
-        if fusion:
-            from oxiwork.optimizer.fusion import fuse
-
-            passes.append(PassSpec("fusion", fuse, {"max_group_size": max_group_size}))
-        passes.append(PassSpec("streams", assign_streams, {"max_streams": max_streams}))
-        passes.append(
-            PassSpec(
-                "memory",
-                plan_memory,
-                {"mode": memory_mode, "time_limit": memory_time_limit, "capacity": capacity},
+        # The pass list and its order constraints are the pipeline's (pipeline.py).
+        passes = list(
+            plan_passes(
+                fusion=fusion,
+                max_group_size=max_group_size,
+                max_streams=max_streams,
+                memory_mode=memory_mode,
+                memory_time_limit=memory_time_limit,
+                capacity=capacity,
             )
         )
         with paused_gc():  # the passes, checks and lowering allocate acyclic data only
@@ -412,15 +410,11 @@ step 1 (memcpy 'upload', node 0, stream 0), ...
 
 
 def _weigh_streams(
-    run: Any, passes: list[Any], max_streams: int, budget: int | None, verify: bool
-) -> tuple[Any, list[int]]:
+    run: PipelineRun, passes: list[PassSpec], max_streams: int, budget: int | None, verify: bool
+) -> tuple[PipelineRun, list[int]]:
     """The run to keep under :func:`oxiwork.optimizer.stream.streams_pay`, and the stream
     caps tried: halving from ``max_streams`` until a plan pays (one stream always does).
     Fusion runs once; the stream and memory passes run again on its result."""
-    from oxiwork.optimizer.fusion import peak_live_bytes
-    from oxiwork.optimizer.stream import streams_pay
-    from oxiwork.pipeline import PassSpec, Pipeline, PipelineRun
-
     fusion = run.trace[:1] if passes[0].name == "fusion" else ()
     fused = run.trace[0].after if fusion else run.trace[0].before
     one_arena = None
@@ -469,9 +463,9 @@ def _lower(
     original: ComputeGraph,
     order: tuple[NodeId, ...],
     *,
-    memory: Any,
-    streams: Any,
-    trace: tuple[Any, ...],
+    memory: MemoryReport,
+    streams: StreamAssignment,
+    trace: tuple[TraceEntry, ...],
     options: dict[str, Any],
 ) -> ExecutionPlan:
     """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams)."""
@@ -555,7 +549,7 @@ def verify_plan(plan: ExecutionPlan) -> None:
        record;
     3. what the steps touch is ordered: every two accesses of one buffer of which one
        writes are ordered by happens-before, stream order plus event pairs (vector clocks
-       of :mod:`oxiwork.executor.happens_before`). Per buffer the accesses are walked in
+       of :mod:`oxiwork.analysis.happens_before`). Per buffer the accesses are walked in
        step order as runs of readers between writers, so each check is one O(1) clock
        test (the walk of :meth:`~oxiwork.graph.ComputeGraph.check_ordering`);
     4. ``plan.graph`` orders its own conflicting accesses by edges
@@ -568,7 +562,7 @@ def verify_plan(plan: ExecutionPlan) -> None:
        sweep over the buffers in order of first access that keeps, per address range,
        the buffer that last occupied it; "ordered" is transitive, so checking each buffer
        against the previous occupants of its range covers every overlapping pair. Each
-       test compares two per-buffer clocks (:meth:`~oxiwork.executor.happens_before.
+       test compares two per-buffer clocks (:meth:`~oxiwork.analysis.happens_before.
        ClockArrays.bounds`, the test the memory pass places buffers with).
 
     Unordered accesses (3, and 5 for two buffers on the same bytes) raise

@@ -5,7 +5,7 @@ across streams. The DAG edges of the plan do *not* order anything at run time. S
 steps race when they touch the same bytes, at least one writes, and neither
 happens-before the other under stream order and events.
 
-Happens-before comes from :mod:`oxiwork.executor.happens_before` (vector clocks: Lamport,
+Happens-before comes from :mod:`oxiwork.analysis.happens_before` (vector clocks: Lamport,
 "Time, clocks, and the ordering of events in a distributed system", CACM 21(7), 1978;
 Fidge 1988; Mattern 1989), the same relation the memory pass and the plan verifier use;
 "is ``y`` before ``x``" is an O(1) epoch test as in FastTrack (Flanagan & Freund, PLDI
@@ -17,7 +17,7 @@ bytes a lot), so the candidates are screened in numpy first: the overlapping pai
 from a sort (:func:`oxiwork.executor.arena.overlapping_ranges`), a buffer pair is ruled
 out when all accesses of one happen before all accesses of the other (the per-buffer
 clock dominance test the memory pass places buffers with,
-:meth:`~oxiwork.executor.happens_before.ClockArrays.bounds`), and a buffer is ruled out
+:meth:`~oxiwork.analysis.happens_before.ClockArrays.bounds`), and a buffer is ruled out
 when every write is ordered with every other access. Only what survives (nothing, in a
 correctly synchronised plan) is checked access pair by access pair to build the reports.
 
@@ -38,9 +38,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from oxiwork.analysis.happens_before import ClockArrays, groups_ordered, plan_clocks
 from oxiwork.error import InvalidArgument
 from oxiwork.executor.arena import overlapping_ranges, plan_buffers
-from oxiwork.executor.happens_before import ClockArrays, groups_ordered, plan_clocks
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.node import BufferId, NodeId, NodeKind
 

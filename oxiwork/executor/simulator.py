@@ -74,6 +74,7 @@ from oxiwork.error import (
 )
 from oxiwork.executor.arena import Arena
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
+from oxiwork.executor.races import find_races
 from oxiwork.node import BufferId, MemcpyDir, NodeId, NodeKind
 
 __all__ = [
@@ -666,8 +667,6 @@ class Simulator:
         self._race_index: dict[int, list[Any]] = {}
         self.static_races: list[Any] = []
         if detect_races:
-            from oxiwork.executor.races import find_races
-
             try:
                 self.static_races = find_races(plan)
             except InvalidPlan as e:  # still worth stepping through: that is how to debug it

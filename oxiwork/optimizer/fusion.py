@@ -54,12 +54,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from oxiwork.analysis import liveness, paused_gc
+from oxiwork.analysis.dominance import post_dominators
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, KernelConfig, NodeId
 from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.ops.program import share_bound
-from oxiwork.pipeline import PassResult
+from oxiwork.optimizer import PassResult
 
 __all__ = ["NotFused", "fuse", "peak_live_bytes", "program_order"]
 
@@ -156,8 +157,6 @@ class _Fuser:
 
     def post_dom(self, nid: NodeId) -> NodeId | None:
         if self._pdom is None:
-            from oxiwork.analysis.dominance import post_dominators
-
             self._pdom = post_dominators(self.g).idom
         return self._pdom.get(nid)
 

@@ -9,7 +9,7 @@ topological order is not enough once nodes run on several streams: a buffer that
 Ordering test. Take the issue order ``L`` (:func:`oxiwork.optimizer.stream.issue_order`:
 a topological order consistent with every stream, sorted by simulated start time so that
 the streams advance together) and the vector clocks of
-:mod:`oxiwork.executor.happens_before` (``clock[x][s]``: the last position on stream ``s``
+:mod:`oxiwork.analysis.happens_before` (``clock[x][s]``: the last position on stream ``s``
 that happens before or equals ``x``). For a buffer ``i`` with accesses ``A_i`` let
 
 * ``last_i[s]``: the last position on stream ``s`` of an access (``-1`` if none), i.e.
@@ -138,13 +138,13 @@ from typing import Any
 import numpy as np
 
 from oxiwork.analysis import liveness, paused_gc
-from oxiwork.executor.happens_before import graph_clocks
+from oxiwork.analysis.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId
 from oxiwork.ops.program import share_bound
+from oxiwork.optimizer import PassResult
 from oxiwork.optimizer.memory import MemoryPlan, plan_buffers
 from oxiwork.optimizer.stream import issue_order
-from oxiwork.pipeline import PassResult
 
 __all__ = [
     "MAX_EXACT_PAIRS",

@@ -88,7 +88,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
 from oxiwork.ops.program import share_bound
-from oxiwork.pipeline import PassResult
+from oxiwork.optimizer import PassResult
 
 __all__ = [
     "EXACT_CHAIN_LIMIT",

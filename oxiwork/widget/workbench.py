@@ -60,10 +60,11 @@ import numpy as np
 import traitlets
 
 from oxiwork.budget import Budget, using
-from oxiwork.builder import GraphBuilder, GraphWarning
+from oxiwork.builder import GraphBuilder
 from oxiwork.error import (
     ExecutionError,
     GraphError,
+    GraphWarning,
     InvalidArgument,
     InvalidPlan,
     MessageError,

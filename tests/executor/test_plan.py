@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import verify
+from oxiwork.analysis.happens_before import plan_clocks
 from oxiwork.error import GraphError, InvalidPlan, UnorderedAccess
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
-from oxiwork.executor.happens_before import plan_clocks
 from oxiwork.executor.plan import ExecutionPlan, PlanStep, verify_plan
 from oxiwork.node import BufferId, NodeKind, StreamId
 from tests.strategies import any_dags

@@ -11,16 +11,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, MemcpyDir
+from oxiwork.analysis.happens_before import plan_clocks
 from oxiwork.error import InvalidArgument
 from oxiwork.examples import random_op_dag
 from oxiwork.executor import races as races_mod
 from oxiwork.executor.arena import plan_buffers
-from oxiwork.executor.happens_before import plan_clocks
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.races import Race, drop_event, find_races
 from oxiwork.node import NodeKind
 
-pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.builder.GraphWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
 
 
 @functools.lru_cache(maxsize=32)

@@ -26,7 +26,7 @@ from oxiwork.executor.simulator import (
 from oxiwork.node import NodeKind
 from oxiwork.reference import evaluate
 
-pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.builder.GraphWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
 
 
 @functools.lru_cache(maxsize=64)

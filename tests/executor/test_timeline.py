@@ -16,7 +16,7 @@ from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import timeline
 from oxiwork.node import NodeKind
 
-pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.builder.GraphWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
 
 
 def test_raises_unknown_mode():

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from oxiwork import GraphBuilder, MemcpyDir, ops
-from oxiwork.builder import GraphWarning
-from oxiwork.error import InvalidArgument, UnsupportedOp
+from oxiwork.error import GraphWarning, InvalidArgument, UnsupportedOp
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.ops import kernel_source
 from oxiwork.ops.program import bind, run

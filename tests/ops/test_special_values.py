@@ -37,7 +37,7 @@ from tests.executor.emulated_driver import CXX, run_kernel
 
 pytestmark = [
     pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C"),
-    pytest.mark.filterwarnings("ignore::oxiwork.builder.GraphWarning"),
+    pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning"),
 ]
 
 F32 = np.float32

@@ -11,8 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, MemcpyDir, ops
-from oxiwork.builder import GraphWarning
-from oxiwork.error import InvalidArgument
+from oxiwork.error import GraphWarning, InvalidArgument
 from oxiwork.examples import quick_start, random_op_dag, synthetic, transformer_block
 from oxiwork.node import NodeKind
 from oxiwork.ops import FusionClass

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from oxiwork.analysis.happens_before import VectorClocks, graph_clocks
 from oxiwork.error import InvalidArgument
 from oxiwork.examples import quick_start, random_op_dag, synthetic, transformer_block
-from oxiwork.executor.happens_before import VectorClocks, graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer import memory_pass
 from oxiwork.optimizer.fusion import fuse

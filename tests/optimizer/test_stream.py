@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, NodeKind
+from oxiwork.analysis.happens_before import graph_clocks
 from oxiwork.error import InvalidArgument
 from oxiwork.examples import quick_start, random_op_dag, synthetic
-from oxiwork.executor.happens_before import graph_clocks
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer import stream as stream_mod
 from oxiwork.optimizer.stream import (

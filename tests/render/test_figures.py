@@ -190,7 +190,7 @@ class TestPassSummary:
         assert fig.axes[-1].get_ylabel() == "µs"
 
 
-@pytest.mark.filterwarnings("ignore::oxiwork.builder.GraphWarning")
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
 class TestBufferHistogram:
     def test_from_a_simulator(self) -> None:
         sim = Simulator(ExecutionPlan.build(quick_start()))

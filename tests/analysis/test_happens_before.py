@@ -1,4 +1,4 @@
-"""Tests of oxiwork.executor.happens_before's array form against item-by-item clocks."""
+"""Tests of oxiwork.analysis.happens_before's array form against item-by-item clocks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxiwork.executor.happens_before import groups_ordered, vector_clocks
+from oxiwork.analysis.happens_before import groups_ordered, vector_clocks
 
 
 @st.composite
