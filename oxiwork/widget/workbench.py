@@ -169,7 +169,8 @@ class Workbench(anywidget.AnyWidget):
     max_group_size
         Most kernels one fused kernel may replace (1 to 64).
     memory_mode
-        ``"heuristic"`` or ``"exact"`` for the memory chart.
+        The memory planner (``"auto"``, the planner's default: the exact search within a
+        budget that grows with the graph; ``"heuristic"``; ``"exact"``).
     progressive
         Open with the input graph's DAG and run the pass pipeline when the frontend asks
         for it after its first draw (or when Python needs it). ``False`` runs it in the
@@ -205,7 +206,7 @@ class Workbench(anywidget.AnyWidget):
     pass_index = traitlets.Int(0).tag(sync=True)
     sim_position = traitlets.Int(-1).tag(sync=True)
     color_mode = traitlets.Unicode("kind").tag(sync=True)
-    memory_mode = traitlets.Enum(MEMORY_MODES, default_value="heuristic").tag(sync=True)
+    memory_mode = traitlets.Enum(MEMORY_MODES, default_value="auto").tag(sync=True)
     #: Launch mode of the stream timeline: ``"graph"`` (one CUDA graph launch) or ``"stream"``.
     stream_mode = traitlets.Enum(STREAM_MODES, default_value="graph").tag(sync=True)
     sim_state = traitlets.Dict().tag(sync=True)
@@ -228,7 +229,7 @@ class Workbench(anywidget.AnyWidget):
         max_streams: int = 4,
         fusion: bool = True,
         max_group_size: int = 16,
-        memory_mode: str = "heuristic",
+        memory_mode: str = "auto",
         progressive: bool = True,
         budget: Budget | None = None,
         **kwargs: Any,
