@@ -502,37 +502,17 @@ class ComputeGraph:
         g.add_edges_from(self.edges)
         return g
 
-    def to_dot(self, color_by: str | None = None, plan: Any = None) -> str:
-        """Graphviz DOT text; names are escaped, so any name is safe.
+    def to_dot(self, color_by: str = "kind", plan: Any = None) -> str:
+        """Graphviz DOT text (:func:`oxiwork.render.dot.graph_dot`); names are escaped, so
+        any name is safe.
 
         ``color_by`` (``"kind"``, ``"group"``, ``"stream"``, ``"level"``, ``"slack"``) fills
         the nodes by that pass result, with ``plan`` giving an input graph's fused groups
-        and streams (see :func:`oxiwork.render.dot.graph_dot`).
+        and streams.
         """
-        if color_by is not None:
-            from oxiwork.render.dot import graph_dot  # renderers sit above the IR
+        from oxiwork.render.dot import graph_dot  # renderers sit above the IR
 
-            return graph_dot(self, color=color_by, plan=plan)
-        lines = ["digraph oxiwork {", "  rankdir=TB;", "  node [fontname=Helvetica];"]
-        shapes = {
-            NodeKind.KernelLaunch: "box",
-            NodeKind.Memcpy: "cds",
-            NodeKind.Memset: "box3d",
-            NodeKind.EventRecord: "diamond",
-            NodeKind.EventWait: "diamond",
-            NodeKind.HostCallback: "ellipse",
-            NodeKind.Barrier: "octagon",
-        }
-        for n in self.nodes:
-            # Escape name and kind separately: escaping the joined text and then undoing
-            # the escape of the separator would also turn a literal backslash-n in a name
-            # into a line break.
-            label = f"{_dot_escape(n.name)}\\n{_dot_escape(n.kind.value)}"
-            lines.append(f'  n{int(n.id)} [label="{label}", shape={shapes[n.kind]}];')
-        for a, b in self.edges:
-            lines.append(f"  n{int(a)} -> n{int(b)};")
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+        return graph_dot(self, color=color_by, plan=plan)
 
     def to_svg(self, color_by: str = "kind", plan: Any = None) -> str:
         """SVG of :meth:`to_dot` laid out by graphviz's ``dot`` (``GraphvizMissing`` says how
@@ -678,10 +658,6 @@ def _unordered(
         missing=f"edge {a.name!r} -> {b.name!r}",
         in_plan=False,
     )
-
-
-def _dot_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _find_cycle(pred: list[list[int]], remaining: set[int]) -> list[int]:

@@ -26,7 +26,6 @@ True
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,53 +125,6 @@ class Timeline:
                 for a in self.arrows
             ],
         }
-
-    def to_chrome_trace(self) -> str:
-        """The timeline in Chrome's JSON trace event format (chrome://tracing, Perfetto).
-
-        Steps are complete events (``"ph": "X"``) on one thread per stream, times in
-        microseconds; events are flow arrows (``"s"``/``"f"``) from record to wait.
-
-        >>> from oxiwork.examples import quick_start
-        >>> trace = json.loads(timeline(ExecutionPlan.build(quick_start())).to_chrome_trace())
-        >>> [e["name"] for e in trace["traceEvents"] if e["ph"] == "X"]
-        ['upload', 'relu+scale', 'download']
-        """
-        us = 1e6
-        events: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"plan ({self.mode})"}}
-        ]
-        events += [
-            {"name": "thread_name", "ph": "M", "pid": 0, "tid": s, "args": {"name": f"stream {s}"}}
-            for s in range(self.num_streams)
-        ]
-        for b in self.bars:
-            events.append(
-                {
-                    "name": b.name,
-                    "cat": b.kind,
-                    "ph": "X",
-                    "pid": 0,
-                    "tid": b.stream,
-                    "ts": b.start * us,
-                    "dur": (b.end - b.start) * us,
-                    "args": {"step": b.step, "launch_us": b.launch * us},
-                }
-            )
-        by_step = {b.step: b for b in self.bars}
-        for a in self.arrows:
-            common = {"name": f"event {a.event}", "cat": "event", "pid": 0, "id": a.event}
-            events.append({**common, "ph": "s", "tid": a.from_stream, "ts": a.time * us})
-            events.append(
-                {
-                    **common,
-                    "ph": "f",
-                    "bp": "e",
-                    "tid": a.to_stream,
-                    "ts": by_step[a.wait].start * us,
-                }
-            )
-        return json.dumps({"traceEvents": events, "displayTimeUnit": "ns"})
 
 
 def _schedule(

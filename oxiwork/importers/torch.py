@@ -640,8 +640,8 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 _LIBRARY: dict[str, _Rule] = {
-    # np.fmax/CUDA fmaxf give 0 for a NaN input where torch.relu keeps the NaN
-    "aten.relu.default": _unary("relu"),
+    # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
+    "aten.relu.default": _unary("relu_nan"),
     "aten.neg.default": _unary("neg"),
     "aten.exp.default": _unary("exp"),
     "aten.log.default": _unary("log"),
@@ -656,8 +656,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.clone.default": _clone,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
-    # the library's max skips NaNs (CUDA fmaxf) where torch.amax propagates them
-    "aten.amax.default": _row("max", 1),
+    # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
+    # propagates them, so it runs as an opaque op with torch's own semantics.
     "aten.mm.default": _mm,
     "aten.native_layer_norm.default": _layer_norm,
 }

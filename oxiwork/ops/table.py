@@ -663,6 +663,16 @@ def _copy(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray
     return out
 
 
+def _relu_nan(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    # torch.relu keeps a NaN (clamp_min propagates it), where relu's fmaxf maps it to 0.
+    x = xs[0]
+    r = np.where((x > 0) | np.isnan(x), x, F32(0)).astype(F32, copy=False)
+    if out is None:
+        return r
+    np.copyto(out, r)
+    return out
+
+
 def _sigmoid(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     # 1 / (1 + exp(-x)), one float32 operation at a time as the CUDA expression; only the
     # first step reads x, so ``out`` may be x itself.
@@ -675,6 +685,8 @@ def _sigmoid(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndar
 _BUILTINS: tuple[OpDef, ...] = (
     # np.fmax, like CUDA's fmaxf, maps NaN to 0 (np.maximum would keep the NaN)
     _ew("relu", 1, lambda xs, out=None: np.fmax(xs[0], F32(0), out=out), "fmaxf({0}, 0.0f)"),
+    # PyTorch's relu (what imported models compute): NaN stays NaN, -0.0 gives +0.0.
+    _ew("relu_nan", 1, _relu_nan, "((({0}) > 0.0f || ({0}) != ({0})) ? ({0}) : 0.0f)"),
     # alpha defaults to 2.0 so that the quick start's relu -> scale visibly changes the
     # values (1.0 would make scale an identity).
     _ew(

@@ -213,7 +213,7 @@ class Session:
         self,
         graph: ComputeGraph,
         max_streams: int = 4,
-        memory_mode: str = "heuristic",
+        memory_mode: str = "auto",
         *,
         fusion: bool = True,
         max_group_size: int = 16,

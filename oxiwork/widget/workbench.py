@@ -73,7 +73,7 @@ from oxiwork.error import (
 )
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES as STREAM_MODES
-from oxiwork.executor.timeline import timeline
+from oxiwork.export.perfetto import perfetto_trace
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId, NodeKind
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
@@ -169,7 +169,8 @@ class Workbench(anywidget.AnyWidget):
     max_group_size
         Most kernels one fused kernel may replace (1 to 64).
     memory_mode
-        ``"heuristic"`` or ``"exact"`` for the memory chart.
+        The memory planner (``"auto"``, the planner's default: the exact search within a
+        budget that grows with the graph; ``"heuristic"``; ``"exact"``).
     progressive
         Open with the input graph's DAG and run the pass pipeline when the frontend asks
         for it after its first draw (or when Python needs it). ``False`` runs it in the
@@ -205,7 +206,7 @@ class Workbench(anywidget.AnyWidget):
     pass_index = traitlets.Int(0).tag(sync=True)
     sim_position = traitlets.Int(-1).tag(sync=True)
     color_mode = traitlets.Unicode("kind").tag(sync=True)
-    memory_mode = traitlets.Enum(MEMORY_MODES, default_value="heuristic").tag(sync=True)
+    memory_mode = traitlets.Enum(MEMORY_MODES, default_value="auto").tag(sync=True)
     #: Launch mode of the stream timeline: ``"graph"`` (one CUDA graph launch) or ``"stream"``.
     stream_mode = traitlets.Enum(STREAM_MODES, default_value="graph").tag(sync=True)
     sim_state = traitlets.Dict().tag(sync=True)
@@ -228,7 +229,7 @@ class Workbench(anywidget.AnyWidget):
         max_streams: int = 4,
         fusion: bool = True,
         max_group_size: int = 16,
-        memory_mode: str = "heuristic",
+        memory_mode: str = "auto",
         progressive: bool = True,
         budget: Budget | None = None,
         **kwargs: Any,
@@ -366,7 +367,8 @@ class Workbench(anywidget.AnyWidget):
             self.timings["passes_view_s"] = time.perf_counter() - t0
 
     def chrome_trace(self, mode: str | None = None) -> str:
-        """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto).
+        """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto),
+        made by :func:`oxiwork.export.perfetto_trace`.
 
         ``mode`` is ``"graph"`` or ``"stream"`` (default: :attr:`stream_mode`). Write it to a
         file and open it there: ``pathlib.Path("plan.json").write_text(w.chrome_trace())``.
@@ -388,7 +390,7 @@ class Workbench(anywidget.AnyWidget):
         """
         if self.plan is None:
             raise InvalidPlan(f"no plan to trace: {self.session.notes['plan']}; fix the graph")
-        return timeline(self.session.plan, mode=mode or self.stream_mode).to_chrome_trace()
+        return perfetto_trace(self.session.plan, modes=(mode or self.stream_mode,))
 
     def save_html(self, path: str | pathlib.Path, *, title: str | None = None) -> pathlib.Path:
         """Save a self-contained offline HTML report of the plan (summary tables and every

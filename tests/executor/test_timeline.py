@@ -75,8 +75,3 @@ def test_exports_are_json():
     d = json.loads(json.dumps(tl.to_dict()))
     assert len(d["bars"]) == len(plan.steps) and len(d["arrows"]) == len(tl.arrows)
     assert sum(lane["steps"] for lane in d["lanes"]) == len(plan.steps)
-    trace = json.loads(tl.to_chrome_trace())["traceEvents"]
-    assert sum(e["ph"] == "X" for e in trace) == len(plan.steps)
-    assert sum(e["ph"] == "s" for e in trace) == sum(e["ph"] == "f" for e in trace)
-    assert sum(e["ph"] == "s" for e in trace) == len(tl.arrows)
-    assert all(e["dur"] >= 0 for e in trace if e["ph"] == "X")

@@ -331,10 +331,28 @@ class TestMapping:
             for k in [model.graph.node(nid).name]
         }
         # the residual add and the relu on equal float32 shapes are library ops, and fuse
-        assert ops_of["add"] == "add" and ops_of["relu"] == "relu"
+        assert ops_of["add"] == "add" and ops_of["relu"] == "relu_nan"
         assert ops_of["body.1.tanh"] == "tanh"
         plan = ExecutionPlan.build(model.graph, fusion=True)
         assert plan.kernel_count_fused < plan.kernel_count_original
+
+    def test_nan_goes_through_relu_and_amax_as_in_eager(self) -> None:
+        # torch.relu and torch.amax keep a NaN; the library's fmaxf-based relu and max
+        # would give 0 / skip it, so relu maps to relu_nan and amax runs opaque.
+        class M(nn.Module):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return torch.relu(x) * 2.0, torch.amax(x, dim=-1)
+
+        x = torch.tensor([[1.0, float("nan"), -2.0, 3.0], [-1.0, -0.0, 0.5, -4.0]])
+        want = tuple(t.numpy() for t in M()(x))
+        model = from_module(M(), (x,))
+        assert {model.graph.node(i).op for i in model.graph.node_ids} >= {"relu_nan"}
+        for fusion in (False, True):
+            plan = ExecutionPlan.build(model.graph, fusion=fusion)
+            sim = Simulator(plan, model.inputs, check_finite=False)
+            assert sim.run().reason == "end"
+            for got, w in zip(model.outputs_from(sim.outputs), want, strict=True):
+                np.testing.assert_array_equal(got, w)  # NaN == NaN here
 
     def test_gelu_maps_only_in_its_tanh_form(self) -> None:
         mlp, _ = _imported("mlp")  # nn.GELU(approximate="tanh")

@@ -48,7 +48,20 @@ U = 2.0**-24  # float32 unit roundoff
 # How the numpy side and the generated C must agree, per op, and why:
 # - EXACT: one correctly rounded IEEE operation per element (or a bit copy, or a maximum):
 #   numpy and C compute the same bits, zero signs included.
-EXACT = {"relu", "scale", "add", "sub", "mul", "div", "neg", "copy", "bias_add", "max", "transpose"}
+EXACT = {
+    "relu",
+    "relu_nan",
+    "scale",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "copy",
+    "bias_add",
+    "max",
+    "transpose",
+}
 # - LIBM: transcendental functions. numpy's float32 exp/log/tanh (SIMD implementations) and
 #   the C library's expf/logf/tanhf (as CUDA's) are each faithful to a few ulp but not
 #   bit-identical; numpy documents a maximum error of 4 ulp for them (NEP 38 / the umath
