@@ -946,7 +946,9 @@ def _hashable(a: Any) -> bool:
     return True
 
 
-def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
+def from_exported_program(
+    ep: Any, *, name: str | None = None, progress: bool | None = None
+) -> ImportedModel:
     """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
 
     Any op set converts (core ATen after ``run_decompositions()`` gives the most library
@@ -959,6 +961,9 @@ def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
         The exported program (static shapes, no mutation: see the module docstring).
     name
         The model's name (default ``"model"``).
+    progress
+        Show a progress bar over the program's nodes (``tqdm.auto``: a widget in a
+        notebook); ``None``: only for programs of over 500 nodes.
 
     Raises
     ------
@@ -1002,7 +1007,10 @@ def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
             user_names.append(t.buffer)
     outputs: list[str] = []
     shapes: list[tuple[int, ...]] = []
-    for node in list(ep.graph.nodes):
+    nodes = list(ep.graph.nodes)
+    if progress is None:
+        progress = len(nodes) > _PROGRESS_NODES
+    for node in _progress(nodes, progress, f"import {name or 'model'}", "node"):
         if node.op == "call_function":
             conv.call(node)
         elif node.op == "output":
@@ -1028,6 +1036,20 @@ def from_exported_program(ep: Any, *, name: str | None = None) -> ImportedModel:
     )
 
 
+# Above these sizes an import takes seconds: show where it is (tqdm; the issue's "long work").
+_PROGRESS_NODES = 500
+_PROGRESS_PARAMS = 10_000_000
+
+
+def _progress(items: Sequence[Any], show: bool, desc: str, unit: str) -> Any:
+    """``items``, wrapped in a progress bar when ``show`` (a notebook widget in Jupyter)."""
+    if not show:
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, desc=desc, unit=unit, leave=False)
+
+
 def _reason(e: BaseException) -> str:
     lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
     text = "\n".join(lines[:_MAX_REASON_LINES])
@@ -1042,6 +1064,7 @@ def from_module(
     kwargs: Mapping[str, Any] | None = None,
     *,
     name: str | None = None,
+    progress: bool | None = None,
 ) -> ImportedModel:
     """Export ``module`` on ``args`` (and ``kwargs``) and import it.
 
@@ -1058,6 +1081,9 @@ def from_module(
         The example call: tensors with the static shapes to import.
     name
         The model's name (default: the module's class name).
+    progress
+        Show progress bars for the export and the conversion (``tqdm.auto``); ``None``:
+        only for modules of over 10 million parameters (export takes seconds there).
 
     Raises
     ------
@@ -1090,9 +1116,15 @@ def from_module(
             "wrap a single tensor as (x,)"
         )
     label = name or type(module).__name__
+    if progress is None:
+        progress = sum(p.numel() for p in module.parameters()) > _PROGRESS_PARAMS
     try:
-        ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}))
-        ep = ep.run_decompositions()
+        stages = _progress(["export", "decompose"], progress, f"export {label}", "stage")
+        for stage in stages:
+            if stage == "export":
+                ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}))
+            else:
+                ep = ep.run_decompositions()
     except Exception as e:  # torch raises many kinds; each becomes one GraphError quoting it
         reason = _reason(e)
         raise ExportFailed(
@@ -1101,4 +1133,4 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    return from_exported_program(ep, name=label)
+    return from_exported_program(ep, name=label, progress=progress)

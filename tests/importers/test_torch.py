@@ -456,3 +456,14 @@ def test_as_strided_sees_eagers_layout() -> None:
     assert not np.allclose(
         np.exp(x.numpy().T).reshape(-1)[[0, 2, 4, 1, 3, 5]], want.reshape(-1) / 2
     )
+
+
+def test_progress_bars_show_when_asked_and_not_for_a_small_model(capsys) -> None:
+    module, args = _make("mlp")
+    module.eval()
+    from_module(module, args)  # default: a small model imports quietly
+    assert "import" not in capsys.readouterr().err
+    from_module(module, args, progress=True)
+    err = capsys.readouterr().err
+    assert "export MLP" in err
+    assert "node" in err and "import MLP" in err
