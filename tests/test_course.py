@@ -35,6 +35,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.node import MemcpyDir
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
+from tests.test_notebooks import cell_text
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "notebooks" / "course"
@@ -61,16 +62,6 @@ def test_outputs_are_stripped(path: Path) -> None:
             )
 
 
-def _text(cell: dict) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out["text"])
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
-
-
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name[:2])
 def test_lesson_runs_top_to_bottom_in_a_fresh_kernel(
     path: Path, tmp_path: Path, record_property: pytest.RecordProperty
@@ -92,9 +83,9 @@ def test_lesson_runs_top_to_bottom_in_a_fresh_kernel(
     record_property("seconds", round(seconds, 2))
     print(f"{path.name}: {seconds:.1f} s")
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert f"lesson {path.name[:2]}: right." in _text(code[-1])
+    assert f"lesson {path.name[:2]}: right." in cell_text(code[-1])
     if path.name.startswith("07"):  # each capture pitfall raises its error in its cell
-        out = "".join(map(_text, code))
+        out = "".join(map(cell_text, code))
         assert all(e in out for e in ("CaptureUnjoined", "BakedHostValue", "CaptureRace")), out
     noise = [o["text"] for c in code for o in c.get("outputs", []) if o.get("name") == "stderr"]
     assert not noise, f"{path.name} prints warnings: {noise}"

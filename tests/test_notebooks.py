@@ -12,16 +12,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import nbclient
+import nbformat
 import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR = ROOT / "notebooks" / "tour.ipynb"
 
 
-def _text(cell: dict) -> str:
+def cell_text(cell: dict) -> str:
+    """What a code cell printed: its stream and text/plain outputs, joined."""
     parts = []
     for out in cell.get("outputs", []):
         if out.get("output_type") == "stream":
@@ -52,7 +52,7 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     finally:
         os.environ.clear()
         os.environ.update(old)
-    return [_text(c) for c in nb.cells if c.cell_type == "code"]
+    return [cell_text(c) for c in nb.cells if c.cell_type == "code"]
 
 
 def test_tour_runs_and_keeps_its_promises(tour: list[str]) -> None:
