@@ -5,6 +5,7 @@
 <FusionClass.ELEMENTWISE: 'elementwise'>
 """
 
+from oxiwork.ops import lib_reduce  # noqa: F401  (registers the matmul variants, reductions)
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
 from oxiwork.ops.table import (
