@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oxiwork.error import InvalidArgument
@@ -23,7 +24,12 @@ from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
 if TYPE_CHECKING:  # only for annotations: this module sits below graph.py (see pyproject)
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["Verifiable", "context", "verify", "verify_graph"]
+__all__ = ["KERNEL_CHECKS", "Verifiable", "context", "verify", "verify_graph"]
+
+# Checks of a kernel against the op it names. The op table sits above this module (it
+# imports graph.py), so it installs its checks here when imported (oxiwork.ops.program:
+# the dtypes a kernel reads and writes fit its ops); each raises a GraphError.
+KERNEL_CHECKS: list[Callable[[ComputeGraph, GraphNode], None]] = []
 
 
 @runtime_checkable
@@ -132,6 +138,8 @@ def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
                 f"{context(g, n.id)}: fused program has {len(p.outputs)} outputs for "
                 f"{len(n.outputs)} output buffers"
             )
+    for check in KERNEL_CHECKS:
+        check(g, n)
 
 
 def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:

@@ -75,7 +75,7 @@ from oxiwork.error import (
 from oxiwork.executor.arena import Arena
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.executor.races import find_races
-from oxiwork.node import BufferId, MemcpyDir, NodeId, NodeKind
+from oxiwork.node import FLOAT_DTYPES, BufferId, MemcpyDir, NodeId, NodeKind
 
 __all__ = [
     "POLICIES",
@@ -213,7 +213,7 @@ def _finite(view: np.ndarray) -> bool:
     """True if every element is finite. A sum is NaN/Inf whenever an element is, so one
     cheap reduction decides the common case; only a non-finite sum (which may be a mere
     overflow) pays for the exact check."""
-    if view.dtype.kind != "f":
+    if view.dtype.name not in FLOAT_DTYPES:
         return True
     with np.errstate(all="ignore"):
         if np.isfinite(np.add.reduce(view, axis=None)):
@@ -1015,7 +1015,8 @@ class Simulator:
                 return False
             st = sim.plan.steps[sim._executed[-1]]
             return any(
-                m.views[a.buffer].dtype.kind == "f" and bool(np.isnan(m.views[a.buffer]).any())
+                m.views[a.buffer].dtype.name in FLOAT_DTYPES
+                and bool(np.isnan(m.views[a.buffer]).any())
                 for a in st.outputs
             )
 
