@@ -768,10 +768,11 @@ class GraphBuilder:
         _check_name(name, kind.noun)
         bid = self._check_buffer(buffer, name)
         buf = self._buffers[self._buffer_pos(bid)]
-        if buf.external:
+        if buf.external or buf.base is not None:
+            what = "external (the user owns it)" if buf.external else "a view (it owns no memory)"
             raise InvalidArgument(
-                f"{kind.noun} {name!r}: buffer {buf.name!r} is external (the user owns it); "
-                "allocate graph-owned memory with alloc_buffer"
+                f"{kind.noun} {name!r}: buffer {buf.name!r} is {what}; allocate graph-owned "
+                "memory with alloc_buffer"
             )
         return self._add(name=name, kind=kind, outputs=(bid,))
 
@@ -969,6 +970,7 @@ class GraphBuilder:
             buffers = self._buffers
             if is_body:  # only the outer graph's buffers the body uses
                 used = {b for n in nodes for b in (*n.inputs, *n.outputs)}
+                used |= {b.base for b in buffers if b.id in used and b.base is not None}
                 buffers = [b for b in buffers if b.id in used]
             graph = ComputeGraph(
                 tuple(nodes),

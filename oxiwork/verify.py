@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from oxiwork import validate
@@ -197,10 +198,9 @@ def _check_bodies(g: ComputeGraph, n: GraphNode) -> None:
             writes.update(m.outputs)
         for b in body.buffers:
             outer = g._cache["buf_index"].get(b.id)
-            same = outer is not None and (
-                (outer.name, outer.size_bytes, outer.dtype, outer.array_shape, outer.external)
-                == (b.name, b.size_bytes, b.dtype, b.array_shape, b.external)
-            )
+            # The same buffer but for its arena offset, which the memory pass gives the
+            # outer graph's buffers only (bodies run on the outer graph's placement).
+            same = outer is not None and replace(outer, offset=None) == replace(b, offset=None)
             if not same:
                 raise InvalidArgument(
                     f"{where}: body {k} uses buffer {b.name!r} (id {int(b.id)}), which the "
@@ -254,10 +254,11 @@ def _check_memory_node(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
             f"{context(g, n.id)}: a {n.kind.noun} node names exactly one buffer, in outputs"
         )
     buf = g.buffer(n.outputs[0])
-    if buf.external:
+    if buf.external or buf.base is not None:
+        what = "external (the user owns it)" if buf.external else "a view (it owns no memory)"
         raise InvalidArgument(
-            f"{context(g, n.id)}: buffer {buf.name!r} is external (the user owns it); only "
-            "graph-owned buffers are allocated and freed by the graph"
+            f"{context(g, n.id)}: buffer {buf.name!r} is {what}; only graph-owned buffers "
+            "are allocated and freed by the graph"
         )
 
 
@@ -288,6 +289,9 @@ def _check_lifetimes(g: ComputeGraph) -> None:
     if not allocs and not frees:
         return
     rank = {nid: k for k, nid in enumerate(g.topological_order())}
+    aliases: dict[BufferId, list[BufferId]] = {}
+    for view, base in g.views().items():  # a view's accesses use its base's memory
+        aliases.setdefault(base, []).append(view)
     for bid, free in frees.items():
         if bid not in allocs:
             raise InvalidLifetime(
@@ -299,7 +303,8 @@ def _check_lifetimes(g: ComputeGraph) -> None:
     for bid, alloc in allocs.items():
         name = g.buffer(bid).name
         free = frees.get(bid)
-        for user in (*g.readers(bid), *g.writers(bid)):
+        users = [u for v in (bid, *aliases.get(bid, ())) for u in (*g.readers(v), *g.writers(v))]
+        for user in users:
             if user == alloc.id or (free is not None and user == free.id):
                 continue
             u = g.node(user)

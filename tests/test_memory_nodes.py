@@ -154,3 +154,45 @@ class TestLifetimes:
         start, end = liveness.analyze(g).intervals[t]
         order = g.topological_order()
         assert order[start] == a and end == order.index(g.readers(t)[-1]) + 1
+
+
+class TestViews:
+    def view_graph(self, free_before_use: bool) -> GraphBuilder:
+        b = GraphBuilder()
+        t = b.alloc_buffer("t", 64, shape=(4, 4))
+        tt = b.view("tT", t, (4, 4), strides=(1, 4))
+        y = b.alloc_buffer("y", 64, shape=(4, 4))
+        b.add_mem_alloc("alloc", t)
+        b.add_memset("set", 64, 1, dst=t)
+        if free_before_use:
+            b.add_mem_free("free", t)
+            b.add_kernel("copy", 1, 16).inputs([tt]).outputs([y]).finish()
+        else:
+            b.add_kernel("copy", 1, 16).inputs([tt]).outputs([y]).finish()
+            b.add_mem_free("free", t)
+        return b
+
+    def test_raises_use_of_a_view_after_its_base_is_freed(self):
+        with pytest.raises(InvalidLifetime, match=r"'t' is used by 'copy'.*after its free"):
+            self.view_graph(free_before_use=True).build()
+        self.view_graph(free_before_use=False).build()
+
+    def test_raises_alloc_of_a_view(self):
+        b = GraphBuilder()
+        t = b.alloc_buffer("t", 64, shape=(4, 4))
+        tt = b.view("tT", t, (4, 4), strides=(1, 4))
+        with pytest.raises(InvalidArgument, match="'tT' is a view"):
+            b.add_mem_alloc("alloc", tt)
+
+    def test_a_body_reading_a_view_carries_its_base(self):
+        b = GraphBuilder()
+        x = b.alloc_buffer("x", 64, shape=(4, 4))
+        xt = b.view("xT", x, (4, 4), strides=(1, 4))
+        y = b.alloc_buffer("y", 64, shape=(4, 4))
+        b.add_memcpy("up", MemcpyDir.HostToDevice, 64, dst=x)
+        inner = b.body()
+        inner.add_kernel("copy", 1, 16).inputs([xt]).outputs([y]).finish()
+        child = b.add_child_graph("c", inner)
+        g = b.build()
+        assert {bf.name for bf in g.node(child).bodies[0].buffers} == {"x", "xT", "y"}
+        assert ComputeGraph.from_json(g.to_json()) == g
