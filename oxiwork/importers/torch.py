@@ -561,6 +561,19 @@ def _unary(lib: str, **fixed: tuple[Any, Any]) -> _Rule:
     return rule
 
 
+def _reshapes_fit(lib: str, call: _Call, args: Sequence[_Arg]) -> bool:
+    """Do ``args``, each a reshape to the result's shape, read buffers of different shapes
+    that the library op still takes (``(64, 768)`` and ``(1, 64, 768)`` when element-wise ops
+    broadcast)? Element-wise, a reshape moves no element, so the op computes the same."""
+    if any(tuple(a.shape) != call.out.shape for a in args):
+        return False
+    try:
+        got = ops.infer_shape(ops.get(lib), [a.base.ir_shape for a in args], {}, "probe")
+    except GraphError:
+        return False
+    return math.prod(got) == math.prod(call.out.shape)
+
+
 def _binary(lib: str) -> _Rule:
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         if call.kw("alpha", 1) != 1 or len(call.args) > 2:
@@ -569,7 +582,7 @@ def _binary(lib: str) -> _Rule:
         why = _plain(call, args)
         if why is None:
             why = _same(call, args)
-            if why is None:
+            if why is None or _reshapes_fit(lib, call, args):
                 return lib, {}, args
             if lib == "add":  # x + b with b a vector over the last axis: bias_add
                 for x, b in (args, args[::-1]):
@@ -813,11 +826,22 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return why
     if list(shape) != [x.shape[-1]] or not _rows_kept(x):
         return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
-    if weight is not None or bias is not None:
-        return "it has an affine weight/bias; the library's layer_norm has none"
     if call.index != 0:
         return "its mean/rstd output is used; the library's layer_norm gives the result only"
-    return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None and bias is None:
+        return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None or bias is None:
+        return "it has a weight without a bias (or the reverse); the library's affine norm has both"
+    why = _plain(call, [weight, bias])
+    return why or ("layer_norm_affine", {"eps": float(eps)}, [x, weight, bias])
+
+
+def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """mean over the last axis: the library's mean; over H and W of NCHW: a pooling."""
+    dims = call.args[1] if len(call.args) > 1 else call.kw("dim")
+    if _last_axis(call, dims):
+        return _row("mean", 1, _sum_extra)(call)
+    return _mean(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1000,8 +1024,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.clone.default": _clone,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
-    # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
-    # propagates them, so it runs as an opaque op with torch's own semantics.
+    # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
     "aten.addmm.default": _gemm_rule(batched=False, added=True),
@@ -1014,7 +1037,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.mean.dim": _mean,
+    "aten.mean.dim": _mean_dims,
+    "aten.amax.default": _row("amax", 1),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
 }
