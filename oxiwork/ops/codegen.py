@@ -102,6 +102,12 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
         raise InvalidArgument(f"{describe(node)} is not a kernel; only kernels have CUDA source")
     bound = bind(graph, node)
     fname = function_name(node)
+    typed = [d for d in (*bound.in_dtypes, *bound.out_dtypes) if d != "float32"]
+    if typed:
+        raise UnsupportedOp(
+            f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
+            "only so far: compute it with the simulator, or cast to float32 around it"
+        )
     if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
         return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
@@ -201,7 +207,7 @@ class _Gen:
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
             ptrs = [f"in{i}" for _, i in st.args]
-            lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape)
+            lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
             return lines
         if st.op.expr is None:
