@@ -409,7 +409,7 @@ def _as_tensor(torch: Any, x: np.ndarray, meta: _Meta) -> Any:
     return t
 
 
-def _layout(v: _Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+def _view_layout(v: _Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
     """The view ``v`` as ``(shape, strides, offset)`` over its base buffer's row-major
     elements, or None if it is not one (negative steps, or no affine map).
 
@@ -1199,11 +1199,12 @@ class _Converter:
             return
         self.env[node] = self.kernel(node, None)
 
-    def _alias(self, v: _Tensor) -> _Tensor:
-        """``v`` as a tensor the consumer reads whole: ``v`` itself for a chain of reshapes
-        of a row-major buffer (the same bytes in the same order), else a view buffer over
-        ``v``'s base (made once per base and chain); ``v`` when the chain is no strided
-        view of the base's row-major elements (it stays folded into the consumer)."""
+    def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
+        """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
+        a row-major buffer (the same bytes in the same order), else a view buffer over
+        ``v``'s base (one per base and chain; a new one is only noted in ``pending`` until
+        :meth:`_commit`); ``v`` when the chain is no strided view of the base's row-major
+        elements."""
         if not v.chain or v.list_views:
             return v
         names = [_op_name(t) for t, _, _ in v.chain]
@@ -1212,23 +1213,36 @@ class _Converter:
         if "aten.view.dtype" in names:  # reinterprets bytes: not an index map
             return v
         key = (v.buffer, repr(v.chain))
-        made = self.aliases.get(key)
+        made = self.aliases.get(key) or (pending[key][0] if key in pending else None)
         if made is not None:
             return made
-        layout = _layout(v)
+        layout = _view_layout(v)
         if layout is None:
             return v
         shape, strides, offset = layout
         meta = _Meta(shape, None, v.base.dtype)  # read whole, row-major in its own shape
         last = _base_name(v.chain[-1][0]) if hasattr(v.chain[-1][0], "_schema") else "item"
-        name = self._unique(f"{v.buffer}.{last}", self.ids)
-        bid = self.builder.view(name, self.ids[v.buffer], meta.ir_shape, strides or (0,), offset)
-        self.ids[name] = bid
-        self.sizes[name] = meta.nbytes
-        if tuple(strides) != _row_major(meta.ir_shape, strides):
-            self.strided[name] = meta
-        made = self.aliases[key] = _Tensor(name, meta)
+        taken = {**self.ids, **{p[0].buffer: None for p in pending.values()}}
+        name = self._unique(f"{v.buffer}.{last}", taken)
+        rm = _row_major(meta.ir_shape, strides or (0,))
+        made = _Tensor(
+            name,
+            meta,
+            layout=(0, tuple(0 if d == 1 else s for d, s in zip(meta.ir_shape, rm, strict=True))),
+        )
+        pending[key] = (made, v.buffer, strides or (0,), offset)
         return made
+
+    def _commit(self, pending: dict[tuple[str, str], Any]) -> None:
+        """Make the view buffers :meth:`_alias` noted."""
+        for key, (made, base, strides, offset) in pending.items():
+            meta = made.base
+            name = made.buffer
+            self.ids[name] = self.builder.view(name, self.ids[base], meta.ir_shape, strides, offset)
+            self.sizes[name] = meta.nbytes
+            if tuple(strides) != _row_major(meta.ir_shape, strides):
+                self.strided[name] = meta
+            self.aliases[key] = made
 
     def _contiguous(self, name: str) -> str:
         """A buffer holding view ``name``'s elements row-major: a ``copy`` kernel into it."""
@@ -1328,6 +1342,7 @@ class _Converter:
         """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
         inputs: list[str] = []
         metas: list[_Meta] = []
+        pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
 
         def arg(a: Any) -> Any:
             if isinstance(a, (list, tuple)):
@@ -1338,7 +1353,8 @@ class _Converter:
             if isinstance(v, _Tensor):
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
-                v = self._alias(v)
+                if pending is not None:
+                    v = self._alias(v, pending)
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
@@ -1363,6 +1379,20 @@ class _Converter:
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         lib = _library(call)
+        if isinstance(lib, str) and any(a.chain for a in call.tensor_args):
+            # Refused reading views of its inputs: try again reading view buffers (aliases
+            # of the bases, read whole); keep that only if a library op takes it.
+            first = (inputs, metas, call)
+            inputs, metas, pending = [], [], {}
+            args = arg(tuple(node.args))
+            kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
+            call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+            again = _library(call)
+            if isinstance(again, str):
+                inputs, metas, call = first
+            else:
+                self._commit(pending)
+                lib = again
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
