@@ -122,6 +122,8 @@ class DeviceMemory:
             return self.arena + int(where)
         if kind == "buffer":
             return self.buffers[where]
+        if kind == "view":  # a view of a buffer of its own: (the base's name, byte offset)
+            return self.buffers[where[0]] + int(where[1])
         if kind == "host":
             return self.host + self.host_info[where].offset
         if kind == "scratch":
@@ -135,6 +137,8 @@ class DeviceMemory:
                     "added; rebuild the plan (its alloc node must come first)"
                 )
             return self.graph_memory[where]
+        if kind == "graph_view":  # a view of a graph-owned buffer: (its name, byte offset)
+            return self.resolve(("graph", where[0])) + int(where[1])
         if kind == "handle":
             return self.handles[int(where)]
         raise InvalidArgument(f"unknown memory reference {ref!r}")

@@ -478,6 +478,12 @@ class _Lowering:
             return ("scratch", 0)
         if arg.buffer in self.graph_owned:  # at the address its alloc node returns
             return ("graph", arg.name)
+        if arg.base is not None:  # a view: its base's address plus its offset
+            skip = arg.view_offset * np.dtype(arg.dtype).itemsize
+            kind, where = self.ref(arg.base, arg.base.size_bytes)
+            if kind == "arena":
+                return ("arena", where + skip)
+            return ("graph_view" if kind == "graph" else "view", (where, skip))
         if arg.offset is not None and not arg.external:
             return ("arena", int(arg.offset))
         if arg.name not in self.device:
