@@ -42,9 +42,11 @@ from oxiwork.error import (
     UnorderedAccess,
 )
 from oxiwork.node import (
+    BODY_KINDS,
     DTYPES,
     Buffer,
     BufferId,
+    CondKind,
     FusedProgram,
     FusedStep,
     GraphNode,
@@ -72,8 +74,9 @@ JSON_FORMAT = "oxiwork.graph"
 JSON_VERSION = 1
 #: Largest graph file :meth:`ComputeGraph.from_json` reads (a 100k-node graph is ~50 MB).
 MAX_JSON_BYTES = 512 * 2**20
-#: Deepest nesting of arrays and objects in a graph file (the format itself needs 6).
-MAX_JSON_DEPTH = 16
+#: Deepest nesting of arrays and objects in a graph file: the format itself needs 8, and
+#: each level of body graphs (child graphs, conditionals) 4 more.
+MAX_JSON_DEPTH = 8 + 4 * validate.MAX_BODY_DEPTH
 #: Most characters of one number in a graph file (2**64 has 20 digits; a float's repr 24).
 MAX_JSON_NUMBER = 32
 
@@ -184,6 +187,9 @@ class ComputeGraph:
         self._cache["node_index"] = node_index
         self._cache["buf_index"] = buf_index
         self._cache["buf_names"] = names
+        for b in self.buffers:
+            if b.base is not None:
+                check_view(b, buf_index.get(b.base))
         for n in self.nodes:
             for bid in (*n.inputs, *n.outputs):
                 if bid not in buf_index:
@@ -191,6 +197,12 @@ class ComputeGraph:
                         f"node {n.name!r} (id {int(n.id)}) uses buffer id {int(bid)}, which "
                         "is not in this graph; allocate the buffer in the same builder"
                     )
+            if n.condition is not None and n.condition not in buf_index:
+                raise UnknownBuffer(
+                    f"conditional {n.name!r} (id {int(n.id)}) tests buffer id "
+                    f"{int(n.condition)}, which is not in this graph; allocate the condition "
+                    "buffer in the same builder"
+                )
             if n.kind is NodeKind.EventWait and (n.event is None or n.event not in node_index):
                 raise UnknownNode(
                     f"event wait {n.name!r} waits for node {n.event!r}, which is not an event "
@@ -241,6 +253,39 @@ class ComputeGraph:
         except (KeyError, TypeError):
             known = ", ".join(repr(n) for n in list(self._cache["buf_names"])[:10])
             raise UnknownBuffer(f"no buffer named {name!r}; buffers are: {known}") from None
+
+    def views(self) -> Mapping[BufferId, BufferId]:
+        """``view id -> base id`` for every view buffer (read-only, cached; empty when the
+        graph has no views).
+
+        The one definition of aliasing the analyses share: an access to a view is an
+        access to its base's bytes, so ordering, liveness, memory planning and race
+        detection map each view to its base through this.
+
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> x = b.alloc_buffer("x", 24, shape=(2, 3))
+        >>> xt = b.view("xT", x, (3, 2), strides=(1, 3))
+        >>> _ = b.add_memset("zero", 24, 0, dst=x)
+        >>> _ = b.add_kernel("copy", 1, 6).inputs([xt]).outputs([b.alloc_buffer("y", 24)]).finish()
+        >>> dict(b.build().views())
+        {BufferId(1): BufferId(0)}
+        """
+        v = self._cache.get("views")
+        if v is None:
+            v = MappingProxyType({b.id: b.base for b in self.buffers if b.base is not None})
+            self._cache["views"] = v
+        return v
+
+    def storage(self, bid: BufferId) -> BufferId:
+        """The buffer whose bytes ``bid`` occupies: its base for a view, else ``bid``.
+
+        >>> from oxiwork.examples import quick_start
+        >>> quick_start().storage(BufferId(0))
+        BufferId(0)
+        """
+        self.buffer(bid)
+        return self.views().get(bid, bid)
 
     @property
     def node_ids(self) -> tuple[NodeId, ...]:
@@ -488,7 +533,7 @@ class ComputeGraph:
         ...     ComputeGraph.from_json("[" * 100_000)
         ... except MalformedFile as e:
         ...     print(e)
-        arrays and objects nest 100000 deep; a graph file nests at most 16 deep
+        arrays and objects nest 100000 deep; a graph file nests at most 40 deep
         """
         return cls.from_dict(_load_json(text))
 
@@ -567,6 +612,11 @@ def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] |
     pos = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
     write = np.repeat(np.tile(np.array([True, False]), n), counts)
     buf = np.fromiter(bufs, dtype=np.int64, count=m)
+    views = g.views()
+    if views:  # an access to a view is an access to its base's bytes
+        root = np.arange(int(g.buffers[-1].id) + 1, dtype=np.int64)
+        root[np.fromiter(views, np.int64)] = np.fromiter(views.values(), np.int64)
+        buf = root[buf]
     rank = np.empty(n, dtype=np.int64)
     rank[np.array(d.topo, dtype=np.int64)] = np.arange(n, dtype=np.int64)
     # By buffer, then topological rank, writes first; a node's repeats count once (a
@@ -691,6 +741,16 @@ def _buffer_to_dict(b: Buffer) -> dict[str, Any]:
         "alignment": b.alignment,
         "external": b.external,
         "offset": b.offset,
+        # Only views carry these, so files without views read as they always did.
+        **(
+            {}
+            if b.base is None
+            else {
+                "base": int(b.base),
+                "view_offset": b.view_offset,
+                "strides": list(b.strides) if b.strides is not None else None,
+            }
+        ),
     }
 
 
@@ -709,7 +769,27 @@ def _fused_to_dict(p: FusedProgram) -> dict[str, Any]:
     }
 
 
+def _body_to_dict(g: ComputeGraph) -> dict[str, Any]:
+    """A body graph: the parts of :meth:`ComputeGraph.to_dict` without format and version
+    (the file's own say which)."""
+    return {
+        "buffers": [_buffer_to_dict(b) for b in g.buffers],
+        "nodes": [_node_to_dict(n) for n in g.nodes],
+        "edges": [[int(a), int(b)] for a, b in g.edges],
+    }
+
+
 def _node_to_dict(n: GraphNode) -> dict[str, Any]:
+    out = _plain_node_to_dict(n)
+    if n.kind in BODY_KINDS:  # only these carry the fields (older files stay as they were)
+        out["bodies"] = [_body_to_dict(b) for b in n.bodies]
+        out["cond_kind"] = None if n.cond_kind is None else n.cond_kind.value
+        out["condition"] = None if n.condition is None else int(n.condition)
+        out["max_iterations"] = n.max_iterations
+    return out
+
+
+def _plain_node_to_dict(n: GraphNode) -> dict[str, Any]:
     return {
         "id": int(n.id),
         "name": n.name,
@@ -782,6 +862,60 @@ def check_buffer(b: Buffer) -> None:
     validate.flag(b.external, f"external of {what}")
     if b.offset is not None:
         validate.offset(b.offset, f"offset of {what}")
+    if b.base is None:
+        if b.view_offset != 0 or b.strides is not None:
+            raise InvalidArgument(
+                f"{what} has a view_offset or strides but no base; give the base buffer it "
+                "views (GraphBuilder.view), or drop them"
+            )
+        return
+    validate.ident(b.base, f"base of {what}")
+    if b.shape is None:
+        raise InvalidArgument(f"{what} is a view without a shape; give the view's shape")
+    if b.external or b.offset is not None:
+        raise InvalidArgument(
+            f"{what} is a view, so it has no memory of its own: it cannot be external or "
+            "have an arena offset (its base is placed or bound instead); drop external/offset"
+        )
+    # In bounds of the base is checked by the graph, which knows the base (check_views).
+    validate.view(b.view_offset, dims, b.strides, validate.MAX_SIZE_BYTES + 1, f"view {b.name!r}")
+
+
+def check_view(view: Buffer, base: Buffer | None) -> None:
+    """The rules a view must meet against its base (``None``: no buffer has the view's
+    ``base`` id): the base exists, is not itself a view, holds the view's dtype, and holds
+    every element the view covers (:func:`oxiwork.validate.view`).
+
+    >>> from oxiwork.node import Buffer, BufferId
+    >>> x = Buffer(BufferId(0), "x", 24, shape=(2, 3))
+    >>> check_view(Buffer(BufferId(1), "xT", 24, shape=(3, 2), base=x.id, strides=(1, 3)), x)
+    >>> try:
+    ...     check_view(Buffer(BufferId(1), "xT", 24, shape=(3, 2), base=x.id,
+    ...                       strides=(2, 3)), x)
+    ... except InvalidArgument as e:
+    ...     print(e)
+    view 'xT' reaches element 7 of its base, which has 6 elements; lower the view's offset, shape or strides so that view_offset + sum((shape[k] - 1) * strides[k]) < 6
+    """
+    what = f"view {view.name!r}"
+    if base is None:
+        raise UnknownBuffer(
+            f"{what} views buffer id {int(view.base or 0)}, which is not in this graph; "
+            "allocate the base buffer in the same graph"
+        )
+    if base.id == view.id:
+        raise InvalidArgument(f"{what} views itself; give it another buffer as its base")
+    if base.base is not None:
+        raise InvalidArgument(
+            f"{what} views {base.name!r}, which is itself a view of buffer id "
+            f"{int(base.base)}; view the base directly (compose the offsets and strides: "
+            "GraphBuilder.view does this when given a view)"
+        )
+    if view.dtype != base.dtype:
+        raise InvalidArgument(
+            f"{what} has dtype {view.dtype} but its base {base.name!r} holds {base.dtype}; "
+            "a view shares its base's dtype (cast with a kernel instead)"
+        )
+    validate.view(view.view_offset, view.array_shape, view.strides, base.num_elements, what)
 
 
 def check_node(n: GraphNode) -> None:
@@ -832,6 +966,22 @@ def check_node(n: GraphNode) -> None:
     if n.event is not None:
         validate.ident(n.event, f"event of {what}")
     validate.text(n.label, f"label of {what}")
+    if not isinstance(n.bodies, tuple) or len(n.bodies) > validate.MAX_BODIES:
+        raise InvalidArgument(
+            f"bodies of {what} must be a tuple of at most {validate.MAX_BODIES} ComputeGraphs"
+        )
+    for k, body in enumerate(n.bodies):
+        if not isinstance(body, ComputeGraph):
+            raise InvalidArgument(
+                f"body {k} of {what} must be a ComputeGraph, got {type(body).__name__}; make "
+                "it with GraphBuilder.body() and build()"
+            )
+    if n.cond_kind is not None and not isinstance(n.cond_kind, CondKind):
+        raise InvalidArgument(f"cond_kind of {what} must be a CondKind")
+    if n.condition is not None:
+        validate.ident(n.condition, f"condition of {what}: buffer id")
+    if n.max_iterations != 0:
+        validate.iterations(n.max_iterations, f"max_iterations of {what}")
 
 
 # Fast paths of check_buffer/check_node: plain boolean tests of the common, valid case
@@ -900,6 +1050,9 @@ def _buffer_ok(b: Buffer) -> bool:
         and b.alignment in _ALIGN
         and type(b.external) is bool
         and (b.offset is None or (type(b.offset) is int and 0 <= b.offset <= validate.MAX_OFFSET))
+        and b.base is None
+        and b.view_offset == 0
+        and b.strides is None
     )
 
 
@@ -927,6 +1080,10 @@ def _node_ok(n: GraphNode) -> bool:
         and 0 <= n.memset_value <= 255
         and (n.event is None or (type(n.event) is NodeId and 0 <= n.event <= _MAX_ID))
         and (n.label == "" or (type(n.label) is str and len(n.label) <= validate.MAX_NAME_LENGTH and n.label.isprintable()))
+        and not n.bodies
+        and n.cond_kind is None
+        and n.condition is None
+        and n.max_iterations == 0
     )  # fmt: skip
 
 
@@ -1108,9 +1265,18 @@ def _buffer_from_dict(raw: Any, path: str) -> Buffer:
         alignment=r.raw("alignment"),
         external=r.raw("external"),
         offset=r.raw("offset", optional=True),
+        base=r.raw("base", optional=True),
+        view_offset=0 if (vo := r.raw("view_offset", optional=True)) is None else vo,
+        strides=r.raw("strides", optional=True),
     )
     _checked(check_buffer, b, path)
-    return replace(b, id=BufferId(b.id), shape=None if b.shape is None else tuple(b.shape))
+    return replace(
+        b,
+        id=BufferId(b.id),
+        shape=None if b.shape is None else tuple(b.shape),
+        base=None if b.base is None else BufferId(b.base),
+        strides=None if b.strides is None else tuple(b.strides),
+    )
 
 
 def _fused_from_dict(raw: Any, path: str) -> FusedProgram:
@@ -1134,7 +1300,7 @@ def _fused_from_dict(raw: Any, path: str) -> FusedProgram:
     return FusedProgram(tuple(steps), tuple(f.ids("outputs")))
 
 
-def _node_from_dict(raw: Any, path: str) -> GraphNode:
+def _node_from_dict(raw: Any, path: str, depth: int = 0) -> GraphNode:
     r = _Reader(raw, path)
     cfg_raw = r.get("config", dict, optional=True)
     config = None
@@ -1168,6 +1334,7 @@ def _node_from_dict(raw: Any, path: str) -> GraphNode:
         label=r.raw("label"),
     )  # fmt: skip
     _checked(check_node, n, path)
+    n = _bodies_from_dict(r, n, depth)
     fused = n.fused
     if fused is not None:
         fused = FusedProgram(
@@ -1191,6 +1358,74 @@ def _node_from_dict(raw: Any, path: str) -> GraphNode:
     )
 
 
+def _bodies_from_dict(r: _Reader, n: GraphNode, depth: int) -> GraphNode:
+    """The optional body fields of a node (child graphs, conditionals), bodies read
+    recursively up to :data:`~oxiwork.validate.MAX_BODY_DEPTH` levels."""
+    raw_bodies = r.get("bodies", list, optional=True)
+    cond_kind = r.get("cond_kind", str, optional=True)
+    condition = r.raw("condition", optional=True)
+    max_iterations = r.raw("max_iterations", optional=True)
+    if raw_bodies is None and cond_kind is None and condition is None and max_iterations is None:
+        return n
+    bodies: list[ComputeGraph] = []
+    if raw_bodies:
+        if depth >= validate.MAX_BODY_DEPTH:
+            raise MalformedFile(
+                f"{r.path}.bodies: body graphs nest more than {validate.MAX_BODY_DEPTH} deep "
+                "(oxiwork.validate.MAX_BODY_DEPTH)"
+            )
+        if len(raw_bodies) > validate.MAX_BODIES:
+            raise MalformedFile(
+                f"{r.path}.bodies: {len(raw_bodies)} bodies; at most {validate.MAX_BODIES}"
+            )
+        bodies = [
+            _parts_from_dict(_Reader(b, f"{r.path}.bodies[{k}]"), depth + 1)
+            for k, b in enumerate(raw_bodies)
+        ]
+    m = replace(
+        n,
+        bodies=tuple(bodies),
+        cond_kind=None if cond_kind is None else _enum(CondKind, cond_kind, f"{r.path}.cond_kind"),
+        condition=condition,
+        max_iterations=0 if max_iterations is None else max_iterations,
+    )
+    _checked(check_node, m, r.path)
+    return replace(m, condition=None if condition is None else BufferId(condition))
+
+
+def _parts_from_dict(top: _Reader, depth: int) -> ComputeGraph:
+    """Buffers, nodes and edges of a graph (a file's top level, or a body at ``depth``)."""
+    path = top.path
+    buffers = [
+        _buffer_from_dict(raw, f"{path}.buffers[{i}]")
+        for i, raw in enumerate(top.get("buffers", list))
+    ]
+    nodes = [
+        _node_from_dict(raw, f"{path}.nodes[{i}]", depth)
+        for i, raw in enumerate(top.get("nodes", list))
+    ]
+    edges: list[tuple[NodeId, NodeId]] = []
+    for i, e in enumerate(top.get("edges", list)):
+        ok = isinstance(e, list) and len(e) == 2
+        if ok:
+            try:
+                for x in e:
+                    validate.ident(x, f"{path}.edges[{i}]: node id")
+            except InvalidArgument as err:
+                raise MalformedFile(str(err)) from None
+        else:
+            raise MalformedFile(f"{path}.edges[{i}]: expected [int, int], got {validate.shown(e)}")
+        edges.append((NodeId(e[0]), NodeId(e[1])))
+    try:
+        return ComputeGraph(tuple(nodes), tuple(buffers), tuple(edges))
+    except MalformedFile:
+        raise
+    except (InvalidArgument, UnknownBuffer, UnknownNode, CycleError) as e:
+        if depth == 0:
+            raise
+        raise MalformedFile(f"{path}: {e}") from None
+
+
 def _graph_from_dict(data: Any) -> ComputeGraph:
     top = _Reader(data, "graph")
     fmt = top.get("format", str)
@@ -1202,23 +1437,4 @@ def _graph_from_dict(data: Any) -> ComputeGraph:
             f"graph.version is {validate.shown(version)}; this oxiwork reads version "
             f"{JSON_VERSION}: re-export the graph with a matching oxiwork"
         )
-    buffers = [
-        _buffer_from_dict(raw, f"graph.buffers[{i}]")
-        for i, raw in enumerate(top.get("buffers", list))
-    ]
-    nodes = [
-        _node_from_dict(raw, f"graph.nodes[{i}]") for i, raw in enumerate(top.get("nodes", list))
-    ]
-    edges: list[tuple[NodeId, NodeId]] = []
-    for i, e in enumerate(top.get("edges", list)):
-        ok = isinstance(e, list) and len(e) == 2
-        if ok:
-            try:
-                for x in e:
-                    validate.ident(x, f"graph.edges[{i}]: node id")
-            except InvalidArgument as err:
-                raise MalformedFile(str(err)) from None
-        else:
-            raise MalformedFile(f"graph.edges[{i}]: expected [int, int], got {validate.shown(e)}")
-        edges.append((NodeId(e[0]), NodeId(e[1])))
-    return ComputeGraph(tuple(nodes), tuple(buffers), tuple(edges))
+    return _parts_from_dict(top, 0)

@@ -46,10 +46,13 @@ __all__ = [
     "MAX_ALIGNMENT",
     "MAX_BLOCK_DIM",
     "MAX_BLOCK_THREADS",
+    "MAX_BODIES",
+    "MAX_BODY_DEPTH",
     "MAX_COST_SECONDS",
     "MAX_GRID_X",
     "MAX_GRID_YZ",
     "MAX_ID",
+    "MAX_ITERATIONS",
     "MAX_NAME_LENGTH",
     "MAX_PARAMS",
     "MAX_PARAM_INT",
@@ -63,6 +66,7 @@ __all__ = [
     "dims",
     "flag",
     "ident",
+    "iterations",
     "name",
     "offset",
     "param_name",
@@ -73,6 +77,7 @@ __all__ = [
     "size",
     "stream",
     "text",
+    "view",
 ]
 
 #: Longest name (of a node, buffer, parameter value...) in characters.
@@ -96,6 +101,12 @@ MAX_RANK = 8
 MAX_PARAMS = 64
 MAX_PARAM_INT = 2**53
 MAX_PARAM_NAME = 64
+#: Deepest nesting of body graphs (child graphs and conditionals inside bodies).
+MAX_BODY_DEPTH = 8
+#: Most bodies of one node (a SWITCH's cases).
+MAX_BODIES = 256
+#: Largest iteration bound of a WHILE node.
+MAX_ITERATIONS = 1_000_000
 
 # CUDA limits (compute capability 7.0 and newer; Hopper allows 227 KiB of dynamic smem).
 MAX_BLOCK_THREADS = 1024
@@ -258,6 +269,15 @@ def stream(value: Any, what: str) -> int:
     return _bounded(value, what, 0, MAX_STREAM)
 
 
+def iterations(value: Any, what: str) -> int:
+    """A WHILE node's iteration bound: an int in ``1..MAX_ITERATIONS``.
+
+    >>> iterations(10, "max_iterations of 'loop'")
+    10
+    """
+    return _bounded(value, what, 1, MAX_ITERATIONS, " iterations")
+
+
 def byte(value: Any, what: str) -> int:
     """A byte value 0..255 (a memset's fill value)."""
     if _is_int(value) and 0 <= value <= 255:
@@ -389,3 +409,48 @@ def params(value: Any, owner: str) -> tuple[tuple[str, Any], ...]:
     if len({k for k, _ in items}) != len(items):
         raise InvalidArgument(f"a parameter of {owner} is given twice")
     return tuple(sorted(items))
+
+
+def view(
+    view_offset: Any,
+    shape: tuple[int, ...],
+    strides: Any,
+    base_elements: int,
+    what: str,
+) -> int:
+    """The layout of a view over a base of ``base_elements`` elements: ``view_offset`` an
+    int ``>= 0``, ``strides`` one int ``>= 0`` per dimension of ``shape`` (already checked
+    by :func:`shape`), every element inside the base. Returns the view's extent (one past
+    the last base element it covers).
+
+    Offsets and strides count elements, as torch's ``storage_offset()`` and ``stride()``
+    do; negative strides (numpy's reversed views) are refused, since torch has none.
+
+    >>> view(2, (2, 3), (1, 2), 8, "view 'xT'")
+    8
+    >>> try:
+    ...     view(3, (2, 3), (1, 2), 8, "view 'xT'")
+    ... except InvalidArgument as e:
+    ...     print(e)
+    view 'xT' reaches element 8 of its base, which has 8 elements; lower the view's offset, shape or strides so that view_offset + sum((shape[k] - 1) * strides[k]) < 8
+    """
+    off = _bounded(view_offset, f"view_offset of {what}", 0, MAX_SIZE_BYTES, " elements")
+    if isinstance(strides, (str, bytes)) or not isinstance(strides, (tuple, list)):
+        raise InvalidArgument(
+            f"strides of {what} must be a list of ints (one per dimension), got {shown(strides)}"
+        )
+    if len(strides) != len(shape):
+        raise InvalidArgument(
+            f"{what} has {len(shape)} dimensions but {len(strides)} strides; give one stride "
+            "per dimension"
+        )
+    last = off
+    for d, s in zip(shape, strides, strict=True):
+        last += (d - 1) * _bounded(s, f"stride of {what}", 0, MAX_SIZE_BYTES, " elements")
+    if last >= base_elements:
+        raise InvalidArgument(
+            f"{what} reaches element {last} of its base, which has {base_elements} elements; "
+            "lower the view's offset, shape or strides so that view_offset + "
+            f"sum((shape[k] - 1) * strides[k]) < {base_elements}"
+        )
+    return last + 1
