@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16", see DTYPES)
+
 from oxiwork import validate
 from oxiwork.error import InvalidArgument, IterationLimit
 from oxiwork.validate import (
@@ -36,6 +38,7 @@ from oxiwork.validate import (
 __all__ = [
     "BODY_KINDS",
     "DTYPES",
+    "FLOAT_DTYPES",
     "MAX_BLOCK_DIM",
     "MAX_BLOCK_THREADS",
     "MAX_GRID_X",
@@ -62,15 +65,22 @@ if TYPE_CHECKING:  # annotations only: graph.py sits above this module
 # The CUDA limits (MAX_*) are defined with the other bounds in oxiwork.validate.
 
 # numpy dtype name -> bytes per element. One place defines what a buffer may hold.
+# numpy has no bfloat16: ml_dtypes (the package JAX uses) registers one with numpy when
+# imported, so ``np.dtype("bfloat16")`` and ``array.view("bfloat16")`` work everywhere
+# a buffer's dtype name is turned into a numpy dtype.
 DTYPES: Mapping[str, int] = {
     "float32": 4,
     "float64": 8,
     "float16": 2,
+    "bfloat16": 2,
     "int32": 4,
     "int64": 8,
     "uint8": 1,
     "bool": 1,
 }
+
+# The floating-point dtypes (bfloat16's numpy kind is "V", not "f": ask this set instead).
+FLOAT_DTYPES: frozenset[str] = frozenset({"float32", "float64", "float16", "bfloat16"})
 
 
 class NodeId(int):

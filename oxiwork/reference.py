@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnknownBuffer
-from oxiwork.node import Buffer, GraphNode, MemcpyDir, NodeKind, conditional_runs
+from oxiwork.node import FLOAT_DTYPES, Buffer, GraphNode, MemcpyDir, NodeKind, conditional_runs
 from oxiwork.ops.program import bind, run
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def generated_input(buffer: Buffer, seed: int = 0) -> np.ndarray:
     """
     rng = np.random.default_rng([seed, zlib.crc32(buffer.name.encode())])
     dt = np.dtype(buffer.dtype)
-    if dt.kind == "f":
+    if buffer.dtype in FLOAT_DTYPES:
         data = rng.standard_normal(buffer.array_shape).astype(dt)
     else:
         data = rng.integers(0, 10, size=buffer.array_shape).astype(dt)

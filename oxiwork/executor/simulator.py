@@ -79,6 +79,7 @@ from oxiwork.executor.races import find_races
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import (
     BODY_KINDS,
+    FLOAT_DTYPES,
     BufferId,
     GraphNode,
     MemcpyDir,
@@ -224,7 +225,7 @@ def _finite(view: np.ndarray) -> bool:
     """True if every element is finite. A sum is NaN/Inf whenever an element is, so one
     cheap reduction decides the common case; only a non-finite sum (which may be a mere
     overflow) pays for the exact check."""
-    if view.dtype.kind != "f":
+    if view.dtype.name not in FLOAT_DTYPES:
         return True
     with np.errstate(all="ignore"):
         if np.isfinite(np.add.reduce(view, axis=None)):
@@ -1100,7 +1101,8 @@ class Simulator:
                 return False
             st = sim.plan.steps[sim._executed[-1]]
             return any(
-                m.views[a.buffer].dtype.kind == "f" and bool(np.isnan(m.views[a.buffer]).any())
+                m.views[a.buffer].dtype.name in FLOAT_DTYPES
+                and bool(np.isnan(m.views[a.buffer]).any())
                 for a in st.outputs
             )
 

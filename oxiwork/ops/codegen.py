@@ -102,6 +102,12 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
         raise InvalidArgument(f"{describe(node)} is not a kernel; only kernels have CUDA source")
     bound = bind(graph, node)
     fname = function_name(node)
+    typed = [d for d in (*bound.in_dtypes, *bound.out_dtypes) if d != "float32"]
+    if typed:
+        raise UnsupportedOp(
+            f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
+            "only so far: compute it with the simulator, or cast to float32 around it"
+        )
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None:
