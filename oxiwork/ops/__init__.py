@@ -6,8 +6,11 @@
 """
 
 # Op libraries beyond the built-ins register their entries on import.
-# lib_conv: conv2d, pooling, pad, cat; lib_elementwise: batch norm, activations, where...
-from oxiwork.ops import lib_conv, lib_elementwise  # noqa: F401
+from oxiwork.ops import (
+    lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
+    lib_elementwise,  # noqa: F401  (batch norm, activations, scalar ops, where...)
+    lib_reduce,  # noqa: F401  (registers the matmul variants, reductions)
+)
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
 from oxiwork.ops.table import (

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
+from oxiwork.ops.strided import needs_strides, strided_kernel
 from oxiwork.ops.table import Shape, broadcast_terms
 
 if TYPE_CHECKING:
@@ -108,6 +109,8 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
             f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
             "only so far: compute it with the simulator, or cast to float32 around it"
         )
+    if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
+        return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None:
@@ -243,6 +246,9 @@ class _Gen:
             ptrs = [f"in{i}" for _, i in st.args]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
+            # ``{p}`` in the lines is parameter p's kernel argument, as in an expr template
+            for p in st.params:
+                lines = [ln.replace(f"{{{p}}}", self.param_name(j, p)) for ln in lines]
             return lines
         if st.op.expr is None:
             raise UnsupportedOp(
