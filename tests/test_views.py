@@ -475,3 +475,20 @@ class TestSimulatorThroughViews:
             m.execute(s)
         assert not np.array_equal(m.outputs["z"], x0.T)
         np.testing.assert_array_equal(m.outputs["z"], np.maximum(x0, 0).T)
+
+
+def test_memory_chart_draws_views_inside_their_base() -> None:
+    from oxiwork.widget.viewmodel import memory_section
+
+    g, x, xt, _ = _transpose_graph()
+    plan = ExecutionPlan.build(g)
+    assert plan.memory is not None
+    m = memory_section(plan.graph, plan.memory)
+    rect = {r["id"]: r for r in m["buffers"]}
+    base, view = rect[int(x)], rect[int(xt)]
+    assert view["view_of"] == base["id"] and "view_of" not in base
+    assert base["offset"] <= view["offset"] < view["offset"] + view["size"]
+    assert view["offset"] + view["size"] <= base["offset"] + base["size"]
+    assert base["start"] <= view["start"] < view["end"] <= base["end"]
+    # views come last: drawn, and hovered, on top of the bases
+    assert [r.get("view_of") is not None for r in m["buffers"]][-1]
