@@ -11,8 +11,8 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtype (float32 element-wise ops on equal shapes, a bias broadcast over the last
-  axis, softmax/sum/max/layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  shapes and dtype (float32 element-wise ops on shapes that broadcast, softmax/sum/max/
+  layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
@@ -44,8 +44,8 @@ What is refused, with a :class:`TorchImportError` (a :class:`~oxiwork.error.Grap
 that quotes torch: a module ``torch.export`` cannot export (:class:`ExportFailed`:
 data-dependent control flow, unsupported Python), and programs holding what today's IR
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
-other higher-order ops, in-place mutation of inputs or buffers (a module in training mode:
-call ``module.eval()``), empty tensors, and dtypes outside
+other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
+training mode: call ``module.eval()``), empty tensors, and dtypes outside
 :data:`oxiwork.node.DTYPES` (bfloat16: numpy has no such dtype).
 
 Example
@@ -166,6 +166,11 @@ class ImportedModel:
         Names of the constant buffers computed at import time (ops without tensor inputs).
     name
         The model's name.
+    mutated
+        Names of the user inputs the module writes in place (``x.copy_(...)``,
+        ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
+        DeviceToDevice copy, after every read of the old value) and reads it at the end,
+        so a run's outputs hold it under the input's name.
     """
 
     graph: ComputeGraph
@@ -177,6 +182,7 @@ class ImportedModel:
     targets: Mapping[str, str]
     folded: tuple[str, ...]
     name: str
+    mutated: tuple[str, ...] = ()
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -597,6 +603,37 @@ def _same(call: _Call, args: Sequence[_Arg]) -> str | None:
     return None
 
 
+def _broadcasts(call: _Call, args: Sequence[_Arg]) -> str | None:
+    """Why the library's broadcasting element-wise ops cannot compute ``call`` on the buffers
+    behind ``args`` (None if they can).
+
+    A library op broadcasts its buffers' own shapes (numpy rules), while torch broadcast the
+    (possibly reshaped) views: they must read the same elements. An operand as large as the
+    result is read element for element whatever its shape; a smaller one must be broadcast
+    alike from its buffer's shape and from its view's.
+    """
+    held = [a.base.ir_shape for a in args]
+    out = call.out.shape
+    try:
+        shape = ops.broadcast_shape(held)
+    except ValueError:
+        shape = None
+    if shape is None or math.prod(shape) != math.prod(out):
+        return (
+            f"its operands are reshapes of buffers of shapes {sorted(set(held))}, which do not "
+            f"broadcast to its result {out}; library ops broadcast their buffers' shapes"
+        )
+    for a, h in zip(args, held, strict=True):
+        if math.prod(h) != math.prod(out) and ops.broadcast_terms(h, shape) != ops.broadcast_terms(
+            a.shape, out
+        ):
+            return (
+                f"it broadcasts a reshape ({h} read as {a.shape}) that its buffer's shape "
+                "would broadcast differently; library ops broadcast their buffers' shapes"
+            )
+    return None
+
+
 def _rows_kept(a: _Arg) -> bool:
     """Does the buffer behind ``a`` have ``a``'s last axis (so rows are the same)?"""
     return bool(a.shape) and a.base.ir_shape[-1] == a.shape[-1]
@@ -617,42 +654,13 @@ def _unary(lib: str, **fixed: tuple[Any, Any]) -> _Rule:
     return rule
 
 
-def _reshapes_fit(lib: str, call: _Call, args: Sequence[_Arg]) -> bool:
-    """Do ``args``, each a reshape to the result's shape, read buffers of different shapes
-    that the library op still takes (``(64, 768)`` and ``(1, 64, 768)`` when element-wise ops
-    broadcast)? Element-wise, a reshape moves no element, so the op computes the same."""
-    if any(tuple(a.shape) != call.out.shape for a in args):
-        return False
-    try:
-        got = ops.infer_shape(ops.get(lib), [a.base.ir_shape for a in args], {}, "probe")
-    except GraphError:
-        return False
-    return math.prod(got) == math.prod(call.out.shape)
-
-
 def _binary(lib: str) -> _Rule:
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         if call.kw("alpha", 1) != 1 or len(call.args) > 2:
             return "it scales its second operand (alpha != 1); no library op does"
         args = list(call.args[:2])
-        why = _plain(call, args)
-        if why is None:
-            why = _same(call, args)
-            if why is None or _reshapes_fit(lib, call, args):
-                return lib, {}, args
-            if lib == "add":  # x + b with b a vector over the last axis: bias_add
-                for x, b in (args, args[::-1]):
-                    bs = tuple(b.shape)
-                    while bs and bs[0] == 1 and len(bs) > 1:
-                        bs = bs[1:]
-                    if (
-                        x.shape == call.out.shape
-                        and len(b.shape) <= len(x.shape)
-                        and bs == x.shape[-1:]
-                        and _rows_kept(x)
-                    ):
-                        return "bias_add", {}, [x, b]
-        return why
+        # operands of any broadcastable shapes (the mask add, a bias, a per-channel scale)
+        return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
 
     return rule
 
@@ -1134,6 +1142,8 @@ class _Converter:
     aliases: dict[tuple[str, str], _Tensor] = field(default_factory=dict)  # view buffers
     copies: dict[str, str] = field(default_factory=dict)  # view -> its contiguous copy
     strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
+    user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
+    mutated: list[str] = field(default_factory=list)  # user inputs written in place
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1180,6 +1190,8 @@ class _Converter:
             value = torch.zeros(tuple(val.shape), dtype=val.dtype)
         name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
         self.env[node] = self._external(name, value, f"input {name!r}")
+        if kind == "USER_INPUT":
+            self.user_buffers[spec.arg.name] = self.env[node].buffer
 
     def call(self, node: Any) -> None:
         torch = _torch()
@@ -1441,13 +1453,18 @@ class _Converter:
         sig = self.ep.graph_signature
         names: list[str] = []
         shapes: list[tuple[int, ...]] = []
+        writes: list[tuple[int, Any, Any]] = []
         for k, (spec, v) in enumerate(zip(sig.output_specs, node.args[0], strict=True)):
             kind = spec.kind.name
+            if kind == "USER_INPUT_MUTATION" and spec.target in self.user_buffers:
+                writes.append((k, self.user_buffers[spec.target], v))
+                continue
             if kind != "USER_OUTPUT":
                 what = getattr(spec, "target", None) or spec.arg
                 raise UnsupportedModel(
-                    f"the module mutates {what} ({kind.lower()}); the IR has no aliasing "
-                    "writes yet: call module.eval() (batch-norm statistics) or drop the mutation"
+                    f"the module mutates {what} ({kind.lower()}); the importer writes user "
+                    "inputs in place only: call module.eval() (batch-norm statistics) or drop "
+                    "the mutation"
                 )
             value = self.env.get(v) if _hashable(v) else None
             val = v.meta.get("val") if hasattr(v, "meta") else None
@@ -1460,7 +1477,22 @@ class _Converter:
                 value = self._materialise(v, value, k)
             names.append(value.buffer)
             shapes.append(tuple(val.shape))
-        for name in dict.fromkeys(names):
+        for k, dst, v in writes:  # in place: the new value into the input's own buffer
+            value = self.env.get(v) if _hashable(v) else None
+            if not isinstance(value, _Tensor):
+                raise UnsupportedModel(f"the new value of input {dst!r} is not a tensor")
+            if value.chain:
+                value = self._materialise(v, value, k)
+            if value.buffer != dst:
+                self.builder.add_memcpy(
+                    self._unique(f"write {dst}", self.kernel_names),
+                    MemcpyDir.DeviceToDevice,
+                    self.sizes[dst],
+                    src=self.ids[value.buffer],
+                    dst=self.ids[dst],
+                )
+            self.mutated.append(dst)
+        for name in dict.fromkeys([*names, *self.mutated]):
             self.builder.add_memcpy(
                 self._unique(f"read {name}", self.kernel_names),
                 MemcpyDir.DeviceToHost,
@@ -1593,6 +1625,7 @@ def from_exported_program(
         targets=MappingProxyType(conv.targets),
         folded=tuple(conv.folded),
         name=name or "model",
+        mutated=tuple(conv.mutated),
     )
 
 
