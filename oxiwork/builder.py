@@ -43,7 +43,7 @@ from oxiwork.error import (
     UnknownBuffer,
     UnknownNode,
 )
-from oxiwork.graph import ComputeGraph, check_buffer, check_node
+from oxiwork.graph import ComputeGraph, check_buffer, check_node, check_view
 from oxiwork.node import (
     Buffer,
     BufferId,
@@ -261,6 +261,115 @@ class GraphBuilder:
         """Declare a user-owned buffer: bound at run time, never placed in the arena."""
         return self.alloc_buffer(name, size_bytes, dtype, shape, alignment, external=True)
 
+    def view(
+        self,
+        name: str,
+        base: BufferId,
+        shape: Sequence[int],
+        strides: Sequence[int] | None = None,
+        offset: int = 0,
+    ) -> BufferId:
+        """Declare a view: a buffer that aliases ``base``'s bytes and allocates nothing.
+
+        Element ``i`` of the view is element ``offset + sum(i[k] * strides[k])`` of the
+        base's flat (row-major) storage, as torch's ``as_strided`` defines it; a kernel
+        that reads or writes the view reads or writes the base. The view has the base's
+        dtype and lives as long as the base in every plan.
+
+        Parameters
+        ----------
+        name : str
+            The view's name (unique among buffers).
+        base : BufferId
+            The buffer viewed. A contiguous view may be given: the new view is then made of
+            its base, its ``offset`` added (a non-contiguous one is refused: give the
+            composed strides over its base instead).
+        shape : sequence of int
+            The view's shape.
+        strides : sequence of int, optional
+            Elements to step per dimension (``>= 0``; 0 repeats, as ``expand``); default
+            the row-major strides of ``shape`` (a reshape).
+        offset : int
+            First element of the base the view starts at.
+
+        Returns
+        -------
+        BufferId
+
+        Raises
+        ------
+        InvalidArgument
+            A bad shape or stride, or a view reaching past the end of its base.
+
+        Examples
+        --------
+        A transpose is a view; copying it makes the transposed data contiguous:
+
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> x = b.alloc_external_buffer("x", 24, shape=(2, 3))
+        >>> xt = b.view("xT", x, (3, 2), strides=(1, 3))
+        >>> y = b.alloc_buffer("y", 24, shape=(3, 2))
+        >>> _ = b.add_kernel("copy", 1, 6).inputs([xt]).outputs([y]).finish()
+        >>> g = b.build()
+        >>> g.buffer(xt).is_view, g.storage(xt) == x
+        (True, True)
+        >>> try:
+        ...     b.view("bad", x, (4, 2), strides=(1, 3))
+        ... except Exception as e:
+        ...     print(e)
+        view 'bad' reaches element 6 of its base, which has 6 elements; lower the view's offset, shape or strides so that view_offset + sum((shape[k] - 1) * strides[k]) < 6
+        """
+        _check_name(name, "buffer")
+        if name in self._buffer_names:
+            raise InvalidArgument(f"a buffer named {name!r} already exists; pick another name")
+        base = self._check_buffer(base, name)
+        root = self._buffers[self._buffer_pos(base)]
+        shape_t = validate.shape(
+            tuple(_items(shape, f"shape of view {name!r}")), f"shape of view {name!r}"
+        )
+        if strides is None:
+            st: list[int] = []
+            step = 1
+            for d in reversed(shape_t):
+                st.append(step)
+                step *= d
+            strides_t = tuple(reversed(st))
+        else:
+            strides_t = tuple(_items(strides, f"strides of view {name!r}"))
+        if root.base is not None:
+            if not root.is_contiguous:
+                raise InvalidArgument(
+                    f"view {name!r} views {root.name!r}, a non-contiguous view; view its base "
+                    f"{self._buf_name(root.base)!r} with the composed offset and strides"
+                )
+            validate.offset(offset, f"offset of view {name!r}")
+            offset = root.view_offset + offset
+            root = self._buffers[self._buffer_pos(root.base)]
+        count = 1
+        for d in shape_t:
+            count *= d
+        bid = BufferId(self._next_buffer)
+        buf = Buffer(
+            bid,
+            name,
+            count * root.itemsize,
+            root.dtype,
+            shape_t,
+            root.alignment,
+            base=root.id,
+            view_offset=offset,
+            strides=strides_t,
+        )
+        check_buffer(buf)
+        check_view(buf, root)
+        self._next_buffer += 1
+        self._buffer_index[bid] = len(self._buffers)
+        self._buffers.append(buf)
+        self._buffer_names[name] = bid
+        self._issued_buffers[int(bid)] = bid
+        return bid
+
     # ------------------------------------------------------------------ nodes
     def add_kernel(self, name: str, blocks: int, threads: int, smem: int = 0) -> KernelBuilder:
         """Start a 1-D kernel launch of ``blocks`` x ``threads`` with ``smem`` bytes."""
@@ -461,6 +570,17 @@ class GraphBuilder:
             last_writer: dict[BufferId, NodeId] = {}
             readers_since: dict[BufferId, list[NodeId]] = {}
             written: set[BufferId] = set()
+            # A view's accesses are its base's: order them on the base.
+            root = {b.id: b.base for b in self._buffers if b.base is not None}
+            if root:
+                topo = [
+                    replace(
+                        n,
+                        inputs=tuple(root.get(x, x) for x in n.inputs),
+                        outputs=tuple(root.get(x, x) for x in n.outputs),
+                    )
+                    for n in topo
+                ]
             for n in topo:
                 nid = n.id
                 for bid in n.inputs:
@@ -479,6 +599,7 @@ class GraphBuilder:
                     written.add(bid)
             for n in nodes:
                 for bid in n.inputs:
+                    bid = root.get(bid, bid)
                     buf = self._buffers[self._buffer_index[bid]]
                     if bid not in written and not buf.external:
                         self._warn(

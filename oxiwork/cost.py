@@ -23,14 +23,14 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oxiwork.analysis import paused_gc
 from oxiwork.error import GraphError
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
-from oxiwork.ops.program import bind
+from oxiwork.ops.program import bind, signature
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -87,7 +87,7 @@ def kernel_work(graph: ComputeGraph, node: GraphNode) -> tuple[float, float]:
             for b in (*dict.fromkeys(node.inputs), *dict.fromkeys(node.outputs))
         )
     )
-    if node.fused is None and node.op is None:
+    if _opaque(node):
         threads = node.config.total_threads if node.config is not None else 0
         return float(threads), moved
     try:
@@ -167,6 +167,30 @@ def node_costs(graph: ComputeGraph, profile: DeviceProfile | None = None) -> dic
     costs = graph._cache.get(key)
     if costs is None:
         with paused_gc():  # binding kernels allocates many acyclic, cached objects
-            costs = {n.id: node_time(graph, n, p) for n in graph.nodes}
+            costs = _costs(graph, p)
         graph._cache[key] = costs
     return dict(costs)
+
+
+def _costs(graph: ComputeGraph, p: DeviceProfile) -> dict[NodeId, float]:
+    # A kernel's modelled time depends only on what binding reads (its signature: ops,
+    # parameters, buffer shapes and dtypes), so kernels sharing one (the layers of a
+    # model, the blocks of a synthetic graph) are costed, and bound, once.
+    memo: dict[Hashable, float] = {}
+    costs: dict[NodeId, float] = {}
+    for n in graph.nodes:
+        if n.cost is None and n.kind is NodeKind.KernelLaunch and not _opaque(n):
+            sig = signature(graph, n)
+            if sig is not None:
+                t = memo.get(sig)
+                if t is None:
+                    t = memo[sig] = node_time(graph, n, p)
+                costs[n.id] = t
+                continue
+        costs[n.id] = node_time(graph, n, p)
+    return costs
+
+
+def _opaque(node: GraphNode) -> bool:
+    """A kernel without a program: costed from its launch configuration, never bound."""
+    return node.fused is None and node.op is None

@@ -201,6 +201,9 @@ class ComputeGraph:
         self._cache["node_index"] = node_index
         self._cache["buf_index"] = buf_index
         self._cache["buf_names"] = names
+        for b in self.buffers:
+            if b.base is not None:
+                check_view(b, buf_index.get(b.base))
         for n in self.nodes:
             for bid in (*n.inputs, *n.outputs):
                 if bid not in buf_index:
@@ -261,6 +264,39 @@ class ComputeGraph:
         except (KeyError, TypeError):
             known = ", ".join(repr(n) for n in list(self._cache["buf_names"])[:10])
             raise UnknownBuffer(f"no buffer named {name!r}; buffers are: {known}") from None
+
+    def views(self) -> Mapping[BufferId, BufferId]:
+        """``view id -> base id`` for every view buffer (read-only, cached; empty when the
+        graph has no views).
+
+        The one definition of aliasing the analyses share: an access to a view is an
+        access to its base's bytes, so ordering, liveness, memory planning and race
+        detection map each view to its base through this.
+
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> x = b.alloc_buffer("x", 24, shape=(2, 3))
+        >>> xt = b.view("xT", x, (3, 2), strides=(1, 3))
+        >>> _ = b.add_memset("zero", 24, 0, dst=x)
+        >>> _ = b.add_kernel("copy", 1, 6).inputs([xt]).outputs([b.alloc_buffer("y", 24)]).finish()
+        >>> dict(b.build().views())
+        {BufferId(1): BufferId(0)}
+        """
+        v = self._cache.get("views")
+        if v is None:
+            v = MappingProxyType({b.id: b.base for b in self.buffers if b.base is not None})
+            self._cache["views"] = v
+        return v
+
+    def storage(self, bid: BufferId) -> BufferId:
+        """The buffer whose bytes ``bid`` occupies: its base for a view, else ``bid``.
+
+        >>> from oxiwork.examples import quick_start
+        >>> quick_start().storage(BufferId(0))
+        BufferId(0)
+        """
+        self.buffer(bid)
+        return self.views().get(bid, bid)
 
     @property
     def node_ids(self) -> tuple[NodeId, ...]:
@@ -606,6 +642,11 @@ def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] |
     pos = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
     write = np.repeat(np.tile(np.array([True, False]), n), counts)
     buf = np.fromiter(bufs, dtype=np.int64, count=m)
+    views = g.views()
+    if views:  # an access to a view is an access to its base's bytes
+        root = np.arange(int(g.buffers[-1].id) + 1, dtype=np.int64)
+        root[np.fromiter(views, np.int64)] = np.fromiter(views.values(), np.int64)
+        buf = root[buf]
     rank = np.empty(n, dtype=np.int64)
     rank[np.array(d.topo, dtype=np.int64)] = np.arange(n, dtype=np.int64)
     # By buffer, then topological rank, writes first; a node's repeats count once (a
@@ -730,6 +771,16 @@ def _buffer_to_dict(b: Buffer) -> dict[str, Any]:
         "alignment": b.alignment,
         "external": b.external,
         "offset": b.offset,
+        # Only views carry these, so files without views read as they always did.
+        **(
+            {}
+            if b.base is None
+            else {
+                "base": int(b.base),
+                "view_offset": b.view_offset,
+                "strides": list(b.strides) if b.strides is not None else None,
+            }
+        ),
     }
 
 
@@ -821,6 +872,60 @@ def check_buffer(b: Buffer) -> None:
     validate.flag(b.external, f"external of {what}")
     if b.offset is not None:
         validate.offset(b.offset, f"offset of {what}")
+    if b.base is None:
+        if b.view_offset != 0 or b.strides is not None:
+            raise InvalidArgument(
+                f"{what} has a view_offset or strides but no base; give the base buffer it "
+                "views (GraphBuilder.view), or drop them"
+            )
+        return
+    validate.ident(b.base, f"base of {what}")
+    if b.shape is None:
+        raise InvalidArgument(f"{what} is a view without a shape; give the view's shape")
+    if b.external or b.offset is not None:
+        raise InvalidArgument(
+            f"{what} is a view, so it has no memory of its own: it cannot be external or "
+            "have an arena offset (its base is placed or bound instead); drop external/offset"
+        )
+    # In bounds of the base is checked by the graph, which knows the base (check_views).
+    validate.view(b.view_offset, dims, b.strides, validate.MAX_SIZE_BYTES + 1, f"view {b.name!r}")
+
+
+def check_view(view: Buffer, base: Buffer | None) -> None:
+    """The rules a view must meet against its base (``None``: no buffer has the view's
+    ``base`` id): the base exists, is not itself a view, holds the view's dtype, and holds
+    every element the view covers (:func:`oxiwork.validate.view`).
+
+    >>> from oxiwork.node import Buffer, BufferId
+    >>> x = Buffer(BufferId(0), "x", 24, shape=(2, 3))
+    >>> check_view(Buffer(BufferId(1), "xT", 24, shape=(3, 2), base=x.id, strides=(1, 3)), x)
+    >>> try:
+    ...     check_view(Buffer(BufferId(1), "xT", 24, shape=(3, 2), base=x.id,
+    ...                       strides=(2, 3)), x)
+    ... except InvalidArgument as e:
+    ...     print(e)
+    view 'xT' reaches element 7 of its base, which has 6 elements; lower the view's offset, shape or strides so that view_offset + sum((shape[k] - 1) * strides[k]) < 6
+    """
+    what = f"view {view.name!r}"
+    if base is None:
+        raise UnknownBuffer(
+            f"{what} views buffer id {int(view.base or 0)}, which is not in this graph; "
+            "allocate the base buffer in the same graph"
+        )
+    if base.id == view.id:
+        raise InvalidArgument(f"{what} views itself; give it another buffer as its base")
+    if base.base is not None:
+        raise InvalidArgument(
+            f"{what} views {base.name!r}, which is itself a view of buffer id "
+            f"{int(base.base)}; view the base directly (compose the offsets and strides: "
+            "GraphBuilder.view does this when given a view)"
+        )
+    if view.dtype != base.dtype:
+        raise InvalidArgument(
+            f"{what} has dtype {view.dtype} but its base {base.name!r} holds {base.dtype}; "
+            "a view shares its base's dtype (cast with a kernel instead)"
+        )
+    validate.view(view.view_offset, view.array_shape, view.strides, base.num_elements, what)
 
 
 def check_node(n: GraphNode) -> None:
@@ -939,6 +1044,9 @@ def _buffer_ok(b: Buffer) -> bool:
         and b.alignment in _ALIGN
         and type(b.external) is bool
         and (b.offset is None or (type(b.offset) is int and 0 <= b.offset <= validate.MAX_OFFSET))
+        and b.base is None
+        and b.view_offset == 0
+        and b.strides is None
     )
 
 
@@ -1175,9 +1283,18 @@ def _buffer_from_dict(raw: Any, path: str) -> Buffer:
         alignment=r.raw("alignment"),
         external=r.raw("external"),
         offset=r.raw("offset", optional=True),
+        base=r.raw("base", optional=True),
+        view_offset=0 if (vo := r.raw("view_offset", optional=True)) is None else vo,
+        strides=r.raw("strides", optional=True),
     )
     _checked(check_buffer, b, path)
-    return replace(b, id=BufferId(b.id), shape=None if b.shape is None else tuple(b.shape))
+    return replace(
+        b,
+        id=BufferId(b.id),
+        shape=None if b.shape is None else tuple(b.shape),
+        base=None if b.base is None else BufferId(b.base),
+        strides=None if b.strides is None else tuple(b.strides),
+    )
 
 
 def _fused_from_dict(raw: Any, path: str) -> FusedProgram:

@@ -208,6 +208,20 @@ class Buffer:
     ``offset`` is ``None`` until the memory pass places the buffer in the arena.
     ``external`` buffers are owned by the user (bound at run time, never placed in the
     arena, never reused); an external buffer may be read without being written.
+
+    A *view* (``base`` set) aliases the bytes of another buffer, its base, and allocates
+    nothing: element ``i`` of the view is element ``view_offset + sum(i[k] * strides[k])``
+    of the base's flat storage (offset and strides count elements of the base's dtype,
+    which the view shares; a stride may be 0, as ``expand`` makes). A view needs a
+    ``shape``; its ``size_bytes`` is that shape's, its ``offset`` stays ``None`` (its
+    address is its base's plus ``view_offset`` elements) and the base is never itself a
+    view (:meth:`GraphBuilder.view <oxiwork.builder.GraphBuilder.view>` composes a view of
+    a view into one of the base). Every access to a view is an access to its base.
+
+    >>> from oxiwork.node import Buffer, BufferId
+    >>> t = Buffer(BufferId(1), "xT", 24, shape=(3, 2), base=BufferId(0), strides=(1, 3))
+    >>> t.is_view, t.is_contiguous, t.view_extent
+    (True, False, 6)
     """
 
     id: BufferId
@@ -218,6 +232,9 @@ class Buffer:
     alignment: int = 256
     external: bool = False
     offset: int | None = None
+    base: BufferId | None = None
+    view_offset: int = 0
+    strides: tuple[int, ...] | None = None
 
     @property
     def itemsize(self) -> int:
@@ -233,6 +250,37 @@ class Buffer:
     def array_shape(self) -> tuple[int, ...]:
         """``shape`` if given, else a flat ``(num_elements,)``."""
         return self.shape if self.shape is not None else (self.num_elements,)
+
+    @property
+    def is_view(self) -> bool:
+        """True if this buffer aliases a base buffer (``base`` is set)."""
+        return self.base is not None
+
+    @property
+    def view_extent(self) -> int:
+        """One past the last element of the base a view covers (``num_elements`` for a
+        buffer that is not a view): the view is in bounds when this is at most the
+        base's ``num_elements``."""
+        if self.strides is None:
+            return self.view_offset + self.num_elements
+        return (
+            self.view_offset
+            + 1
+            + sum((d - 1) * s for d, s in zip(self.array_shape, self.strides, strict=True))
+        )
+
+    @property
+    def is_contiguous(self) -> bool:
+        """True if the elements lie in row-major order without gaps (a plain buffer, or a
+        view whose strides are the row-major strides of its shape)."""
+        if self.strides is None:
+            return True
+        want = 1
+        for d, s in zip(reversed(self.array_shape), reversed(self.strides), strict=True):
+            if d != 1 and s != want:
+                return False
+            want *= d
+        return True
 
 
 @dataclass(frozen=True, slots=True)

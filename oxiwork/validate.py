@@ -73,6 +73,7 @@ __all__ = [
     "size",
     "stream",
     "text",
+    "view",
 ]
 
 #: Longest name (of a node, buffer, parameter value...) in characters.
@@ -389,3 +390,48 @@ def params(value: Any, owner: str) -> tuple[tuple[str, Any], ...]:
     if len({k for k, _ in items}) != len(items):
         raise InvalidArgument(f"a parameter of {owner} is given twice")
     return tuple(sorted(items))
+
+
+def view(
+    view_offset: Any,
+    shape: tuple[int, ...],
+    strides: Any,
+    base_elements: int,
+    what: str,
+) -> int:
+    """The layout of a view over a base of ``base_elements`` elements: ``view_offset`` an
+    int ``>= 0``, ``strides`` one int ``>= 0`` per dimension of ``shape`` (already checked
+    by :func:`shape`), every element inside the base. Returns the view's extent (one past
+    the last base element it covers).
+
+    Offsets and strides count elements, as torch's ``storage_offset()`` and ``stride()``
+    do; negative strides (numpy's reversed views) are refused, since torch has none.
+
+    >>> view(2, (2, 3), (1, 2), 8, "view 'xT'")
+    8
+    >>> try:
+    ...     view(3, (2, 3), (1, 2), 8, "view 'xT'")
+    ... except InvalidArgument as e:
+    ...     print(e)
+    view 'xT' reaches element 8 of its base, which has 8 elements; lower the view's offset, shape or strides so that view_offset + sum((shape[k] - 1) * strides[k]) < 8
+    """
+    off = _bounded(view_offset, f"view_offset of {what}", 0, MAX_SIZE_BYTES, " elements")
+    if isinstance(strides, (str, bytes)) or not isinstance(strides, (tuple, list)):
+        raise InvalidArgument(
+            f"strides of {what} must be a list of ints (one per dimension), got {shown(strides)}"
+        )
+    if len(strides) != len(shape):
+        raise InvalidArgument(
+            f"{what} has {len(shape)} dimensions but {len(strides)} strides; give one stride "
+            "per dimension"
+        )
+    last = off
+    for d, s in zip(shape, strides, strict=True):
+        last += (d - 1) * _bounded(s, f"stride of {what}", 0, MAX_SIZE_BYTES, " elements")
+    if last >= base_elements:
+        raise InvalidArgument(
+            f"{what} reaches element {last} of its base, which has {base_elements} elements; "
+            "lower the view's offset, shape or strides so that view_offset + "
+            f"sum((shape[k] - 1) * strides[k]) < {base_elements}"
+        )
+    return last + 1

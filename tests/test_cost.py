@@ -110,6 +110,14 @@ class TestNodeTime:
 
         assert total(fg) <= total(g) * (1 + 1e-9)
 
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(0, 10_000))
+    def test_costed_once_per_signature_equals_each_on_its_own(self, seed):
+        # node_costs costs one kernel per signature; every kernel's own node_time agrees
+        g = fuse(random_op_dag(seed, 40)).graph
+        costs = node_costs(g)
+        assert costs == {n.id: node_time(g, n) for n in g.nodes}
+
     def test_node_costs_keys(self):
         g = quick_start()
         assert set(node_costs(g)) == set(g.node_ids)

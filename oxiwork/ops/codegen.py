@@ -198,7 +198,7 @@ class _Gen:
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
             ptrs = [f"in{i}" for _, i in st.args]
-            lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape)
+            lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
             return lines
         if st.op.expr is None:

@@ -168,7 +168,8 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
 CostFn = Callable[[Sequence[Shape], Shape], tuple[float, float]]
 InplaceFn = Callable[..., Any]
 ElementFn = Callable[
-    [int, Sequence[str], str, Sequence[Shape], Shape], tuple[list[str], list[tuple[str, int]]]
+    [int, Sequence[str], str, Sequence[Shape], Shape, Mapping[str, float]],
+    tuple[list[str], list[tuple[str, int]]],
 ]
 
 
@@ -216,11 +217,12 @@ class OpDef:
         Full-kernel generator ``kernel(function_name, in_shapes, out_shape, params) ->
         (source, scalar_args)`` for ops that are neither (matmul, transpose).
     element
-        For ``OUT_ELEMENTWISE`` ops: ``element(j, pointers, var, in_shapes, out_shape) ->
-        (lines, sizes)``, C statements that define ``float t{j}``, the output element at
-        index ``var``, reading the input buffers named by ``pointers``; ``sizes`` are the
-        ``(name, value)`` size_t arguments the lines use (named after ``j`` so that steps
-        do not collide). A fused kernel starts with these lines and applies its
+        For ``OUT_ELEMENTWISE`` ops: ``element(j, pointers, var, in_shapes, out_shape,
+        params) -> (lines, sizes)``, C statements that define ``float t{j}``, the output
+        element at index ``var``, reading the input buffers named by ``pointers``; ``sizes``
+        are the ``(name, value)`` size_t arguments the lines use (named after ``j`` so that
+        steps do not collide); ``params`` are the step's bound parameters (a convolution's
+        strides and padding become sizes). A fused kernel starts with these lines and applies its
         element-wise epilogue to ``t{j}``.
     source, function_name
         Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.
@@ -594,7 +596,12 @@ def _matmul_kernel(
 
 
 def _matmul_element(
-    j: int, ptrs: Sequence[str], var: str, ins: Sequence[Shape], out: Shape
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
 ) -> tuple[list[str], list[tuple[str, int]]]:
     # The same products summed in the same order as _matmul_kernel, so fused and unfused
     # results agree bit for bit when compiled with --fmad=false.

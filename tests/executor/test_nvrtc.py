@@ -138,6 +138,9 @@ class TestCompile:
 
 
 # ------------------------------------------------------------------ every generated kernel
+_NCHW_OPS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "constant_pad"}
+
+
 def _single_op_graphs():
     """One graph per registered op with CUDA code: a kernel on [4, 8] float inputs."""
     from oxiwork import ops
@@ -146,17 +149,18 @@ def _single_op_graphs():
     for name, op in sorted(ops.REGISTRY.items()):
         b = GraphBuilder()
         rows, cols = 4, 8
+        nchw = (1, rows, cols, cols)  # conv2d, pooling, pad (oxiwork.ops.lib_conv)
         shapes = {
             "bias_add": [(rows, cols), (cols,)],
             "matmul": [(rows, cols), (cols, cols)],
-        }.get(name, [(rows, cols)] * op.arity)
+            "conv2d": [nchw, (rows, rows, 3, 3)],
+            "conv2d_bias": [nchw, (rows, rows, 3, 3), (rows,)],
+        }.get(name, [nchw if op.name in _NCHW_OPS else (rows, cols)] * op.arity)
         ins = [
             b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
             for k, s in enumerate(shapes)
         ]
-        out_shape = {"sum": (rows,), "max": (rows,), "transpose": (cols, rows)}.get(
-            name, (rows, cols)
-        )
+        out_shape = ops.infer_shape(op, shapes, op.defaults, name)
         out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
         b.add_kernel(name, 1, 128).op(name).inputs(ins).outputs([out]).finish()
         with warnings.catch_warnings():

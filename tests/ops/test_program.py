@@ -12,7 +12,7 @@ from oxiwork import ops
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.examples import quick_start, random_op_dag
 from oxiwork.node import Buffer
-from oxiwork.ops.program import _bind, bind, share_bound
+from oxiwork.ops.program import _bind, bind, share_bound, signature
 from oxiwork.optimizer.fusion import fuse
 
 
@@ -61,6 +61,68 @@ class TestBindCache:
         g = random_op_dag(seed, n)
         res = fuse(g)  # binds through the cache and shares it with the fused graph
         for graph in (g, res.graph):
+            for k in kernels(graph):
+                try:
+                    fresh = _bind(graph, k)
+                except (InvalidArgument, UnsupportedOp):
+                    continue
+                assert bind(graph, k) == fresh
+
+
+class TestSignature:
+    """Kernels with one signature are bound once and re-labelled (bind's template cache)."""
+
+    def test_twin_kernels_get_their_own_names_and_origins(self):
+        g = random_op_dag(7, 40)
+        by_sig: dict = {}
+        for k in kernels(g):
+            by_sig.setdefault(signature(g, k), []).append(k)
+        twins = next(ks for ks in by_sig.values() if len(ks) > 1)
+        a, b = (bind(g, k) for k in twins[:2])
+        assert a.steps[0].shape == b.steps[0].shape and a.steps[0].op is b.steps[0].op
+        assert (a.where, b.where) == (_bind(g, twins[0]).where, _bind(g, twins[1]).where)
+        assert [st.node for st in b.steps] == [twins[1].id]
+
+    @pytest.mark.parametrize(
+        "field",
+        [f.name for f in dataclasses.fields(Buffer) if f.name not in ("id", "name", "offset")],
+    )
+    def test_every_buffer_field_but_identity_and_offset_enters(self, field):
+        # A field added to Buffer later (a view's base, strides) must split signatures
+        # without anyone editing signature(): it reads the dataclass's fields.
+        g = quick_start()
+        k = next(n for n in g.nodes if n.name == "relu")
+        out = g.buffer(k.outputs[0])
+        other = {"size_bytes": out.size_bytes * 2, "dtype": "float16", "shape": (32, 32),
+                 "alignment": 512, "external": not out.external}  # fmt: skip
+        changed = dataclasses.replace(out, **{field: other.get(field, object())})
+        h = g.with_changes(buffers=[changed if x.id == out.id else x for x in g.buffers])
+        assert signature(g, k) != signature(h, h.node(k.id))
+
+    def test_identity_and_offset_do_not_enter(self):
+        g = quick_start()
+        k = next(n for n in g.nodes if n.name == "relu")
+        out = g.buffer(k.outputs[0])
+        moved = dataclasses.replace(out, name="renamed", offset=4096)
+        h = g.with_changes(buffers=[moved if x.id == out.id else x for x in g.buffers])
+        assert signature(g, k) == signature(h, h.node(k.id).replace(name="other"))
+
+    def test_in_place_is_not_out_of_place(self):
+        g = quick_start()
+        k = next(n for n in g.nodes if n.name == "relu")
+        inplace = k.replace(outputs=k.inputs)
+        assert signature(g, inplace) != signature(g, k)
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(0, 100_000), st.integers(2, 40))
+    def test_templated_equals_fresh_after_every_pass(self, seed, n):
+        # the templates are process-wide: a kernel bound from another kernel's (or another
+        # graph's) template equals its own fresh binding, down to names and origins
+        from oxiwork.optimizer.stream import assign_streams
+
+        g = random_op_dag(seed, n)
+        fg = fuse(g).graph
+        for graph in (g, fg, assign_streams(fg, max_streams=3).graph):
             for k in kernels(graph):
                 try:
                     fresh = _bind(graph, k)

@@ -1,0 +1,750 @@
+"""Convolution, pooling, constant padding and concatenation: the ops CNNs are made of.
+
+Every op here is ``OUT_ELEMENTWISE`` (TVM's "out-elemwise-fusable" class, like matmul):
+each output element is computed on its own from whole input buffers, by C statements that
+an ``element=`` generator writes for one output index. A kernel therefore starts with the
+op and may continue with any element-wise epilogue on the output's index space: a
+convolution followed by inference batch norm, an activation and a residual add is one
+kernel (:mod:`oxiwork.optimizer.fusion`), as in cuDNN's fused "conv-bias-activation" or
+Inductor's conv epilogues.
+
+Layouts are NCHW (PyTorch's default): ``x`` is ``(N, C, H, W)``, a convolution's weight
+``(K, C / groups, R, S)``, its output ``(N, K, P, Q)`` with
+``P = (H + pad_top + pad_bottom - dilation_h (R - 1) - 1) // stride_h + 1`` (and ``Q``
+likewise). Groups are not a parameter: ``groups = C / weight.shape[1]`` follows from the
+shapes (depthwise: ``groups = C``). Padding may differ on each side, so a zero
+``constant_pad_nd`` before a convolution (MobileNet's TensorFlow-style "same" padding)
+folds into it. Integer hyper-parameters are op parameters (floats holding integers, as
+every op parameter is a float); shape rules refuse fractional, negative or zero strides.
+
+References compute in float64 and round once to float32, so they are within one rounding
+of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
+kernel rows, then columns), within the recursive-summation bound
+``|error| <= (n - 1) u sum |x_i w_i|`` of the exact value (Higham, below), ``n = C/groups R
+S`` terms and ``u = 2**-24``. PyTorch's own kernels sum in float32 in yet another order, so
+references and torch agree within that bound too (the tests check it).
+
+Example
+-------
+>>> import numpy as np
+>>> from oxiwork import ops
+>>> conv = ops.get("conv2d")
+>>> conv.fusion_class.name
+'OUT_ELEMENTWISE'
+>>> ops.infer_shape(conv, [(1, 8, 9, 9), (8, 1, 3, 3)], {**conv.defaults, "stride_h": 2,
+...     "stride_w": 2, "pad_top": 1, "pad_bottom": 1, "pad_left": 1, "pad_right": 1}, "dw")
+(1, 8, 5, 5)
+>>> x = np.ones((1, 1, 3, 3), np.float32)
+>>> conv.reference([x, np.ones((1, 1, 2, 2), np.float32)], **conv.defaults)[0, 0]
+array([[4., 4.],
+       [4., 4.]], dtype=float32)
+
+References
+----------
+T. Chen et al., "TVM: An Automated End-to-End Optimizing Compiler for Deep Learning",
+OSDI 2018, section 4.1 (out-element-wise fusion). K. Chellapilla, S. Puri, P. Simard,
+"High Performance Convolutional Neural Networks for Document Processing", IWFHR 2006
+(convolution as a sum of shifted matrix products, as the references compute it).
+V. Dumoulin, F. Visin, "A guide to convolution arithmetic for deep learning", 2016
+(output sizes with padding, stride and dilation). N. J. Higham, "Accuracy and Stability of
+Numerical Algorithms", 2nd ed., SIAM 2002, section 4.2 (summation error). PyTorch,
+``aten/src/ATen/native/AdaptiveAveragePooling.cpp`` and ``AveragePool2d.cpp`` (adaptive
+window bounds, average-pool divisors).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from oxiwork.error import InvalidArgument
+from oxiwork.ops import cnames
+from oxiwork.ops.table import FusionClass, OpDef, Shape, _ShapeProblem, get, register
+
+__all__ = ["CONV_OPS", "cat_op"]
+
+F32 = np.float32
+F64 = np.float64
+Lines = tuple[list[str], list[tuple[str, int]]]
+
+
+# ----------------------------------------------------------------------------- parameters
+def _int(params: Mapping[str, float], name: str, low: int) -> int:
+    """Parameter ``name`` as an int >= ``low``; a fractional or smaller one is refused."""
+    v = params[name]
+    if not float(v).is_integer() or v < low:
+        raise _ShapeProblem(f"parameter {name}={v!r} must be an integer >= {low}")
+    return int(v)
+
+
+def _spatial(ins: Sequence[Shape], what: str) -> Shape:
+    x = ins[0]
+    if len(x) != 4:
+        raise _ShapeProblem(
+            f"{what} needs an NCHW input of 4 dimensions, got shape {x}; give the buffer "
+            "shape=(N, C, H, W)"
+        )
+    return x
+
+
+def _out_size(size: int, lo: int, hi: int, k: int, stride: int, dil: int, ceil: bool) -> int:
+    """Output length of a window of ``k`` taps (dilation ``dil``) over ``size`` padded by
+    ``lo`` and ``hi`` (Dumoulin & Visin, relationship 15); with ``ceil``, PyTorch's rule: a
+    last window must start inside the input or its left padding."""
+    span = size + lo + hi - dil * (k - 1) - 1
+    if span < 0:
+        return 0
+    out = (span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + lo:
+        out -= 1
+    return out
+
+
+# ----------------------------------------------------------------------------- C helpers
+def _decompose(j: int, var: str, dims: Sequence[tuple[str, str]]) -> list[str]:
+    """C lines splitting flat index ``var`` into coordinates, last dimension fastest.
+
+    ``dims`` are ``(coordinate name, size argument name)`` from the first axis to the last;
+    the first axis takes what is left (no modulo)."""
+    lines = [f"size_t v{j}_rest = {var};"]
+    for name, size in reversed(dims[1:]):
+        lines += [f"size_t {name} = v{j}_rest % {size};", f"v{j}_rest /= {size};"]
+    return [*lines, f"size_t {dims[0][0]} = v{j}_rest;"]
+
+
+def _float_literal(v: float) -> str:
+    """An exact C float for ``v`` (its bits: -0.0, infinities and NaN payloads survive)."""
+    bits = struct.unpack("<I", struct.pack("<f", v))[0]
+    return f"__int_as_float(0x{bits:08x}u)"
+
+
+# ----------------------------------------------------------------------------- conv2d
+_CONV_PARAMS = (
+    ("stride_h", 1.0),
+    ("stride_w", 1.0),
+    ("pad_top", 0.0),
+    ("pad_bottom", 0.0),
+    ("pad_left", 0.0),
+    ("pad_right", 0.0),
+    ("dilation_h", 1.0),
+    ("dilation_w", 1.0),
+)
+
+
+def _conv_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[str, int]:
+    """Every size of a convolution (checked), by the names the C code uses."""
+    n, c, h, w = _spatial(ins, "conv2d")
+    wt = ins[1]
+    if len(wt) != 4:
+        raise _ShapeProblem(f"conv2d needs a weight of shape (K, C/groups, R, S), got {wt}")
+    k, cg, r, s = wt
+    if c % cg:
+        raise _ShapeProblem(
+            f"the input has {c} channels, which weight {wt} (C/groups = {cg}) does not divide"
+        )
+    groups = c // cg
+    if k % groups:
+        raise _ShapeProblem(f"{k} output channels do not split into {groups} groups")
+    g = {
+        "N": n,
+        "C": c,
+        "H": h,
+        "W": w,
+        "K": k,
+        "Cg": cg,
+        "Kg": k // groups,
+        "R": r,
+        "S": s,
+        "sh": _int(params, "stride_h", 1),
+        "sw": _int(params, "stride_w", 1),
+        "pt": _int(params, "pad_top", 0),
+        "pb": _int(params, "pad_bottom", 0),
+        "pl": _int(params, "pad_left", 0),
+        "pr": _int(params, "pad_right", 0),
+        "dh": _int(params, "dilation_h", 1),
+        "dw": _int(params, "dilation_w", 1),
+    }
+    g["P"] = _out_size(h, g["pt"], g["pb"], r, g["sh"], g["dh"], False)
+    g["Q"] = _out_size(w, g["pl"], g["pr"], s, g["sw"], g["dw"], False)
+    if g["P"] < 1 or g["Q"] < 1:
+        raise _ShapeProblem(
+            f"a {r}x{s} kernel (dilation {g['dh']}x{g['dw']}) does not fit the padded "
+            f"{h}x{w} input: the output would be empty"
+        )
+    if len(ins) == 3 and math.prod(ins[2]) != k:
+        raise _ShapeProblem(
+            f"conv2d's bias needs {k} elements (one per output channel), got {ins[2]}"
+        )
+    return g
+
+
+def _conv_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _conv_geometry(ins, params)
+    return (g["N"], g["K"], g["P"], g["Q"])
+
+
+def _conv_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # A sum over the R x S kernel taps of (grouped) matrix products of the weight's tap with
+    # the input shifted by it (Chellapilla et al. 2006), in float64.
+    x, wt = xs[0], xs[1]
+    g = _conv_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
+    n, groups, cg, kg, p, q = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"], g["P"], g["Q"]
+    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), (g["pt"], g["pb"]), (g["pl"], g["pr"])))
+    xp = xp.reshape(n, groups, cg, *xp.shape[2:])
+    wg = wt.astype(F64).reshape(groups, kg, cg, g["R"], g["S"])
+    out = np.zeros((n, groups, kg, p * q), F64)
+    with np.errstate(all="ignore"):
+        for r in range(g["R"]):
+            for s in range(g["S"]):
+                h0, w0 = r * g["dh"], s * g["dw"]
+                win = xp[:, :, :, h0 : h0 + g["sh"] * (p - 1) + 1 : g["sh"]]
+                win = win[..., w0 : w0 + g["sw"] * (q - 1) + 1 : g["sw"]]
+                out += np.matmul(wg[:, :, :, r, s], win.reshape(n, groups, cg, p * q))
+        if len(xs) > 2:
+            out += xs[2].astype(F64).reshape(1, groups, kg, 1)
+        return out.reshape(n, g["K"], p, q).astype(F32)
+
+
+def _conv_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    g = _conv_geometry(ins, params)
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _decompose(
+        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
+    )
+    lines += [
+        f"size_t {v}g = {v}k / {z['Kg']};",
+        f"float t{j} = 0.0f;",
+        f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
+        f"    const float* {v}x = {ptrs[0]} + (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * "
+        f"{z['H']} * {z['W']};",
+        f"    const float* {v}w = {ptrs[1]} + ({v}k * {z['Cg']} + {v}c) * {z['R']} * {z['S']};",
+        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
+        f"        long long {v}h = (long long)({v}p * {z['sh']} + {v}r * {z['dh']}) - "
+        f"(long long){z['pt']};",
+        f"        if ({v}h < 0 || {v}h >= (long long){z['H']}) continue;",
+        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
+        f"            long long {v}c2 = (long long)({v}q * {z['sw']} + {v}s * {z['dw']}) - "
+        f"(long long){z['pl']};",
+        f"            if ({v}c2 < 0 || {v}c2 >= (long long){z['W']}) continue;",
+        f"            t{j} += {v}x[(size_t){v}h * {z['W']} + (size_t){v}c2] * "
+        f"{v}w[{v}r * {z['S']} + {v}s];",
+        "        }",
+        "    }",
+        "}",
+    ]
+    if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
+        lines.append(f"t{j} += {ptrs[2]}[{v}k];")
+    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "pt", "pl", "dh", "dw")
+    return lines, [(z[name], g[name]) for name in used]
+
+
+def _conv_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # 2 N K (C/g) R S P Q: a multiply and an add per weight tap of every output element
+    # (the weight holds K (C/g) R S taps), plus one add per element for a bias.
+    taps = math.prod(ins[1][1:])
+    flops = 2.0 * math.prod(out) * taps + (math.prod(out) if len(ins) > 2 else 0)
+    return flops, 4.0 * (sum(math.prod(s) for s in ins) + math.prod(out))
+
+
+# ----------------------------------------------------------------------------- pooling
+_POOL_PARAMS = (
+    ("kernel_h", 1.0),
+    ("kernel_w", 1.0),
+    ("stride_h", 1.0),
+    ("stride_w", 1.0),
+    ("pad_h", 0.0),
+    ("pad_w", 0.0),
+    ("ceil_mode", 0.0),
+)
+
+
+def _pool_geometry(ins: Sequence[Shape], params: Mapping[str, float], what: str) -> dict[str, int]:
+    n, c, h, w = _spatial(ins, what)
+    g = {
+        "N": n,
+        "C": c,
+        "H": h,
+        "W": w,
+        "R": _int(params, "kernel_h", 1),
+        "S": _int(params, "kernel_w", 1),
+        "sh": _int(params, "stride_h", 1),
+        "sw": _int(params, "stride_w", 1),
+        "ph": _int(params, "pad_h", 0),
+        "pw": _int(params, "pad_w", 0),
+        "dh": _int(params, "dilation_h", 1) if "dilation_h" in params else 1,
+        "dw": _int(params, "dilation_w", 1) if "dilation_w" in params else 1,
+    }
+    ceil = _int(params, "ceil_mode", 0) > 0
+    if 2 * g["ph"] > g["R"] or 2 * g["pw"] > g["S"]:
+        raise _ShapeProblem(
+            f"padding {g['ph']}x{g['pw']} is more than half the {g['R']}x{g['S']} window "
+            "(PyTorch refuses it too)"
+        )
+    g["P"] = _out_size(h, g["ph"], g["ph"], g["R"], g["sh"], g["dh"], ceil)
+    g["Q"] = _out_size(w, g["pw"], g["pw"], g["S"], g["sw"], g["dw"], ceil)
+    if g["P"] < 1 or g["Q"] < 1:
+        raise _ShapeProblem(
+            f"a {g['R']}x{g['S']} window does not fit the padded {h}x{w} input: the output "
+            "would be empty"
+        )
+    return g
+
+
+def _pool_windows(
+    x: np.ndarray, g: Mapping[str, int], fill: float
+) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray]]]:
+    """``x`` padded with ``fill`` (enough on the bottom/right for ceil-mode windows) and, per
+    window tap, ``(r, s, the strided slice of the padded input it reads)``."""
+    p, q = g["P"], g["Q"]
+    hb = max(0, (p - 1) * g["sh"] + g["dh"] * (g["R"] - 1) + 1 - g["H"] - g["ph"])
+    wb = max(0, (q - 1) * g["sw"] + g["dw"] * (g["S"] - 1) + 1 - g["W"] - g["pw"])
+    xp = np.pad(x, ((0, 0), (0, 0), (g["ph"], hb), (g["pw"], wb)), constant_values=fill)
+    taps = []
+    for r in range(g["R"]):
+        for s in range(g["S"]):
+            h0, w0 = r * g["dh"], s * g["dw"]
+            win = xp[:, :, h0 : h0 + g["sh"] * (p - 1) + 1 : g["sh"]]
+            taps.append((r, s, win[..., w0 : w0 + g["sw"] * (q - 1) + 1 : g["sw"]]))
+    return xp, taps
+
+
+def _max_pool_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _pool_geometry(ins, params, "max_pool2d")
+    return (g["N"], g["C"], g["P"], g["Q"])
+
+
+def _max_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # np.maximum propagates NaN, as PyTorch's max pooling does (``val > max || isnan(val)``);
+    # padding is -inf, so it never wins.
+    g = _pool_geometry([xs[0].shape], params, "max_pool2d")
+    _, taps = _pool_windows(xs[0].astype(F32), g, -np.inf)
+    out = np.full((g["N"], g["C"], g["P"], g["Q"]), -np.inf, F32)
+    for _, _, win in taps:
+        np.maximum(out, win, out=out)
+    return out
+
+
+def _window_loops(j: int, g: Mapping[str, str], body: list[str]) -> list[str]:
+    """C loops over a pooling window at output ``(v{j}_p, v{j}_q)``, skipping padding."""
+    v = f"v{j}_"
+    return [
+        f"for (size_t {v}r = 0; {v}r < {g['R']}; ++{v}r) {{",
+        f"    long long {v}h = (long long)({v}p * {g['sh']} + {v}r * {g['dh']}) - "
+        f"(long long){g['ph']};",
+        f"    if ({v}h < 0 || {v}h >= (long long){g['H']}) continue;",
+        f"    for (size_t {v}s = 0; {v}s < {g['S']}; ++{v}s) {{",
+        f"        long long {v}c2 = (long long)({v}q * {g['sw']} + {v}s * {g['dw']}) - "
+        f"(long long){g['pw']};",
+        f"        if ({v}c2 < 0 || {v}c2 >= (long long){g['W']}) continue;",
+        f"        float {v}val = {v}x[(size_t){v}h * {g['W']} + (size_t){v}c2];",
+        *[f"        {line}" for line in body],
+        "    }",
+        "}",
+    ]
+
+
+_POOL_SIZES = ("C", "H", "W", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
+
+
+def _pool_head(j: int, ptr: str, var: str, z: Mapping[str, str]) -> list[str]:
+    v = f"v{j}_"
+    lines = _decompose(j, var, [(f"{v}nc", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
+    return [*lines, f"const float* {v}x = {ptr} + {v}nc * {z['H']} * {z['W']};"]
+
+
+def _max_pool_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    g = _pool_geometry(ins, params, "max_pool2d")
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _pool_head(j, ptrs[0], var, z)
+    lines += [f"float t{j} = __int_as_float(0xff800000u);"]
+    # NaN wins and stays (v != v), as in PyTorch and the reference.
+    lines += _window_loops(j, z, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"])
+    return lines, [(z[name], g[name]) for name in _POOL_SIZES]
+
+
+def _avg_divisors(g: Mapping[str, int], include_pad: bool, override: int) -> np.ndarray:
+    """PyTorch's divisor of each output of avg_pool2d, shape ``(P, Q)``: the window clipped
+    to the padded input (``count_include_pad``) or to the input, or ``divisor_override``."""
+
+    def axis(out: int, size: int, pad: int, k: int, stride: int) -> np.ndarray:
+        start = np.arange(out) * stride - pad
+        end = np.minimum(start + k, size + pad)
+        if include_pad:
+            return end - start
+        return np.minimum(end, size) - np.maximum(start, 0)
+
+    if override:
+        return np.full((g["P"], g["Q"]), override, F64)
+    hs = axis(g["P"], g["H"], g["ph"], g["R"], g["sh"])
+    ws = axis(g["Q"], g["W"], g["pw"], g["S"], g["sw"])
+    return np.outer(hs, ws).astype(F64)
+
+
+def _avg_pool_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _pool_geometry(ins, params, "avg_pool2d")
+    _int(params, "divisor_override", 0)
+    return (g["N"], g["C"], g["P"], g["Q"])
+
+
+def _avg_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    g = _pool_geometry([xs[0].shape], params, "avg_pool2d")
+    include = _int(params, "count_include_pad", 0) > 0
+    div = _avg_divisors(g, include, _int(params, "divisor_override", 0))
+    _, taps = _pool_windows(xs[0].astype(F64), g, 0.0)
+    out = np.zeros((g["N"], g["C"], g["P"], g["Q"]), F64)
+    with np.errstate(all="ignore"):
+        for _, _, win in taps:
+            out += win
+        return (out / div).astype(F32)
+
+
+def _avg_pool_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    g = _pool_geometry(ins, params, "avg_pool2d")
+    include = _int(params, "count_include_pad", 0) > 0
+    override = _int(params, "divisor_override", 0)
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _pool_head(j, ptrs[0], var, z)
+    lines += [f"float t{j} = 0.0f;"]
+    lines += _window_loops(j, z, [f"t{j} += {v}val;"])
+    if override:
+        lines.append(f"t{j} /= (float){override};")
+    else:
+        # the divisor as PyTorch's AveragePool2d.cpp computes it
+        for a, o, size, pad, k, st in (
+            ("h", "p", "H", "ph", "R", "sh"),
+            ("w", "q", "W", "pw", "S", "sw"),
+        ):
+            lines += [
+                f"long long {v}{a}0 = (long long)({v}{o} * {z[st]}) - (long long){z[pad]};",
+                f"long long {v}{a}1 = {v}{a}0 + (long long){z[k]};",
+                f"if ({v}{a}1 > (long long)({z[size]} + {z[pad]})) "
+                f"{v}{a}1 = (long long)({z[size]} + {z[pad]});",
+            ]
+            if not include:
+                lines += [
+                    f"if ({v}{a}0 < 0) {v}{a}0 = 0;",
+                    f"if ({v}{a}1 > (long long){z[size]}) {v}{a}1 = (long long){z[size]};",
+                ]
+        lines.append(f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));")
+    return lines, [(z[name], g[name]) for name in _POOL_SIZES]
+
+
+# ----------------------------------------------------------------------------- adaptive pool
+def _adaptive_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    n, c, _, _ = _spatial(ins, "adaptive_avg_pool2d")
+    return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
+
+
+def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
+    # PyTorch's start_index / end_index: floor(i size / out) .. ceil((i + 1) size / out)
+    return [(i * size // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
+def _adaptive_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    x = xs[0]
+    n, c, oh, ow = _adaptive_shape([x.shape], params)
+    out = np.empty((n, c, oh, ow), F32)
+    x64 = x.astype(F64)
+    with np.errstate(all="ignore"):
+        for i, (h0, h1) in enumerate(_adaptive_bounds(x.shape[2], oh)):
+            for k, (w0, w1) in enumerate(_adaptive_bounds(x.shape[3], ow)):
+                out[:, :, i, k] = x64[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return out
+
+
+def _adaptive_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    _, _, h, w = ins[0]
+    _, _, oh, ow = out
+    g = {"H": h, "W": w, "P": oh, "Q": ow}
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _pool_head(j, ptrs[0], var, z)
+    lines += [
+        f"size_t {v}h0 = {v}p * {z['H']} / {z['P']};",
+        f"size_t {v}h1 = (({v}p + 1) * {z['H']} + {z['P']} - 1) / {z['P']};",
+        f"size_t {v}w0 = {v}q * {z['W']} / {z['Q']};",
+        f"size_t {v}w1 = (({v}q + 1) * {z['W']} + {z['Q']} - 1) / {z['Q']};",
+        f"float t{j} = 0.0f;",
+        f"for (size_t {v}h = {v}h0; {v}h < {v}h1; ++{v}h) {{",
+        f"    for (size_t {v}c2 = {v}w0; {v}c2 < {v}w1; ++{v}c2) {{",
+        f"        t{j} += {v}x[{v}h * {z['W']} + {v}c2];",
+        "    }",
+        "}",
+        f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));",
+    ]
+    return lines, [(z[name], g[name]) for name in ("H", "W", "P", "Q")]
+
+
+def _adaptive_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    return float(math.prod(ins[0])), 4.0 * (math.prod(ins[0]) + math.prod(out))
+
+
+# ----------------------------------------------------------------------------- constant pad
+_PAD_PARAMS = (
+    ("pad_left", 0.0),
+    ("pad_right", 0.0),
+    ("pad_top", 0.0),
+    ("pad_bottom", 0.0),
+    ("value", 0.0),
+)
+
+
+def _pad_amounts(params: Mapping[str, float]) -> tuple[int, int, int, int]:
+    vals = []
+    for name in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
+        v = params[name]
+        if not float(v).is_integer():
+            raise _ShapeProblem(f"parameter {name}={v!r} must be an integer")
+        vals.append(int(v))
+    return vals[0], vals[1], vals[2], vals[3]
+
+
+def _pad_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x = ins[0]
+    if len(x) < 2:
+        raise _ShapeProblem(f"constant_pad pads the last two axes; the input {x} has fewer")
+    t, b, left, right = _pad_amounts(params)
+    out = (*x[:-2], x[-2] + t + b, x[-1] + left + right)
+    if min(out) < 1:
+        raise _ShapeProblem(f"negative padding crops {x} to nothing ({out})")
+    return out
+
+
+def _pad_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # Negative amounts crop, as in torch.nn.functional.pad.
+    x = xs[0]
+    t, b, left, right = _pad_amounts(params)
+    out = np.full(_pad_shape([x.shape], params), F32(params["value"]), F32)
+    src = x[
+        ..., max(0, -t) : x.shape[-2] - max(0, -b), max(0, -left) : x.shape[-1] - max(0, -right)
+    ]
+    h0, w0 = max(0, t), max(0, left)
+    out[..., h0 : h0 + src.shape[-2], w0 : w0 + src.shape[-1]] = src
+    return out
+
+
+def _pad_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    t, _, left, _ = _pad_amounts(params)
+    h, w = ins[0][-2:]
+    g = {"H": h, "W": w, "P": out[-2], "Q": out[-1]}
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
+    lines += [
+        # the pad amounts may be negative (a crop): signed literals, not size_t arguments
+        f"long long {v}h = (long long){v}p - ({t}LL);",
+        f"long long {v}c2 = (long long){v}q - ({left}LL);",
+        f"float t{j} = {_float_literal(params['value'])};",
+        f"if ({v}h >= 0 && {v}h < (long long){z['H']} && {v}c2 >= 0 && "
+        f"{v}c2 < (long long){z['W']}) {{",
+        f"    t{j} = {ptrs[0]}[({v}o * {z['H']} + (size_t){v}h) * {z['W']} + (size_t){v}c2];",
+        "}",
+    ]
+    return lines, [(z[name], g[name]) for name in g]
+
+
+# ----------------------------------------------------------------------------- cat
+def _cat_axis(ins: Sequence[Shape], params: Mapping[str, float]) -> int:
+    nd = len(ins[0])
+    a = params["axis"]
+    if not float(a).is_integer() or not -nd <= a < nd:
+        raise _ShapeProblem(f"axis={a!r} is not an axis of the {nd}-d inputs")
+    return int(a) % nd
+
+
+def _cat_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    a = _cat_axis(ins, params)
+    first = ins[0]
+    for k, s in enumerate(ins[1:], start=1):
+        if len(s) != len(first) or s[:a] != first[:a] or s[a + 1 :] != first[a + 1 :]:
+            raise _ShapeProblem(
+                f"input {k} has shape {s}, which differs from input 0's {first} on an axis "
+                f"other than the concatenation axis {a}"
+            )
+    return (*first[:a], sum(s[a] for s in ins), *first[a + 1 :])
+
+
+def _cat_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    a = _cat_axis([x.shape for x in xs], params)
+    return np.concatenate([np.asarray(x, F32) for x in xs], axis=a)
+
+
+def _cat_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    a = _cat_axis(ins, params)
+    inner = math.prod(out[a + 1 :])
+    v = f"v{j}_"
+    sizes = [(f"s{j}_inner", inner), (f"s{j}_D", out[a])]
+    lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}c", f"s{j}_D"), (f"{v}i", f"s{j}_inner")])
+    lines.append(f"float t{j};")
+    start = 0
+    for k, (ptr, s) in enumerate(zip(ptrs, ins, strict=True)):
+        d = f"s{j}_d{k}"
+        sizes.append((d, s[a]))
+        cond = "if" if k == 0 else "else if"
+        test = f"({v}c < {start + s[a]}u)" if k < len(ptrs) - 1 else ""
+        head = f"{cond} {test} {{" if test else "else {"
+        if len(ptrs) == 1:
+            head = "{"
+        lines += [
+            head,
+            f"    t{j} = {ptr}[({v}o * {d} + ({v}c - {start}u)) * s{j}_inner + {v}i];",
+            "}",
+        ]
+        start += s[a]
+    return lines, sizes
+
+
+def cat_op(arity: int) -> OpDef:
+    """The op concatenating ``arity`` inputs along parameter ``axis`` (``cat_<arity>``),
+    registered on first use: an op has a fixed number of inputs.
+
+    >>> from oxiwork.ops.table import infer_shape
+    >>> op = cat_op(3)
+    >>> op.name, infer_shape(op, [(2, 1), (2, 3), (2, 2)], {"axis": 1}, "cat")
+    ('cat_3', (2, 6))
+    """
+    if isinstance(arity, bool) or not isinstance(arity, int) or not 1 <= arity <= cnames.MAX_ARITY:
+        raise InvalidArgument(f"cat_op needs an arity from 1 to {cnames.MAX_ARITY}, got {arity!r}")
+    name = f"cat_{arity}"
+    op = get(name)
+    if op is None:
+        op = register(
+            OpDef(
+                name,
+                FusionClass.OUT_ELEMENTWISE,
+                arity,
+                reference=_cat_reference,
+                params=(("axis", 0.0),),
+                element=_cat_element,
+                shape=_cat_shape,
+                flops_per_element=0.0,
+            )
+        )
+    return op
+
+
+# ----------------------------------------------------------------------------- the table
+def _pool_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # The window size is a parameter the cost rule does not see: the input's elements per
+    # output element stand for it (exact for non-overlapping windows), one compare or add
+    # per element read.
+    taps = max(1, math.prod(ins[0]) // math.prod(out))
+    return float(math.prod(out) * taps), 4.0 * (math.prod(ins[0]) + math.prod(out))
+
+
+CONV_OPS: tuple[OpDef, ...] = (
+    OpDef(
+        "conv2d",
+        FusionClass.OUT_ELEMENTWISE,
+        2,
+        reference=_conv_reference,
+        params=_CONV_PARAMS,
+        element=_conv_element,
+        shape=_conv_shape,
+        cost=_conv_cost,
+    ),
+    # the same convolution plus a bias per output channel (one OpDef per arity)
+    OpDef(
+        "conv2d_bias",
+        FusionClass.OUT_ELEMENTWISE,
+        3,
+        reference=_conv_reference,
+        params=_CONV_PARAMS,
+        element=_conv_element,
+        shape=_conv_shape,
+        cost=_conv_cost,
+    ),
+    OpDef(
+        "max_pool2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_max_pool_reference,
+        params=(*_POOL_PARAMS, ("dilation_h", 1.0), ("dilation_w", 1.0)),
+        element=_max_pool_element,
+        shape=_max_pool_shape,
+        cost=_pool_cost,
+    ),
+    OpDef(
+        "avg_pool2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_avg_pool_reference,
+        params=(*_POOL_PARAMS, ("count_include_pad", 1.0), ("divisor_override", 0.0)),
+        element=_avg_pool_element,
+        shape=_avg_pool_shape,
+        cost=_pool_cost,
+    ),
+    OpDef(
+        "adaptive_avg_pool2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_adaptive_reference,
+        params=(("out_h", 1.0), ("out_w", 1.0)),
+        element=_adaptive_element,
+        shape=_adaptive_shape,
+        cost=_adaptive_cost,
+    ),
+    OpDef(
+        "constant_pad",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_pad_reference,
+        params=_PAD_PARAMS,
+        element=_pad_element,
+        shape=_pad_shape,
+        flops_per_element=0.0,
+    ),
+)
+
+for _op in CONV_OPS:
+    register(_op)
+for _k in (2, 3, 4):
+    cat_op(_k)

@@ -1,0 +1,471 @@
+"""conv2d, pooling, constant pad and cat (oxiwork.ops.lib_conv): references against PyTorch,
+generated C run on the CPU against the references, fusion of epilogues, NVRTC compiles.
+
+Parameters are drawn by hypothesis over the valid space (strides, asymmetric padding,
+dilation, groups including depthwise, ceil mode...). How closely two sides must agree:
+
+- max pooling, padding and cat move or compare values only: bit for bit;
+- sums (convolution, average pooling) differ in their order. The reference sums in float64
+  and rounds once, so it is within one float32 rounding of the exact value (checked against
+  PyTorch in float64); float32 sums of ``n`` terms in any order are within
+  ``(n - 1) u sum |x_i w_i|`` of the exact value (N. J. Higham, "Accuracy and Stability of
+  Numerical Algorithms", 2nd ed., 2002, section 4.2), so PyTorch's float32 result and the
+  generated kernel's are each within ``(n + 1) u sum |x_i w_i|`` of the reference (one
+  rounding more for the reference itself, one for a bias).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oxiwork import GraphBuilder, ops
+from oxiwork.error import InvalidArgument
+from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.simulator import SequentialExecutor
+from oxiwork.ops import kernel_source
+from oxiwork.ops.lib_conv import cat_op
+from oxiwork.ops.program import bind
+from oxiwork.reference import evaluate
+from tests.executor.emulated_driver import CXX, run_kernel
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+U = 2.0**-24
+F32 = np.float32
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+
+
+# ------------------------------------------------------------------------------ helpers
+def graph_of(op_name: str, shapes, params):
+    """A graph holding one kernel applying ``op_name`` to external inputs ``in0..``."""
+    op = ops.get(op_name)
+    b = GraphBuilder()
+    ins = [
+        b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s) for k, s in enumerate(shapes)
+    ]
+    out_shape = ops.infer_shape(op, shapes, {**op.defaults, **params}, "t")
+    out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+    b.add_kernel(op_name, 2, 32).op(op_name).params(**params).inputs(ins).outputs([out]).finish()
+    g = b.build()
+    return g, g.kernels()[0]
+
+
+def run_c(graph, node, arrays, so_dir, block=4):
+    """``node``'s generated kernel run on the CPU (renamed: equal sources compile once)."""
+    ks = kernel_source(graph, node)
+    src = re.sub(rf"\b{re.escape(ks.function_name)}\b", "oxk", ks.source)
+    outs = list(bind(graph, node).out_shapes)
+    return run_kernel(src, "oxk", arrays, outs, ks.scalar_args, so_dir, block=block)
+
+
+@pytest.fixture(scope="module")
+def so_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("conv_kernels")
+
+
+def randn(seed: int, *shapes):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(F32) for s in shapes]
+
+
+def t64(x):
+    return torch.from_numpy(np.asarray(x, np.float64))
+
+
+# ------------------------------------------------------------------------------ conv cases
+@st.composite
+def conv_cases(draw):
+    """(input shapes, params, torch kwargs) of a valid convolution, bias or not."""
+    groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
+    cg = 1 if groups == "depthwise" else draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 4)) if groups == "depthwise" else groups
+    kg = draw(st.integers(1, 3))
+    n = draw(st.integers(1, 2))
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, bottom, left, right
+    h = draw(st.integers(max(1, dh * (r - 1) + 1 - pads[0] - pads[1]), 9))
+    w = draw(st.integers(max(1, dw * (s - 1) + 1 - pads[2] - pads[3]), 9))
+    params = {
+        "stride_h": draw(st.integers(1, 3)),
+        "stride_w": draw(st.integers(1, 3)),
+        "pad_top": pads[0],
+        "pad_bottom": pads[1],
+        "pad_left": pads[2],
+        "pad_right": pads[3],
+        "dilation_h": dh,
+        "dilation_w": dw,
+    }
+    shapes = [(n, groups * cg, h, w), (groups * kg, cg, r, s)]
+    if draw(st.booleans()):
+        shapes.append((groups * kg,))
+    return shapes, params, groups
+
+
+def torch_conv(xs, params, groups, dtype):
+    """PyTorch's convolution of ``xs`` (asymmetric padding through F.pad) in ``dtype``."""
+    t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
+    pad = (params["pad_left"], params["pad_right"], params["pad_top"], params["pad_bottom"])
+    return (
+        F.conv2d(
+            F.pad(t[0], pad),
+            t[1],
+            t[2] if len(t) > 2 else None,
+            stride=(params["stride_h"], params["stride_w"]),
+            dilation=(params["dilation_h"], params["dilation_w"]),
+            groups=groups,
+        )
+        .numpy()
+        .astype(np.float64)
+    )
+
+
+def conv_bound(xs, params, groups):
+    """``(n + 1) u sum |x_i w_i|`` per output element (see the module docstring)."""
+    absolute = [np.abs(x) for x in xs]
+    mag = torch_conv(absolute, params, groups, torch.float64)
+    taps = math.prod(xs[1].shape[1:]) + len(xs) - 2
+    return (taps + 1) * U * mag + 2.0**-126
+
+
+class TestConv2d:
+    def test_raises_on_fractional_stride(self):
+        op = ops.get("conv2d")
+        with pytest.raises(InvalidArgument, match=r"stride_h=1\.5 must be an integer"):
+            ops.infer_shape(op, [(1, 2, 5, 5), (2, 2, 3, 3)], {**op.defaults, "stride_h": 1.5}, "c")
+
+    def test_raises_when_groups_do_not_divide(self):
+        op = ops.get("conv2d")
+        with pytest.raises(InvalidArgument, match="does not divide"):
+            ops.infer_shape(op, [(1, 5, 5, 5), (2, 2, 3, 3)], op.defaults, "c")
+        with pytest.raises(InvalidArgument, match="do not split into 2 groups"):
+            ops.infer_shape(op, [(1, 4, 5, 5), (3, 2, 3, 3)], op.defaults, "c")
+
+    def test_raises_when_the_kernel_does_not_fit(self):
+        op = ops.get("conv2d")
+        with pytest.raises(InvalidArgument, match="does not fit"):
+            ops.infer_shape(op, [(1, 1, 2, 2), (1, 1, 3, 3)], op.defaults, "c")
+
+    def test_raises_on_a_bias_of_the_wrong_size(self):
+        op = ops.get("conv2d_bias")
+        with pytest.raises(InvalidArgument, match="bias needs 4 elements"):
+            ops.infer_shape(op, [(1, 2, 5, 5), (4, 2, 3, 3), (3,)], op.defaults, "c")
+
+    @SETTINGS
+    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
+        shapes, params, groups = case
+        xs = randn(seed, *shapes)
+        op = ops.get("conv2d_bias" if len(shapes) == 3 else "conv2d")
+        got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
+        exact = torch_conv(xs, params, groups, torch.float64)
+        assert (
+            got.shape == exact.shape == ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+        )
+        # within one rounding of the (float64) exact value
+        assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
+        bound = conv_bound(xs, params, groups)
+        assert np.all(np.abs(got - torch_conv(xs, params, groups, torch.float32)) <= bound)
+
+    @needs_cxx
+    @SETTINGS
+    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    def test_generated_c_equals_reference_within_the_summation_bound(
+        self, case, seed, block, so_dir
+    ):
+        shapes, params, groups = case
+        xs = randn(seed, *shapes)
+        name = "conv2d_bias" if len(shapes) == 3 else "conv2d"
+        g, node = graph_of(name, shapes, params)
+        want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
+        (c,) = run_c(g, node, xs, so_dir, block)
+        assert c.shape == want.shape
+        diff = np.abs(c.astype(np.float64) - want)
+        assert np.all(diff <= conv_bound(xs, params, groups))
+
+    def test_cost_counts_two_flops_per_weight_tap(self):
+        op = ops.get("conv2d")
+        # depthwise 3x3 on 8 channels: weight (8, 1, 3, 3), output (2, 8, 4, 4)
+        flops, moved = op.op_cost([(2, 8, 6, 6), (8, 1, 3, 3)], (2, 8, 4, 4))
+        assert flops == 2 * 2 * 8 * 1 * 3 * 3 * 4 * 4
+        assert moved == 4 * (2 * 8 * 6 * 6 + 8 * 9 + 2 * 8 * 4 * 4)
+
+
+# ------------------------------------------------------------------------------ epilogues
+def conv_block(depthwise: bool):
+    """x -> conv -> relu -> add(residual) -> out, every step its own fusible kernel."""
+    b = GraphBuilder()
+    c = 4
+    x = b.alloc_external_buffer("x", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    wshape = (c, 1, 3, 3) if depthwise else (c, c, 3, 3)
+    w = b.alloc_external_buffer("w", 4 * math.prod(wshape), shape=wshape)
+    res = b.alloc_external_buffer("res", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    y = b.alloc_buffer("y", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    z = b.alloc_buffer("z", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    out = b.alloc_buffer("out", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    pads = {"pad_top": 1, "pad_bottom": 1, "pad_left": 1, "pad_right": 1}
+    b.add_kernel("conv", 1, 64).op("conv2d").params(**pads).inputs([x, w]).outputs([y]).fusible(
+        True
+    ).finish()
+    b.add_kernel("relu", 1, 64).op("relu").inputs([y]).outputs([z]).fusible(True).finish()
+    b.add_kernel("add", 1, 64).op("add").inputs([z, res]).outputs([out]).fusible(True).finish()
+    g = b.build()
+    xs = randn(7, (2, c, 6, 6), wshape, (2, c, 6, 6))
+    return g, dict(zip(("x", "w", "res"), xs, strict=True))
+
+
+class TestEpilogues:
+    @pytest.mark.parametrize("depthwise", [False, True])
+    def test_conv_relu_add_fuse_into_one_kernel_equal_to_unfused(self, depthwise):
+        g, inputs = conv_block(depthwise)
+        want = evaluate(g, inputs)["out"]
+        for streams in (1, 2):
+            fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
+            (k,) = fused.graph.kernels()
+            assert [s.op for s in k.fused.steps] == ["conv2d", "relu", "add"]
+            got = SequentialExecutor(fused).run(inputs).outputs["out"]
+            np.testing.assert_array_equal(got, want)
+
+    @needs_cxx
+    @pytest.mark.parametrize("depthwise", [False, True])
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, so_dir):
+        g, inputs = conv_block(depthwise)
+        vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
+        for nid in g.topological_order():
+            node = g.node(nid)
+            if node.is_kernel:
+                outs = run_c(g, node, [vals[b] for b in node.inputs], so_dir)
+                vals.update(zip(node.outputs, outs, strict=True))
+        unfused = vals[g.buffer_by_name("out").id]
+        fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
+        (k,) = fg.kernels()
+        (fused,) = run_c(fg, k, [inputs[fg.buffer(b).name] for b in k.inputs], so_dir)
+        np.testing.assert_array_equal(fused, unfused)
+
+
+# ------------------------------------------------------------------------------ pooling
+@st.composite
+def pool_cases(draw, kind):
+    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) if kind == "max" else (1, 1)
+    ph, pw = draw(st.integers(0, r // 2)), draw(st.integers(0, s // 2))
+    h = draw(st.integers(max(1, dh * (r - 1) + 1 - 2 * ph), 8))
+    w = draw(st.integers(max(1, dw * (s - 1) + 1 - 2 * pw), 8))
+    params = {
+        "kernel_h": r,
+        "kernel_w": s,
+        "stride_h": draw(st.integers(1, 3)),
+        "stride_w": draw(st.integers(1, 3)),
+        "pad_h": ph,
+        "pad_w": pw,
+        "ceil_mode": int(draw(st.booleans())),
+    }
+    if kind == "max":
+        params |= {"dilation_h": dh, "dilation_w": dw}
+    else:
+        params["count_include_pad"] = int(draw(st.booleans()))
+        params["divisor_override"] = draw(st.sampled_from([0, 0, 0, 2]))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w)
+    return shape, params
+
+
+def torch_pool(kind, x, p, dtype=torch.float32):
+    t = torch.from_numpy(x).to(dtype)
+    k, st_, pad = (
+        (p["kernel_h"], p["kernel_w"]),
+        (p["stride_h"], p["stride_w"]),
+        (p["pad_h"], p["pad_w"]),
+    )
+    if kind == "max":
+        d = (p["dilation_h"], p["dilation_w"])
+        return F.max_pool2d(t, k, st_, pad, d, ceil_mode=bool(p["ceil_mode"])).numpy()
+    return F.avg_pool2d(
+        t,
+        k,
+        st_,
+        pad,
+        ceil_mode=bool(p["ceil_mode"]),
+        count_include_pad=bool(p["count_include_pad"]),
+        divisor_override=p["divisor_override"] or None,
+    ).numpy()
+
+
+def with_specials(seed, shape):
+    """Normal values with some NaN and infinities (max pooling must propagate NaN)."""
+    (x,) = randn(seed, shape)
+    rng = np.random.default_rng(seed + 1)
+    mask = rng.random(shape)
+    x[mask < 0.05] = np.nan
+    x[(mask >= 0.05) & (mask < 0.1)] = np.inf
+    x[(mask >= 0.1) & (mask < 0.15)] = -np.inf
+    return x
+
+
+class TestPooling:
+    def test_raises_on_padding_over_half_the_window(self):
+        op = ops.get("max_pool2d")
+        params = {**op.defaults, "kernel_h": 2, "kernel_w": 2, "pad_h": 2}
+        with pytest.raises(InvalidArgument, match="more than half"):
+            ops.infer_shape(op, [(1, 1, 8, 8)], params, "p")
+
+    def test_raises_on_a_non_nchw_input(self):
+        op = ops.get("avg_pool2d")
+        with pytest.raises(InvalidArgument, match="NCHW input of 4 dimensions"):
+            ops.infer_shape(op, [(8, 8)], op.defaults, "p")
+
+    @SETTINGS
+    @given(case=pool_cases("max"), seed=st.integers(0, 2**31))
+    def test_max_pool_reference_equals_torch_with_nan_and_inf(self, case, seed):
+        shape, params = case
+        x = with_specials(seed, shape)
+        op = ops.get("max_pool2d")
+        got = op.reference([x], **{**op.defaults, **params})
+        np.testing.assert_array_equal(got, torch_pool("max", x, params))
+
+    @SETTINGS
+    @given(case=pool_cases("avg"), seed=st.integers(0, 2**31))
+    def test_avg_pool_reference_is_one_rounding_from_torch_float64(self, case, seed):
+        shape, params = case
+        (x,) = randn(seed, shape)
+        op = ops.get("avg_pool2d")
+        got = op.reference([x], **{**op.defaults, **params}).astype(np.float64)
+        exact = torch_pool("avg", x, params, torch.float64)
+        assert got.shape == exact.shape
+        assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
+
+    @needs_cxx
+    @SETTINGS
+    @given(
+        kind=st.sampled_from(["max", "avg"]),
+        data=st.data(),
+        seed=st.integers(0, 2**31),
+        block=st.sampled_from([1, 4, 32]),
+    )
+    def test_generated_c_equals_reference(self, kind, data, seed, block, so_dir):
+        shape, params = data.draw(pool_cases(kind))
+        x = with_specials(seed, shape) if kind == "max" else randn(seed, shape)[0]
+        g, node = graph_of(f"{kind}_pool2d", [shape], params)
+        want = evaluate(g, {"in0": x})["out"]
+        (c,) = run_c(g, node, [x], so_dir, block)
+        if kind == "max":
+            np.testing.assert_array_equal(c, want)
+        else:  # a float32 sum of the window (at most 9 terms), then one division
+            window = params["kernel_h"] * params["kernel_w"]
+            mag = torch_pool("avg", np.abs(x), params, torch.float64)
+            np.testing.assert_array_less(np.abs(c - want), (window + 2) * U * mag * 2 + 1e-30)
+
+    @SETTINGS
+    @given(
+        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
+        out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+        seed=st.integers(0, 2**31),
+    )
+    def test_adaptive_avg_pool_reference_and_c(self, shape, out, seed, tmp_path_factory):
+        (x,) = randn(seed, shape)
+        params = {"out_h": out[0], "out_w": out[1]}
+        op = ops.get("adaptive_avg_pool2d")
+        got = op.reference([x], **params).astype(np.float64)
+        exact = F.adaptive_avg_pool2d(t64(x), out).numpy()
+        assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
+        if CXX is not None:
+            g, node = graph_of("adaptive_avg_pool2d", [shape], params)
+            (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive"))
+            mag = F.adaptive_avg_pool2d(t64(np.abs(x)), out).numpy()
+            window = math.ceil(shape[2] / out[0] + 1) * math.ceil(shape[3] / out[1] + 1)
+            assert np.all(np.abs(c - got) <= (window + 2) * U * mag + 1e-30)
+
+
+# ------------------------------------------------------------------------------ pad and cat
+class TestPadAndCat:
+    @needs_cxx
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(3, 6), st.integers(3, 6)),
+        pads=st.tuples(*[st.integers(-1, 2)] * 4),
+        value=st.sampled_from([0.0, -0.0, 1.5, -3e38]),
+        seed=st.integers(0, 2**31),
+    )
+    def test_constant_pad_equals_torch_and_c(self, shape, pads, value, seed, so_dir):
+        x = with_specials(seed, shape)
+        left, right, top, bottom = pads
+        params = {"pad_left": left, "pad_right": right, "pad_top": top, "pad_bottom": bottom}
+        params["value"] = value
+        got = ops.get("constant_pad").reference([x], **params)
+        want = F.pad(torch.from_numpy(x), pads, value=value).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+        g, node = graph_of("constant_pad", [shape], params)
+        (c,) = run_c(g, node, [x], so_dir)
+        np.testing.assert_array_equal(c, want)
+        assert np.array_equal(np.signbit(c), np.signbit(want))
+
+    def test_raises_when_cat_inputs_differ_off_the_axis(self):
+        with pytest.raises(InvalidArgument, match="other than the concatenation axis 1"):
+            ops.infer_shape(cat_op(2), [(2, 3), (3, 3)], {"axis": 1}, "cat")
+
+    @needs_cxx
+    @SETTINGS
+    @given(
+        k=st.integers(1, 4),
+        base=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+        data=st.data(),
+        seed=st.integers(0, 2**31),
+    )
+    def test_cat_equals_torch_and_c(self, k, base, data, seed, so_dir):
+        axis = data.draw(st.integers(-len(base), len(base) - 1))
+        sizes = data.draw(st.lists(st.integers(1, 3), min_size=k, max_size=k))
+        shapes = []
+        for d in sizes:
+            s = list(base)
+            s[axis] = d
+            shapes.append(tuple(s))
+        xs = randn(seed, *shapes)
+        op = cat_op(k)
+        want = torch.cat([torch.from_numpy(x) for x in xs], dim=axis).numpy()
+        np.testing.assert_array_equal(op.reference(xs, axis=axis), want)
+        g, node = graph_of(op.name, shapes, {"axis": axis})
+        (c,) = run_c(g, node, xs, so_dir)
+        np.testing.assert_array_equal(c, want)
+
+
+# ------------------------------------------------------------------------------ NVRTC
+NVRTC_CASES = {
+    "conv2d": ([(1, 4, 8, 8), (6, 2, 3, 3)], {"stride_h": 2, "pad_top": 1, "pad_left": 1}),
+    "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
+    "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
+    "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
+    "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
+    "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
+    "cat_3": ([(2, 1, 3), (2, 2, 3), (2, 4, 3)], {"axis": 1}),
+}
+
+
+class TestNvrtc:
+    def test_every_lib_conv_op_has_a_case(self):
+        from oxiwork.ops.lib_conv import CONV_OPS
+
+        assert {op.name for op in CONV_OPS} <= set(NVRTC_CASES)
+
+    @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+    @pytest.mark.parametrize("name", sorted(NVRTC_CASES))
+    def test_compiles(self, nvrtc_compile, name, arch):
+        shapes, params = NVRTC_CASES[name]
+        g, node = graph_of(name, shapes, params)
+        ks = kernel_source(g, node)
+        assert nvrtc_compile(ks.source, ks.function_name, arch)
+
+    @pytest.mark.parametrize("depthwise", [False, True])
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise):
+        g, _ = conv_block(depthwise)
+        fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
+        (k,) = fg.kernels()
+        ks = kernel_source(fg, k)
+        assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
