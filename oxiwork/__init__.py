@@ -25,6 +25,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.node import (
     Buffer,
     BufferId,
+    CondKind,
     GraphNode,
     KernelConfig,
     MemcpyDir,
@@ -51,6 +52,7 @@ __all__ = [
     "Buffer",
     "BufferId",
     "ComputeGraph",
+    "CondKind",
     "ExecutionPlan",
     "GraphBuilder",
     "GraphError",

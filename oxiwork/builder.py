@@ -45,8 +45,10 @@ from oxiwork.error import (
 )
 from oxiwork.graph import ComputeGraph, check_buffer, check_node, check_view
 from oxiwork.node import (
+    MEMORY_KINDS,
     Buffer,
     BufferId,
+    CondKind,
     GraphNode,
     KernelConfig,
     MemcpyDir,
@@ -164,6 +166,20 @@ class KernelBuilder:
         return self._finished
 
 
+def _accesses(
+    bodies: Iterable[ComputeGraph], condition: BufferId | None = None
+) -> tuple[tuple[BufferId, ...], tuple[BufferId, ...]]:
+    """The inputs and outputs of a node running ``bodies``: the union of their accesses
+    (and the condition, read), by id."""
+    reads = {condition} if condition is not None else set()
+    writes: set[BufferId] = set()
+    for g in bodies:
+        for n in g.nodes:
+            reads.update(n.inputs)
+            writes.update(n.outputs)
+    return tuple(sorted(reads)), tuple(sorted(writes))
+
+
 def _op_for_name(name: str) -> str | None:
     return name if ops.get(name) is not None else None
 
@@ -193,6 +209,8 @@ class GraphBuilder:
         self._buffer_index: dict[BufferId, int] = {}
         self.notes: list[str] = []
         self.warnings: list[str] = []
+        # The builder whose buffers this one shares (itself, unless made by body()).
+        self._root: GraphBuilder = self
 
     @classmethod
     def from_graph(cls, graph: ComputeGraph) -> GraphBuilder:
@@ -235,7 +253,15 @@ class GraphBuilder:
         *,
         external: bool = False,
     ) -> BufferId:
-        """Declare a device buffer of ``size_bytes`` bytes and return its id."""
+        """Declare a device buffer of ``size_bytes`` bytes and return its id.
+
+        In a body builder (:meth:`body`) the buffer belongs to the outer graph, which the
+        body shares its buffers with.
+        """
+        if self._root is not self:
+            return self._root.alloc_buffer(
+                name, size_bytes, dtype, shape, alignment, external=external
+            )
         _check_name(name, "buffer")
         if name in self._buffer_names:
             raise InvalidArgument(f"a buffer named {name!r} already exists; pick another name")
@@ -477,6 +503,334 @@ class GraphBuilder:
         _check_name(name, "barrier")
         return self._add(name=name, kind=NodeKind.Barrier)
 
+    # ------------------------------------------------------------------ graph nodes
+    def body(self) -> GraphBuilder:
+        """A builder for a body graph (of a child graph or a conditional) of this graph.
+
+        The body shares this builder's buffers: it uses the ids :meth:`alloc_buffer`
+        returned here, and a buffer it allocates belongs to the outer graph. Its nodes have
+        their own ids. Pass it, unbuilt, to :meth:`add_child_graph`, :meth:`add_if`,
+        :meth:`add_while` or :meth:`add_switch`; a body may be empty.
+
+        Examples
+        --------
+        >>> from oxiwork import GraphBuilder
+        >>> b = GraphBuilder()
+        >>> x, y = b.alloc_buffer("x", 1024), b.alloc_buffer("y", 1024)
+        >>> _ = b.add_memset("zero", 1024, 0, dst=x)
+        >>> inner = b.body()
+        >>> _ = inner.add_kernel("relu", 1, 256).inputs([x]).outputs([y]).finish()
+        >>> child = b.add_child_graph("block", inner)
+        >>> g = b.build()
+        >>> g.node(child).inputs == (x,), g.node(child).outputs == (y,)
+        (True, True)
+        """
+        sub = GraphBuilder()
+        root = self._root
+        sub._root = root
+        sub._buffers = root._buffers  # shared, so the body checks and names them alike
+        sub._buffer_names = root._buffer_names
+        sub._issued_buffers = root._issued_buffers
+        sub._buffer_index = root._buffer_index
+        return sub
+
+    def add_child_graph(self, name: str, body: GraphBuilder | ComputeGraph) -> NodeId:
+        """Run a whole graph as one node (CUDA's child graph node).
+
+        The node reads and writes exactly what its body does, so the data edges to the
+        rest of the graph follow from the buffers, as for any node; every pass treats it
+        as one node.
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        body
+            A builder from :meth:`body` (built here), or a built body graph whose
+            buffers are this builder's.
+
+        Returns
+        -------
+        NodeId
+            The child graph node.
+
+        Examples
+        --------
+        >>> from oxiwork import GraphBuilder, MemcpyDir
+        >>> b = GraphBuilder()
+        >>> x, y = b.alloc_buffer("x", 1024), b.alloc_buffer("y", 1024)
+        >>> up = b.add_memcpy("up", MemcpyDir.HostToDevice, 1024, dst=x)
+        >>> inner = b.body()
+        >>> _ = inner.add_kernel("relu", 1, 256).inputs([x]).outputs([y]).finish()
+        >>> child = b.add_child_graph("block", inner)
+        >>> g = b.build()
+        >>> g.edges == ((up, child),), g.node(child).bodies[0].num_nodes
+        (True, 1)
+        """
+        _check_name(name, "child graph")
+        graph = self._body_graph(body, f"body of child graph {name!r}")
+        ins, outs = _accesses([graph])
+        return self._add(
+            name=name, kind=NodeKind.ChildGraph, inputs=ins, outputs=outs, bodies=(graph,)
+        )
+
+    def add_if(
+        self,
+        name: str,
+        condition: BufferId,
+        then: GraphBuilder | ComputeGraph,
+        otherwise: GraphBuilder | ComputeGraph | None = None,
+    ) -> NodeId:
+        """A conditional IF node: ``then`` runs when ``condition``'s first element is
+        non-zero, ``otherwise`` (if given) when it is zero (CUDA 12.4+ conditional nodes;
+        the else body is CUDA 12.8's).
+
+        The condition is read on the device when the node runs, so the value the graph
+        computed up to that point decides, not a host value.
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        condition
+            The buffer tested (any dtype; see :meth:`~oxiwork.node.CondKind.chooses`).
+        then, otherwise
+            Bodies from :meth:`body` (or built body graphs).
+
+        Returns
+        -------
+        NodeId
+            The conditional node.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from oxiwork import GraphBuilder, MemcpyDir
+        >>> from oxiwork.reference import evaluate
+        >>> b = GraphBuilder()
+        >>> flag, x = b.alloc_buffer("flag", 4, "int32"), b.alloc_buffer("x", 1024)
+        >>> _ = b.add_memcpy("up flag", MemcpyDir.HostToDevice, 4, dst=flag)
+        >>> _ = b.add_memcpy("up x", MemcpyDir.HostToDevice, 1024, dst=x)
+        >>> then = b.body()
+        >>> _ = then.add_kernel("neg", 1, 256).inputs([x]).outputs([x]).finish()
+        >>> _ = b.add_if("maybe negate", flag, then)
+        >>> g = b.build()
+        >>> ones = np.ones(256, np.float32)
+        >>> float(evaluate(g, {"flag": np.array([1]), "x": ones})["x"][0])
+        -1.0
+        >>> float(evaluate(g, {"flag": np.array([0]), "x": ones})["x"][0])
+        1.0
+        """
+        bodies = [then] if otherwise is None else [then, otherwise]
+        return self._add_conditional(name, CondKind.If, condition, bodies, 0)
+
+    def add_while(
+        self,
+        name: str,
+        condition: BufferId,
+        body: GraphBuilder | ComputeGraph,
+        max_iterations: int = 1000,
+    ) -> NodeId:
+        """A conditional WHILE node: ``body`` runs while ``condition``'s first element is
+        non-zero, tested before every iteration (the body changes it to end the loop).
+
+        ``max_iterations`` bounds the loop so that nothing hangs: an executor that
+        reaches it with the condition still non-zero raises
+        :class:`~oxiwork.error.IterationLimit` (a GPU would spin forever).
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        condition
+            The buffer tested before each iteration.
+        body
+            A body from :meth:`body` (or a built body graph).
+        max_iterations
+            1..:data:`~oxiwork.validate.MAX_ITERATIONS`.
+
+        Returns
+        -------
+        NodeId
+            The conditional node.
+
+        Examples
+        --------
+        A countdown: ``c = relu(c - 1)`` until ``c`` is 0, so it runs ``ceil(c)`` times.
+
+        >>> import numpy as np
+        >>> from oxiwork import GraphBuilder, MemcpyDir
+        >>> from oxiwork.reference import evaluate
+        >>> b = GraphBuilder()
+        >>> c, one, d = (b.alloc_buffer(n, 4) for n in ("c", "one", "d"))
+        >>> _ = b.add_memcpy("up c", MemcpyDir.HostToDevice, 4, dst=c)
+        >>> _ = b.add_memcpy("up one", MemcpyDir.HostToDevice, 4, dst=one)
+        >>> loop = b.body()
+        >>> k = loop.add_kernel("sub", 1, 32).inputs([c, one]).outputs([d]).finish()
+        >>> _ = loop.add_kernel("relu", 1, 32).inputs([d]).outputs([c]).finish()
+        >>> _ = b.add_while("count down", c, loop, max_iterations=10)
+        >>> g = b.build()
+        >>> out = evaluate(g, {"c": np.array([3.0]), "one": np.array([1.0])})
+        >>> float(out["c"][0]), float(out["d"][0])
+        (0.0, 0.0)
+        """
+        return self._add_conditional(name, CondKind.While, condition, [body], max_iterations)
+
+    def add_switch(
+        self, name: str, condition: BufferId, cases: Sequence[GraphBuilder | ComputeGraph]
+    ) -> NodeId:
+        """A conditional SWITCH node: ``cases[k]`` runs when ``condition``'s first element,
+        truncated to an integer, is ``k``; any other value runs none.
+
+        Parameters
+        ----------
+        name
+            The node's name.
+        condition
+            The buffer whose value picks the case.
+        cases
+            One body per case (from :meth:`body`, or built body graphs).
+
+        Returns
+        -------
+        NodeId
+            The conditional node.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from oxiwork import GraphBuilder, MemcpyDir
+        >>> from oxiwork.reference import evaluate
+        >>> b = GraphBuilder()
+        >>> k, x = b.alloc_buffer("k", 4, "int32"), b.alloc_buffer("x", 16)
+        >>> _ = b.add_memcpy("up k", MemcpyDir.HostToDevice, 4, dst=k)
+        >>> cases = [b.body() for _ in range(3)]
+        >>> for value, case in enumerate(cases):
+        ...     _ = case.add_memset(f"set {value}", 16, value, dst=x)
+        >>> _ = b.add_switch("pick", k, cases)
+        >>> g = b.build()
+        >>> [int(evaluate(g, {"k": np.array([v])})["x"].view(np.uint8)[0]) for v in (2, 1, 7)]
+        [2, 1, 0]
+        """
+        return self._add_conditional(
+            name, CondKind.Switch, condition, _items(cases, f"cases of switch {name!r}"), 0
+        )
+
+    def add_mem_alloc(self, name: str, buffer: BufferId) -> NodeId:
+        """Allocate graph-owned memory for ``buffer`` (CUDA's memory alloc node).
+
+        Every other use of the buffer must come after this node (the data edges follow
+        from program order, as for a write); its lifetime, for liveness, the memory plan
+        and the memory chart, starts here.
+
+        Examples
+        --------
+        >>> from oxiwork import GraphBuilder
+        >>> from oxiwork.analysis import liveness
+        >>> b = GraphBuilder()
+        >>> x, tmp = b.alloc_buffer("x", 1024), b.alloc_buffer("tmp", 1024)
+        >>> _ = b.add_memset("fill", 1024, 1, dst=x)
+        >>> a = b.add_mem_alloc("alloc tmp", tmp)
+        >>> _ = b.add_kernel("relu", 1, 256).inputs([x]).outputs([tmp]).finish()
+        >>> _ = b.add_kernel("neg", 1, 256).inputs([tmp]).outputs([x]).finish()
+        >>> f = b.add_mem_free("free tmp", tmp)
+        >>> g = b.build()
+        >>> start, end = liveness.analyze(g).intervals[tmp]  # [first, last + 1)
+        >>> order = g.topological_order()
+        >>> (order[start], order[end - 1]) == (a, f)
+        True
+        """
+        return self._add_memory_node(name, buffer, NodeKind.MemAlloc)
+
+    def add_mem_free(self, name: str, buffer: BufferId) -> NodeId:
+        """Free the graph-owned ``buffer`` (CUDA's memory free node; it needs an alloc node
+        of this graph). Every other use must come before it: a use after free or a second
+        free is refused when the graph is built (:class:`~oxiwork.error.InvalidLifetime`).
+
+        Examples
+        --------
+        >>> from oxiwork import GraphBuilder
+        >>> from oxiwork.error import InvalidLifetime
+        >>> b = GraphBuilder()
+        >>> tmp = b.alloc_buffer("tmp", 64)
+        >>> _ = b.add_mem_alloc("alloc", tmp)
+        >>> _ = b.add_mem_free("free", tmp)
+        >>> _ = b.add_memset("late", 64, 0, dst=tmp)
+        >>> try:
+        ...     b.build()
+        ... except InvalidLifetime as e:
+        ...     print(e.buffer, e.node)
+        tmp 2
+        """
+        return self._add_memory_node(name, buffer, NodeKind.MemFree)
+
+    def _add_memory_node(self, name: str, buffer: BufferId, kind: NodeKind) -> NodeId:
+        _check_name(name, kind.noun)
+        bid = self._check_buffer(buffer, name)
+        buf = self._buffers[self._buffer_pos(bid)]
+        if buf.external or buf.base is not None:
+            what = "external (the user owns it)" if buf.external else "a view (it owns no memory)"
+            raise InvalidArgument(
+                f"{kind.noun} {name!r}: buffer {buf.name!r} is {what}; allocate graph-owned "
+                "memory with alloc_buffer"
+            )
+        return self._add(name=name, kind=kind, outputs=(bid,))
+
+    def _add_conditional(
+        self,
+        name: str,
+        kind: CondKind,
+        condition: BufferId,
+        bodies: list[Any],
+        max_iterations: int,
+    ) -> NodeId:
+        _check_name(name, "conditional")
+        cond = self._check_buffer(condition, name)
+        if kind is CondKind.While:
+            validate.iterations(max_iterations, f"max_iterations of {name!r}")
+        if not bodies:
+            raise InvalidArgument(f"{kind.name.upper()} node {name!r} needs at least one body")
+        graphs = tuple(
+            self._body_graph(body, f"body {k} of {kind.name.upper()} node {name!r}")
+            for k, body in enumerate(bodies)
+        )
+        ins, outs = _accesses(graphs, cond)
+        return self._add(
+            name=name,
+            kind=NodeKind.Conditional,
+            inputs=ins,
+            outputs=outs,
+            bodies=graphs,
+            cond_kind=kind,
+            condition=cond,
+            max_iterations=max_iterations,
+        )
+
+    def _body_graph(self, body: Any, what: str) -> ComputeGraph:
+        """``body`` as a built body graph of this builder (built here if a builder)."""
+        if isinstance(body, GraphBuilder):
+            if body._root is not self._root or body is self._root:
+                raise InvalidArgument(
+                    f"{what} was not made by this builder's body(); make bodies with "
+                    "b.body() so that they share b's buffers"
+                )
+            if body is self:
+                raise InvalidArgument(f"{what} is the builder it is added to")
+            return body.build()
+        if isinstance(body, ComputeGraph):
+            for buf in body.buffers:
+                ours = self._issued_buffers.get(int(buf.id))
+                if ours is None or self._buffers[self._buffer_pos(ours)].name != buf.name:
+                    raise InvalidArgument(
+                        f"{what} uses buffer {buf.name!r}, which is not a buffer of this "
+                        "builder; build bodies with this builder's body()"
+                    )
+            return body
+        raise InvalidArgument(
+            f"{what} must be a GraphBuilder from body() or a ComputeGraph, got "
+            f"{type(body).__name__}"
+        )
+
     # ------------------------------------------------------------------ dependencies
     def dep(self, before: NodeId, after: NodeId) -> None:
         """``after`` depends on ``before``; rejects self-loops and edges closing a cycle."""
@@ -549,7 +903,8 @@ class GraphBuilder:
             raise InvalidArgument(
                 f"kernel(s) {names} were started but never finished: call .finish()"
             )
-        if not self._nodes:
+        is_body = self._root is not self
+        if not self._nodes and not is_body:  # an empty body is allowed, as in CUDA
             raise EmptyGraph("the graph has no nodes; add at least one kernel, copy or memset")
         # A 100k-node build allocates about a million small containers, and every
         # generation-2 collection they trigger walks the whole (growing) heap: a third of the
@@ -596,8 +951,11 @@ class GraphBuilder:
                     if w is not None and w != nid:
                         edges[(w, nid)] = None
                     last_writer[bid] = nid
-                    written.add(bid)
-            for n in nodes:
+                    # Graph-owned memory is allocated, not written: reading it before a
+                    # write is the same mistake as reading any unwritten buffer.
+                    if n.kind not in MEMORY_KINDS:
+                        written.add(bid)
+            for n in nodes if not is_body else ():  # a body reads what the outer graph wrote
                 for bid in n.inputs:
                     bid = root.get(bid, bid)
                     buf = self._buffers[self._buffer_index[bid]]
@@ -609,9 +967,14 @@ class GraphBuilder:
                         )
             # Every node and buffer passed the value rules when it was added (_add,
             # alloc_buffer); the graph checks only the copies that _bind_copies replaced.
+            buffers = self._buffers
+            if is_body:  # only the outer graph's buffers the body uses
+                used = {b for n in nodes for b in (*n.inputs, *n.outputs)}
+                used |= {b.base for b in buffers if b.id in used and b.base is not None}
+                buffers = [b for b in buffers if b.id in used]
             graph = ComputeGraph(
                 tuple(nodes),
-                tuple(self._buffers),
+                tuple(buffers),
                 tuple(edges),
                 {"_trusted": (self._nodes, self._buffers)},
             )

@@ -27,7 +27,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oxiwork.analysis import paused_gc
+from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import GraphError
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
 from oxiwork.ops.program import bind, signature
@@ -115,6 +115,25 @@ def _memset_time(graph: ComputeGraph, node: GraphNode, p: DeviceProfile) -> floa
     return max(node.size_bytes / p.hbm_bandwidth, p.min_kernel_time)
 
 
+def _body_time(body: ComputeGraph, p: DeviceProfile) -> float:
+    """A body graph runs as a graph: its time is its critical path under this model."""
+    if not body.nodes:
+        return 0.0
+    costs = {n.id: node_time(body, n, p) for n in body.nodes}
+    return float(topo.analyze(body, costs).makespan)
+
+
+def _child_time(graph: ComputeGraph, node: GraphNode, p: DeviceProfile) -> float:
+    return _body_time(node.bodies[0], p)
+
+
+def _conditional_time(graph: ComputeGraph, node: GraphNode, p: DeviceProfile) -> float:
+    # The kernel that sets the handle from the condition buffer, then the longest body
+    # once: the model cannot know the condition's value, nor a WHILE's iteration count,
+    # so this is the cost of one pass through the worst body.
+    return p.min_kernel_time + max((_body_time(b, p) for b in node.bodies), default=0.0)
+
+
 # Bandwidth per copy direction: DeviceToDevice reads and writes HBM, so half its bandwidth.
 _COPY_BANDWIDTH: dict[MemcpyDir | None, Callable[[DeviceProfile], float]] = {
     MemcpyDir.HostToDevice: lambda p: p.host_bandwidth,
@@ -133,6 +152,12 @@ _RULES: dict[NodeKind, Callable[[ComputeGraph, GraphNode, DeviceProfile], float]
     NodeKind.EventWait: lambda g, n, p: p.event_time,
     NodeKind.HostCallback: lambda g, n, p: p.host_callback_time,
     NodeKind.Barrier: lambda g, n, p: p.barrier_time,
+    NodeKind.ChildGraph: _child_time,
+    NodeKind.Conditional: _conditional_time,
+    # Graph-owned memory is reserved when the graph is instantiated; on a launch the
+    # alloc/free nodes only order, like a barrier.
+    NodeKind.MemAlloc: lambda g, n, p: p.barrier_time,
+    NodeKind.MemFree: lambda g, n, p: p.barrier_time,
 }
 
 

@@ -27,7 +27,9 @@ __all__ = [
     "GraphResult",
     "GraphWarning",
     "InvalidArgument",
+    "InvalidLifetime",
     "InvalidPlan",
+    "IterationLimit",
     "MalformedFile",
     "MessageError",
     "RaceError",
@@ -143,12 +145,30 @@ class UnorderedAccess(InvalidPlan):
         self.in_plan = in_plan
 
 
+class InvalidLifetime(InvalidPlan):
+    """Graph-owned memory used outside its alloc/free nodes: a use before the alloc, a use
+    after the free, a double free, or a free of memory the graph did not allocate.
+
+    ``buffer`` names the buffer, ``node`` the node id at fault.
+    """
+
+    def __init__(self, message: str, *, buffer: str = "", node: int = -1) -> None:
+        super().__init__(message)
+        self.buffer = buffer
+        self.node = node
+
+
 class UnsupportedOp(GraphError):
     """A kernel has no numpy reference or no CUDA C, so its values cannot be computed."""
 
 
 class ExecutionError(GraphError):
     """A step failed while executing a plan; names the step, node and buffer."""
+
+
+class IterationLimit(ExecutionError):
+    """A WHILE node ran ``max_iterations`` times and its condition was still non-zero: the
+    body never ends the loop (on a GPU it would hang). Raised instead of running on."""
 
 
 class RaceError(ExecutionError):

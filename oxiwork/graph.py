@@ -43,9 +43,11 @@ from oxiwork.error import (
     UnorderedAccess,
 )
 from oxiwork.node import (
+    BODY_KINDS,
     DTYPES,
     Buffer,
     BufferId,
+    CondKind,
     FusedProgram,
     FusedStep,
     GraphNode,
@@ -73,8 +75,9 @@ JSON_FORMAT = "oxiwork.graph"
 JSON_VERSION = 1
 #: Largest graph file :meth:`ComputeGraph.from_json` reads (a 100k-node graph is ~50 MB).
 MAX_JSON_BYTES = 512 * 2**20
-#: Deepest nesting of arrays and objects in a graph file (the format itself needs 6).
-MAX_JSON_DEPTH = 16
+#: Deepest nesting of arrays and objects in a graph file: the format itself needs 8, and
+#: each level of body graphs (child graphs, conditionals) 4 more.
+MAX_JSON_DEPTH = 8 + 4 * validate.MAX_BODY_DEPTH
 #: Most characters of one number in a graph file (2**64 has 20 digits; a float's repr 24).
 MAX_JSON_NUMBER = 32
 
@@ -211,6 +214,12 @@ class ComputeGraph:
                         f"node {n.name!r} (id {int(n.id)}) uses buffer id {int(bid)}, which "
                         "is not in this graph; allocate the buffer in the same builder"
                     )
+            if n.condition is not None and n.condition not in buf_index:
+                raise UnknownBuffer(
+                    f"conditional {n.name!r} (id {int(n.id)}) tests buffer id "
+                    f"{int(n.condition)}, which is not in this graph; allocate the condition "
+                    "buffer in the same builder"
+                )
             if n.kind is NodeKind.EventWait and (n.event is None or n.event not in node_index):
                 raise UnknownNode(
                     f"event wait {n.name!r} waits for node {n.event!r}, which is not an event "
@@ -553,7 +562,7 @@ class ComputeGraph:
         ...     ComputeGraph.from_json("[" * 100_000)
         ... except MalformedFile as e:
         ...     print(e)
-        arrays and objects nest 100000 deep; a graph file nests at most 16 deep
+        arrays and objects nest 100000 deep; a graph file nests at most 40 deep
         """
         return cls.from_dict(_load_json(text))
 
@@ -799,7 +808,27 @@ def _fused_to_dict(p: FusedProgram) -> dict[str, Any]:
     }
 
 
+def _body_to_dict(g: ComputeGraph) -> dict[str, Any]:
+    """A body graph: the parts of :meth:`ComputeGraph.to_dict` without format and version
+    (the file's own say which)."""
+    return {
+        "buffers": [_buffer_to_dict(b) for b in g.buffers],
+        "nodes": [_node_to_dict(n) for n in g.nodes],
+        "edges": [[int(a), int(b)] for a, b in g.edges],
+    }
+
+
 def _node_to_dict(n: GraphNode) -> dict[str, Any]:
+    out = _plain_node_to_dict(n)
+    if n.kind in BODY_KINDS:  # only these carry the fields (older files stay as they were)
+        out["bodies"] = [_body_to_dict(b) for b in n.bodies]
+        out["cond_kind"] = None if n.cond_kind is None else n.cond_kind.value
+        out["condition"] = None if n.condition is None else int(n.condition)
+        out["max_iterations"] = n.max_iterations
+    return out
+
+
+def _plain_node_to_dict(n: GraphNode) -> dict[str, Any]:
     return {
         "id": int(n.id),
         "name": n.name,
@@ -976,6 +1005,22 @@ def check_node(n: GraphNode) -> None:
     if n.event is not None:
         validate.ident(n.event, f"event of {what}")
     validate.text(n.label, f"label of {what}")
+    if not isinstance(n.bodies, tuple) or len(n.bodies) > validate.MAX_BODIES:
+        raise InvalidArgument(
+            f"bodies of {what} must be a tuple of at most {validate.MAX_BODIES} ComputeGraphs"
+        )
+    for k, body in enumerate(n.bodies):
+        if not isinstance(body, ComputeGraph):
+            raise InvalidArgument(
+                f"body {k} of {what} must be a ComputeGraph, got {type(body).__name__}; make "
+                "it with GraphBuilder.body() and build()"
+            )
+    if n.cond_kind is not None and not isinstance(n.cond_kind, CondKind):
+        raise InvalidArgument(f"cond_kind of {what} must be a CondKind")
+    if n.condition is not None:
+        validate.ident(n.condition, f"condition of {what}: buffer id")
+    if n.max_iterations != 0:
+        validate.iterations(n.max_iterations, f"max_iterations of {what}")
 
 
 # Fast paths of check_buffer/check_node: plain boolean tests of the common, valid case
@@ -1074,6 +1119,10 @@ def _node_ok(n: GraphNode) -> bool:
         and 0 <= n.memset_value <= 255
         and (n.event is None or (type(n.event) is NodeId and 0 <= n.event <= _MAX_ID))
         and (n.label == "" or (type(n.label) is str and len(n.label) <= validate.MAX_NAME_LENGTH and n.label.isprintable()))
+        and not n.bodies
+        and n.cond_kind is None
+        and n.condition is None
+        and n.max_iterations == 0
     )  # fmt: skip
 
 
@@ -1318,7 +1367,7 @@ def _fused_from_dict(raw: Any, path: str) -> FusedProgram:
     return FusedProgram(tuple(steps), tuple(f.ids("outputs")))
 
 
-def _node_from_dict(raw: Any, path: str) -> GraphNode:
+def _node_from_dict(raw: Any, path: str, depth: int = 0) -> GraphNode:
     r = _Reader(raw, path)
     cfg_raw = r.get("config", dict, optional=True)
     config = None
@@ -1352,6 +1401,7 @@ def _node_from_dict(raw: Any, path: str) -> GraphNode:
         label=r.raw("label"),
     )  # fmt: skip
     _checked(check_node, n, path)
+    n = _bodies_from_dict(r, n, depth)
     fused = n.fused
     if fused is not None:
         fused = FusedProgram(
@@ -1375,6 +1425,74 @@ def _node_from_dict(raw: Any, path: str) -> GraphNode:
     )
 
 
+def _bodies_from_dict(r: _Reader, n: GraphNode, depth: int) -> GraphNode:
+    """The optional body fields of a node (child graphs, conditionals), bodies read
+    recursively up to :data:`~oxiwork.validate.MAX_BODY_DEPTH` levels."""
+    raw_bodies = r.get("bodies", list, optional=True)
+    cond_kind = r.get("cond_kind", str, optional=True)
+    condition = r.raw("condition", optional=True)
+    max_iterations = r.raw("max_iterations", optional=True)
+    if raw_bodies is None and cond_kind is None and condition is None and max_iterations is None:
+        return n
+    bodies: list[ComputeGraph] = []
+    if raw_bodies:
+        if depth >= validate.MAX_BODY_DEPTH:
+            raise MalformedFile(
+                f"{r.path}.bodies: body graphs nest more than {validate.MAX_BODY_DEPTH} deep "
+                "(oxiwork.validate.MAX_BODY_DEPTH)"
+            )
+        if len(raw_bodies) > validate.MAX_BODIES:
+            raise MalformedFile(
+                f"{r.path}.bodies: {len(raw_bodies)} bodies; at most {validate.MAX_BODIES}"
+            )
+        bodies = [
+            _parts_from_dict(_Reader(b, f"{r.path}.bodies[{k}]"), depth + 1)
+            for k, b in enumerate(raw_bodies)
+        ]
+    m = replace(
+        n,
+        bodies=tuple(bodies),
+        cond_kind=None if cond_kind is None else _enum(CondKind, cond_kind, f"{r.path}.cond_kind"),
+        condition=condition,
+        max_iterations=0 if max_iterations is None else max_iterations,
+    )
+    _checked(check_node, m, r.path)
+    return replace(m, condition=None if condition is None else BufferId(condition))
+
+
+def _parts_from_dict(top: _Reader, depth: int) -> ComputeGraph:
+    """Buffers, nodes and edges of a graph (a file's top level, or a body at ``depth``)."""
+    path = top.path
+    buffers = [
+        _buffer_from_dict(raw, f"{path}.buffers[{i}]")
+        for i, raw in enumerate(top.get("buffers", list))
+    ]
+    nodes = [
+        _node_from_dict(raw, f"{path}.nodes[{i}]", depth)
+        for i, raw in enumerate(top.get("nodes", list))
+    ]
+    edges: list[tuple[NodeId, NodeId]] = []
+    for i, e in enumerate(top.get("edges", list)):
+        ok = isinstance(e, list) and len(e) == 2
+        if ok:
+            try:
+                for x in e:
+                    validate.ident(x, f"{path}.edges[{i}]: node id")
+            except InvalidArgument as err:
+                raise MalformedFile(str(err)) from None
+        else:
+            raise MalformedFile(f"{path}.edges[{i}]: expected [int, int], got {validate.shown(e)}")
+        edges.append((NodeId(e[0]), NodeId(e[1])))
+    try:
+        return ComputeGraph(tuple(nodes), tuple(buffers), tuple(edges))
+    except MalformedFile:
+        raise
+    except (InvalidArgument, UnknownBuffer, UnknownNode, CycleError) as e:
+        if depth == 0:
+            raise
+        raise MalformedFile(f"{path}: {e}") from None
+
+
 def _graph_from_dict(data: Any) -> ComputeGraph:
     top = _Reader(data, "graph")
     fmt = top.get("format", str)
@@ -1386,23 +1504,4 @@ def _graph_from_dict(data: Any) -> ComputeGraph:
             f"graph.version is {validate.shown(version)}; this oxiwork reads version "
             f"{JSON_VERSION}: re-export the graph with a matching oxiwork"
         )
-    buffers = [
-        _buffer_from_dict(raw, f"graph.buffers[{i}]")
-        for i, raw in enumerate(top.get("buffers", list))
-    ]
-    nodes = [
-        _node_from_dict(raw, f"graph.nodes[{i}]") for i, raw in enumerate(top.get("nodes", list))
-    ]
-    edges: list[tuple[NodeId, NodeId]] = []
-    for i, e in enumerate(top.get("edges", list)):
-        ok = isinstance(e, list) and len(e) == 2
-        if ok:
-            try:
-                for x in e:
-                    validate.ident(x, f"graph.edges[{i}]: node id")
-            except InvalidArgument as err:
-                raise MalformedFile(str(err)) from None
-        else:
-            raise MalformedFile(f"graph.edges[{i}]: expected [int, int], got {validate.shown(e)}")
-        edges.append((NodeId(e[0]), NodeId(e[1])))
-    return ComputeGraph(tuple(nodes), tuple(buffers), tuple(edges))
+    return _parts_from_dict(top, 0)

@@ -18,13 +18,14 @@ Example
 from __future__ import annotations
 
 import enum
+import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oxiwork import validate
-from oxiwork.error import InvalidArgument
+from oxiwork.error import InvalidArgument, IterationLimit
 from oxiwork.validate import (
     MAX_BLOCK_DIM,
     MAX_BLOCK_THREADS,
@@ -34,14 +35,17 @@ from oxiwork.validate import (
 )
 
 __all__ = [
+    "BODY_KINDS",
     "DTYPES",
     "MAX_BLOCK_DIM",
     "MAX_BLOCK_THREADS",
     "MAX_GRID_X",
     "MAX_GRID_YZ",
     "MAX_SHARED_MEM_BYTES",
+    "MEMORY_KINDS",
     "Buffer",
     "BufferId",
+    "CondKind",
     "FusedProgram",
     "FusedStep",
     "GraphNode",
@@ -50,7 +54,11 @@ __all__ = [
     "NodeId",
     "NodeKind",
     "StreamId",
+    "conditional_runs",
 ]
+
+if TYPE_CHECKING:  # annotations only: graph.py sits above this module
+    from oxiwork.graph import ComputeGraph
 
 # The CUDA limits (MAX_*) are defined with the other bounds in oxiwork.validate.
 
@@ -115,6 +123,17 @@ class NodeKind(enum.Enum):
     EventWait = "event_wait"
     HostCallback = "host_callback"
     Barrier = "barrier"
+    #: runs a whole :class:`~oxiwork.graph.ComputeGraph` (``bodies[0]``) as one node
+    #: (``cudaGraphAddChildGraphNode``).
+    ChildGraph = "child_graph"
+    #: runs one of its ``bodies`` (or none, or one repeatedly) chosen on the device by the
+    #: value of its ``condition`` buffer (``cudaGraphConditionalHandle``, CUDA 12.4+).
+    Conditional = "conditional"
+    #: graph-owned memory: the buffer in ``outputs`` is allocated here
+    #: (``cudaGraphAddMemAllocNode``); every use of it comes after this node.
+    MemAlloc = "mem_alloc"
+    #: frees the buffer in ``outputs`` (``cudaGraphAddMemFreeNode``); every use comes before.
+    MemFree = "mem_free"
 
     @property
     def noun(self) -> str:
@@ -124,6 +143,55 @@ class NodeKind(enum.Enum):
         'host callback'
         """
         return "memcpy" if self is NodeKind.Memcpy else self.value.replace("_", " ")
+
+
+#: Node kinds that hold body graphs in ``GraphNode.bodies``.
+BODY_KINDS = frozenset({NodeKind.ChildGraph, NodeKind.Conditional})
+#: Node kinds that bound a graph-owned buffer's lifetime.
+MEMORY_KINDS = frozenset({NodeKind.MemAlloc, NodeKind.MemFree})
+
+
+class CondKind(enum.Enum):
+    """Which conditional node (CUDA's ``cudaGraphCondType``).
+
+    - ``If``: ``bodies[0]`` runs once when the condition is non-zero; an optional
+      ``bodies[1]`` (else) runs when it is zero (CUDA 12.8's two-body IF).
+    - ``While``: ``bodies[0]`` runs while the condition is non-zero, tested before each
+      iteration (the body may change it); ``max_iterations`` bounds the loop so nothing
+      hangs: an executor that reaches it raises instead of running on.
+    - ``Switch``: ``bodies[k]`` runs for condition value ``k``; a value outside
+      ``0..len(bodies)-1`` runs nothing (as on a GPU).
+
+    >>> CondKind("while").name
+    'While'
+    """
+
+    If = "if"
+    While = "while"
+    Switch = "switch"
+
+    def chooses(self, value: float, n_bodies: int) -> int | None:
+        """Which body runs when the condition's first element is ``value`` (``None``: none).
+
+        The one definition the reference, the simulator and the generated CUDA C (which
+        sets the conditional handle) follow: IF and WHILE test ``value != 0`` (NaN is
+        non-zero, as in C); SWITCH truncates ``value`` towards zero and runs that case when
+        it is in ``0..n_bodies-1`` (a non-finite value runs none).
+
+        >>> CondKind.If.chooses(0.0, 2), CondKind.If.chooses(3.0, 1), CondKind.If.chooses(0, 1)
+        (1, 0, None)
+        >>> CondKind.Switch.chooses(2.9, 3), CondKind.Switch.chooses(3, 3)
+        (2, None)
+        """
+        v = float(value)
+        if self is CondKind.Switch:
+            if not math.isfinite(v):
+                return None
+            k = math.trunc(v)
+            return k if 0 <= k < n_bodies else None
+        if v != 0:  # NaN != 0 too
+            return 0
+        return 1 if self is CondKind.If and n_bodies == 2 else None
 
 
 class MemcpyDir(enum.Enum):
@@ -318,9 +386,17 @@ class GraphNode:
     - copies: ``memcpy_dir``, ``size_bytes``;
     - memsets: ``size_bytes``, ``memset_value`` (a byte value 0..255);
     - event record/wait: ``event`` (the node id of the record a wait waits for);
-    - host callbacks: ``label``, ``fn`` (not serialised, not compared).
+    - host callbacks: ``label``, ``fn`` (not serialised, not compared);
+    - child graphs: ``bodies`` (one :class:`~oxiwork.graph.ComputeGraph`);
+    - conditionals: ``cond_kind`` (:class:`CondKind`), ``condition`` (the buffer whose
+      first element decides, :meth:`CondKind.chooses`), ``bodies`` (IF: then[, else];
+      WHILE: one; SWITCH: one per case) and ``max_iterations`` (WHILE's bound);
+    - memory alloc/free: the buffer in ``outputs`` (both conflict with every other access
+      of it, so the ordering invariant orders them against every use).
 
-    ``inputs``/``outputs`` are the buffers read and written. ``stream`` is a pin or,
+    ``inputs``/``outputs`` are the buffers read and written; for a child graph or a
+    conditional they are the union of its bodies' accesses (and the condition, read), so
+    ordering, races, streams and memory planning treat it as one node touching them. ``stream`` is a pin or,
     after the stream pass, the assigned stream. ``cost`` overrides the cost model.
     """
 
@@ -343,6 +419,10 @@ class GraphNode:
     event: NodeId | None = None
     label: str = ""
     fn: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    bodies: tuple[ComputeGraph, ...] = ()
+    cond_kind: CondKind | None = None
+    condition: BufferId | None = None
+    max_iterations: int = 0
 
     @property
     def is_kernel(self) -> bool:
@@ -373,3 +453,52 @@ def _c_ident(name: str) -> str:
     if not out or out[0].isdigit():
         out = "k_" + out
     return out
+
+
+def conditional_runs(node: GraphNode, read: Callable[[], float], cond_name: str) -> Iterator[int]:
+    """The bodies a conditional node runs, in order, as indices into ``node.bodies``.
+
+    ``read()`` returns the condition's first element *now*; it is called before each
+    iteration, so a WHILE body that changes the condition is seen. The one definition of
+    the control flow the reference evaluator and the simulator share.
+
+    Raises
+    ------
+    IterationLimit
+        A WHILE node would start iteration ``max_iterations + 1``.
+
+    Examples
+    --------
+    >>> n = GraphNode(NodeId(0), "loop", NodeKind.Conditional, cond_kind=CondKind.While,
+    ...               bodies=(None,), max_iterations=5)  # type: ignore[arg-type]
+    >>> counter = [3]
+    >>> def body_ran():
+    ...     counter[0] -= 1
+    >>> runs = []
+    >>> for k in conditional_runs(n, lambda: counter[0], "c"):
+    ...     runs.append(k)
+    ...     body_ran()
+    >>> runs
+    [0, 0, 0]
+    """
+    kind = node.cond_kind
+    if kind is None:
+        raise InvalidArgument(f"{node.name!r} is not a conditional node")
+    count = len(node.bodies)
+    if kind is not CondKind.While:
+        k = kind.chooses(read(), count)
+        if k is not None:
+            yield k
+        return
+    for _ in range(node.max_iterations):
+        if kind.chooses(read(), count) is None:
+            return
+        yield 0
+    value = read()
+    if kind.chooses(value, count) is not None:
+        raise IterationLimit(
+            f"WHILE node {node.name!r} ran its max_iterations={node.max_iterations} "
+            f"iterations and its condition {cond_name!r} is still {float(value):g}: its body never "
+            "sets it to 0 (on a GPU the loop would not end); fix the body, or raise "
+            "max_iterations if the loop really needs more"
+        )

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnknownBuffer
-from oxiwork.node import Buffer, GraphNode, MemcpyDir, NodeKind
+from oxiwork.node import Buffer, GraphNode, MemcpyDir, NodeKind, conditional_runs
 from oxiwork.ops.program import bind, run
 
 if TYPE_CHECKING:
@@ -130,6 +130,30 @@ def _memset(st: _State, node: GraphNode) -> None:
         st.mem[bid][: node.size_bytes] = node.memset_value
 
 
+def _run(st: _State, graph: ComputeGraph) -> None:
+    """Every node of ``graph`` in topological order. A body graph shares the outer graph's
+    buffers (by id), so it runs on the same memory with its own node table."""
+    outer = st.graph
+    st.graph = graph
+    try:
+        for nid in graph.topological_order():
+            node = graph.node(nid)
+            _RULES[node.kind](st, node)
+    finally:
+        st.graph = outer
+
+
+def _child_graph(st: _State, node: GraphNode) -> None:
+    _run(st, node.bodies[0])
+
+
+def _conditional(st: _State, node: GraphNode) -> None:
+    assert node.condition is not None  # verify's rule
+    cond = st.graph.buffer(node.condition)
+    for k in conditional_runs(node, lambda: st.view(cond).reshape(-1)[0], cond.name):
+        _run(st, node.bodies[k])
+
+
 def _nothing(st: _State, node: GraphNode) -> None:
     """Events, barriers and host callbacks order work but change no buffer (the evaluator
     does not run user callbacks: they may have side effects)."""
@@ -143,6 +167,12 @@ _RULES: dict[NodeKind, Callable[[_State, GraphNode], None]] = {
     NodeKind.EventWait: _nothing,
     NodeKind.HostCallback: _nothing,
     NodeKind.Barrier: _nothing,
+    NodeKind.ChildGraph: _child_graph,
+    NodeKind.Conditional: _conditional,
+    # Graph-owned memory starts zeroed here as every buffer does (the first write decides,
+    # and the builder warns about a read before it); a free changes no bytes.
+    NodeKind.MemAlloc: _nothing,
+    NodeKind.MemFree: _nothing,
 }
 
 
@@ -165,9 +195,7 @@ def evaluate_detailed(
                 + ", ".join(repr(b.name) for b in graph.buffers[:20])
             ) from None
     st = _State(graph, inputs, seed)
-    for nid in graph.topological_order():
-        node = graph.node(nid)
-        _RULES[node.kind](st, node)
+    _run(st, graph)
     values = {b.name: st.view(b).copy() for b in graph.buffers}
     return ReferenceResult(values, tuple(st.generated))
 

@@ -46,10 +46,13 @@ __all__ = [
     "MAX_ALIGNMENT",
     "MAX_BLOCK_DIM",
     "MAX_BLOCK_THREADS",
+    "MAX_BODIES",
+    "MAX_BODY_DEPTH",
     "MAX_COST_SECONDS",
     "MAX_GRID_X",
     "MAX_GRID_YZ",
     "MAX_ID",
+    "MAX_ITERATIONS",
     "MAX_NAME_LENGTH",
     "MAX_PARAMS",
     "MAX_PARAM_INT",
@@ -63,6 +66,7 @@ __all__ = [
     "dims",
     "flag",
     "ident",
+    "iterations",
     "name",
     "offset",
     "param_name",
@@ -97,6 +101,12 @@ MAX_RANK = 8
 MAX_PARAMS = 64
 MAX_PARAM_INT = 2**53
 MAX_PARAM_NAME = 64
+#: Deepest nesting of body graphs (child graphs and conditionals inside bodies).
+MAX_BODY_DEPTH = 8
+#: Most bodies of one node (a SWITCH's cases).
+MAX_BODIES = 256
+#: Largest iteration bound of a WHILE node.
+MAX_ITERATIONS = 1_000_000
 
 # CUDA limits (compute capability 7.0 and newer; Hopper allows 227 KiB of dynamic smem).
 MAX_BLOCK_THREADS = 1024
@@ -257,6 +267,15 @@ def cost(value: Any, what: str) -> float:
 def stream(value: Any, what: str) -> int:
     """A stream pin: an int in ``0..MAX_STREAM``."""
     return _bounded(value, what, 0, MAX_STREAM)
+
+
+def iterations(value: Any, what: str) -> int:
+    """A WHILE node's iteration bound: an int in ``1..MAX_ITERATIONS``.
+
+    >>> iterations(10, "max_iterations of 'loop'")
+    10
+    """
+    return _bounded(value, what, 1, MAX_ITERATIONS, " iterations")
 
 
 def byte(value: Any, what: str) -> int:

@@ -15,15 +15,48 @@ Example
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from oxiwork.error import InvalidArgument
-from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
+from oxiwork import validate
+from oxiwork.error import InvalidArgument, InvalidLifetime
+from oxiwork.node import (
+    BODY_KINDS,
+    MEMORY_KINDS,
+    BufferId,
+    CondKind,
+    GraphNode,
+    MemcpyDir,
+    NodeId,
+    NodeKind,
+)
 
 if TYPE_CHECKING:  # only for annotations: this module sits below graph.py (see pyproject)
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["Verifiable", "context", "verify", "verify_graph"]
+__all__ = ["BODY_NODE_KINDS", "Verifiable", "body_depth", "context", "verify", "verify_graph"]
+
+#: What a body graph (of a child graph or a conditional) may hold: CUDA allows kernels,
+#: device copies, memsets, empty nodes, child graphs and conditionals in conditional
+#: bodies; event, host and memory nodes (and host copies) would need the outer graph's
+#: streams, the host or the graph's memory pool, so they stay in the outer graph.
+BODY_NODE_KINDS = frozenset(
+    {
+        NodeKind.KernelLaunch,
+        NodeKind.Memcpy,
+        NodeKind.Memset,
+        NodeKind.Barrier,
+        NodeKind.ChildGraph,
+        NodeKind.Conditional,
+    }
+)
+_HOST_COPIES = frozenset({MemcpyDir.HostToDevice, MemcpyDir.DeviceToHost})
+# How many bodies each conditional takes (inclusive bounds).
+_BODY_COUNTS = {
+    CondKind.If: (1, 2),
+    CondKind.While: (1, 1),
+    CondKind.Switch: (1, validate.MAX_BODIES),
+}
 
 
 @runtime_checkable
@@ -108,8 +141,189 @@ def verify_graph(g: ComputeGraph) -> None:
         _RULES[n.kind](g, n, edge_set)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
+        if n.kind is not NodeKind.Conditional and (
+            n.cond_kind is not None or n.condition is not None or n.max_iterations
+        ):
+            raise InvalidArgument(f"{context(g, n.id)}: only conditionals have a condition")
+        if n.kind not in BODY_KINDS and n.bodies:
+            raise InvalidArgument(
+                f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
+            )
     # Use before def: every conflicting pair of accesses is ordered by the edges.
     g.check_ordering()
+    _check_lifetimes(g)
+
+
+def body_depth(g: ComputeGraph) -> int:
+    """How deep body graphs nest in ``g`` (0: no child graph or conditional), cached.
+
+    >>> from oxiwork.examples import quick_start
+    >>> body_depth(quick_start())
+    0
+    """
+    depth = g._cache.get("body_depth")
+    if depth is None:
+        depth = max((1 + body_depth(b) for n in g.nodes for b in n.bodies), default=0)
+        g._cache["body_depth"] = depth
+    return depth
+
+
+def _check_bodies(g: ComputeGraph, n: GraphNode) -> None:
+    """Each body verifies, holds only what a body may hold, uses the outer graph's buffers,
+    and the node declares exactly the union of its bodies' accesses."""
+    where = context(g, n.id)
+    if 1 + max(body_depth(b) for b in n.bodies) > validate.MAX_BODY_DEPTH:
+        raise InvalidArgument(
+            f"{where}: body graphs nest more than {validate.MAX_BODY_DEPTH} deep "
+            "(oxiwork.validate.MAX_BODY_DEPTH); flatten the inner ones into their parents"
+        )
+    reads: set[BufferId] = set()
+    writes: set[BufferId] = set()
+    for k, body in enumerate(n.bodies):
+        body.verify()
+        for m in body.nodes:
+            if m.kind not in BODY_NODE_KINDS:
+                raise InvalidArgument(
+                    f"{where}: body {k} holds the {m.kind.noun} {m.name!r}; a body holds only "
+                    "kernels, copies, memsets, barriers, child graphs and conditionals (as in "
+                    "CUDA): move it into the outer graph, before or after this node"
+                )
+            if m.kind is NodeKind.Memcpy and m.memcpy_dir in _HOST_COPIES:
+                raise InvalidArgument(
+                    f"{where}: body {k} holds the host copy {m.name!r}; copies in a body stay "
+                    "on the device (as CUDA requires of conditional bodies): copy to or from "
+                    "the host in the outer graph"
+                )
+            reads.update(m.inputs)
+            writes.update(m.outputs)
+        for b in body.buffers:
+            outer = g._cache["buf_index"].get(b.id)
+            # The same buffer but for its arena offset, which the memory pass gives the
+            # outer graph's buffers only (bodies run on the outer graph's placement).
+            same = outer is not None and replace(outer, offset=None) == replace(b, offset=None)
+            if not same:
+                raise InvalidArgument(
+                    f"{where}: body {k} uses buffer {b.name!r} (id {int(b.id)}), which the "
+                    "outer graph does not hold as the same buffer; build bodies with "
+                    "GraphBuilder.body() so they share the outer graph's buffers"
+                )
+    if n.condition is not None:
+        reads.add(n.condition)
+    if set(n.inputs) != reads or set(n.outputs) != writes:
+
+        def names(ids: set[BufferId]) -> str:
+            return ", ".join(sorted(repr(g.buffer(b).name) for b in ids)) or "none"
+
+        raise InvalidArgument(
+            f"{where}: declares reads {names(set(n.inputs))} and writes "
+            f"{names(set(n.outputs))}, but its bodies read {names(reads)} and write "
+            f"{names(writes)}; a {n.kind.noun} node lists exactly its bodies' accesses (the "
+            "builder does this for you) so that ordering and races see them"
+        )
+
+
+def _check_child(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if len(n.bodies) != 1:
+        raise InvalidArgument(
+            f"{context(g, n.id)}: a child graph node holds one body graph, not {len(n.bodies)}"
+        )
+    _check_bodies(g, n)
+
+
+def _check_conditional(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    where = context(g, n.id)
+    if n.cond_kind is None or n.condition is None:
+        raise InvalidArgument(f"{where}: a conditional needs a cond_kind and a condition buffer")
+    lo, hi = _BODY_COUNTS[n.cond_kind]
+    if not lo <= len(n.bodies) <= hi:
+        want = f"{lo}" if lo == hi else f"{lo} to {hi}"
+        raise InvalidArgument(
+            f"{where}: {n.cond_kind.name.upper()} nodes hold {want} bodies, not {len(n.bodies)}"
+        )
+    if (n.cond_kind is CondKind.While) != (n.max_iterations > 0):
+        raise InvalidArgument(
+            f"{where}: max_iterations bounds WHILE nodes only (1..{validate.MAX_ITERATIONS}), "
+            f"got {n.max_iterations} on a {n.cond_kind.name.upper()} node"
+        )
+    _check_bodies(g, n)
+
+
+def _check_memory_node(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+    if n.inputs or len(n.outputs) != 1:
+        raise InvalidArgument(
+            f"{context(g, n.id)}: a {n.kind.noun} node names exactly one buffer, in outputs"
+        )
+    buf = g.buffer(n.outputs[0])
+    if buf.external or buf.base is not None:
+        what = "external (the user owns it)" if buf.external else "a view (it owns no memory)"
+        raise InvalidArgument(
+            f"{context(g, n.id)}: buffer {buf.name!r} is {what}; only graph-owned buffers "
+            "are allocated and freed by the graph"
+        )
+
+
+def _check_lifetimes(g: ComputeGraph) -> None:
+    """Graph-owned memory: one alloc before every use, at most one free after every use.
+
+    Runs after :meth:`~ComputeGraph.check_ordering`: alloc and free nodes list their buffer
+    as written, so every other access is ordered against them by a path, and the
+    topological rank says which way the path goes.
+    """
+    allocs: dict[BufferId, GraphNode] = {}
+    frees: dict[BufferId, GraphNode] = {}
+    for n in g.nodes:
+        if n.kind not in MEMORY_KINDS:
+            continue
+        bid = n.outputs[0]
+        seen = allocs if n.kind is NodeKind.MemAlloc else frees
+        if bid in seen:
+            what = "allocated" if n.kind is NodeKind.MemAlloc else "freed"
+            raise InvalidLifetime(
+                f"buffer {g.buffer(bid).name!r} is {what} twice, by {seen[bid].name!r} (node "
+                f"{int(seen[bid].id)}) and {n.name!r} (node {int(n.id)})"
+                + ("; a double free: remove one" if what == "freed" else "; remove one"),
+                buffer=g.buffer(bid).name,
+                node=int(n.id),
+            )
+        seen[bid] = n
+    if not allocs and not frees:
+        return
+    rank = {nid: k for k, nid in enumerate(g.topological_order())}
+    aliases: dict[BufferId, list[BufferId]] = {}
+    for view, base in g.views().items():  # a view's accesses use its base's memory
+        aliases.setdefault(base, []).append(view)
+    for bid, free in frees.items():
+        if bid not in allocs:
+            raise InvalidLifetime(
+                f"{free.name!r} (node {int(free.id)}) frees buffer {g.buffer(bid).name!r}, "
+                "which no alloc node of this graph allocates; add one with add_mem_alloc",
+                buffer=g.buffer(bid).name,
+                node=int(free.id),
+            )
+    for bid, alloc in allocs.items():
+        name = g.buffer(bid).name
+        free = frees.get(bid)
+        users = [u for v in (bid, *aliases.get(bid, ())) for u in (*g.readers(v), *g.writers(v))]
+        for user in users:
+            if user == alloc.id or (free is not None and user == free.id):
+                continue
+            u = g.node(user)
+            if rank[user] < rank[alloc.id]:
+                raise InvalidLifetime(
+                    f"buffer {name!r} is used by {u.name!r} (node {int(user)}) before its "
+                    f"alloc node {alloc.name!r} (node {int(alloc.id)}) runs; make "
+                    f"{alloc.name!r} come first (the edge {alloc.name!r} -> {u.name!r})",
+                    buffer=name,
+                    node=int(user),
+                )
+            if free is not None and rank[user] > rank[free.id]:
+                raise InvalidLifetime(
+                    f"buffer {name!r} is used by {u.name!r} (node {int(user)}) after its free "
+                    f"node {free.name!r} (node {int(free.id)}), a use after free; make "
+                    f"{free.name!r} come last (the edge {u.name!r} -> {free.name!r})",
+                    buffer=name,
+                    node=int(user),
+                )
 
 
 def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
@@ -186,4 +400,8 @@ _RULES = {
     NodeKind.EventWait: _check_wait,
     NodeKind.HostCallback: _check_plain,
     NodeKind.Barrier: _check_plain,
+    NodeKind.ChildGraph: _check_child,
+    NodeKind.Conditional: _check_conditional,
+    NodeKind.MemAlloc: _check_memory_node,
+    NodeKind.MemFree: _check_memory_node,
 }

@@ -378,3 +378,97 @@ def sparse_ids(graph: ComputeGraph, scale: int = 3, shift: int = 7) -> ComputeGr
         n.replace(id=f(n.id), event=None if n.event is None else f(n.event)) for n in graph.nodes
     ]
     return graph.with_changes(nodes=nodes, edges=[(f(a), f(b)) for a, b in graph.edges])
+
+
+# ---------------------------------------------------------------------- control-flow graphs
+CONTROL_DATA = 4  # data buffers v0..v3 of 16 float32 each
+_UNARY = ("relu", "neg", "tanh", "scale")
+_BINARY = ("add", "sub", "mul")
+
+
+def build_control_graph(seed: int, n: int = 6, depth: int = 2) -> tuple[ComputeGraph, dict]:
+    """A graph mixing kernels with child graphs, IF/IF-else/WHILE/SWITCH conditionals (bodies
+    nested up to ``depth``) and alloc/free pairs, and host inputs for it.
+
+    Conditions test data buffers (whatever the graph computed up to there), an uploaded
+    int32 ``k``, or a WHILE's own countdown ``c_j`` (``c = relu(c - 1)`` in its body, from
+    an uploaded 0..4), so every loop ends. Every data buffer is downloaded at the end.
+    """
+    import numpy as np
+
+    rng = random.Random(seed)
+    b = GraphBuilder()
+    data = [b.alloc_buffer(f"v{i}", 64) for i in range(CONTROL_DATA)]
+    one = b.alloc_buffer("one", 64)
+    k = b.alloc_buffer("k", 4, "int32")
+    inputs: dict[str, Any] = {
+        f"v{i}": np.random.default_rng([seed, i]).uniform(-2, 2, 16).astype(np.float32)
+        for i in range(CONTROL_DATA)
+    }
+    inputs["one"] = np.ones(16, np.float32)
+    inputs["k"] = np.array([rng.randint(0, 3)], np.int32)
+    for name, bid, size in [*((f"v{i}", v, 64) for i, v in enumerate(data)), ("one", one, 64)]:
+        b.add_memcpy(f"up {name}", MemcpyDir.HostToDevice, size, dst=bid)
+    b.add_memcpy("up k", MemcpyDir.HostToDevice, 4, dst=k)
+    counter = itertools.count()
+
+    def kernel(bb: GraphBuilder) -> None:
+        out = rng.choice(data)
+        if rng.random() < 0.5:
+            op = rng.choice(_UNARY)
+            ins = [rng.choice(data)]
+        else:
+            op = rng.choice(_BINARY)
+            ins = [rng.choice(data), rng.choice([*data, one])]
+        bb.add_kernel(op, 1, 16).op(op).fusible(True).inputs(ins).outputs([out]).finish()
+
+    def body(parent: GraphBuilder, level: int) -> GraphBuilder:
+        bb = parent.body()
+        for _ in range(rng.randint(0, 3)):
+            item(bb, level, top=False)
+        return bb
+
+    def item(bb: GraphBuilder, level: int, top: bool) -> None:
+        choices = ["kernel", "kernel"]
+        if level < depth:
+            choices += ["child", "if", "while", "switch"]
+        if top:
+            choices += ["alloc"]
+        what = rng.choice(choices)
+        j = next(counter)
+        if what == "kernel":
+            kernel(bb)
+        elif what == "child":
+            bb.add_child_graph(f"child{j}", body(bb, level + 1))
+        elif what == "if":
+            cond = rng.choice([*data, k])
+            bodies = [body(bb, level + 1) for _ in range(rng.randint(1, 2))]
+            bb.add_if(f"if{j}", cond, *bodies)
+        elif what == "switch":
+            cond = rng.choice([*data, k])
+            bb.add_switch(
+                f"switch{j}", cond, [body(bb, level + 1) for _ in range(rng.randint(1, 3))]
+            )
+        elif what == "while":
+            c, d = bb.alloc_buffer(f"c{j}", 64), bb.alloc_buffer(f"d{j}", 64)
+            inputs[f"c{j}"] = np.full(16, rng.randint(0, 4), np.float32)
+            b.add_memcpy(f"up c{j}", MemcpyDir.HostToDevice, 64, dst=c)  # in the outer graph
+            loop = body(bb, level + 1)
+            loop.add_kernel(f"dec{j}", 1, 16).op("sub").inputs([c, one]).outputs([d]).finish()
+            loop.add_kernel(f"clamp{j}", 1, 16).op("relu").inputs([d]).outputs([c]).finish()
+            bb.add_while(f"while{j}", c, loop, max_iterations=8)
+        else:  # graph-owned scratch
+            t = bb.alloc_buffer(f"t{j}", 64)
+            bb.add_mem_alloc(f"alloc t{j}", t)
+            src, dst = rng.choice(data), rng.choice(data)
+            bb.add_kernel(f"into t{j}", 1, 16).op("tanh").inputs([src]).outputs([t]).finish()
+            bb.add_kernel(f"from t{j}", 1, 16).op("add").inputs([t, dst]).outputs([dst]).finish()
+            bb.add_mem_free(f"free t{j}", t)
+
+    for _ in range(n):
+        item(b, 0, top=True)
+    for i, v in enumerate(data):
+        b.add_memcpy(f"down v{i}", MemcpyDir.DeviceToHost, 64, src=v)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", GraphWarning)
+        return b.build(), inputs

@@ -19,5 +19,17 @@ await build({
   outfile: resolve(outDir, "widget.js"),
   logLevel: "warning",
 });
+// The offline host of notebooks saved as HTML (oxiwork.export.notebook inlines it in the
+// page): a classic script, so it runs from an inline <script> on a file:// page.
+await build({
+  entryPoints: [resolve(here, "src/embed.ts")],
+  bundle: true,
+  format: "iife",
+  target: "es2020",
+  minify: true,
+  sourcemap: false,
+  outfile: resolve(outDir, "embed.js"),
+  logLevel: "warning",
+});
 copyFileSync(resolve(here, "src/widget.css"), resolve(outDir, "widget.css"));
-console.log(`built ${resolve(outDir, "widget.js")} and widget.css`);
+console.log(`built ${resolve(outDir, "widget.js")}, embed.js and widget.css`);

@@ -68,6 +68,7 @@ from oxiwork.error import (
     GraphWarning,
     InvalidArgument,
     InvalidPlan,
+    IterationLimit,
     UnknownBuffer,
     UnknownNode,
     UnsupportedOp,
@@ -75,7 +76,17 @@ from oxiwork.error import (
 from oxiwork.executor.arena import Arena
 from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.executor.races import find_races
-from oxiwork.node import BufferId, MemcpyDir, NodeId, NodeKind
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import (
+    BODY_KINDS,
+    BufferId,
+    GraphNode,
+    MemcpyDir,
+    NodeId,
+    NodeKind,
+    StreamId,
+    conditional_runs,
+)
 
 __all__ = [
     "POLICIES",
@@ -268,6 +279,8 @@ class _Machine:
             )
         self.opaque: list[str] = []
         self.kernels: dict[int, Any] = {}
+        # Kernels inside body graphs, by (id of the body graph, node id): bound once.
+        self.body_kernels: dict[tuple[int, NodeId], Any] = {}
         self.arena: Arena | None = None
         self.views: dict[BufferId, np.ndarray] = {}
         self.raws: dict[BufferId, np.ndarray] = {}
@@ -285,24 +298,32 @@ class _Machine:
         self.views = {b: self.arena.view(b) for b in self.args}
         self.raws = {b: self.arena.raw(b) for b in self.args}
         graph = self.plan.graph
-        for st in self.steps:
-            if st.kind is not NodeKind.KernelLaunch:
-                continue
-            node = graph.node(st.node)
+
+        def bound_kernel(g: ComputeGraph, node: GraphNode) -> Any:
             try:
-                bound = bind(graph, node)
+                bound = bind(g, node)
             except UnsupportedOp as e:
-                self.kernels[st.index] = None
-                self.opaque.append(f"{st.name!r}: {e}")
-                continue
+                self.opaque.append(f"{node.name!r}: {e}")
+                return None
             except GraphError as e:  # a shape mismatch: reported when the step runs
-                self.kernels[st.index] = e
-                continue
+                return e
             if any(s.op.reference is None for s in bound.steps):
-                self.kernels[st.index] = None
-                self.opaque.append(f"{st.name!r}: an op has no numpy reference")
-            else:
-                self.kernels[st.index] = bound
+                self.opaque.append(f"{node.name!r}: an op has no numpy reference")
+                return None
+            return bound
+
+        def bind_bodies(node: GraphNode) -> None:
+            for body in node.bodies:
+                for inner in body.nodes:
+                    if inner.kind is NodeKind.KernelLaunch:
+                        self.body_kernels[(id(body), inner.id)] = bound_kernel(body, inner)
+                    bind_bodies(inner)
+
+        for st in self.steps:
+            if st.kind is NodeKind.KernelLaunch:
+                self.kernels[st.index] = bound_kernel(graph, graph.node(st.node))
+            elif st.kind in BODY_KINDS:
+                bind_bodies(graph.node(st.node))
         if self.opaque:
             warnings.warn(
                 f"{len(self.opaque)} kernel(s) cannot be computed on the CPU and run for timing "
@@ -406,7 +427,8 @@ def _error(st: PlanStep, e: BaseException) -> ExecutionError:
     if len(st.outputs) > 1:
         writing += f" (and {', '.join(repr(a.name) for a in st.outputs[1:])})"
     cause = str(e) if isinstance(e, GraphError) else f"{type(e).__name__}: {e}"
-    err = ExecutionError(
+    # A WHILE node's bound keeps its own type, so callers can catch it.
+    err = (IterationLimit if isinstance(e, IterationLimit) else ExecutionError)(
         f"while executing step {st.index} {st.name!r} (node {int(st.node)}, stream "
         f"{int(st.stream)}){writing}: {cause}"
     )
@@ -418,7 +440,7 @@ def _error(st: PlanStep, e: BaseException) -> ExecutionError:
 
 
 # ---------------------------------------------------------------------- one rule per kind
-def _kernel(m: _Machine, st: PlanStep) -> None:
+def _kernel(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
     from oxiwork.ops.program import run_into
 
     bound = m.kernels[st.index]
@@ -433,7 +455,7 @@ def _kernel(m: _Machine, st: PlanStep) -> None:
     run_into(bound, [views[a.buffer] for a in st.inputs], [views[a.buffer] for a in st.outputs])
 
 
-def _memcpy(m: _Machine, st: PlanStep) -> None:
+def _memcpy(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
     n = st.size_bytes
     if st.memcpy_dir is MemcpyDir.HostToDevice:
         for a in st.outputs:
@@ -447,22 +469,81 @@ def _memcpy(m: _Machine, st: PlanStep) -> None:
     # DeviceToHost only reads: _Machine._capture stores the host copy.
 
 
-def _memset(m: _Machine, st: PlanStep) -> None:
+def _memset(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
     for a in st.outputs:
         m.raws[a.buffer][: st.size_bytes] = st.memset_value
 
 
-def _host_callback(m: _Machine, st: PlanStep) -> None:
+def _host_callback(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
     fn = m.plan.graph.node(st.node).fn
     if fn is not None:
         fn()
 
 
-def _order_only(m: _Machine, st: PlanStep) -> None:
-    """Events and barriers order work and change no bytes."""
+def _order_only(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
+    """Events, barriers and graph-owned memory's alloc/free nodes order work and change no
+    bytes (an allocation's bytes are whatever the arena held, as on a GPU; the memory plan
+    orders every use after it)."""
 
 
-_RULES: dict[NodeKind, Callable[[_Machine, PlanStep], None]] = {
+def _body_node(m: _Machine, graph: ComputeGraph, node: GraphNode) -> None:
+    """Run one node of a body graph on the arena (the body shares the plan's buffers)."""
+    if node.kind is NodeKind.KernelLaunch:
+        from oxiwork.ops.program import run_into
+
+        bound = m.body_kernels[(id(graph), node.id)]
+        if bound is None:
+            return
+        if isinstance(bound, Exception):
+            raise bound
+        views = m.views
+        run_into(bound, [views[b] for b in node.inputs], [views[b] for b in node.outputs])
+        return
+    # Every other kind runs through the plan's own rules, on a step made for the node.
+    args = m.args
+    _RULES[node.kind](
+        m,
+        PlanStep(
+            index=-1,
+            kind=node.kind,
+            node=node.id,
+            name=node.name,
+            stream=StreamId(0),
+            position=0,
+            fused_nodes=(node.id,),
+            inputs=tuple(args[b] for b in node.inputs),
+            outputs=tuple(args[b] for b in node.outputs),
+            size_bytes=node.size_bytes,
+            memcpy_dir=node.memcpy_dir,
+            memset_value=node.memset_value,
+        ),
+        graph,
+    )
+
+
+def _run_body(m: _Machine, body: ComputeGraph) -> None:
+    for nid in body.topological_order():
+        _body_node(m, body, body.node(nid))
+
+
+def _child_graph(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
+    node = (graph or m.plan.graph).node(st.node)
+    _run_body(m, node.bodies[0])
+
+
+def _conditional(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:
+    """Read the condition from the arena when the node runs (a WHILE before every
+    iteration), then run the chosen bodies (:func:`~oxiwork.node.conditional_runs`)."""
+    node = (graph or m.plan.graph).node(st.node)
+    assert node.condition is not None  # verify's rule
+    cond = m.args[node.condition]
+    view = m.views[node.condition].reshape(-1)
+    for k in conditional_runs(node, lambda: view[0], cond.name):
+        _run_body(m, node.bodies[k])
+
+
+# Rules take the step and, for a node of a body graph, that graph (None: plan.graph).
+_RULES: dict[NodeKind, Callable[..., None]] = {
     NodeKind.KernelLaunch: _kernel,
     NodeKind.Memcpy: _memcpy,
     NodeKind.Memset: _memset,
@@ -470,6 +551,10 @@ _RULES: dict[NodeKind, Callable[[_Machine, PlanStep], None]] = {
     NodeKind.EventRecord: _order_only,
     NodeKind.EventWait: _order_only,
     NodeKind.Barrier: _order_only,
+    NodeKind.ChildGraph: _child_graph,
+    NodeKind.Conditional: _conditional,
+    NodeKind.MemAlloc: _order_only,
+    NodeKind.MemFree: _order_only,
 }
 
 

@@ -80,6 +80,7 @@ from oxiwork import ops
 from oxiwork.builder import GraphBuilder
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.node import DTYPES, MemcpyDir
+from oxiwork.ops.lib_conv import cat_op
 from oxiwork.ops.table import FusionClass, OpDef
 
 if TYPE_CHECKING:
@@ -639,6 +640,169 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "layer_norm", {"eps": float(eps)}, [x]
 
 
+# ----------------------------------------------------------------------------- CNN rules
+# conv2d, pooling, pad and cat (oxiwork.ops.lib_conv): NCHW float32 buffers read whole.
+def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
+    """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return _pair(default) if default is not None else None
+        v = list(v) * 2 if len(v) == 1 else list(v)
+        return (int(v[0]), int(v[1])) if len(v) == 2 else None
+    return (int(v), int(v))
+
+
+def _nchw(call: _Call, args: Sequence[Any]) -> str | None:
+    """Why ``args`` are not whole float32 buffers (no view; input 0 NCHW), or None."""
+    why = _plain(call, args, reshape_ok=False)
+    if why is None and len(args[0].shape) != 4:
+        return f"its input has shape {args[0].shape}; the library's op takes NCHW (4-d)"
+    return why
+
+
+def _zero_pad(chain: Sequence[Any]) -> tuple[int, int, int, int] | None:
+    """(top, bottom, left, right) if ``chain`` is one zero ``constant_pad_nd`` of the last
+    two axes by non-negative amounts (which a convolution can apply itself), else None."""
+    if len(chain) != 1 or _op_name(chain[0][0]) != "aten.constant_pad_nd.default":
+        return None
+    pad, value = list(chain[0][1][0]), (chain[0][1][1:] or (0,))[0]
+    if value != 0 or len(pad) not in (2, 4) or min(pad) < 0:
+        return None
+    pad += [0] * (4 - len(pad))
+    return pad[2], pad[3], pad[0], pad[1]
+
+
+def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, w, b, stride, padding, dilation, transposed, _, _ = call.args
+    if transposed:
+        return "it is a transposed convolution; the library's conv2d is a direct one"
+    if len(stride) != 2:
+        return f"it is a {len(stride)}-d convolution; the library has conv2d (NCHW) only"
+    ph, pw = _pair(padding)
+    pads = [ph, ph, pw, pw]
+    folded = _zero_pad(x.chain) if isinstance(x, _Arg) else None
+    if folded is not None:  # a zero pad before the convolution: the convolution pads
+        pads = [p + q for p, q in zip(pads, folded, strict=True)]
+        x = _Arg(x.index, (), x.base, x.base.shape)
+    args = [x, w] if b is None else [x, w, b]
+    why = _nchw(call, args)
+    if why:
+        return why
+    params = dict(zip(("pad_top", "pad_bottom", "pad_left", "pad_right"), pads, strict=True))
+    params |= {"stride_h": stride[0], "stride_w": stride[1]}
+    params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
+    return (
+        ("conv2d" if b is None else "conv2d_bias"),
+        {k: float(v) for k, v in params.items()},
+        args,
+    )
+
+
+def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[Any]:
+    """The call's arguments by schema order: positional, then keyword, then ``defaults``
+    (aligned with the end of ``names``)."""
+    given = dict(zip(names, call.args, strict=False)) | dict(call.kwargs)
+    pad = [None] * (len(names) - len(defaults)) + list(defaults)
+    return [given.get(n, d) for n, d in zip(names, pad, strict=True)]
+
+
+def _pool_params(kernel: Any, stride: Any, padding: Any, ceil: Any) -> dict[str, float] | None:
+    sizes = (_pair(kernel), _pair(stride, kernel), _pair(padding))
+    if any(v is None for v in sizes):
+        return None
+    (kh, kw), (sh, sw), (ph, pw) = sizes  # type: ignore[misc]
+    names = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w")
+    params = dict(zip(names, map(float, (kh, kw, sh, sw, ph, pw)), strict=True))
+    return {**params, "ceil_mode": float(bool(ceil))}
+
+
+_MAX_POOL_ARGS = ("self", "kernel_size", "stride", "padding", "dilation", "ceil_mode")
+_AVG_POOL_ARGS = (
+    "self",
+    "kernel_size",
+    "stride",
+    "padding",
+    "ceil_mode",
+    "count_include_pad",
+    "divisor_override",
+)
+
+
+def _max_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, kernel, stride, padding, dilation, ceil = _argv(call, _MAX_POOL_ARGS, ([], 0, 1, False))
+    if call.index not in (None, 0):
+        return "its indices are used; the library's max_pool2d gives the values only"
+    params = _pool_params(kernel, stride, padding, ceil)
+    if params is None or _pair(dilation) is None:
+        return f"its window {kernel} is not 2-d; the library's max_pool2d is 2-d"
+    why = _nchw(call, [x])
+    if why:
+        return why
+    dh, dw = _pair(dilation)  # type: ignore[misc]
+    return "max_pool2d", {**params, "dilation_h": float(dh), "dilation_w": float(dw)}, [x]
+
+
+def _avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, kernel, stride, padding, ceil, include, override = _argv(
+        call, _AVG_POOL_ARGS, ([], 0, False, True, None)
+    )
+    params = _pool_params(kernel, stride, padding, ceil)
+    if params is None:
+        return f"its window {kernel} is not 2-d; the library's avg_pool2d is 2-d"
+    why = _nchw(call, [x])
+    if why:
+        return why
+    params["count_include_pad"] = float(bool(include))
+    params["divisor_override"] = float(override or 0)
+    return "avg_pool2d", params, [x]
+
+
+def _adaptive_avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, size = call.args[:2]
+    why = _nchw(call, [x])
+    if why:
+        return why
+    oh, ow = _pair(size)
+    return "adaptive_avg_pool2d", {"out_h": float(oh), "out_w": float(ow)}, [x]
+
+
+def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
+    # adaptive average pooling to 1x1; means over other axes are not in the library yet.
+    x, dims = call.args[0], call.args[1] if len(call.args) > 1 else call.kw("dim")
+    if call.kw("dtype") is not None:
+        return f"it accumulates in {call.kw('dtype')}"
+    nd = len(x.shape) if isinstance(x, _Arg) else 0
+    if nd != 4 or sorted(d % 4 for d in (dims or [])) != [2, 3]:
+        return f"it averages over dims {dims!r}; the library averages H and W of NCHW only"
+    why = _nchw(call, [x])
+    return why or ("adaptive_avg_pool2d", {"out_h": 1.0, "out_w": 1.0}, [x])
+
+
+def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, pad, value = (*call.args, 0.0)[:3]
+    if len(pad) not in (2, 4):
+        return f"it pads {len(pad) // 2} axes; the library's constant_pad pads the last two"
+    if not math.isfinite(value):
+        return f"it pads with {value}; op parameters are finite"
+    why = _plain(call, [x], reshape_ok=False)
+    if why is None and len(x.shape) < 2:
+        why = f"its input has shape {x.shape}; the library's constant_pad needs 2 axes or more"
+    if why:
+        return why
+    left, right, top, bottom = (*pad, 0, 0)[:4]
+    params = {"pad_left": left, "pad_right": right, "pad_top": top, "pad_bottom": bottom}
+    return "constant_pad", {**{k: float(v) for k, v in params.items()}, "value": float(value)}, [x]
+
+
+def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    tensors, dim = call.args[0], (*call.args[1:], call.kw("dim", 0))[0]
+    why = _plain(call, list(tensors), reshape_ok=False)
+    if why:
+        return why
+    return cat_op(len(tensors)).name, {"axis": float(dim)}, list(tensors)
+
+
 _LIBRARY: dict[str, _Rule] = {
     # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
     "aten.relu.default": _unary("relu_nan"),
@@ -660,7 +824,21 @@ _LIBRARY: dict[str, _Rule] = {
     # propagates them, so it runs as an opaque op with torch's own semantics.
     "aten.mm.default": _mm,
     "aten.native_layer_norm.default": _layer_norm,
+    "aten.convolution.default": _conv,
+    "aten.max_pool2d_with_indices.default": _max_pool,
+    "aten.max_pool2d.default": _max_pool,
+    "aten.avg_pool2d.default": _avg_pool,
+    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.mean.dim": _mean,
+    "aten.constant_pad_nd.default": _constant_pad,
+    "aten.cat.default": _cat,
 }
+
+# Multi-output ops whose rules decide themselves which outputs the library computes.
+_MULTI_OUTPUT = frozenset(
+    {"aten.native_layer_norm.default", "aten.max_pool2d_with_indices.default"}
+)
 
 
 def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -671,7 +849,7 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return f"no op of the library computes {name.rsplit('.', 1)[0]}"
     if call.out.dtype != "float32" or call.out.strides is not None or not call.out.shape:
         return f"its result is {call.out.dtype} of shape {call.out.shape}; library ops write float32 arrays"
-    if call.index is not None and name != "aten.native_layer_norm.default":
+    if call.index is not None and name not in _MULTI_OUTPUT:
         return "it has several outputs; library ops have one"
     return rule(call)
 
@@ -765,6 +943,9 @@ class _Converter:
         if _is_view(target):
             self.view(node)
             return
+        if _pad_for_convolutions(node):
+            self.pad_into_convolutions(node)
+            return
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
         ]
@@ -797,6 +978,18 @@ class _Converter:
         lists = isinstance(val, (list, tuple))
         shape = None if lists else tuple(val.shape)
         self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape)
+
+    def pad_into_convolutions(self, node: Any) -> None:
+        """A zero pad read only by convolutions gets no kernel: it is kept on the value,
+        like a view, and each convolution pads by that much itself (:func:`_conv`), or
+        applies it in its reference if it is opaque."""
+        src = self.env.get(node.args[0])
+        if not isinstance(src, _Tensor) or src.list_views:
+            self.env[node] = self.kernel(node, None)
+            return
+        step = (node.target, tuple(_cpu(a) for a in node.args[1:]), ())
+        shape = tuple(node.meta["val"].shape)
+        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape)
 
     def getitem(self, node: Any) -> None:
         src, k = self.env.get(node.args[0]), node.args[1]
@@ -936,6 +1129,21 @@ class _Converter:
             meta={"val": v.meta["val"], "nn_module_stack": {"out": (f"output.{k}", "")}},
         )
         return self.kernel(clone, None, contiguous=True)
+
+
+def _pad_for_convolutions(node: Any) -> bool:
+    """Is ``node`` a zero ``constant_pad_nd`` of the last two axes whose only readers are
+    convolutions taking it as their input (MobileNet's TensorFlow-style padding)?"""
+    if _op_name(node.target) != "aten.constant_pad_nd.default" or not node.users:
+        return False
+    step = (node.target, tuple(node.args[1:]), ())
+    return _zero_pad([step]) is not None and all(
+        getattr(u, "target", None) is not None
+        and _op_name(u.target) == "aten.convolution.default"
+        and u.args[0] is node
+        and all(a is not node for a in u.args[1:])
+        for u in node.users
+    )
 
 
 def _hashable(a: Any) -> bool:

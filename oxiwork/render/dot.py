@@ -50,6 +50,10 @@ _SHAPES = {
     NodeKind.EventWait: "diamond",
     NodeKind.HostCallback: "ellipse",
     NodeKind.Barrier: "octagon",
+    NodeKind.ChildGraph: "folder",
+    NodeKind.Conditional: "hexagon",
+    NodeKind.MemAlloc: "invhouse",
+    NodeKind.MemFree: "house",
 }
 
 

@@ -98,11 +98,14 @@ MAX_ERRORS = 20
 COLOR_MODES = ("kind", "slack", "critical", "stream", "group", "dominator", "postdominator")
 #: Shown in the views that need the pass pipeline until it has run.
 PENDING = "computing passes…"
+#: Up to this many input nodes, a displayed workbench puts every stage's view in its state
+#: after the cell (:meth:`Workbench.save_stages`), so a saved notebook switches passes offline.
+SAVED_STAGES_MAX_NODES = 5000
 
 
 # What Workbench._set_graph saves and restores when installing a graph fails.
 _SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
-                 "sim_state", "inspector", "inspector_values")  # fmt: skip
+                 "sim_state", "inspector", "inspector_values", "saved_stages")  # fmt: skip
 _CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
 _PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
 
@@ -216,6 +219,9 @@ class Workbench(anywidget.AnyWidget):
     inspector_values = traitlets.Bytes(b"").tag(sync=True)
     #: A pinned plan's figures (:meth:`pin`), compared with the current plan's in the Compare tab.
     pinned = traitlets.Dict().tag(sync=True)
+    #: Every pass stage's view, for a notebook saved as HTML (:meth:`save_stages`): the
+    #: saved page's pass slider switches between them with no kernel.
+    saved_stages = traitlets.Dict().tag(sync=True)
     # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
     # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
     # them without unpacking; set_options changes several with one rebuild.
@@ -304,6 +310,8 @@ class Workbench(anywidget.AnyWidget):
             self._fill_pending = False
             try:
                 self.load_passes()
+                if self._graph.num_nodes <= SAVED_STAGES_MAX_NODES:
+                    self.save_stages()
             except Exception as e:  # the views show the engine's errors; never break the cell
                 self._error("", e, internal=not isinstance(e, GraphError))
 
@@ -366,6 +374,45 @@ class Workbench(anywidget.AnyWidget):
             t0 = time.perf_counter()
             self._refresh()
             self.timings["passes_view_s"] = time.perf_counter() - t0
+
+    def save_stages(self) -> None:
+        """Put every pass stage's view into the synced state (:attr:`saved_stages`).
+
+        A notebook saved with its widget state then holds the whole pipeline, not only the
+        stage on screen, and its HTML export (:mod:`oxiwork.export.notebook`) switches
+        passes without a kernel. A displayed workbench of up to
+        :data:`SAVED_STAGES_MAX_NODES` nodes does this after its cell; any change of the
+        graph or the options clears it. Runs the passes if they have not run.
+
+        Examples
+        --------
+        >>> from oxiwork.examples import quick_start
+        >>> w = Workbench(quick_start())
+        >>> w.save_stages()
+        >>> [st["dag"]["title"] for st in w.saved_stages["stages"]]
+        ['input graph', 'after fusion', 'after streams', 'after memory']
+        >>> len(w.saved_stages["dags"]) == len(w.session.stages)
+        True
+        """
+        self.load_passes()
+        with paused_gc():
+            stages, dags, sections = [], [], []
+            index: dict[int, int] = {}
+
+            def ref(section: dict[str, Any]) -> int:
+                # One copy of the memory and stream sections, which most stages share.
+                if id(section) not in index:
+                    index[id(section)] = len(sections)
+                    sections.append(section)
+                return index[id(section)]
+
+            for i in range(self._num_stages()):
+                staged, blob = self._stage_view(i)
+                staged["memory"] = ref(staged["memory"])
+                staged["streams"] = ref(staged["streams"])
+                stages.append(staged)
+                dags.append(blob)
+            self.saved_stages = {"stages": stages, "dags": dags, "sections": sections}
 
     def chrome_trace(self, mode: str | None = None) -> str:
         """The plan's timeline as a Chrome trace (JSON for chrome://tracing or Perfetto),
@@ -763,7 +810,7 @@ class Workbench(anywidget.AnyWidget):
             )
         return {"available": True, "entries": entries}
 
-    def _memory(self) -> dict[str, Any]:
+    def _memory(self, index: int) -> dict[str, Any]:
         """The memory chart: the memory pass's plan for the plan's own stream schedule.
 
         Before the memory pass on the slider it says so; another planner mode re-runs the
@@ -777,7 +824,7 @@ class Workbench(anywidget.AnyWidget):
         at = next((i for i, st in enumerate(s.stages) if st.name == "memory"), None)
         if at is None or s.plan.memory is None:
             return vm.unavailable("no memory plan: the pipeline has no memory pass")
-        if self._stage_index() < at:
+        if index < at:
             return vm.unavailable(
                 f"not planned yet: the memory pass is pipeline position {at}; move the pass "
                 "slider to 'memory' to see the arena"
@@ -794,14 +841,14 @@ class Workbench(anywidget.AnyWidget):
             self._memory_cache[mode] = _section("memory planning", build)
         return self._memory_cache[mode]
 
-    def _streams(self) -> dict[str, Any]:
+    def _streams(self, index: int) -> dict[str, Any]:
         s = self.session
         if not s.loaded:
             return _pending()
         # Lanes appear once the slider is at or past the stream pass; from there on the view
         # draws the plan's timeline (the graph the stream pass made, plus events and placed
         # buffers), so its bars are the plan's steps, which the simulator walks.
-        if not vm.has_streams(self._graph_shown()):
+        if not vm.has_streams(self._stage(index).graph):
             return vm.unavailable(vm.NO_STREAMS)
         if s.plan is None:
             return vm.unavailable(s.notes["plan"])
@@ -910,24 +957,19 @@ class Workbench(anywidget.AnyWidget):
             self._sim_verdict = None
             self.inspector = {}
             self.inspector_values = b""
-        meta, blob = self._dag_for(self._stage_index())
+            self.saved_stages = {}  # views of the graph and options before
+        staged, blob = self._stage_view(self._stage_index())
         view = {
             "version": 1,
             # The pass pipeline has not run yet: the frontend asks for it ("load_passes").
             "pending": not loaded,
-            "dag": meta,
+            **staged,
             "passes": self._passes(),
-            "memory": self._memory(),
-            "streams": self._streams(),
             "sim": self._sim(),
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
-            "summary": self._summary(),
             # The current plan's figures, for the Compare tab (None until the passes ran).
             "figures": self._figures(),
-            "editable": self._stage_index() == 0,
-            "edit_reason": "" if self._stage_index() == 0 else
-            "Edits apply to the input graph: move the pass slider back to 'input' to build.",
         }  # fmt: skip
         with self.hold_sync():
             self.dag = blob
@@ -936,8 +978,20 @@ class Workbench(anywidget.AnyWidget):
             self._update_details()
         self._view_pending = not loaded
 
-    def _summary(self) -> list[list[str]]:
-        i = self._stage_index()
+    def _stage_view(self, i: int) -> tuple[dict[str, Any], bytes]:
+        """The part of the view that the pass slider changes (the DAG's columns apart)."""
+        meta, blob = self._dag_for(i)
+        return {
+            "dag": meta,
+            "memory": self._memory(i),
+            "streams": self._streams(i),
+            "summary": self._summary(i),
+            "editable": i == 0,
+            "edit_reason": "" if i == 0 else
+            "Edits apply to the input graph: move the pass slider back to 'input' to build.",
+        }, blob  # fmt: skip
+
+    def _summary(self, i: int) -> list[list[str]]:
         s = self.session
         if not s.loaded:
             # Not cached: the same stage gets its plan row once the passes have run.

@@ -84,6 +84,24 @@ class ConvBnRelu(nn.Module):
         return self.pool(self.pointwise(self.depthwise(self.stem(x)))).flatten(1)
 
 
+class ConvResidual(nn.Module):
+    """A CNN residual block: a zero pad folded into a strided conv (MobileNet's TF padding),
+    max pooling, conv -> relu -> conv (+bias) -> + x -> relu, an average pooling and a cat."""
+
+    def __init__(self, c: int = 6) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, c, 3, stride=2, bias=False)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=2, dilation=2, groups=3)
+        self.side = nn.AvgPool2d(2, stride=1, count_include_pad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pool(self.down(nn.functional.pad(x, (0, 1, 0, 1))))
+        z = torch.relu(self.conv2(torch.relu(self.conv1(y))) + y)
+        return torch.cat([z, self.side(nn.functional.pad(z, (1, 0, 1, 0)))], dim=1).mean((2, 3))
+
+
 class Residual(nn.Module):
     def __init__(self, d: int = 24) -> None:
         super().__init__()
@@ -146,6 +164,8 @@ def _make(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         return m, (torch.randn(2, 3, 10, 10),)
     if name == "residual":
         return Residual(), (torch.randn(3, 24),)
+    if name == "conv_residual":
+        return ConvResidual(), (torch.randn(2, 3, 17, 15),)
     if name == "rms_norm":
         return RMSBlock(), (torch.randn(2, 5, 16),)
     if name == "embedding":
@@ -153,7 +173,15 @@ def _make(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     raise KeyError(name)
 
 
-MODELS = ("mlp", "attention", "conv_bn_relu", "residual", "rms_norm", "embedding")
+MODELS = (
+    "mlp",
+    "attention",
+    "conv_bn_relu",
+    "conv_residual",
+    "residual",
+    "rms_norm",
+    "embedding",
+)
 _CACHE: dict[str, tuple[ImportedModel, tuple[np.ndarray, ...]]] = {}
 
 
@@ -286,8 +314,9 @@ class TestImport:
                 assert op.fusion_class is ops.FusionClass.OPAQUE and not n.fusible
                 assert n.op.isidentifier() and n.op.startswith("torch_")
                 assert n.op not in ops.BUILTIN_OPS
-            else:
-                assert n.op in ops.BUILTIN_OPS and n.fusible
+            else:  # a library op: built in or from a library module (ops.lib_conv...)
+                assert op.fusion_class is not ops.FusionClass.OPAQUE and n.fusible
+                assert not n.op.startswith("torch_")
         assert sum(model.opaque_counts().values()) == len(model.opaque)
 
     def test_inputs_hold_real_values(self, name: str) -> None:
@@ -335,6 +364,70 @@ class TestMapping:
         assert ops_of["body.1.tanh"] == "tanh"
         plan = ExecutionPlan.build(model.graph, fusion=True)
         assert plan.kernel_count_fused < plan.kernel_count_original
+
+    def test_cnn_ops_are_library_ops(self) -> None:
+        cnn = ("convolution", "pool", "pad", "cat", "mean")
+        for name in ("conv_bn_relu", "conv_residual"):
+            model, _ = _imported(name)
+            assert not [o for o in model.opaque if any(w in o.target for w in cnn)], name
+        model, _ = _imported("conv_residual")
+        op_of = {n.name: n.op for n in model.graph.nodes if n.is_kernel}
+        assert op_of["down.convolution"] == "conv2d" and op_of["conv2.convolution"] == "conv2d_bias"
+        assert op_of["pool.max_pool2d_with_indices"] == "max_pool2d"
+        assert op_of["side.avg_pool2d"] == "avg_pool2d" and op_of["mean"] == "adaptive_avg_pool2d"
+        assert op_of["cat"] == "cat_2"
+        # the zero pad before `down` is folded into it (padding only bottom and right), the
+        # pad before `side` is not (an average pooling reads it): a kernel of its own
+        pads = [k for k, t in model.targets.items() if t == "aten.constant_pad_nd.default"]
+        assert [op_of[k] for k in pads] == ["constant_pad"]
+        pad = next(n for n in model.graph.nodes if n.name == pads[0])
+        assert (dict(pad.params)["pad_left"], dict(pad.params)["pad_top"]) == (1.0, 1.0)
+        down = next(n for n in model.graph.nodes if n.name == "down.convolution")
+        assert (dict(down.params)["pad_top"], dict(down.params)["pad_bottom"]) == (0.0, 1.0)
+
+    def test_conv_epilogues_fuse_into_the_convolution(self) -> None:
+        model, eager = _imported("conv_residual")
+        plan = ExecutionPlan.build(model.graph, max_streams=1, fusion=True)
+        heads = [k.fused for k in plan.graph.kernels() if k.fused is not None]
+        steps = [tuple(st.op for st in f.steps) for f in heads]
+        assert ("conv2d", "relu_nan") in steps  # conv1 -> relu
+        assert ("conv2d_bias", "add", "relu_nan") in steps  # conv2 -> + y -> relu
+        _assert_matches(
+            model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs), eager
+        )
+
+    @pytest.mark.parametrize(
+        ("module", "shape", "reason"),
+        [
+            (nn.ConvTranspose2d(2, 2, 3), (1, 2, 5, 5), "transposed convolution"),
+            (nn.Conv1d(2, 2, 3), (1, 2, 5), "1-d convolution"),
+            (nn.Conv3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d convolution"),
+        ],
+    )
+    def test_other_convolutions_are_opaque_with_a_reason(self, module, shape, reason) -> None:
+        x = torch.randn(*shape)
+        model = from_module(module.eval(), (x,))
+        conv = [o for o in model.opaque if o.target == "aten.convolution.default"]
+        assert len(conv) == 1 and reason in conv[0].reason
+        (y,) = model.outputs_from(evaluate(model.graph, model.inputs))
+        np.testing.assert_allclose(y, module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+    def test_max_pool_indices_stay_opaque(self) -> None:
+        class WithIndices(nn.Module):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return nn.functional.max_pool2d(x, 2, return_indices=True)
+
+        x = torch.randn(1, 2, 6, 6)
+        model = from_module(WithIndices(), (x,))
+        op_of = {n.name: n.op for n in model.graph.nodes if n.is_kernel}
+        assert op_of["max_pool2d_with_indices"] == "max_pool2d"
+        # the int64 indices: another kernel of the same op, opaque (through torch)
+        (idx,) = model.opaque
+        assert idx.target == "aten.max_pool2d_with_indices.default"
+        assert idx.kernel == "max_pool2d_with_indices_out1" and "int64" in idx.reason
+        got = model.outputs_from(evaluate(model.graph, model.inputs))
+        for g, w in zip(got, WithIndices()(x), strict=True):
+            np.testing.assert_array_equal(g, w.numpy())
 
     def test_nan_goes_through_relu_and_amax_as_in_eager(self) -> None:
         # torch.relu and torch.amax keep a NaN; the library's fmaxf-based relu and max

@@ -1107,9 +1107,40 @@ class TestSavedNotebook:
         assert saved["view"]["pending"] is False
         assert [e["name"] for e in saved["view"]["passes"]["entries"]][:2] == ["input", "fusion"]
         assert saved["view"]["sim"]["available"] is True
+        # Every stage, so the saved page's pass slider works without a kernel.
+        stages = saved["saved_stages"]["stages"]
+        assert [stage["dag"]["title"] for stage in stages] == [
+            "input graph" if i == 0 else f"after {e['name']}"
+            for i, e in enumerate(saved["view"]["passes"]["entries"])
+        ]
         # The bundle itself, not a URL: the saved state renders without a network.
         esm = saved["_esm"]
         assert "owColumn" in esm and "://" not in esm.split("\n", 1)[0]
+
+
+class TestSaveStages:
+    """Every stage's view in the synced state, for notebooks saved as HTML."""
+
+    def test_each_stage_equals_the_view_at_that_slider_stop(self) -> None:
+        w = Workbench(transformer_block(1))
+        w.save_stages()
+        saved = w.saved_stages
+        for i, stage in enumerate(saved["stages"]):
+            send(w, "set_pass", index=i)
+            for key in ("dag", "summary", "editable", "edit_reason"):
+                assert stage[key] == w.view[key]
+            assert saved["sections"][stage["memory"]] == w.view["memory"]
+            assert saved["sections"][stage["streams"]] == w.view["streams"]
+            assert saved["dags"][i] == w.dag
+        # the plan's memory and stream sections are stored once for the stages sharing them
+        assert len(saved["sections"]) < 2 * len(saved["stages"])
+
+    def test_a_change_of_options_clears_them(self) -> None:
+        w = Workbench(quick_start())
+        w.save_stages()
+        assert w.saved_stages["stages"]
+        w.set_options(max_streams=1)
+        assert w.saved_stages == {}
 
 
 class TestPinAndCompare:

@@ -27,6 +27,17 @@ export interface WorkbenchModel {
   fusion: boolean;
   max_group_size: number;
   pinned: PlanFigures | Record<string, never>;
+  /** Every stage's view for a saved notebook (Workbench.save_stages); read by embed.ts only. */
+  saved_stages: SavedStages | Record<string, never>;
+}
+
+/** Every pass stage's view as Workbench.save_stages syncs it: the stage-dependent part of
+ * the view (memory and streams as indices into `sections`, which stages share), and the
+ * DAG's packed columns per stage. */
+export interface SavedStages {
+  stages: (Record<string, unknown> & { memory: number; streams: number; dag: { title?: string } })[];
+  dags: DataView[];
+  sections: Record<string, unknown>[];
 }
 
 export type Model = AnyModel<WorkbenchModel>;
