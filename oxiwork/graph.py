@@ -483,8 +483,14 @@ class ComputeGraph:
         nodes: Iterable[GraphNode] | None = None,
         buffers: Iterable[Buffer] | None = None,
         edges: Iterable[tuple[NodeId, NodeId]] | None = None,
+        checked_nodes: Iterable[GraphNode] = (),
     ) -> ComputeGraph:
         """A new, validated graph with the given parts replaced.
+
+        ``checked_nodes`` are nodes among ``nodes`` that a pass built only from values
+        already checked (a node of this graph with a stream the pass checked, an event
+        named after a node): they skip the per-field value rules (:func:`check_node`),
+        never the structural checks (ids, buffers, events, cycles, ordering).
 
         The new graph must order its conflicting accesses by its edges
         (:meth:`check_ordering`), or the change is refused with
@@ -505,7 +511,14 @@ class ComputeGraph:
             self.nodes if nodes is None else nodes,  # type: ignore[arg-type]
             self.buffers if buffers is None else buffers,  # type: ignore[arg-type]
             self.edges if edges is None else edges,  # type: ignore[arg-type]
-            {_TRUSTED: (self.nodes, self.buffers, self.edges, self._cache.get("dense"))},
+            {
+                _TRUSTED: (
+                    (*self.nodes, *checked_nodes) if checked_nodes else self.nodes,
+                    self.buffers,
+                    self.edges,
+                    self._cache.get("dense"),
+                )
+            },
         )
         if (
             nodes is None

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oxiwork import validate
 from oxiwork.analysis import liveness, paused_gc
 from oxiwork.analysis.dominance import post_dominators
 from oxiwork.error import GraphError, InvalidArgument
@@ -72,7 +73,8 @@ _FUSIBLE_CLASSES = {
     FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
-MAX_NAME = 200
+MAX_NAME = 200  # a fused kernel's "a+b+..." name; longer ones are shortened (<= 180)
+assert MAX_NAME <= validate.MAX_NAME_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,7 +464,11 @@ def _apply(
     edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
     edges = {(a, b) for a, b in edges if a != b}
     buffers = [b for b in graph.buffers if b.id not in removed]
-    return graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), sorted(removed)
+    # The fused kernels are made of their members' checked values (names, ops, params,
+    # stream), ids and step indices, and a launch KernelConfig checked on construction:
+    # the graph need not check their fields again.
+    new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges, checked_nodes=fused)
+    return new, sorted(removed)
 
 
 def program_order(graph: ComputeGraph) -> list[NodeId]:
