@@ -88,6 +88,24 @@ class _Info:
     rows: int  # a reduction's rows (its input's elements over the last axis), else 0
 
 
+class _Adjacency(dict[NodeId, list[NodeId]]):
+    """``node id -> neighbour ids`` of one side of a dense view, each list made when first
+    read."""
+
+    __slots__ = ("_adj", "_ids", "_pos")
+
+    def __init__(
+        self, ids: tuple[NodeId, ...], pos: Mapping[NodeId, int], adj: tuple[tuple[int, ...], ...]
+    ) -> None:
+        super().__init__()
+        self._ids, self._pos, self._adj = ids, pos, adj
+
+    def __missing__(self, nid: NodeId) -> list[NodeId]:
+        ids = self._ids
+        out = self[nid] = [ids[q] for q in self._adj[self._pos[nid]]]
+        return out
+
+
 class _Fuser:
     def __init__(
         self,
@@ -113,9 +131,10 @@ class _Fuser:
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
         d = graph.dense()
-        ids = d.ids
-        self.succ = {ids[p]: [ids[q] for q in d.succ[p]] for p in range(len(ids))}
-        self.pred = {ids[p]: [ids[q] for q in d.pred[p]] for p in range(len(ids))}
+        # Neighbour lists by id, made on first use: the legality checks walk only the
+        # neighbourhoods of the groups they try.
+        self.succ = _Adjacency(d.ids, d.pos, d.succ)
+        self.pred = _Adjacency(d.ids, d.pos, d.pred)
         self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
         self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
         self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
