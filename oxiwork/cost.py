@@ -74,7 +74,9 @@ def kernel_work(graph: ComputeGraph, node: GraphNode) -> tuple[float, float]:
 
     Op and fused kernels sum their steps' flops and move their external inputs and
     outputs once (intermediates of a fused kernel stay in registers). Opaque kernels are
-    estimated as reading and writing their buffers once, one flop per thread.
+    estimated as reading and writing their buffers once, one flop per thread. An op's
+    cost counts bytes as float32 elements; a single-op kernel's bytes are rescaled by
+    its buffers' real bytes per element (a float16 kernel moves half the bytes).
 
     >>> from oxiwork.examples import quick_start
     >>> g = quick_start()
@@ -98,7 +100,14 @@ def kernel_work(graph: ComputeGraph, node: GraphNode) -> tuple[float, float]:
     flops = sum(st.op.op_cost(st.in_shapes, st.shape)[0] for st in bound.steps)
     if len(bound.steps) == 1:
         st = bound.steps[0]
-        return float(flops), float(st.op.op_cost(st.in_shapes, st.shape)[1])
+        nbytes = st.op.op_cost(st.in_shapes, st.shape)[1]
+        as_f32 = 4.0 * sum(
+            graph.buffer(b).num_elements
+            for b in (*dict.fromkeys(node.inputs), *dict.fromkeys(node.outputs))
+        )
+        if as_f32 and as_f32 != moved:
+            nbytes *= moved / as_f32
+        return float(flops), float(nbytes)
     return float(flops), moved
 
 

@@ -911,6 +911,13 @@ def check_buffer(b: Buffer) -> None:
                 f"size_bytes is {size}"
             )
     validate.alignment(b.alignment, f"alignment of {what}")
+    if b.alignment < itemsize:
+        # typed views of the arena (and CUDA loads) need offsets that are multiples of the
+        # element size; the memory planner places buffers on multiples of their alignment
+        raise InvalidArgument(
+            f"{what}: alignment {b.alignment} is smaller than its {b.dtype} elements "
+            f"({itemsize} bytes); give it an alignment of at least {itemsize} (default 256)"
+        )
     validate.flag(b.external, f"external of {what}")
     if b.offset is not None:
         validate.offset(b.offset, f"offset of {what}")
@@ -1100,6 +1107,7 @@ def _buffer_ok(b: Buffer) -> bool:
         and (b.shape is None or _shape_ok(b.shape, b.size_bytes // DTYPES[b.dtype]))
         and type(b.alignment) is int
         and b.alignment in _ALIGN
+        and b.alignment >= DTYPES[b.dtype]
         and type(b.external) is bool
         and (b.offset is None or (type(b.offset) is int and 0 <= b.offset <= validate.MAX_OFFSET))
         and b.base is None

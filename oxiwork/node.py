@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16", see DTYPES)
+
 from oxiwork import validate
 from oxiwork.error import InvalidArgument, IterationLimit
 from oxiwork.validate import (
@@ -38,6 +40,7 @@ from oxiwork.validate import (
 __all__ = [
     "BODY_KINDS",
     "DTYPES",
+    "FLOAT_DTYPES",
     "MAX_BLOCK_DIM",
     "MAX_BLOCK_THREADS",
     "MAX_GRID_X",
@@ -56,6 +59,7 @@ __all__ = [
     "NodeKind",
     "StreamId",
     "conditional_runs",
+    "view_bytes",
 ]
 
 if TYPE_CHECKING:  # annotations only: graph.py sits above this module
@@ -64,15 +68,22 @@ if TYPE_CHECKING:  # annotations only: graph.py sits above this module
 # The CUDA limits (MAX_*) are defined with the other bounds in oxiwork.validate.
 
 # numpy dtype name -> bytes per element. One place defines what a buffer may hold.
+# numpy has no bfloat16: ml_dtypes (the package JAX uses) registers one with numpy when
+# imported, so ``np.dtype("bfloat16")`` and ``array.view("bfloat16")`` work everywhere
+# a buffer's dtype name is turned into a numpy dtype.
 DTYPES: Mapping[str, int] = {
     "float32": 4,
     "float64": 8,
     "float16": 2,
+    "bfloat16": 2,
     "int32": 4,
     "int64": 8,
     "uint8": 1,
     "bool": 1,
 }
+
+# The floating-point dtypes (bfloat16's numpy kind is "V", not "f": ask this set instead).
+FLOAT_DTYPES: frozenset[str] = frozenset({"float32", "float64", "float16", "bfloat16"})
 
 
 class NodeId(int):
@@ -471,6 +482,35 @@ def _c_ident(name: str) -> str:
     if not out or out[0].isdigit():
         out = "k_" + out
     return out
+
+
+def view_bytes(
+    base: Any, dtype: str, shape: tuple[int, ...], view_offset: int, strides: tuple[int, ...]
+) -> tuple[Any, Any]:
+    """A view's typed array and the bytes it covers, over its base's bytes ``base`` (a flat
+    ``uint8`` numpy array): numpy's strided view, so writes through it land in the base.
+
+    The one place the executors and the reference evaluator turn a view's layout into
+    memory. The caller has checked the view against its base (:func:`oxiwork.graph.check_view`).
+
+    >>> import numpy as np
+    >>> base = np.arange(6, dtype=np.float32).view(np.uint8)
+    >>> typed, covered = view_bytes(base, "float32", (3, 2), 0, (1, 3))
+    >>> typed.tolist(), covered.size
+    ([[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]], 24)
+    >>> typed[0, 1] = -1.0
+    >>> base.view(np.float32)[3]
+    np.float32(-1.0)
+    """
+    import numpy as np
+
+    itemsize = DTYPES[dtype]
+    last = view_offset + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    covered = base[view_offset * itemsize : (last + 1) * itemsize]
+    typed = np.lib.stride_tricks.as_strided(
+        covered.view(dtype), shape=shape, strides=tuple(s * itemsize for s in strides)
+    )
+    return typed, covered
 
 
 def conditional_runs(node: GraphNode, read: Callable[[], float], cond_name: str) -> Iterator[int]:

@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -34,7 +35,15 @@ from oxiwork.node import (
 if TYPE_CHECKING:  # only for annotations: this module sits below graph.py (see pyproject)
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["BODY_NODE_KINDS", "Verifiable", "body_depth", "context", "verify", "verify_graph"]
+__all__ = [
+    "BODY_NODE_KINDS",
+    "KERNEL_CHECKS",
+    "Verifiable",
+    "body_depth",
+    "context",
+    "verify",
+    "verify_graph",
+]
 
 #: What a body graph (of a child graph or a conditional) may hold: CUDA allows kernels,
 #: device copies, memsets, empty nodes, child graphs and conditionals in conditional
@@ -57,6 +66,11 @@ _BODY_COUNTS = {
     CondKind.While: (1, 1),
     CondKind.Switch: (1, validate.MAX_BODIES),
 }
+
+# Checks of a kernel against the op it names. The op table sits above this module (it
+# imports graph.py), so it installs its checks here when imported (oxiwork.ops.program:
+# the dtypes a kernel reads and writes fit its ops); each raises a GraphError.
+KERNEL_CHECKS: list[Callable[[ComputeGraph, GraphNode], None]] = []
 
 
 @runtime_checkable
@@ -346,6 +360,8 @@ def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
                 f"{context(g, n.id)}: fused program has {len(p.outputs)} outputs for "
                 f"{len(n.outputs)} output buffers"
             )
+    for check in KERNEL_CHECKS:
+        check(g, n)
 
 
 def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
@@ -358,6 +374,7 @@ def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     if n.memcpy_dir is MemcpyDir.DeviceToHost and n.outputs:
         raise InvalidArgument(f"{context(g, n.id)}: a DeviceToHost copy writes the host")
     for bid in (*n.inputs, *n.outputs):
+        _check_bytes_of(g, n, bid)
         if g.buffer(bid).size_bytes < n.size_bytes:
             raise InvalidArgument(
                 f"{context(g, n.id)}: copies {n.size_bytes} bytes but buffer "
@@ -369,11 +386,22 @@ def _check_memset(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     if n.inputs or len(n.outputs) > 1:
         raise InvalidArgument(f"{context(g, n.id)}: a memset writes > 0 bytes into one buffer")
     for bid in n.outputs:
+        _check_bytes_of(g, n, bid)
         if g.buffer(bid).size_bytes < n.size_bytes:
             raise InvalidArgument(
                 f"{context(g, n.id)}: sets {n.size_bytes} bytes of a "
                 f"{g.buffer(bid).size_bytes}-byte buffer"
             )
+
+
+def _check_bytes_of(g: ComputeGraph, n: GraphNode, bid: Any) -> None:
+    """Copies and memsets move bytes, so a view they touch must be contiguous."""
+    b = g.buffer(bid)
+    if not b.is_contiguous:
+        raise InvalidArgument(
+            f"{context(g, n.id)}: {n.kind.noun} on {b.name!r}, a non-contiguous view, whose "
+            "elements are not one run of bytes; copy it with a kernel (op 'copy') instead"
+        )
 
 
 def _check_wait(g: ComputeGraph, n: GraphNode, edges: set[Any]) -> None:

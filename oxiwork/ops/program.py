@@ -36,7 +36,8 @@ import numpy as np
 
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import Buffer, BufferId, FusedProgram, FusedStep, GraphNode, NodeKind
-from oxiwork.ops.table import OpDef, Shape, bind_params, get, infer_shape
+from oxiwork.ops.table import OpDef, Shape, bind_params, get, infer_dtype, infer_shape, widen
+from oxiwork.verify import KERNEL_CHECKS
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -45,6 +46,7 @@ __all__ = [
     "BoundProgram",
     "BoundStep",
     "bind",
+    "check_dtypes",
     "describe",
     "program_of",
     "run",
@@ -59,7 +61,11 @@ _BOUND = "ops.bound"
 
 @dataclass(frozen=True, slots=True)
 class BoundStep:
-    """A program step with its op resolved, parameters bound and shapes inferred."""
+    """A program step with its op resolved, parameters bound, shapes and dtype inferred.
+
+    ``dtype`` is the step's result dtype (one per step: a fused kernel rounds each step's
+    value to it, as the unfused kernel's store into its buffer did).
+    """
 
     op: OpDef
     params: dict[str, float]
@@ -67,6 +73,7 @@ class BoundStep:
     in_shapes: tuple[Shape, ...]
     shape: Shape
     node: Any
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ class BoundProgram:
     outputs: tuple[int, ...]
     in_shapes: tuple[Shape, ...]
     out_shapes: tuple[Shape, ...]
+    in_dtypes: tuple[str, ...] = ()
+    out_dtypes: tuple[str, ...] = ()
 
 
 def describe(node: GraphNode) -> str:
@@ -205,13 +214,15 @@ def _relabel(template: BoundProgram, node: GraphNode) -> BoundProgram:
         describe(node),
         tuple(
             [
-                BoundStep(st.op, st.params, st.args, st.in_shapes, st.shape, origin)
+                BoundStep(st.op, st.params, st.args, st.in_shapes, st.shape, origin, st.dtype)
                 for st, origin in zip(template.steps, origins, strict=True)
             ]
         ),
         template.outputs,
         template.in_shapes,
         template.out_shapes,
+        template.in_dtypes,
+        template.out_dtypes,
     )
 
 
@@ -301,15 +312,7 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
     buffer = graph.buffer
     in_bufs = [buffer(b) for b in node.inputs]
     out_bufs = [buffer(b) for b in node.outputs]
-    # Ops with CUDA C compute float32; a kernel whose ops only have numpy references (an
-    # importer's opaque kernel) reads and writes its buffers in their own dtypes.
-    typed = all((op := get(s[0])) is not None and not op.has_cuda for s in specs)
-    for buf in (*in_bufs, *out_bufs):
-        if buf.dtype != "float32" and not typed:
-            raise UnsupportedOp(
-                f"{where} uses buffer {buf.name!r} of dtype {buf.dtype}; ops compute on "
-                "float32 only: allocate it with dtype='float32'"
-            )
+    in_dtypes = tuple([b.dtype for b in in_bufs])
     in_shapes = tuple([b.array_shape for b in in_bufs])
     n_in = len(in_shapes)
     steps: list[BoundStep] = []
@@ -321,11 +324,14 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
                 "it with oxiwork.ops.custom() first"
             )
         shapes: list[Shape] = []
+        dtypes: list[str] = []
         for kind, i in args:
             if kind == "in" and 0 <= i < n_in:
                 shapes.append(in_shapes[i])
+                dtypes.append(in_dtypes[i])
             elif kind == "step" and 0 <= i < j:
                 shapes.append(steps[i].shape)
+                dtypes.append(steps[i].dtype)
             else:
                 raise InvalidArgument(
                     f"{where}: step {j} ({name}) reads {kind} {i}, which does not exist "
@@ -336,13 +342,16 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
         try:
             params = bind_params(op, given, step_where)
             shape = infer_shape(op, shapes, params, step_where)
+            dtype = infer_dtype(op, dtypes, params, step_where)
         except InvalidArgument as e:
             if len(specs) > 1 or len(shapes) != op.arity:
                 raise
             # name the buffers too (built only on error: bind runs for every kernel)
             names = ", ".join(f"{b.name!r} {b.array_shape}" for b in in_bufs)
             raise InvalidArgument(str(e).replace(where, f"{where} reading {names}", 1)) from None
-        steps.append(BoundStep(op, params, args, tuple(shapes), shape, origin))
+        if dtype is None:
+            dtype = _buffer_dtype(step_where, name, j, results, [b.dtype for b in out_bufs])
+        steps.append(BoundStep(op, params, args, tuple(shapes), shape, origin, dtype))
     if len(results) != len(out_bufs):
         raise InvalidArgument(
             f"{where} computes {len(results)} result(s) but writes "
@@ -355,22 +364,132 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
         if math.prod(got) != buf.num_elements:
             raise InvalidArgument(
                 f"{where} writes a result of shape {got} ({math.prod(got)} elements) into "
-                f"buffer {buf.name!r}, which holds {buf.num_elements} float32 elements; "
+                f"buffer {buf.name!r}, which holds {buf.num_elements} {buf.dtype} elements; "
                 f"allocate {buf.name!r} with shape={got}"
             )
+        if steps[s].dtype != buf.dtype:
+            raise InvalidArgument(_store_mismatch(where, steps[s].op.name, steps[s].dtype, buf))
     return BoundProgram(
         where,
         tuple(steps),
         results,
         in_shapes,
         tuple([b.array_shape for b in out_bufs]),
+        in_dtypes,
+        tuple([b.dtype for b in out_bufs]),
     )
 
 
-def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Evaluate ``bound`` on float32 ``inputs`` with the ops' numpy references.
+def _buffer_dtype(
+    where: str, name: str, j: int, results: Sequence[int], out_dtypes: Sequence[str]
+) -> str:
+    """The dtype of step ``j`` whose rule says "the buffer it writes" (a reference-only op)."""
+    k = next((k for k, s in enumerate(results) if s == j), None)
+    if k is None or k >= len(out_dtypes):
+        raise InvalidArgument(
+            f"{where} (op {name!r}) takes its dtype from the buffer it writes, but its "
+            "result feeds another step; run it as its own kernel"
+        )
+    return out_dtypes[k]
 
-    Returns one array per output, shaped like the output buffers.
+
+def _store_mismatch(where: str, op_name: str, dtype: str, buf: Any) -> str:
+    return (
+        f"{where}: op {op_name!r} computes {dtype} here but writes buffer {buf.name!r} of "
+        f"dtype {buf.dtype}; allocate {buf.name!r} with dtype={dtype!r}, or convert with a "
+        f"cast kernel after it (op 'cast_{buf.dtype}')"
+    )
+
+
+# (program, input dtypes, output dtypes) -> None when they fit, else the error's message.
+# Programs repeat across a graph (every layer of a model), so most kernels are one lookup.
+_DTYPES_CHECKED: dict[Any, str | None] = {}
+
+
+def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
+    """Refuse a kernel whose buffers' dtypes do not fit its ops (what :func:`bind` checks
+    of dtypes, without shapes); kernels of unregistered ops (opaque) pass.
+
+    Installed in :data:`oxiwork.verify.KERNEL_CHECKS`, so ``verify(graph)`` runs it.
+
+    >>> from oxiwork import GraphBuilder, verify
+    >>> b = GraphBuilder()
+    >>> ids = b.alloc_external_buffer("ids", 32, dtype="int64")
+    >>> y = b.alloc_buffer("y", 16)
+    >>> _ = b.add_kernel("r", 1, 32).op("relu").inputs([ids]).outputs([y]).finish()
+    >>> b.build()
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.InvalidArgument: kernel 'r' (id 0) (op 'relu'): input 0 is int64, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
+    """
+    if node.fused is None:
+        if node.op is None or get(node.op) is None:
+            return
+        specs: Sequence[tuple[str, Any, tuple[tuple[str, int], ...]]] = (
+            (node.op, node.params, _in_args(len(node.inputs))),
+        )
+        results: tuple[int, ...] = (0,)
+    else:
+        specs = [(st.op, st.params, st.args) for st in node.fused.steps]
+        results = node.fused.outputs
+    in_dt = tuple([graph.buffer(b).dtype for b in node.inputs])
+    out_bufs = [graph.buffer(b) for b in node.outputs]
+    out_dt = tuple([b.dtype for b in out_bufs])
+    key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
+    try:
+        hit = _DTYPES_CHECKED.get(key, False)
+    except TypeError:  # an unhashable parameter value: check without the memo
+        key, hit = None, False
+    if hit is False:
+        hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
+        if key is not None and len(_DTYPES_CHECKED) < 100_000:
+            _DTYPES_CHECKED[key] = hit
+    if hit is not None:
+        raise InvalidArgument(hit)
+
+
+def _dtype_problem(
+    where: str,
+    specs: Sequence[tuple[str, Any, tuple[tuple[str, int], ...]]],
+    results: Sequence[int],
+    in_dt: Sequence[str],
+    out_bufs: Sequence[Any],
+) -> str | None:
+    dts: list[str] = []
+    for j, (name, given, args) in enumerate(specs):
+        op = get(name)
+        if op is None:
+            return None  # bind names the missing op
+        step_where = where if len(specs) == 1 else f"{where} step {j}"
+        try:
+            params = bind_params(op, given, step_where)
+        except InvalidArgument:
+            params = op.defaults  # verify checks dtypes; bind names a wrong parameter
+        try:
+            ins = [in_dt[i] if kind == "in" else dts[i] for kind, i in args]
+            dt = infer_dtype(op, ins, params, step_where)
+            if dt is None:
+                dt = _buffer_dtype(step_where, name, j, results, [b.dtype for b in out_bufs])
+        except IndexError:
+            return None  # a malformed program: verify's structure check names it
+        except InvalidArgument as e:
+            return str(e)
+        dts.append(dt)
+    for s, buf in zip(results, out_bufs, strict=False):
+        if 0 <= s < len(dts) and dts[s] != buf.dtype:
+            return _store_mismatch(where, specs[s][0], dts[s], buf)
+    return None
+
+
+KERNEL_CHECKS.append(check_dtypes)
+
+
+def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Evaluate ``bound`` on ``inputs`` (in the buffers' dtypes) with the ops' references.
+
+    Returns one array per output, shaped like the output buffers. Each step's value is
+    rounded to the step's dtype (half inputs widened to float32 for ops that ``widen``),
+    so a fused program computes what its unfused kernels stored.
     """
     values: list[np.ndarray] = []
     for j, st in enumerate(bound.steps):
@@ -381,10 +500,12 @@ def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
                 "reference=..., replace=True) to compute it on the CPU"
             )
         args = [inputs[i] if kind == "in" else values[i] for kind, i in st.args]
+        if st.op.widen:
+            args = [widen(a) for a in args]
         with np.errstate(all="ignore"):  # overflow, log of negatives: IEEE values, as on GPU
-            out = np.asarray(
-                st.op.reference(args, **st.params), dtype=np.float32 if st.op.has_cuda else None
-            )
+            out = np.asarray(st.op.reference(args, **st.params))
+            if out.dtype.name != st.dtype:
+                out = out.astype(st.dtype)
         if out.shape != st.shape:
             out = out.reshape(st.shape)
         values.append(out)
@@ -396,9 +517,9 @@ def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
 def run_into(
     bound: BoundProgram, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
 ) -> None:
-    """Evaluate ``bound`` on float32 ``inputs`` and write the results into ``outputs``.
+    """Evaluate ``bound`` on ``inputs`` and write the results into ``outputs``.
 
-    ``outputs`` are float32 arrays with the output buffers' element counts (they may share
+    ``outputs`` are arrays in the output buffers' dtypes and element counts (they may share
     memory with inputs, as an in-place kernel's do). A one-step program computes straight
     into its output with the op's in-place form (:meth:`~oxiwork.ops.table.OpDef.compute_into`,
     the op table's default rule when it has none); a fused one is evaluated with

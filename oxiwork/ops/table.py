@@ -7,7 +7,15 @@ compose them, a row recipe for reductions, or a full-kernel generator), its outp
 rule and its cost. Adding an op is adding one entry (``register`` or ``custom``); no
 ``if op == ...`` chains elsewhere.
 
-All values are float32: references take and return float32 arrays, CUDA code is ``float``.
+Dtypes: every op has a result dtype rule (``OpDef.dtype``, like its shape rule) that
+also says which input dtypes it accepts. Floating-point ops compute like PyTorch's
+CUDA kernels: float16 and bfloat16 values are widened to float32 for the math (the
+"opmath" type, accumulations included) and the result is rounded once per op to its
+dtype; mixed float inputs promote to float32 (torch's promotion among these three).
+References are written in float32 (``widen``: the op table widens half inputs before
+calling them and rounds their result), and the generated C loads every value as
+``float`` and rounds when it stores. Casts between dtypes are ops of their own
+(:mod:`oxiwork.ops.lib_dtype`), so a fused chain has one dtype per step.
 
 Example
 -------
@@ -38,19 +46,32 @@ from typing import Any
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnsupportedOp
+from oxiwork.node import DTYPES
 from oxiwork.ops import cnames
 from oxiwork.validate import MAX_PARAMS
 
 __all__ = [
+    "COMPUTE_DTYPES",
+    "HALF_DTYPES",
     "REGISTRY",
+    "DtypeProblem",
+    "DtypeRule",
     "FusionClass",
     "OpDef",
     "Shape",
+    "any_dtype",
     "bind_params",
+    "broadcast_shape",
+    "broadcast_terms",
     "custom",
+    "float32_dtype",
+    "float_dtype",
     "get",
+    "infer_dtype",
     "infer_shape",
+    "output_dtype",
     "register",
+    "widen",
 ]
 
 Shape = tuple[int, ...]
@@ -61,8 +82,9 @@ class FusionClass(enum.Enum):
     """How the fusion pass may combine an op with its neighbours (TVM, OSDI 2018, 4.1).
 
     - ``ELEMENTWISE``: output element i depends on input element i only (relu, add...);
-    - ``BROADCAST``: like element-wise, but some input is indexed modulo its size
-      (``bias_add``'s bias is broadcast over the leading axes);
+    - ``BROADCAST``: like element-wise, but some input is broadcast by the op's own rule
+      (``bias_add``'s bias over the leading axes); element-wise ops broadcast too, by
+      numpy's rules, and fuse the same way;
     - ``INJECTIVE``: each output element reads one input element, at another index
       (transpose); not fused here;
     - ``REDUCTION``: a row of the input becomes one value (sum, max) or a row again
@@ -85,20 +107,205 @@ class _ShapeProblem(ValueError):
     """Raised by shape rules; :func:`infer_shape` adds the node and buffer names."""
 
 
+class DtypeProblem(ValueError):
+    """Raised by dtype rules; :func:`infer_dtype` adds the node and op names."""
+
+
+# ----------------------------------------------------------------------------- dtype rules
+# Floating-point dtypes ops compute on (float64 has no kernels: GPUs run it at a fraction
+# of float32's rate, and no model of the benchmark uses it).
+FLOAT_COMPUTE = ("float32", "float16", "bfloat16")
+# Every dtype an op may compute with (generated C has a type for each).
+COMPUTE_DTYPES: frozenset[str] = frozenset({*FLOAT_COMPUTE, "int64", "int32", "bool"})
+# Stored in 2 bytes, computed in float32 (widened on load, rounded once per op).
+HALF_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16"})
+
+DtypeRule = Callable[[Sequence[str], Mapping[str, float]], "str | None"]
+
+
+def float_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """The default rule: floating-point inputs; their dtype if they agree, else float32.
+
+    PyTorch promotes float16 with bfloat16, and either with float32, to float32; since
+    every op computes in float32, that is also what the values are before rounding.
+
+    >>> float_dtype(["float16", "float16"], {}), float_dtype(["float16", "bfloat16"], {})
+    ('float16', 'float32')
+    >>> float_dtype(["int64"], {})
+    Traceback (most recent call last):
+    ...
+    oxiwork.ops.table.DtypeProblem: input 0 is int64, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
+    """
+    for k, d in enumerate(dtypes):
+        if d not in FLOAT_COMPUTE:
+            raise DtypeProblem(
+                f"input {k} is {d}, but the op computes on float32, float16 or bfloat16 "
+                "values: convert it first with a cast kernel (op 'cast_float32')"
+            )
+    first = dtypes[0]
+    return first if all(d == first for d in dtypes) else "float32"
+
+
+def any_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """Data movement (copy, transpose): any dtype with a C type, all inputs the same.
+
+    >>> any_dtype(["int64"], {})
+    'int64'
+    """
+    first = dtypes[0]
+    for k, d in enumerate(dtypes):
+        if d not in COMPUTE_DTYPES:
+            raise DtypeProblem(
+                f"input {k} is {d}, which kernels do not compute on; use one of "
+                f"{', '.join(sorted(COMPUTE_DTYPES))} (cast it first)"
+            )
+        if d != first:
+            raise DtypeProblem(
+                f"input 0 is {first} but input {k} is {d}; the op moves values of one "
+                "dtype: cast one of them first"
+            )
+    return first
+
+
+def float32_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """Verbatim CUDA C of a custom op: its signature is ``float*``, so float32 only.
+
+    >>> float32_dtype(["float16"], {})
+    Traceback (most recent call last):
+    ...
+    oxiwork.ops.table.DtypeProblem: input 0 is float16, but the op's CUDA C takes float32 arrays: cast it first (op 'cast_float32')
+    """
+    for k, d in enumerate(dtypes):
+        if d != "float32":
+            raise DtypeProblem(
+                f"input {k} is {d}, but the op's CUDA C takes float32 arrays: cast it "
+                "first (op 'cast_float32')"
+            )
+    return "float32"
+
+
+def output_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> None:
+    """Reference-only ops (an importer's opaque kernels): whatever their output buffer holds.
+
+    Returning ``None`` means "the dtype of the buffer this step writes"; such a step cannot
+    feed another step of a fused kernel (opaque ops are never fused).
+
+    >>> output_dtype(["int64", "float16"], {}) is None
+    True
+    """
+    return None
+
+
 def _numel(shape: Shape) -> int:
     return math.prod(shape)
 
 
+def widen(x: np.ndarray) -> np.ndarray:
+    """``x`` as float32 if it is float16 or bfloat16 (exact), else ``x`` itself.
+
+    >>> widen(np.array([0.1], np.float16)).tolist()   # the float16 nearest 0.1, exactly
+    [0.0999755859375]
+    """
+    return x.astype(F32) if x.dtype.name in HALF_DTYPES else x
+
+
 # ----------------------------------------------------------------------------- shape rules
 def _same_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    # custom ops with their own CUDA source index every input by the output index, so they
+    # keep the equal-shapes rule; element-wise ops broadcast (_broadcast_shape)
     first = shapes[0]
     for k, s in enumerate(shapes[1:], start=1):
         if s != first:
             raise _ShapeProblem(
-                f"input 0 has shape {first} but input {k} has shape {s}; element-wise ops "
-                "need equal shapes (use bias_add to broadcast over the last axis)"
+                f"input 0 has shape {first} but input {k} has shape {s}; this op needs equal shapes"
             )
     return first
+
+
+def broadcast_shape(shapes: Sequence[Shape]) -> Shape:
+    """The shape ``shapes`` broadcast to under numpy's rules, or a :class:`ValueError`.
+
+    Shapes are aligned at their last axis; in each axis the sizes must be equal or 1.
+
+    >>> broadcast_shape([(1, 12, 64, 64), (1, 1, 64, 64)])
+    (1, 12, 64, 64)
+    >>> broadcast_shape([(2, 3), (3,), (4, 1, 1)])
+    (4, 2, 3)
+
+    References
+    ----------
+    NumPy documentation, "Broadcasting" (the general broadcasting rules).
+    """
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for k, s in enumerate(shapes):
+        for d, size in enumerate(s, start=rank - len(s)):
+            if size != 1 and out[d] not in (1, size):
+                shown = " and ".join(str(tuple(x)) for x in shapes)
+                raise _ShapeProblem(
+                    f"input shapes {shown} do not broadcast (axis {d - rank} has sizes "
+                    f"{out[d]} and {size}, input {k}); in each axis, counted from the last, "
+                    "the sizes must be equal or 1"
+                )
+            if size != 1:
+                out[d] = size
+    return tuple(out)
+
+
+def _broadcast_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    return broadcast_shape(shapes)
+
+
+def broadcast_terms(in_shape: Shape, out_shape: Shape) -> tuple[tuple[int, int, int], ...] | None:
+    """How an input of ``in_shape``, broadcast to ``out_shape``, is indexed from the output's
+    flat (row-major) index ``i``: ``None`` when element for element (equal element counts),
+    else ``(div, mod, stride)`` terms, the input index being the sum of
+    ``((i / div) % mod) * stride`` over them.
+
+    Axes are coalesced first: neighbouring axes that are both broadcast or both kept merge
+    into one, so a kernel carries one term per kept run of axes (GPT-2's mask
+    ``(1, 1, 64, 64)`` against ``(1, 12, 64, 64)`` is one term, a batch norm's ``(C, 1, 1)``
+    against ``(N, C, H, W)`` one too). ``div`` is 1 for the innermost run, ``stride`` 1 for
+    the innermost kept run, and ``mod`` the whole count for the outermost; code generation
+    leaves those operations out by these structural facts (never by a size's value), so one
+    source serves every shape with the same broadcast pattern. An input of one element has
+    no terms (index 0).
+
+    >>> broadcast_terms((8,), (4, 8))          # bias_add's bias: i % 8
+    ((1, 8, 1),)
+    >>> broadcast_terms((3, 1, 1), (2, 3, 4, 5))  # per-channel: (i / 20) % 3
+    ((20, 3, 1),)
+    >>> broadcast_terms((2, 1, 5), (2, 3, 5))  # ((i / 15) % 2) * 5 + i % 5
+    ((15, 2, 5), (1, 5, 1))
+    >>> broadcast_terms((4, 8), (4, 8)) is None
+    True
+
+    References
+    ----------
+    NumPy documentation, "Broadcasting"; the coalescing of contiguous dimensions is that of
+    PyTorch's ``TensorIterator`` (``coalesce_dimensions``).
+    """
+    if _numel(in_shape) == _numel(out_shape):
+        return None
+    in_shape = tuple(in_shape)[max(0, len(in_shape) - len(out_shape)) :]  # leading 1s
+    padded = (1,) * (len(out_shape) - len(in_shape)) + tuple(in_shape)
+    runs: list[list[Any]] = []  # [size, kept] from the outermost axis in
+    for size, have in zip(out_shape, padded, strict=True):
+        if size == 1:
+            continue
+        kept = have == size
+        if runs and runs[-1][1] == kept:
+            runs[-1][0] *= size
+        else:
+            runs.append([size, kept])
+    terms: list[tuple[int, int, int]] = []
+    div = stride = 1
+    for size, kept in reversed(runs):
+        if kept:
+            terms.append((div, size, stride))
+            stride *= size
+        div *= size
+    return tuple(reversed(terms))
 
 
 def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
@@ -108,6 +315,13 @@ def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
             f"bias_add needs a bias of {x[-1]} elements (the last axis of x {x}), got shape {b}"
         )
     return x
+
+
+def _bias_align(shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
+    # bias_add is the broadcasting add with its bias read as a vector over the last axis
+    # (whatever its buffer's shape, (N,) or (1, N))
+    x, _ = shapes
+    return [x, (x[-1],)]
 
 
 def _row_reduce_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
@@ -222,17 +436,38 @@ class OpDef:
         element at index ``var``, reading the input buffers named by ``pointers``; ``sizes``
         are the ``(name, value)`` size_t arguments the lines use (named after ``j`` so that
         steps do not collide); ``params`` are the step's bound parameters (a convolution's
-        strides and padding become sizes). A fused kernel starts with these lines and applies its
+        strides and padding become sizes; ``{p}`` in a line names parameter p's kernel
+        argument, as in ``expr``). A fused kernel starts with these lines and applies its
         element-wise epilogue to ``t{j}``.
     source, function_name
         Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.
     shape
-        Output shape rule ``shape(in_shapes, params) -> out_shape``.
+        Output shape rule ``shape(in_shapes, params) -> out_shape``. Element-wise ops
+        broadcast their inputs to the output under numpy's rules (:func:`broadcast_shape`);
+        the numpy reference, the simulator and the generated C all index them so.
+    align
+        For element-wise ops whose inputs broadcast other than by numpy's rules:
+        ``align(in_shapes, params) -> shapes``, the shape each input is read as, then
+        numpy-broadcast against the output (``bias_add`` reads its bias as ``(N,)``, a
+        batch norm its per-channel vectors as ``(C, 1, 1)``). Default: the inputs' own
+        shapes. The reference applies the same function, so the two cannot disagree.
     flops_per_element
         Floating-point operations per output element (used when ``cost`` is None).
     cost
         ``cost(in_shapes, out_shape) -> (flops, bytes)``; default: ``flops_per_element``
-        per output element and every input and output element moved once.
+        per output element and every input and output element moved once. Bytes are
+        counted as if every element were float32 (4 bytes); the cost model rescales
+        them by the kernel's real bytes per element (:func:`oxiwork.cost.kernel_work`).
+    dtype
+        Result dtype rule ``dtype(in_dtypes, params) -> dtype`` (like ``shape``); it
+        raises :class:`DtypeProblem` for input dtypes the op does not accept, and may
+        return ``None`` for "whatever the output buffer holds" (reference-only ops).
+        Default :func:`float_dtype`: float32/float16/bfloat16 in, the common dtype out.
+    widen
+        The reference computes in float32: float16/bfloat16 inputs are widened to
+        float32 before it runs and its result is rounded once to the result dtype (what
+        PyTorch's kernels do). ``False`` for references that handle every dtype
+        themselves (casts, gathers, an importer's torch references).
 
     Examples
     --------
@@ -257,8 +492,13 @@ class OpDef:
     shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = field(
         default=_same_shape, repr=False
     )
+    align: Callable[[Sequence[Shape], Mapping[str, float]], Sequence[Shape]] | None = field(
+        default=None, repr=False
+    )
     flops_per_element: float = field(default=1.0, repr=False)
     cost: CostFn | None = field(default=None, repr=False)
+    dtype: DtypeRule = field(default=float_dtype, repr=False)
+    widen: bool = field(default=True, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -327,15 +567,27 @@ class OpDef:
             x is not None for x in (self.expr, self.row, self.kernel, self.element, self.source)
         )
 
+    def read_shapes(self, in_shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
+        """The shape each input is read as, broadcast against the output (see ``align``).
+
+        >>> get("bias_add").read_shapes([(4, 8), (1, 8)], {})
+        [(4, 8), (8,)]
+        """
+        if self.align is None:
+            return [tuple(s) for s in in_shapes]
+        return [tuple(s) for s in self.align(in_shapes, params)]
+
     def compute_into(
         self, inputs: Sequence[np.ndarray], out: np.ndarray, params: Mapping[str, float]
     ) -> None:
-        """Write the op's result on ``inputs`` into the float32 array ``out``.
+        """Write the op's result on ``inputs`` into the array ``out``.
 
-        ``out`` has the result's shape and may share memory with an input. The op's
-        ``inplace`` form writes it directly; the default rule, for ops without one,
-        evaluates the reference into a temporary and copies it. IEEE results throughout
-        (overflow, log of negatives, 0/0: no warnings), as on the GPU.
+        ``out`` has the result's shape and dtype and may share memory with an input. On
+        float32 the op's ``inplace`` form writes it directly; the default rule, for ops
+        without one and for other dtypes, evaluates the reference into a temporary
+        (half inputs widened to float32 when the op has ``widen``) and copies it, rounded
+        to ``out``'s dtype. IEEE results throughout (overflow, log of negatives, 0/0: no
+        warnings), as on the GPU.
 
         >>> import numpy as np
         >>> x = np.array([-1.0, np.nan, 3.0], np.float32)
@@ -346,6 +598,11 @@ class OpDef:
         >>> get("sum").compute_into([x.reshape(1, 3)], y, {})   # the default rule
         >>> y
         array([3.], dtype=float32)
+        >>> h = np.array([1.0, 2049.0], np.float16)   # 2049 is not a float16: 2048
+        >>> z = np.empty(2, np.float16)
+        >>> get("add").compute_into([h, h], z, {})   # float32 math, one rounding
+        >>> z.tolist()
+        [2.0, 4096.0]
         """
         if self.reference is None:
             raise UnsupportedOp(
@@ -354,14 +611,19 @@ class OpDef:
                 "it on the CPU"
             )
         with np.errstate(all="ignore"):
-            if self.inplace is not None:
+            if (
+                self.inplace is not None
+                and out.dtype == F32
+                and all(x.dtype == F32 for x in inputs)
+            ):
                 self.inplace(inputs, out, **params)
                 return
-            # a reference-only op (an importer's opaque kernel) keeps its own dtype: int64
-            # indices past 2**24 would not survive a round trip through float32
-            result = np.asarray(
-                self.reference(inputs, **params), dtype=F32 if self.has_cuda else None
-            )
+            # Other dtypes keep their own: int64 indices past 2**24 would not survive a
+            # round trip through float32. Half inputs of float math are widened.
+            args = [widen(x) for x in inputs] if self.widen else list(inputs)
+            result = np.asarray(self.reference(args, **params))
+            if result.dtype != out.dtype:
+                result = result.astype(out.dtype)
         if result.size != out.size:
             raise InvalidArgument(
                 f"op {self.name!r} produced {result.size} elements for an output of "
@@ -370,7 +632,7 @@ class OpDef:
         np.copyto(out, result.reshape(out.shape), casting="unsafe")
 
     def op_cost(self, in_shapes: Sequence[Shape], out_shape: Shape) -> tuple[float, float]:
-        """``(flops, bytes)`` of one application on float32 data."""
+        """``(flops, bytes)`` of one application, bytes counted as float32 data."""
         if self.cost is not None:
             return self.cost(in_shapes, out_shape)
         moved = sum(_numel(s) for s in in_shapes) + _numel(out_shape)
@@ -427,6 +689,7 @@ def custom(
     shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] | None = None,
     flops_per_element: float = 1.0,
     replace: bool = False,
+    dtype: DtypeRule | None = None,
 ) -> OpDef:
     """Register a user op: its own CUDA C and/or numpy reference.
 
@@ -436,6 +699,11 @@ def custom(
     ``expr`` instead, the op is element-wise and fuses like a built-in one. Without
     ``reference`` its values cannot be computed on the CPU (the evaluator raises
     :class:`~oxiwork.error.UnsupportedOp`).
+
+    ``dtype`` is the result dtype rule (see :class:`OpDef`); by default a ``source`` op
+    takes float32 (:func:`float32_dtype`), an ``expr`` op floats (:func:`float_dtype`),
+    and a reference-only op any dtype, writing its output buffer's
+    (:func:`output_dtype`; its reference sees the inputs in their own dtypes).
 
     >>> import numpy as np
     >>> op = custom("cube", expr="({0} * {0} * {0})", reference=lambda xs: xs[0] ** 3)
@@ -492,6 +760,15 @@ def custom(
         cnames.check_expr(expr, arity, list(params or {}), where)
     if fusion_class is None:
         fusion_class = FusionClass.ELEMENTWISE if expr is not None else FusionClass.OPAQUE
+    if dtype is not None and not callable(dtype):
+        raise InvalidArgument(f"{where}: dtype must be a rule (in_dtypes, params) -> dtype")
+    reference_only = source is None and expr is None
+    if dtype is None:
+        dtype = (
+            float32_dtype
+            if source is not None
+            else (output_dtype if reference_only else float_dtype)
+        )
     if source is not None:
         cnames.check_source(source, where)
         function_name = cnames.check_function_name(function_name or name, where)
@@ -509,8 +786,12 @@ def custom(
         expr=expr,
         source=source,
         function_name=function_name,
-        shape=shape or _same_shape,
+        # an expr op is element-wise: the generated C broadcasts its inputs (numpy rules);
+        # a custom source indexes every input by the output index, so it needs equal shapes
+        shape=shape or (_broadcast_shape if expr is not None else _same_shape),
         flops_per_element=flops_per_element,
+        dtype=dtype,
+        widen=not reference_only,
     )
     return register(op, replace=replace)
 
@@ -555,7 +836,7 @@ def infer_shape(
     >>> infer_shape(get("add"), [(2, 3), (3, 2)], {}, "kernel 'a'")
     Traceback (most recent call last):
     ...
-    oxiwork.error.InvalidArgument: kernel 'a' (op 'add'): input 0 has shape (2, 3) but input 1 has shape (3, 2); element-wise ops need equal shapes (use bias_add to broadcast over the last axis)
+    oxiwork.error.InvalidArgument: kernel 'a' (op 'add'): input shapes (2, 3) and (3, 2) do not broadcast (axis -2 has sizes 2 and 3, input 1); in each axis, counted from the last, the sizes must be equal or 1
     """
     if len(in_shapes) != op.arity:
         raise InvalidArgument(
@@ -566,6 +847,31 @@ def infer_shape(
         return tuple(op.shape(list(in_shapes), params))
     except _ShapeProblem as e:
         raise InvalidArgument(f"{where} (op {op.name!r}): {e}") from None
+
+
+def infer_dtype(
+    op: OpDef, in_dtypes: Sequence[str], params: Mapping[str, float], where: str
+) -> str | None:
+    """The result dtype of ``op`` on ``in_dtypes`` (``None``: the output buffer's), or a
+    clear error naming ``where``.
+
+    >>> infer_dtype(get("relu"), ["bfloat16"], {}, "kernel 'r'")
+    'bfloat16'
+    >>> infer_dtype(get("relu"), ["bool"], {}, "kernel 'r'")
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.InvalidArgument: kernel 'r' (op 'relu'): input 0 is bool, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
+    """
+    try:
+        out = op.dtype(list(in_dtypes), params)
+    except DtypeProblem as e:
+        raise InvalidArgument(f"{where} (op {op.name!r}): {e}") from None
+    if out is not None and out not in DTYPES:
+        raise InvalidArgument(
+            f"{where} (op {op.name!r}): its dtype rule gave {out!r}, which is not a dtype "
+            f"of oxiwork.node.DTYPES; fix the op's dtype= rule"
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------- full kernels
@@ -644,8 +950,11 @@ def _ew(
     flops: float = 1.0,
     params: tuple[tuple[str, float], ...] = (),
     fusion_class: FusionClass = FusionClass.ELEMENTWISE,
-    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _same_shape,
+    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _broadcast_shape,
     inplace: bool = True,
+    align: Callable[[Sequence[Shape], Mapping[str, float]], Sequence[Shape]] | None = None,
+    dtype: DtypeRule = float_dtype,
+    widen: bool = True,
 ) -> OpDef:
     # ``fn(xs, out=None, **params)`` is both forms: the reference is ``fn`` with ``out=None``
     # and the in-place form the very same call with ``out`` given, so they cannot differ.
@@ -658,14 +967,17 @@ def _ew(
         params=params,
         expr=expr,
         shape=shape,
+        align=align,
         flops_per_element=flops,
+        dtype=dtype,
+        widen=widen,
     )
 
 
 def _copy(xs: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     # a bit copy (NaN payloads and -0.0 kept), as the CUDA expression "{0}"
     if out is None:
-        return np.array(xs[0], dtype=F32, copy=True)
+        return np.array(xs[0], copy=True)
     np.copyto(out, xs[0])
     return out
 
@@ -722,7 +1034,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         flops=12.0,
         inplace=False,
     ),
-    _ew("copy", 1, _copy, "{0}", flops=0.0),
+    _ew("copy", 1, _copy, "{0}", flops=0.0, dtype=any_dtype, widen=False),
     _ew(
         "bias_add",
         2,
@@ -730,6 +1042,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         "({0} + {1})",
         fusion_class=FusionClass.BROADCAST,
         shape=_bias_shape,
+        align=_bias_align,
     ),
     # Reductions, matmul and transpose take the default rule: their copy is small next to
     # the work, and numpy's out= for them is not guaranteed safe when out aliases an input.
@@ -786,6 +1099,8 @@ _BUILTINS: tuple[OpDef, ...] = (
         kernel=_transpose_kernel,
         shape=_transpose_shape,
         flops_per_element=0.0,
+        dtype=any_dtype,
+        widen=False,
     ),
 )
 
