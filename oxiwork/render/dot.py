@@ -29,6 +29,7 @@ __all__ = [
     "COLOR_MODES",
     "SVG_MAX_NODES",
     "GraphvizMissing",
+    "body_title",
     "cuda_graph_dot",
     "domtree_dot",
     "escape",
@@ -223,8 +224,16 @@ def graph_dot(
     return "\n".join(lines) + "\n"
 
 
-def _body_title(n: GraphNode, k: int) -> str:
-    """What body ``k`` of a child graph or conditional node is: ``then``, ``case 2``..."""
+def body_title(n: GraphNode, k: int) -> str:
+    """What body ``k`` of a child graph or conditional node is: ``then``, ``case 2``...
+
+    (Also the widget's details panel's words for it.)
+
+    >>> from oxiwork import course
+    >>> g = course.countdown_branch()
+    >>> body_title(next(n for n in g.nodes if n.name == "count down"), 0)
+    'count down: while ≠ 0 (≤ 16×)'
+    """
     if n.kind is NodeKind.ChildGraph:
         return f"{n.name}: child graph"
     kind = n.cond_kind
@@ -242,7 +251,7 @@ def _body_clusters(n: GraphNode, name: str, indent: str) -> list[str]:
     for k, body in enumerate(n.bodies):
         cluster = f"cluster_{name}_b{k}"
         lines.append(
-            f"{indent}subgraph {cluster} {{ {_attrs(label=_body_title(n, k))}; style=dashed; "
+            f"{indent}subgraph {cluster} {{ {_attrs(label=body_title(n, k))}; style=dashed; "
             'color="#9aa5b4"; fontsize=9;'
         )
         ids = {m.id: f"{name}_b{k}_{int(m.id)}" for m in body.nodes}
