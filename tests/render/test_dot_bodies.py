@@ -78,3 +78,21 @@ def test_memory_chart_marks_alloc_and_free_nodes():
             assert rows[int(s.outputs[0].buffer)]["start"] <= s.index
         if s.kind is NodeKind.MemFree:
             assert rows[int(s.outputs[0].buffer)]["end"] >= s.index + 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cuda_graph_dot_draws_the_lowered_bodies(seed):
+    from oxiwork import ExecutionPlan
+    from oxiwork.executor.lowering import lower
+    from oxiwork.render.dot import cuda_graph_dot
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        desc = lower(ExecutionPlan.build(build_control_graph(seed, 6)[0]))
+
+    def count(nodes):
+        return sum(len(n.bodies) + sum(count(b.nodes) for b in n.bodies) for n in nodes)
+
+    text = cuda_graph_dot(desc)
+    assert text.count("subgraph cluster_g") == count(desc.nodes)
+    assert "<svg" in to_svg(text)
