@@ -163,7 +163,10 @@ __device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max
     for (unsigned s = 1; s < blockDim.x; s <<= 1) {
         if ((threadIdx.x % (2 * s)) == 0 && threadIdx.x + s < blockDim.x) {
             float o = red[threadIdx.x + s];
-            red[threadIdx.x] = is_max ? fmaxf(red[threadIdx.x], o) : red[threadIdx.x] + o;
+            float a = red[threadIdx.x];
+            // is_max 2: a maximum that propagates NaN (torch.amax), 1: one that skips it
+            red[threadIdx.x] = is_max == 2 ? ((a != a || o != o) ? a + o : fmaxf(a, o))
+                             : is_max ? fmaxf(a, o) : a + o;
         }
         __syncthreads();
     }
@@ -375,7 +378,16 @@ class _Gen:
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
-        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params))
+        # inputs after the first (an affine norm's weight and bias) are read per column
+        extra = []
+        for kind, i in red.args[1:]:
+            if kind != "in":
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name}'s input {len(extra) + 1} is computed in "
+                    "the kernel; a reduction reads only its first input from a step"
+                )
+            extra.append(self.arg(kind, i, "col", cols))
+        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params, extra))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
         src = (
             _BLOCK_REDUCE
@@ -399,6 +411,7 @@ class _RowParts:
     value: str
     tail: list[str]
     params: dict[str, str]
+    extra: list[str]  # the reduction's further inputs at column ``col`` (weight, bias)
 
 
 def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
@@ -410,12 +423,14 @@ def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
     return [*lines, "}"]
 
 
-def _reduce_recipe(init: str, combine: str, is_max: int) -> Callable[[_RowParts], list[str]]:
+def _reduce_recipe(
+    init: str, combine: str, is_max: int, finish: str = "acc"
+) -> Callable[[_RowParts], list[str]]:
     def recipe(p: _RowParts) -> list[str]:
         lines = [f"float acc = {init};"]
         lines += _row_loop(p, [f"acc = {combine.format(acc='acc', v=p.value)};"])
         lines += [f"acc = ox_block_reduce(acc, red, {is_max});", "if (threadIdx.x == 0) {"]
-        lines += [f"    float t{p.r} = acc;"] + [f"    {x}" for x in p.tail]
+        lines += [f"    float t{p.r} = {finish};"] + [f"    {x}" for x in p.tail]
         return [*lines, "}"]
 
     return recipe
@@ -432,6 +447,10 @@ def _softmax_recipe(p: _RowParts) -> list[str]:
 
 
 def _layer_norm_recipe(p: _RowParts) -> list[str]:
+    # with a weight and bias (p.extra), each normalised value is scaled and shifted
+    norm = f"({p.value} - mean) / den"
+    if p.extra:
+        norm = f"({norm}) * {p.extra[0]} + {p.extra[1]}"
     eps = p.params["eps"]
     lines = ["float mean = 0.0f;"]
     lines += _row_loop(p, [f"mean += {p.value};"])
@@ -441,7 +460,19 @@ def _layer_norm_recipe(p: _RowParts) -> list[str]:
         "var = ox_block_reduce(var, red, 0) / (float)cols;",
         f"float den = sqrtf(var + {eps});",
     ]
-    lines += _row_loop(p, [f"float t{p.r} = ({p.value} - mean) / den;", *p.tail])
+    lines += _row_loop(p, [f"float t{p.r} = {norm};", *p.tail])
+    return lines
+
+
+def _rms_norm_recipe(p: _RowParts) -> list[str]:
+    # x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019, eq. 4)
+    lines = ["float ms = 0.0f;"]
+    lines += _row_loop(p, [f"float v = {p.value};", "ms += v * v;"])
+    lines += [
+        "ms = ox_block_reduce(ms, red, 0) / (float)cols;",
+        f"float den = sqrtf(ms + {p.params['eps']});",
+    ]
+    lines += _row_loop(p, [f"float t{p.r} = ({p.value} / den) * {p.extra[0]};", *p.tail])
     return lines
 
 
@@ -452,4 +483,14 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "max": (_reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1), True),
     "softmax": (_softmax_recipe, False),
     "layer_norm": (_layer_norm_recipe, False),
+    "mean": (_reduce_recipe("0.0f", "{acc} + {v}", 0, "acc / (float)cols"), True),
+    "amax": (
+        _reduce_recipe(
+            _NEG_INF,
+            "(({acc}) != ({acc}) || ({v}) != ({v})) ? ({acc}) + ({v}) : fmaxf({acc}, {v})",
+            2,
+        ),
+        True,
+    ),
+    "rms_norm": (_rms_norm_recipe, False),
 }
