@@ -12,7 +12,9 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
   shapes and dtype (float32 element-wise ops on equal shapes, a bias broadcast over the last
-  axis, softmax/sum/max/layer-norm over the last axis, a 2-D ``mm``), the kernel uses it
+  axis, softmax/sum/max/layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  ``linear`` whose operands may be views: a transposed weight or permuted attention heads
+  is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
   :func:`oxiwork.ops.custom`, carries a numeric reference that runs the ATen op on the CPU
   through torch. :attr:`ImportedModel.opaque` says which kernels are opaque and why;
@@ -48,10 +50,10 @@ Example
 >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 >>> x = torch.randn(3, 4)
 >>> model = from_module(net, (x,))
->>> [n.name for n in model.graph.nodes]
-['0.addmm', '1.relu', '2.addmm', 'read 2.addmm']
->>> [(o.kernel, o.reason) for o in model.opaque][:1]
-[('0.addmm', 'no op of the library computes aten.addmm')]
+>>> [(n.name, n.op) for n in model.graph.kernels()]
+[('0.addmm', 'linear'), ('1.relu', 'relu_nan'), ('2.addmm', 'linear')]
+>>> model.opaque
+()
 >>> stats = SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs)
 >>> (y,) = model.outputs_from(stats.outputs)
 >>> bool(np.allclose(y, net(x).detach().numpy(), atol=1e-6))
@@ -80,7 +82,9 @@ from oxiwork import ops
 from oxiwork.builder import GraphBuilder
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.node import DTYPES, MemcpyDir
+from oxiwork.ops import lib_reduce
 from oxiwork.ops.lib_conv import cat_op
+from oxiwork.ops.lib_reduce import Strided
 from oxiwork.ops.table import FusionClass, OpDef
 
 if TYPE_CHECKING:
@@ -277,6 +281,26 @@ def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 
 
 # ----------------------------------------------------------------------------- values
+# (offset, strides) in elements of a buffer: element [i0, i1, ...] of a tensor is at
+# offset + sum(i_d * strides[d]) of the buffer holding its base row-major
+_Layout = tuple[int, tuple[int, ...]]
+
+
+def _layout(val: Any, base: _Layout | None, viewed: bool) -> _Layout | None:
+    """Where ``val``'s elements lie in the buffer of its base, as torch laid them out.
+
+    A base tensor (``viewed`` False) has one when torch holds it row-major from the start of
+    its storage, as its buffer does; a view of such a base has torch's own offset and
+    strides (a permute or transpose, a slice, an expand with stride 0): so a library op can
+    read the view in place. ``None`` when it cannot be known."""
+    if viewed and base is None:
+        return None
+    if not viewed and not (val.is_contiguous() and val.storage_offset() == 0):
+        return None
+    strides = tuple(0 if d == 1 else int(st) for d, st in zip(val.shape, val.stride(), strict=True))
+    return int(val.storage_offset()), strides
+
+
 @dataclass(frozen=True, slots=True)
 class _Tensor:
     """A tensor value during conversion: a base buffer and the views applied to it."""
@@ -286,6 +310,7 @@ class _Tensor:
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...] = ()
     list_views: bool = False  # the last view returns a list (split): index it first
     shape: tuple[int, ...] | None = None  # the viewed shape (None: the base's)
+    layout: _Layout | None = None  # where the viewed elements lie in the buffer (_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +328,7 @@ class _Arg:
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...]
     base: _Meta
     shape: tuple[int, ...]  # after the views
+    layout: _Layout | None = None  # where its elements lie in the buffer (_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,9 +630,163 @@ def _sum_extra(call: _Call) -> str | None:
     return f"it accumulates in {call.kw('dtype')}" if call.kw("dtype") is not None else None
 
 
-def _mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    args = list(call.args[:2])
-    return _plain(call, args, reshape_ok=False) or ("matmul", {}, args)
+def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
+    """``a`` as a GEMM operand of ``rank`` 2 or 3: its :class:`Strided` layout in its buffer
+    and its shape, or why it cannot be read in place."""
+    if not isinstance(a, _Arg):
+        return f"an operand is a Python {type(a).__name__}, not a tensor"
+    if a.base.dtype != "float32":
+        return f"it reads {a.base.dtype} data; library ops compute float32"
+    if a.layout is None:
+        return "it reads a tensor whose layout in its buffer is not known; library ops read row-major buffers"
+    if len(a.shape) != rank:
+        return f"an operand has shape {a.shape}; expected {rank} dimensions"
+    off, st = a.layout
+    return Strided(off, st[0] if rank == 3 else 0, st[-2], st[-1]), a.shape
+
+
+def _gemm_rule(batched: bool, added: bool) -> _Rule:
+    """mm, bmm (``added`` False) or addmm, baddbmm (True): the library's dense op when every
+    operand is a whole row-major buffer, ``linear`` for ``addmm(bias, x, w.t())``, else a
+    strided GEMM reading the views in place (permuted heads, transposed weights, splits)."""
+    rank = 3 if batched else 2
+    dense_op, scaled_op = ("bmm", "baddbmm") if batched else ("mm", "addmm")
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        tensors = list(call.args[:3] if added else call.args[:2])
+        beta, alpha = float(call.kw("beta", 1)), float(call.kw("alpha", 1))
+        if added and alpha == 0:
+            return "alpha=0 (torch then ignores mat1 @ mat2, NaNs included); the library's addmm does not"
+        if not all(math.isfinite(v) for v in (beta, alpha)):
+            return "its beta/alpha is not finite"
+        ab = tensors[1:] if added else tensors
+        got = [_strided(t, rank) for t in ab]
+        for g in got:
+            if isinstance(g, str):
+                return g
+        (la, sa), (lb, sb) = got  # type: ignore[misc]
+        bt, m, k = (1, *sa) if rank == 2 else sa
+        n = sb[-1]
+        lc = None
+        if added:
+            c = tensors[0]
+            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype != "float32":
+                return "its added input is not a float32 tensor read in place"
+            lc = _broadcast_layout(c, (bt, m, n) if batched else (m, n))
+            if isinstance(lc, str):
+                return lc
+        x, w = ab
+        # the library's own op when a is rows of K read in order (mm and addmm fold a's
+        # leading axes into M) and b a whole [K, N] (or [B, K, N]) buffer
+        plain = (
+            x.layout == (0, _dense(x.shape))
+            and x.base.ir_shape[-1] == k
+            and math.prod(x.base.ir_shape) == bt * m * k
+            and (not batched or x.base.ir_shape == x.shape)
+            and w.base.ir_shape == w.shape
+            and w.layout == (0, _dense(w.shape))
+        )
+        if plain and not added:
+            return dense_op, {}, [_whole_arg(x), _whole_arg(w)]
+        c0 = tensors[0] if added else None
+        if plain and c0 is not None and _whole(c0) and lc is not None:
+            ab_args = [_whole_arg(x), _whole_arg(w)]
+            return scaled_op, {"beta": beta, "alpha": alpha}, [c0, *ab_args]
+        if added and not batched and beta == alpha == 1 and _linear_operands(x, w, tensors[0]):
+            # addmm(bias, x, w.t()): nn.Linear after decomposition
+            return "linear", {}, [_whole_arg(x), _whole_arg(w), _whole_arg(tensors[0])]
+        # a strided GEMM over the distinct buffers the operands view
+        order = list(dict.fromkeys(a.index for a in (*ab, *tensors[: 1 if added else 0])))
+        bases = {a.index: a for a in tensors}
+        shapes = [bases[i].base.ir_shape for i in order]
+        which = tuple(order.index(a.index) for a in ab)
+        if added:
+            which = (*which, order.index(tensors[0].index))
+        op = lib_reduce.strided_gemm(
+            shapes, bt, m, n, k, la, lb, lc, out=call.out.shape, inputs=which
+        )
+        params = {"beta": beta, "alpha": alpha} if added else {}
+        return op.name, params, [_whole_arg(bases[i]) for i in order]
+
+    return rule
+
+
+def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape``, 0 on size-1 axes (as :func:`_layout` writes them)."""
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(0 if d == 1 else step)
+        step *= d
+    return tuple(reversed(out))
+
+
+def _linear_operands(x: _Arg, w: _Arg, bias: _Arg) -> bool:
+    """Are these ``addmm(bias, x, w.t())``'s operands as nn.Linear leaves them: x a reshape
+    of a buffer whose last axis is K, w a transposed row-major [N, K] weight, bias [N]?"""
+    (m, k), n = x.shape, w.shape[1]
+    return (
+        x.layout == (0, _dense((m, k)))
+        and x.base.ir_shape[-1] == k
+        and math.prod(x.base.ir_shape) == m * k
+        and w.base.ir_shape == (n, k)
+        and w.layout == (0, _dense((n, k))[::-1])
+        and bias.layout is not None
+        and bias.layout[0] == 0
+        and math.prod(bias.base.ir_shape) == n
+        and tuple(bias.shape)[-1:] in ((n,), (1,))
+        and math.prod(bias.shape) == n
+    )
+
+
+def _whole(a: _Arg) -> bool:
+    """Is ``a`` its whole buffer, in the buffer's own shape?"""
+    return not a.chain and a.base.strides is None and a.layout is not None
+
+
+def _whole_arg(a: _Arg) -> _Arg:
+    """The buffer ``a`` views, as an argument (a library op reading it whole)."""
+    return _Arg(a.index, (), a.base, a.base.ir_shape, None)
+
+
+def _broadcast_layout(c: _Arg, target: tuple[int, ...]) -> Strided | str:
+    """The added input ``c`` read broadcast to ``target`` ((m, n) or (batch, m, n))."""
+    assert c.layout is not None
+    off, st = c.layout
+    shape = tuple(c.shape)
+    if len(shape) > len(target) or any(
+        d not in (1, t) for d, t in zip(reversed(shape), reversed(target), strict=False)
+    ):
+        return f"its added input of shape {shape} does not broadcast to {target}"
+    full = [0] * (len(target) - len(shape)) + [
+        0 if d == 1 else s for d, s in zip(shape, st, strict=True)
+    ]
+    if len(target) == 2:
+        full = [0, *full]
+    return Strided(off, full[0], full[1], full[2])
+
+
+def _linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """aten.linear (before decomposition): the library's linear, or x @ w.t() as a GEMM."""
+    x, w = call.args[:2]
+    bias = call.args[2] if len(call.args) > 2 else call.kw("bias")
+    for t in (x, w, bias):
+        if t is not None and (
+            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype != "float32"
+        ):
+            return (
+                "it reads a view or a non-float32 tensor; the library's linear reads whole buffers"
+            )
+    if len(w.shape) != 2 or (bias is not None and len(bias.shape) != 1):
+        return f"its weight has shape {w.shape}; the library's linear takes a 2-D weight"
+    if bias is not None:
+        return "linear", {}, [x, w, bias]
+    n, k = w.shape
+    m = math.prod(x.shape[:-1])
+    op = lib_reduce.strided_gemm(
+        [x.base.ir_shape, w.base.ir_shape], 1, m, n, k,
+        Strided.dense(m, k), Strided(0, 0, 1, k), out=call.out.shape,
+    )  # fmt: skip
+    return op.name, {}, [x, w]
 
 
 def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -822,7 +1002,11 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
     # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
     # propagates them, so it runs as an opaque op with torch's own semantics.
-    "aten.mm.default": _mm,
+    "aten.mm.default": _gemm_rule(batched=False, added=False),
+    "aten.bmm.default": _gemm_rule(batched=True, added=False),
+    "aten.addmm.default": _gemm_rule(batched=False, added=True),
+    "aten.baddbmm.default": _gemm_rule(batched=True, added=True),
+    "aten.linear.default": _linear,
     "aten.native_layer_norm.default": _layer_norm,
     "aten.convolution.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool,
@@ -893,7 +1077,7 @@ class _Converter:
         arr = value.detach().cpu().contiguous().numpy().reshape(meta.ir_shape)
         name, _ = self._buffer(name, meta, external=True)
         self.values[name] = arr
-        return _Tensor(name, meta)
+        return _Tensor(name, meta, layout=_layout(value, None, False))
 
     # -------------------------------------------------------------- nodes
     def placeholder(self, node: Any, spec: Any, value: Any) -> None:
@@ -977,7 +1161,9 @@ class _Converter:
         val = node.meta.get("val")
         lists = isinstance(val, (list, tuple))
         shape = None if lists else tuple(val.shape)
-        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape)
+        # a list of views (split) keeps its base's layout: each item's comes from getitem
+        lay = src.layout if lists else _layout(val, src.layout, True)
+        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape, lay)
 
     def pad_into_convolutions(self, node: Any) -> None:
         """A zero pad read only by convolutions gets no kernel: it is kept on the value,
@@ -996,7 +1182,8 @@ class _Converter:
         if isinstance(src, _Tensor) and src.list_views:  # a view out of split/unbind
             step = (operator.getitem, (k,), ())
             shape = tuple(node.meta["val"].shape)
-            self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape)
+            lay = _layout(node.meta["val"], src.layout, True)
+            self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape, lay)
         elif isinstance(src, _Pending):
             key = (src.node, k)
             if key not in self.multi:
@@ -1048,7 +1235,7 @@ class _Converter:
                     inputs.append(v.buffer)
                     metas.append(v.base)
                 shape = v.shape if v.shape is not None else v.base.shape
-                return _Arg(inputs.index(v.buffer), v.chain, v.base, shape)
+                return _Arg(inputs.index(v.buffer), v.chain, v.base, shape, v.layout)
             if v is not None and not isinstance(v, (_Tensor, _Pending)):
                 return v  # a specialised Python input
             return _cpu(a)
@@ -1082,7 +1269,7 @@ class _Converter:
         )
         kb.op(op).params(**params).fusible(not isinstance(lib, str))
         kb.inputs([self.ids[r] for r in reads]).outputs([bid]).finish()
-        return _Tensor(buf, out)
+        return _Tensor(buf, out, layout=_layout(val, None, False) if out.strides is None else None)
 
     def output(self, node: Any) -> tuple[list[str], list[tuple[int, ...]]]:
         torch = _torch()

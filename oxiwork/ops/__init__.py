@@ -6,7 +6,10 @@
 """
 
 # Op libraries beyond the built-ins register their entries on import.
-from oxiwork.ops import lib_conv  # noqa: F401  (registers conv2d, pooling, pad, cat)
+from oxiwork.ops import (
+    lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
+    lib_reduce,  # noqa: F401  (registers the matmul variants, reductions)
+)
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
 from oxiwork.ops.table import (

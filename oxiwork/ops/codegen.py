@@ -206,6 +206,9 @@ class _Gen:
             ptrs = [f"in{i}" for _, i in st.args]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
+            # ``{p}`` in the lines is parameter p's kernel argument, as in an expr template
+            for p in st.params:
+                lines = [ln.replace(f"{{{p}}}", self.param_name(j, p)) for ln in lines]
             return lines
         if st.op.expr is None:
             raise UnsupportedOp(

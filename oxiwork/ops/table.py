@@ -339,7 +339,8 @@ class OpDef:
         element at index ``var``, reading the input buffers named by ``pointers``; ``sizes``
         are the ``(name, value)`` size_t arguments the lines use (named after ``j`` so that
         steps do not collide); ``params`` are the step's bound parameters (a convolution's
-        strides and padding become sizes). A fused kernel starts with these lines and applies its
+        strides and padding become sizes; ``{p}`` in a line names parameter p's kernel
+        argument, as in ``expr``). A fused kernel starts with these lines and applies its
         element-wise epilogue to ``t{j}``.
     source, function_name
         Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.

@@ -479,9 +479,9 @@ class TestMapping:
     def test_opaque_reasons(self) -> None:
         model, _ = _imported("attention")
         reasons = {o.target: o.reason for o in model.opaque}
-        assert reasons["aten.addmm.default"] == "no op of the library computes aten.addmm"
+        # matmuls map to the library, reading permuted heads in place (ops.lib_reduce)
+        assert not {"aten.addmm.default", "aten.bmm.default"} & set(reasons)
         assert "affine weight/bias" in reasons["aten.native_layer_norm.default"]
-        assert "view" in reasons["aten.bmm.default"] or "library" in reasons["aten.bmm.default"]
         # where() reads the bool mask: its own dtype, through torch
         assert "aten.where.self" in reasons and "aten.bitwise_not.default" in reasons
 

@@ -30,7 +30,7 @@ from hypothesis.extra import numpy as hnp
 from oxiwork import GraphBuilder, ops
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
-from oxiwork.ops import kernel_source, lib_conv
+from oxiwork.ops import kernel_source, lib_conv, lib_reduce
 from oxiwork.ops.program import bind
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import CXX, run_kernel
@@ -74,7 +74,7 @@ LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
 #   2002, section 4.2), propagated through the op's formula in ``_sum_tolerance``. Finite
 #   inputs of these ops stay within 1e4 so that no partial sum overflows in one order and
 #   not the other (an inf on one side only would be an artefact of the order, not a bug).
-SUMS = {"sum", "softmax", "layer_norm", "matmul"}
+SUMS = {"sum", "softmax", "layer_norm", "matmul", *lib_reduce.MATMULS}
 SUM_BOUND = 1e4
 
 
@@ -113,6 +113,10 @@ def input_shapes(op: ops.OpDef, rows: int, cols: int) -> list[tuple[int, ...]] |
         [(rows, cols)] * op.arity,
         [(rows, cols), (cols,)],
         [(rows, cols), (cols, 3)],
+        [(2, rows, cols), (2, cols, 3)],  # bmm
+        [(3,), (rows, cols), (cols, 3)],  # addmm
+        [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
+        [(rows, cols), (3, cols), (3,)],  # linear
     ):
         if len(shapes) != op.arity:
             continue
@@ -165,7 +169,30 @@ def assert_close(
     )
 
 
-def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+def _gemm_tolerance(name: str, xs: list[np.ndarray], params: dict) -> np.ndarray:
+    """Absolute tolerance of a strided GEMM: the summation bound on |alpha| |A| |B|, one
+    rounding of alpha * sum, one of beta * c and one of their sum."""
+    g = lib_reduce.gemm_of(name, [x.shape for x in xs])
+
+    def mag(k: int, lay, dims) -> np.ndarray:
+        x = np.abs(np.where(np.isfinite(xs[k]), xs[k], 0).astype(np.float64))
+        v = lib_reduce._take(x.astype(F32), lay, dims)
+        return np.asarray(v, np.float64)
+
+    a = mag(g.inputs[0], g.a, (g.batch, g.m, g.k))
+    b = mag(g.inputs[1], g.b, (g.batch, g.k, g.n))
+    alpha = abs(params.get("alpha", 1.0))
+    prod = alpha * (a @ b)
+    tol = 2 * (g.k + 2) * U * prod
+    if g.c is not None:
+        c = abs(params.get("beta", 1.0)) * mag(g.inputs[2], g.c, (g.batch, g.m, g.n))
+        tol = tol + 4 * U * (c + prod)
+    return tol.reshape(-1)
+
+
+def _sum_tolerance(
+    name: str, xs: list[np.ndarray], out: np.ndarray, params: dict | None = None
+) -> np.ndarray:
     """Absolute tolerance for an op that sums in a different order (see ``SUMS``)."""
     x = xs[0].astype(np.float64)
     ax = np.where(np.isfinite(x), np.abs(x), 0.0)
@@ -176,6 +203,8 @@ def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarr
     if name == "matmul":
         b = np.abs(np.where(np.isfinite(xs[1]), xs[1], 0).astype(np.float64))
         return (2 * (n + 1) * U * (ax @ b)).reshape(-1) + floor
+    if name in lib_reduce.MATMULS:  # |alpha| |A| |B| bounds the sum's error, then beta c
+        return _gemm_tolerance(name, xs, params or {}) + floor
     o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
     if name == "softmax":  # exp differs by LIBM ulps, the row sum by the summation bound
         return ((2 * LIBM_ULPS["exp"] + 2 * n + 4) * U * o + floor).reshape(-1)
@@ -193,7 +222,9 @@ def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarr
     return (2 * d_err / sigma + o * rel + floor).reshape(-1)
 
 
-def compare_with_c(name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndarray) -> None:
+def compare_with_c(
+    name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndarray, params: dict | None = None
+) -> None:
     what = f"{name}: generated C vs numpy"
     if name in EXACT:
         assert_same(c, want, what)
@@ -205,7 +236,7 @@ def compare_with_c(name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndar
         assert_close(c, want, what, ulps=ulps, tol=tol)
     else:
         assert name in SUMS, f"op {name!r} has no agreement class in this test: add it"
-        assert_close(c, want, what, ulps=2, tol=_sum_tolerance(name, xs, want))
+        assert_close(c, want, what, ulps=2, tol=_sum_tolerance(name, xs, want, params))
 
 
 _FNAME = re.compile(r"\b(\w+)\b")
@@ -282,7 +313,7 @@ def test_one_op_four_ways(name, so_dir, data, rows, cols, block):
     assert_same(sim, want, f"{name}: simulator (in-place form) vs reference")
 
     (c,) = run_c(g, node, xs, so_dir, block)
-    compare_with_c(name, xs, c, want)
+    compare_with_c(name, xs, c, want, {**op.defaults, **params})
 
 
 def test_every_builtin_op_has_an_agreement_class():
