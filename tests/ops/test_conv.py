@@ -407,6 +407,15 @@ class TestPadAndCat:
         np.testing.assert_array_equal(c, want)
         assert np.array_equal(np.signbit(c), np.signbit(want))
 
+    def test_pad_value_is_a_kernel_argument_not_source(self):
+        sources = []
+        for value in (1.5, -2.0):
+            g, node = graph_of("constant_pad", [(1, 1, 3, 3)], {"pad_left": 1, "value": value})
+            ks = kernel_source(g, node)
+            assert ("float", "value", value) in ks.scalar_args
+            sources.append(ks.source.replace(ks.function_name, "k"))
+        assert sources[0] == sources[1]
+
     def test_raises_when_cat_inputs_differ_off_the_axis(self):
         with pytest.raises(InvalidArgument, match="other than the concatenation axis 1"):
             ops.infer_shape(cat_op(2), [(2, 3), (3, 3)], {"axis": 1}, "cat")
