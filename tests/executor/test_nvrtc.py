@@ -138,7 +138,15 @@ class TestCompile:
 
 
 # ------------------------------------------------------------------ every generated kernel
-_NCHW_OPS = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "constant_pad"}
+def _accepts(op, shapes) -> bool:
+    from oxiwork import ops
+    from oxiwork.error import InvalidArgument
+
+    try:
+        ops.infer_shape(op, shapes, op.defaults, op.name)
+    except InvalidArgument:
+        return False
+    return True
 
 
 def _single_op_graphs():
@@ -150,12 +158,20 @@ def _single_op_graphs():
         b = GraphBuilder()
         rows, cols = 4, 8
         nchw = (1, rows, cols, cols)  # conv2d, pooling, pad (oxiwork.ops.lib_conv)
-        shapes = {
-            "bias_add": [(rows, cols), (cols,)],
-            "matmul": [(rows, cols), (cols, cols)],
-            "conv2d": [nchw, (rows, rows, 3, 3)],
-            "conv2d_bias": [nchw, (rows, rows, 3, 3), (rows,)],
-        }.get(name, [nchw if op.name in _NCHW_OPS else (rows, cols)] * op.arity)
+        # input shapes for each op: the first of these candidates its shape rule accepts
+        candidates = [
+            [(rows, cols), (cols,)],  # bias_add
+            [(rows, cols), (cols, cols)],  # matmul, mm
+            [nchw, (rows, rows, 3, 3)],  # conv2d
+            [nchw, (rows, rows, 3, 3), (rows,)],  # conv2d_bias
+            [(2, rows, cols), (2, cols, 3)],  # bmm
+            [(3,), (rows, cols), (cols, 3)],  # addmm
+            [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
+            [(rows, cols), (3, cols), (3,)],  # linear
+        ]
+        candidates = [c for c in candidates if len(c) == op.arity]
+        candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity]
+        shapes = next(c for c in candidates if _accepts(op, c))
         ins = [
             b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
             for k, s in enumerate(shapes)
