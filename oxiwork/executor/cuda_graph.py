@@ -114,6 +114,8 @@ class DeviceMemory:
             return self.arena + int(where)
         if kind == "buffer":
             return self.buffers[where]
+        if kind == "view":  # a view of a buffer of its own: (the base's name, byte offset)
+            return self.buffers[where[0]] + int(where[1])
         if kind == "host":
             return self.host + self.host_info[where].offset
         if kind == "scratch":

@@ -407,6 +407,10 @@ class _Lowering:
         if arg is None:
             self.scratch = max(self.scratch, nbytes)
             return ("scratch", 0)
+        if arg.base is not None:  # a view: its base's address plus its offset
+            skip = arg.view_offset * np.dtype(arg.dtype).itemsize
+            kind, where = self.ref(arg.base, arg.base.size_bytes)
+            return ("arena", where + skip) if kind == "arena" else ("view", (where, skip))
         if arg.offset is not None and not arg.external:
             return ("arena", int(arg.offset))
         if arg.name not in self.device:

@@ -19,10 +19,16 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
   :func:`oxiwork.ops.custom`, carries a numeric reference that runs the ATen op on the CPU
   through torch. :attr:`ImportedModel.opaque` says which kernels are opaque and why;
 - views (``view``, ``reshape``'s ``_unsafe_view``, ``permute``, ``expand``, ``slice``,
-  ``select``, ``transpose``, ``unsqueeze``, ``split``, ``as_strided`` ... any op whose
-  schema says its result aliases its input) allocate nothing and get no node: each chain
-  of views is folded into the kernel that consumes it, which reads the base buffer and
-  applies the views to it before the op (so such a kernel is opaque);
+  ``select``, ``transpose``, ``t``, ``unsqueeze``, ``split``, ``as_strided`` ... any op
+  whose schema says its result aliases its input) allocate nothing and get no node. A
+  chain of views that keeps the elements in row-major order (reshapes of a row-major
+  buffer) is the buffer itself: the consumer reads the base. Any other chain becomes a
+  *view buffer* aliasing the base (:meth:`GraphBuilder.view
+  <oxiwork.builder.GraphBuilder.view>`: offset and strides over the base's elements,
+  found by running the chain on the base's element indices), so ``clone`` of a permute is
+  the library's ``copy`` reading a strided view. A library op other than an element-wise
+  one reads a non-contiguous view through an explicit ``copy`` kernel (named
+  ``<view>.contiguous``), since its generated CUDA C reads whole row-major buffers;
 - ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) are computed once at
   import time and become constant external buffers (:attr:`ImportedModel.folded`);
 - each graph output is read at the end by a DeviceToHost copy; :attr:`ImportedModel.outputs`
@@ -401,6 +407,56 @@ def _as_tensor(torch: Any, x: np.ndarray, meta: _Meta) -> Any:
     if meta.strides is not None:  # as eager laid it out, so as_strided views agree
         t = torch.empty_strided(meta.shape, meta.strides, dtype=t.dtype).copy_(t)
     return t
+
+
+def _view_layout(v: _Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """The view ``v`` as ``(shape, strides, offset)`` over its base buffer's row-major
+    elements, or None if it is not one (negative steps, or no affine map).
+
+    The chain runs on a tensor of the base's element indices, laid out as eager laid the
+    base out (so ``as_strided`` sees eager's strides): the view's values are the indices
+    it reads, and an affine map from view position to index is a strided view.
+    """
+    torch = _torch()
+    base = v.base
+    n = math.prod(base.ir_shape)
+    idx = torch.arange(n, dtype=torch.int64).reshape(base.shape)
+    if base.strides is not None:
+        idx = torch.empty_strided(base.shape, base.strides, dtype=torch.int64).copy_(idx)
+    with torch.no_grad():
+        t = _apply_views(idx, v.chain)
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return None
+    shape = tuple(int(d) for d in t.shape)
+    got = t.reshape(shape or (1,)).numpy()
+    offset = int(got.reshape(-1)[0])
+    strides = []
+    for k, d in enumerate(shape or (1,)):
+        at = [0] * len(shape)
+        at[k] = 1
+        strides.append(int(got[tuple(at)]) - offset if d > 1 else 0)
+    if min(strides, default=0) < 0:
+        return None
+    dims = shape or (1,)
+    want = offset + sum(
+        np.arange(d).reshape([-1 if j == k else 1 for j in range(len(dims))]) * st
+        for k, (d, st) in enumerate(zip(dims, strides, strict=True))
+    )
+    if not np.array_equal(np.broadcast_to(want, dims), got):
+        return None
+    return shape, tuple(strides), offset
+
+
+def _row_major(shape: tuple[int, ...], strides: Sequence[int]) -> tuple[int, ...]:
+    """``strides`` with each dimension's stride replaced by its row-major one (dimensions
+    of size 1 keep theirs: their stride is never used): equal to ``strides`` iff the view
+    is contiguous."""
+    out = []
+    step = 1
+    for d, st in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+        out.append(st if d == 1 else step)
+        step *= d
+    return tuple(reversed(out))
 
 
 def _apply_views(
@@ -790,20 +846,18 @@ def _linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # A clone of a permute/transpose reads a view buffer (Converter._alias): a plain copy.
     x = call.args[0]
-    if isinstance(x, _Arg) and len(x.chain) == 1 and x.base.dtype == "float32":
-        target, vargs, _ = x.chain[0]
-        name = _op_name(target)
-        two_d = len(x.base.shape) == 2 and x.base.strides is None
-        swap = (
-            (name == "aten.permute.default" and list(vargs[0]) == [1, 0])
-            or name == "aten.t.default"
-            or (name == "aten.transpose.int" and sorted(d % 2 for d in vargs) == [0, 1])
-        )
-        if two_d and swap:  # the copy of a transposed matrix: the library's transpose
-            return "transpose", {}, [_Arg(x.index, (), x.base, x.base.shape)]
     why = _plain(call, [x]) or _same(call, [x])
     return why or ("copy", {}, [x])
+
+
+def _copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # aten.copy(self, src): functionalisation's form of self.copy_(src); the result is
+    # src in self's shape and dtype, so self is not read
+    src = call.args[1]
+    why = _plain(call, [src]) or _same(call, [src])
+    return why or ("copy", {}, [src])
 
 
 def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -998,6 +1052,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.mul.Tensor": _mul,
     "aten.div.Tensor": _binary("div"),
     "aten.clone.default": _clone,
+    "aten.copy.default": _copy,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
     # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
@@ -1052,6 +1107,9 @@ class _Converter:
     targets: dict[str, str] = field(default_factory=dict)
     folded: list[str] = field(default_factory=list)
     multi: dict[tuple[Any, int], _Tensor] = field(default_factory=dict)
+    aliases: dict[tuple[str, str], _Tensor] = field(default_factory=dict)  # view buffers
+    copies: dict[str, str] = field(default_factory=dict)  # view -> its contiguous copy
+    strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1141,6 +1199,69 @@ class _Converter:
             return
         self.env[node] = self.kernel(node, None)
 
+    def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
+        """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
+        a row-major buffer (the same bytes in the same order), else a view buffer over
+        ``v``'s base (one per base and chain; a new one is only noted in ``pending`` until
+        :meth:`_commit`); ``v`` when the chain is no strided view of the base's row-major
+        elements."""
+        if not v.chain or v.list_views:
+            return v
+        names = [_op_name(t) for t, _, _ in v.chain]
+        if v.base.strides is None and all(n in _RESHAPES for n in names):
+            return v
+        if "aten.view.dtype" in names:  # reinterprets bytes: not an index map
+            return v
+        key = (v.buffer, repr(v.chain))
+        made = self.aliases.get(key) or (pending[key][0] if key in pending else None)
+        if made is not None:
+            return made
+        layout = _view_layout(v)
+        if layout is None:
+            return v
+        shape, strides, offset = layout
+        meta = _Meta(shape, None, v.base.dtype)  # read whole, row-major in its own shape
+        last = _base_name(v.chain[-1][0]) if hasattr(v.chain[-1][0], "_schema") else "item"
+        taken = {**self.ids, **{p[0].buffer: None for p in pending.values()}}
+        name = self._unique(f"{v.buffer}.{last}", taken)
+        rm = _row_major(meta.ir_shape, strides or (0,))
+        made = _Tensor(
+            name,
+            meta,
+            layout=(0, tuple(0 if d == 1 else s for d, s in zip(meta.ir_shape, rm, strict=True))),
+        )
+        pending[key] = (made, v.buffer, strides or (0,), offset)
+        return made
+
+    def _commit(self, pending: dict[tuple[str, str], Any]) -> None:
+        """Make the view buffers :meth:`_alias` noted."""
+        for key, (made, base, strides, offset) in pending.items():
+            meta = made.base
+            name = made.buffer
+            self.ids[name] = self.builder.view(name, self.ids[base], meta.ir_shape, strides, offset)
+            self.sizes[name] = meta.nbytes
+            if tuple(strides) != _row_major(meta.ir_shape, strides):
+                self.strided[name] = meta
+            self.aliases[key] = made
+
+    def _contiguous(self, name: str) -> str:
+        """A buffer holding view ``name``'s elements row-major: a ``copy`` kernel into it."""
+        done = self.copies.get(name)
+        if done is not None:
+            return done
+        meta = self.strided[name]
+        kname = self._unique(f"{name}.contiguous", self.kernel_names)
+        self.kernel_names.add(kname)
+        self.targets[kname] = "aten.clone.default"
+        buf, bid = self._buffer(kname, meta, external=False)
+        numel = math.prod(meta.ir_shape)
+        kb = self.builder.add_kernel(
+            kname, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
+        )
+        kb.op("copy").fusible(True).inputs([self.ids[name]]).outputs([bid]).finish()
+        self.copies[name] = buf
+        return buf
+
     def _is_tensor(self, a: Any) -> bool:
         return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending))
 
@@ -1221,6 +1342,7 @@ class _Converter:
         """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
         inputs: list[str] = []
         metas: list[_Meta] = []
+        pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
 
         def arg(a: Any) -> Any:
             if isinstance(a, (list, tuple)):
@@ -1231,6 +1353,8 @@ class _Converter:
             if isinstance(v, _Tensor):
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
+                if pending is not None:
+                    v = self._alias(v, pending)
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
@@ -1255,12 +1379,29 @@ class _Converter:
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         lib = _library(call)
+        if isinstance(lib, str) and any(a.chain for a in call.tensor_args):
+            # Refused reading views of its inputs: try again reading view buffers (aliases
+            # of the bases, read whole); keep that only if a library op takes it.
+            first = (inputs, metas, call)
+            inputs, metas, pending = [], [], {}
+            args = arg(tuple(node.args))
+            kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
+            call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+            again = _library(call)
+            if isinstance(again, str):
+                inputs, metas, call = first
+            else:
+                self._commit(pending)
+                lib = again
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
         else:
             op, params, lib_args = lib
             reads = [inputs[a.index] for a in lib_args]
+            if ops.get(op).fusion_class not in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST):
+                # its CUDA C reads whole row-major buffers: a strided view goes through a copy
+                reads = [self._contiguous(r) if r in self.strided else r for r in reads]
         self.targets[name] = op_name
         buf, bid = self._buffer(name, out, external=False)
         numel = math.prod(out.ir_shape)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
+from oxiwork.ops.strided import needs_strides, strided_kernel
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -107,6 +108,8 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
             f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
             "only so far: compute it with the simulator, or cast to float32 around it"
         )
+    if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
+        return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None:

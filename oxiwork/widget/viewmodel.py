@@ -392,7 +392,8 @@ def summary_section(
         ["nodes", f"{graph.num_nodes} ({parts})"],
         [
             "buffers",
-            f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
+            f"{len(graph.buffers)} · "
+            f"{_fmt_bytes(sum(b.size_bytes for b in graph.buffers if b.base is None))}",
         ],
     ]
     info, _ = analysis if analysis is not None else _topo(graph)
@@ -616,6 +617,7 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         }
         for r in d["buffers"]
     ]
+    rects += _view_rects(graph, report, {r["id"]: r for r in rects})
     num_steps = max([len(report.order), *(r["end"] for r in rects)])
     return {
         "available": True,
@@ -634,6 +636,42 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         "strategy": d.get("strategy", ""),
         "optimal": bool(d.get("optimal", False)),
     }
+
+
+def _view_rects(
+    graph: ComputeGraph, report: MemoryReport, placed: Mapping[int, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A rectangle per view of a drawn base, inside the base's bar: the bytes of the base it
+    covers, over the steps it is used (views hold no bytes of their own, so the memory
+    pass drew none). Listed after the bases, so they are drawn, and hovered, on top."""
+    views = graph.views()
+    if not views:
+        return []
+    steps: dict[BufferId, list[int]] = {}
+    for i, nid in enumerate(report.order):
+        if graph.has_node(nid):
+            n = graph.node(nid)
+            for b in (*n.inputs, *n.outputs):
+                if b in views:
+                    steps.setdefault(b, []).append(i)
+    out = []
+    for v, at in steps.items():
+        base = placed.get(int(views[v]))
+        if base is None:
+            continue
+        b = graph.buffer(v)
+        out.append(
+            {
+                "id": int(v),
+                "name": b.name,
+                "start": min(at),
+                "end": max(at) + 1,
+                "offset": base["offset"] + b.view_offset * b.itemsize,
+                "size": (b.view_extent - b.view_offset) * b.itemsize,
+                "view_of": base["id"],
+            }
+        )
+    return out
 
 
 def replan_memory(pass_input: ComputeGraph, mode: str, time_limit: float = 2.0) -> MemoryReport:

@@ -285,11 +285,17 @@ class TestImport:
     def test_views_get_no_node_and_allocate_nothing(self, name: str) -> None:
         model, _ = _imported(name)
         assert not [t for t in model.targets.values() if _is_view(t)]
-        # every buffer is written by one kernel or is an external input: no alias buffers
+        # every buffer is written by one kernel or is an external input, or is a view
+        # (an alias of such a buffer) that the plan gives no bytes of its own
         g = model.graph
         for b in g.buffers:
+            if b.base is not None:
+                assert not g.writers(b.id) and not g.buffer(b.base).is_view, b.name
+                continue
             writers = g.writers(b.id)
             assert (len(writers) == 1) != b.external, b.name
+        plan = ExecutionPlan.build(g)
+        assert all(b.offset is None for b in plan.graph.buffers if b.is_view)
 
     def test_kernels_are_named_after_modules(self, name: str) -> None:
         model, _ = _imported(name)
@@ -471,10 +477,18 @@ class TestMapping:
             5,
             16,
         )
-        # a transposing view is no reshape: the attention's clones of permuted heads stay opaque
+        # a transposing view is no reshape: the attention's clones of permuted heads are the
+        # library's copy reading a strided view of the heads' buffer
         model, _ = _imported("attention")
+        g = model.graph
         assert all(model.targets[o.kernel] == o.target for o in model.opaque)
-        assert any("view (" in o.reason for o in model.opaque if o.target == "aten.clone.default")
+        assert not [o for o in model.opaque if o.target == "aten.clone.default"]
+        clones = [n for n in g.nodes if model.targets.get(n.name) == "aten.clone.default"]
+        assert clones and all(n.op == "copy" for n in clones)
+        assert any(
+            g.buffer(n.inputs[0]).is_view and not g.buffer(n.inputs[0]).is_contiguous
+            for n in clones
+        )
 
     def test_opaque_reasons(self) -> None:
         model, _ = _imported("attention")
@@ -488,9 +502,12 @@ class TestMapping:
     def test_view_output_is_materialised(self) -> None:
         model, _ = _imported("residual")
         assert len(model.outputs) == 2 and model.outputs[0] != model.outputs[1]
-        # the transposed output y.t() is a copy of y, made by the library's transpose
-        kernel = next(n for n in model.graph.nodes if n.name.startswith("output.1"))
-        assert kernel.op == "transpose" and model.output_shapes[1] == (24, 3)
+        # the transposed output y.t() is the library's copy of a transposed view of y
+        g = model.graph
+        kernel = next(n for n in g.nodes if n.name.startswith("output.1"))
+        assert kernel.op == "copy" and model.output_shapes[1] == (24, 3)
+        (view,) = (g.buffer(b) for b in kernel.inputs)
+        assert view.is_view and view.strides == (1, 24) and view.array_shape == (24, 3)
 
     def test_constants_are_folded(self) -> None:
         model, _ = _imported("embedding")
