@@ -155,6 +155,8 @@ def _single_op_graphs():
     from oxiwork.builder import GraphBuilder
 
     for name, op in sorted(ops.REGISTRY.items()):
+        if not op.has_cuda:  # an importer's opaque op (a torch reference only)
+            continue
         b = GraphBuilder()
         rows, cols = 4, 8
         nchw = (1, rows, cols, cols)  # conv2d, pooling, pad (oxiwork.ops.lib_conv)
@@ -212,7 +214,7 @@ class TestCompilesEveryGeneratedKernel:
             sources.append(ops.kernel_source(g, k))
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")
-        assert len(mod.function_names) == len(ops.REGISTRY)
+        assert len(mod.function_names) == sum(op.has_cuda for op in ops.REGISTRY.values())
 
     @pytest.mark.parametrize("arch", CI_ARCHS)
     def test_plans_fused_and_unfused(self, arch):
