@@ -44,8 +44,8 @@ What is refused, with a :class:`TorchImportError` (a :class:`~oxiwork.error.Grap
 that quotes torch: a module ``torch.export`` cannot export (:class:`ExportFailed`:
 data-dependent control flow, unsupported Python), and programs holding what today's IR
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
-other higher-order ops, in-place mutation of inputs or buffers (a module in training mode:
-call ``module.eval()``), empty tensors, and dtypes outside
+other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
+training mode: call ``module.eval()``), empty tensors, and dtypes outside
 :data:`oxiwork.node.DTYPES` (bfloat16: numpy has no such dtype).
 
 Example
@@ -166,6 +166,11 @@ class ImportedModel:
         Names of the constant buffers computed at import time (ops without tensor inputs).
     name
         The model's name.
+    mutated
+        Names of the user inputs the module writes in place (``x.copy_(...)``,
+        ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
+        DeviceToDevice copy, after every read of the old value) and reads it at the end,
+        so a run's outputs hold it under the input's name.
     """
 
     graph: ComputeGraph
@@ -177,6 +182,7 @@ class ImportedModel:
     targets: Mapping[str, str]
     folded: tuple[str, ...]
     name: str
+    mutated: tuple[str, ...] = ()
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -1110,6 +1116,8 @@ class _Converter:
     aliases: dict[tuple[str, str], _Tensor] = field(default_factory=dict)  # view buffers
     copies: dict[str, str] = field(default_factory=dict)  # view -> its contiguous copy
     strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
+    user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
+    mutated: list[str] = field(default_factory=list)  # user inputs written in place
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1156,6 +1164,8 @@ class _Converter:
             value = torch.zeros(tuple(val.shape), dtype=val.dtype)
         name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
         self.env[node] = self._external(name, value, f"input {name!r}")
+        if kind == "USER_INPUT":
+            self.user_buffers[spec.arg.name] = self.env[node].buffer
 
     def call(self, node: Any) -> None:
         torch = _torch()
@@ -1417,13 +1427,18 @@ class _Converter:
         sig = self.ep.graph_signature
         names: list[str] = []
         shapes: list[tuple[int, ...]] = []
+        writes: list[tuple[int, Any, Any]] = []
         for k, (spec, v) in enumerate(zip(sig.output_specs, node.args[0], strict=True)):
             kind = spec.kind.name
+            if kind == "USER_INPUT_MUTATION" and spec.target in self.user_buffers:
+                writes.append((k, self.user_buffers[spec.target], v))
+                continue
             if kind != "USER_OUTPUT":
                 what = getattr(spec, "target", None) or spec.arg
                 raise UnsupportedModel(
-                    f"the module mutates {what} ({kind.lower()}); the IR has no aliasing "
-                    "writes yet: call module.eval() (batch-norm statistics) or drop the mutation"
+                    f"the module mutates {what} ({kind.lower()}); the importer writes user "
+                    "inputs in place only: call module.eval() (batch-norm statistics) or drop "
+                    "the mutation"
                 )
             value = self.env.get(v) if _hashable(v) else None
             val = v.meta.get("val") if hasattr(v, "meta") else None
@@ -1436,7 +1451,22 @@ class _Converter:
                 value = self._materialise(v, value, k)
             names.append(value.buffer)
             shapes.append(tuple(val.shape))
-        for name in dict.fromkeys(names):
+        for k, dst, v in writes:  # in place: the new value into the input's own buffer
+            value = self.env.get(v) if _hashable(v) else None
+            if not isinstance(value, _Tensor):
+                raise UnsupportedModel(f"the new value of input {dst!r} is not a tensor")
+            if value.chain:
+                value = self._materialise(v, value, k)
+            if value.buffer != dst:
+                self.builder.add_memcpy(
+                    self._unique(f"write {dst}", self.kernel_names),
+                    MemcpyDir.DeviceToDevice,
+                    self.sizes[dst],
+                    src=self.ids[value.buffer],
+                    dst=self.ids[dst],
+                )
+            self.mutated.append(dst)
+        for name in dict.fromkeys([*names, *self.mutated]):
             self.builder.add_memcpy(
                 self._unique(f"read {name}", self.kernel_names),
                 MemcpyDir.DeviceToHost,
@@ -1569,6 +1599,7 @@ def from_exported_program(
         targets=MappingProxyType(conv.targets),
         folded=tuple(conv.folded),
         name=name or "model",
+        mutated=tuple(conv.mutated),
     )
 
 

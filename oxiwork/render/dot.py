@@ -22,7 +22,7 @@ from oxiwork import cost
 from oxiwork.analysis import dominance, topo
 from oxiwork.error import BackendUnavailable, GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import NodeId, NodeKind
+from oxiwork.node import CondKind, GraphNode, NodeId, NodeKind
 from oxiwork.render import _style as st
 
 __all__ = [
@@ -213,10 +213,58 @@ def graph_dot(
             f"shape={_SHAPES[n.kind]}];"
         )
     lines += [f"  n{int(a)} -> n{int(b)};" for a, b in graph.edges]
+    bodies = [line for n in graph.nodes for line in _body_clusters(n, f"n{int(n.id)}", "  ")]
+    if bodies:  # an edge may end at a cluster only in a compound graph
+        lines.insert(1, "  compound=true;")
+        lines += bodies
     if legend:
         lines += _legend(items)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _body_title(n: GraphNode, k: int) -> str:
+    """What body ``k`` of a child graph or conditional node is: ``then``, ``case 2``..."""
+    if n.kind is NodeKind.ChildGraph:
+        return f"{n.name}: child graph"
+    kind = n.cond_kind
+    if kind is CondKind.If:
+        return f"{n.name}: {'then' if k == 0 else 'else'}"
+    if kind is CondKind.While:
+        return f"{n.name}: while ≠ 0 (≤ {n.max_iterations}×)"
+    return f"{n.name}: case {k}"
+
+
+def _body_clusters(n: GraphNode, name: str, indent: str) -> list[str]:
+    """One dashed cluster per body of ``n`` (nested bodies inside), its nodes filled by
+    kind, and a dotted edge from ``n`` (DOT id ``name``) into it."""
+    lines: list[str] = []
+    for k, body in enumerate(n.bodies):
+        cluster = f"cluster_{name}_b{k}"
+        lines.append(
+            f"{indent}subgraph {cluster} {{ {_attrs(label=_body_title(n, k))}; style=dashed; "
+            'color="#9aa5b4"; fontsize=9;'
+        )
+        ids = {m.id: f"{name}_b{k}_{int(m.id)}" for m in body.nodes}
+        if not body.nodes:  # an empty body still shows as a box
+            ids = {}
+            lines.append(f'{indent}  {name}_b{k}_empty [label="(empty)", shape=plaintext];')
+        for m in body.nodes:
+            fill = st.KIND_COLORS.get(m.kind.value, st.MUTED)
+            lines.append(
+                f"{indent}  {ids[m.id]} [{_attrs(label=(m.name, m.kind.value), tooltip=m.name, fillcolor=fill)}, "
+                f"shape={_SHAPES[m.kind]}];"
+            )
+        lines += [f"{indent}  {ids[a]} -> {ids[b]};" for a, b in body.edges]
+        for m in body.nodes:
+            lines += _body_clusters(m, ids[m.id], indent + "  ")
+        lines.append(f"{indent}}}")
+        first = ids[body.nodes[0].id] if body.nodes else f"{name}_b{k}_empty"
+        lines.append(
+            f"{indent}{name} -> {first} [lhead={cluster}, style=dotted, arrowhead=odot, "
+            "constraint=false];"
+        )
+    return lines
 
 
 def plan_dot(plan: Any) -> str:

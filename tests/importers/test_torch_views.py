@@ -144,3 +144,30 @@ def test_a_strided_view_into_a_non_elementwise_op_goes_through_a_copy() -> None:
     plan = ExecutionPlan.build(g)
     (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
     np.testing.assert_allclose(got, torch.softmax(x.t(), -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class IntoInput(nn.Module):
+    """An in-place copy_ into a slice of a user input: a write to the input's buffer."""
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache[:, :2].copy_(x.t())
+        return cache.sum(-1) * 1.0
+
+
+def test_an_in_place_write_into_an_input_writes_its_buffer() -> None:
+    x, cache = torch.randn(2, 3), torch.randn(3, 5)
+    model = from_module(IntoInput(), (x, cache.clone()))
+    g = model.graph
+    assert model.mutated == ("cache",)
+    (write,) = [n for n in g.nodes if n.name == "write cache"]
+    assert g.buffer(write.outputs[0]).external  # the input's own buffer is written
+    mutated = cache.clone()
+    with torch.no_grad():
+        want = IntoInput()(x, mutated)
+    for streams in (1, 2, 3, 4):
+        for fusion in (True, False):
+            plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
+            out = SequentialExecutor(plan).run(model.inputs).outputs
+            assert out is not None
+            np.testing.assert_allclose(model.outputs_from(out)[0], want.numpy(), rtol=1e-5)
+            np.testing.assert_array_equal(out["cache"], mutated.numpy())
