@@ -173,7 +173,9 @@ def _single_op_graphs():
         ]
         candidates = [c for c in candidates if len(c) == op.arity]
         candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity]
-        shapes = next(c for c in candidates if _accepts(op, c))
+        shapes = next((c for c in candidates if _accepts(op, c)), None)
+        if shapes is None:  # an importer's op for one call site (gemm_<hash>): its shapes only
+            continue
         ins = [
             b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
             for k, s in enumerate(shapes)
@@ -207,14 +209,20 @@ class TestCompilesEveryGeneratedKernel:
     @pytest.mark.parametrize("arch", CI_ARCHS)
     def test_each_op_alone(self, arch):
         from oxiwork import ops
+        from oxiwork.ops import lib_conv, lib_reduce
 
-        sources = []
-        for _name, g in _single_op_graphs():
+        sources, names = [], set()
+        for name, g in _single_op_graphs():
             (k,) = g.kernels()
             sources.append(ops.kernel_source(g, k))
+            names.add(name)
+        # every op the libraries ship is covered (ops an importer registered for one call
+        # site are skipped when no candidate shape fits them)
+        shipped = set(ops.BUILTIN_OPS) | {op.name for op in lib_conv.CONV_OPS}
+        assert shipped | set(lib_reduce.MATMULS) <= names
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")
-        assert len(mod.function_names) == sum(op.has_cuda for op in ops.REGISTRY.values())
+        assert len(mod.function_names) == len(sources)
 
     @pytest.mark.parametrize("arch", CI_ARCHS)
     def test_plans_fused_and_unfused(self, arch):
