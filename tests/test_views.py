@@ -492,3 +492,16 @@ def test_memory_chart_draws_views_inside_their_base() -> None:
     assert base["start"] <= view["start"] < view["end"] <= base["end"]
     # views come last: drawn, and hovered, on top of the bases
     assert [r.get("view_of") is not None for r in m["buffers"]][-1]
+
+
+@settings(max_examples=20, deadline=None)
+@given(view_graphs())
+def test_random_view_graphs_round_trip_through_json(g: ComputeGraph) -> None:
+    again = ComputeGraph.from_json(g.to_json())
+    assert again == g and dict(again.views()) == dict(g.views())
+    plan = ExecutionPlan.build(g)
+    assert json.dumps(plan.to_dict())  # views' base, offset and strides included
+    shown = {a.name: a.where for st_ in plan.steps for a in (*st_.inputs, *st_.outputs)}
+    for v, base in g.views().items():
+        name = g.buffer(v).name
+        assert shown.get(name, f"view of {g.buffer(base).name}") == f"view of {g.buffer(base).name}"

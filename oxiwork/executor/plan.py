@@ -59,6 +59,14 @@ class BufferArg:
     strides: tuple[int, ...] | None = None
 
     @property
+    def where(self) -> str:
+        """Where its bytes are, for tables and traces: the arena offset, ``ext`` for a
+        user-owned (or unplaced) buffer, ``view of <base>`` for a view."""
+        if self.base is not None:
+            return f"view of {self.base.name}"
+        return "ext" if self.offset is None else str(self.offset)
+
+    @property
     def storage(self) -> BufferArg:
         """The buffer whose bytes this one occupies: ``base`` for a view, else itself."""
         return self if self.base is None else self.base
@@ -469,7 +477,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _arg(a: BufferArg) -> str:
-    return f"{_clip(a.name, 24)}@{'ext' if a.offset is None else a.offset}"
+    return f"{_clip(a.name, 24)}@{a.where}"
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtype (float32 element-wise ops on equal shapes, a bias broadcast over the last
-  axis, softmax/sum/max/layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  shapes and dtype (float32 element-wise ops on shapes that broadcast, softmax/sum/max/
+  layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
@@ -603,6 +603,37 @@ def _same(call: _Call, args: Sequence[_Arg]) -> str | None:
     return None
 
 
+def _broadcasts(call: _Call, args: Sequence[_Arg]) -> str | None:
+    """Why the library's broadcasting element-wise ops cannot compute ``call`` on the buffers
+    behind ``args`` (None if they can).
+
+    A library op broadcasts its buffers' own shapes (numpy rules), while torch broadcast the
+    (possibly reshaped) views: they must read the same elements. An operand as large as the
+    result is read element for element whatever its shape; a smaller one must be broadcast
+    alike from its buffer's shape and from its view's.
+    """
+    held = [a.base.ir_shape for a in args]
+    out = call.out.shape
+    try:
+        shape = ops.broadcast_shape(held)
+    except ValueError:
+        shape = None
+    if shape is None or math.prod(shape) != math.prod(out):
+        return (
+            f"its operands are reshapes of buffers of shapes {sorted(set(held))}, which do not "
+            f"broadcast to its result {out}; library ops broadcast their buffers' shapes"
+        )
+    for a, h in zip(args, held, strict=True):
+        if math.prod(h) != math.prod(out) and ops.broadcast_terms(h, shape) != ops.broadcast_terms(
+            a.shape, out
+        ):
+            return (
+                f"it broadcasts a reshape ({h} read as {a.shape}) that its buffer's shape "
+                "would broadcast differently; library ops broadcast their buffers' shapes"
+            )
+    return None
+
+
 def _rows_kept(a: _Arg) -> bool:
     """Does the buffer behind ``a`` have ``a``'s last axis (so rows are the same)?"""
     return bool(a.shape) and a.base.ir_shape[-1] == a.shape[-1]
@@ -628,24 +659,8 @@ def _binary(lib: str) -> _Rule:
         if call.kw("alpha", 1) != 1 or len(call.args) > 2:
             return "it scales its second operand (alpha != 1); no library op does"
         args = list(call.args[:2])
-        why = _plain(call, args)
-        if why is None:
-            why = _same(call, args)
-            if why is None:
-                return lib, {}, args
-            if lib == "add":  # x + b with b a vector over the last axis: bias_add
-                for x, b in (args, args[::-1]):
-                    bs = tuple(b.shape)
-                    while bs and bs[0] == 1 and len(bs) > 1:
-                        bs = bs[1:]
-                    if (
-                        x.shape == call.out.shape
-                        and len(b.shape) <= len(x.shape)
-                        and bs == x.shape[-1:]
-                        and _rows_kept(x)
-                    ):
-                        return "bias_add", {}, [x, b]
-        return why
+        # operands of any broadcastable shapes (the mask add, a bias, a per-channel scale)
+        return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
 
     return rule
 

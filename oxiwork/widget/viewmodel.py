@@ -57,6 +57,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
 from oxiwork.optimizer import memory
 from oxiwork.optimizer.memory_pass import MemoryReport, plan_memory
+from oxiwork.render.dot import body_title
 
 MAX_FUSION_ROWS = 24
 """Most "why not fused" rows the details panel gets for one node (a wide fan-out has many)."""
@@ -386,7 +387,9 @@ def summary_section(
         counts[n.kind.value] = counts.get(n.kind.value, 0) + 1
     words = {"kernel": "kernels", "memcpy": "copies", "memset": "memsets",
              "event_record": "event records", "event_wait": "event waits",
-             "host_callback": "host callbacks", "barrier": "barriers"}  # fmt: skip
+             "host_callback": "host callbacks", "barrier": "barriers",
+             "child_graph": "child graphs", "conditional": "conditionals",
+             "mem_alloc": "memory allocs", "mem_free": "memory frees"}  # fmt: skip
     parts = ", ".join(f"{c} {words.get(k, k)}" for k, c in counts.items())
     rows = [
         ["nodes", f"{graph.num_nodes} ({parts})"],
@@ -556,7 +559,7 @@ def node_details(
         "predecessors": [graph.node(p).name for p in graph.predecessors(n.id)],
         "successors": [graph.node(s).name for s in graph.successors(n.id)],
         "config": cfg,
-        "params": [[k, str(v)] for k, v in n.params],
+        "params": [[k, str(v)] for k, v in n.params] + _graph_node_rows(graph, n),
         "fused_from": fused_from,
         "cost": info.cost[n.id] if info is not None else n.cost,
         "asap": info.asap[n.id] if info is not None else None,
@@ -566,6 +569,22 @@ def node_details(
         "fusion": _fusion_rows(n, fusion),
         "source": _source(graph, n),
     }
+
+
+def _graph_node_rows(graph: ComputeGraph, n: GraphNode) -> list[list[str]]:
+    """Rows for the details panel of a child graph, conditional or memory node: the
+    condition, each body and the nodes in it, or the buffer whose lifetime it bounds."""
+    rows: list[list[str]] = []
+    if n.condition is not None:
+        rows.append(["condition", f"{graph.buffer(n.condition).name} (its first element)"])
+    for k, body in enumerate(n.bodies):
+        names = ", ".join(m.name for m in body.nodes[:8]) + (", …" if len(body.nodes) > 8 else "")
+        rows.append([body_title(n, k), f"{_plural(len(body.nodes), 'node')}: {names or 'none'}"])
+    if n.kind is NodeKind.MemAlloc or n.kind is NodeKind.MemFree:
+        buf = graph.buffer(n.outputs[0])
+        what = "allocates" if n.kind is NodeKind.MemAlloc else "frees"
+        rows.append(["lifetime", f"{what} {buf.name} ({_fmt_bytes(buf.size_bytes)}, graph-owned)"])
+    return rows
 
 
 def _fusion_rows(n: GraphNode, fusion: Mapping[NodeId, list[list[str]]] | None) -> list[list[str]]:
