@@ -673,6 +673,98 @@ def _mul(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return _binary("mul")(call)
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _scalar_or(lib: str, tensors: _Rule | None = None, alpha_scales: str = "other") -> _Rule:
+    """``x op number`` as the scalar op ``lib`` (the number its parameter ``other``, times
+    ``alpha`` where torch scales it), else ``tensors``' rule. ``alpha_scales="x"``: rsub's
+    ``other - alpha * x``, which maps only for ``alpha == 1``."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, y = call.args[:2]
+        alpha = call.args[2] if len(call.args) > 2 else call.kw("alpha", 1)
+        if _number(x) and isinstance(y, _Arg) and alpha == 1 and lib in _SWAPPED:
+            # number op tensor (``1.0 - y`` exports as sub.Tensor(1.0, y))
+            why = _plain(call, [y]) or _same(call, [y])
+            return why or (_SWAPPED[lib], {"other": float(x)}, [y])
+        if _number(y) and _number(alpha):
+            if alpha_scales == "x" and alpha != 1:
+                return f"it scales its tensor operand (alpha={alpha!r}); no library op does"
+            other = float(y) * (float(alpha) if alpha_scales == "other" else 1.0)
+            if not math.isfinite(other) or abs(other) > float(np.finfo(np.float32).max):
+                return f"its scalar {other!r} is not a finite float32"
+            why = _plain(call, [x]) or _same(call, [x])
+            return why or (lib, {"other": other}, [x])
+        if tensors is None:
+            return f"its scalar operand is {y!r}, not a finite number"
+        return tensors(call)
+
+    return rule
+
+
+# the scalar op computing ``number op x`` for each ``x op number`` (division has none)
+_SWAPPED = {"add_scalar": "add_scalar", "sub_scalar": "rsub_scalar"}
+
+
+def _gelu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # torch's default is the exact erf form; approximate='tanh' is the library's gelu
+    approximate = call.kw("approximate", "none")
+    lib = {"none": "gelu_erf", "tanh": "gelu"}.get(approximate)
+    if lib is None:
+        return f"approximate={approximate!r}; the library computes 'none' and 'tanh'"
+    return _unary(lib)(call)
+
+
+def _pow(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, e = call.args[:2]
+    if not _number(e) or abs(float(e)) > float(np.finfo(np.float32).max):
+        return f"its exponent is {e!r}; the library's pow_scalar takes a finite float32"
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or ("pow_scalar", {"exponent": float(e)}, [x])
+
+
+def _hardtanh(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x = call.args[0]
+    lo = call.args[1] if len(call.args) > 1 else call.kw("min_val", -1.0)
+    hi = call.args[2] if len(call.args) > 2 else call.kw("max_val", 1.0)
+    if not (_number(lo) and _number(hi)):
+        return f"its bounds are {lo!r} and {hi!r}; the library's hardtanh takes numbers"
+    why = _plain(call, [x]) or _same(call, [x])
+    if why:
+        return why
+    if (lo, hi) == (0, 6):  # nn.ReLU6
+        return "relu6", {}, [x]
+    return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
+
+
+def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+    # momentum, eps): inference batch norm with the running statistics
+    x, weight, bias, mean, var = call.args[:5]
+    eps = call.args[6] if len(call.args) > 6 else call.kw("eps", 1e-5)
+    if call.index != 0:
+        return "its saved mean/rstd output is used; the library's batch_norm gives the result"
+    if weight is None or bias is None:
+        return "it has no affine weight/bias; the library's batch_norm needs both"
+    args = [x, mean, var, weight, bias]
+    why = _plain(call, args)
+    if why:
+        return why
+    if x.base.ir_shape != x.shape or len(x.shape) < 2:
+        return (
+            f"it normalises a reshape ({x.base.ir_shape} read as {x.shape}); the library's "
+            "batch_norm takes the channel axis of its buffer's shape"
+        )
+    return "batch_norm", {"eps": float(eps)}, args
+
+
+def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    args = list(call.args[:3])
+    return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
+
+
 def _last_axis(call: _Call, dims: Any) -> bool:
     x = call.args[0]
     if not isinstance(x, _Arg) or not _rows_kept(x):
@@ -888,11 +980,22 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return why
     if list(shape) != [x.shape[-1]] or not _rows_kept(x):
         return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
-    if weight is not None or bias is not None:
-        return "it has an affine weight/bias; the library's layer_norm has none"
     if call.index != 0:
         return "its mean/rstd output is used; the library's layer_norm gives the result only"
-    return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None and bias is None:
+        return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None or bias is None:
+        return "it has a weight without a bias (or the reverse); the library's affine norm has both"
+    why = _plain(call, [weight, bias])
+    return why or ("layer_norm_affine", {"eps": float(eps)}, [x, weight, bias])
+
+
+def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """mean over the last axis: the library's mean; over H and W of NCHW: a pooling."""
+    dims = call.args[1] if len(call.args) > 1 else call.kw("dim")
+    if _last_axis(call, dims):
+        return _row("mean", 1, _sum_extra)(call)
+    return _mean(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1066,18 +1169,31 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.log.default": _unary("log"),
     "aten.tanh.default": _unary("tanh"),
     "aten.sigmoid.default": _unary("sigmoid"),
-    # the library's gelu is the tanh approximation; torch's default is the exact erf form
-    "aten.gelu.default": _unary("gelu", approximate=("tanh", "none")),
-    "aten.add.Tensor": _binary("add"),
-    "aten.sub.Tensor": _binary("sub"),
+    "aten.gelu.default": _gelu,
+    # tensors of any broadcastable shapes, or a tensor and a number (the scalar ops)
+    "aten.add.Tensor": _scalar_or("add_scalar", _binary("add")),
+    "aten.add.Scalar": _scalar_or("add_scalar"),
+    "aten.sub.Tensor": _scalar_or("sub_scalar", _binary("sub")),
+    "aten.sub.Scalar": _scalar_or("sub_scalar"),
+    "aten.rsub.Scalar": _scalar_or("rsub_scalar", alpha_scales="x"),
     "aten.mul.Tensor": _mul,
-    "aten.div.Tensor": _binary("div"),
+    "aten.mul.Scalar": _mul,
+    "aten.div.Tensor": _scalar_or("div_scalar", _binary("div")),
+    "aten.div.Scalar": _scalar_or("div_scalar"),
+    "aten.pow.Tensor_Scalar": _pow,
+    "aten.rsqrt.default": _unary("rsqrt"),
+    "aten.silu.default": _unary("silu"),
+    "aten.hardtanh.default": _hardtanh,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm,
+    "aten.where.self": _where,
+    # comparisons: torch's result is bool, which library ops do not write yet (they give
+    # float 0/1), so _library refuses them by their result's dtype until the table has bool
+    **{f"aten.{c}.Tensor": _binary(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     "aten.clone.default": _clone,
     "aten.copy.default": _copy,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
-    # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
-    # propagates them, so it runs as an opaque op with torch's own semantics.
+    # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
     "aten.addmm.default": _gemm_rule(batched=False, added=True),
@@ -1090,14 +1206,19 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.mean.dim": _mean,
+    "aten.mean.dim": _mean_dims,
+    "aten.amax.default": _row("amax", 1),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
 }
 
 # Multi-output ops whose rules decide themselves which outputs the library computes.
 _MULTI_OUTPUT = frozenset(
-    {"aten.native_layer_norm.default", "aten.max_pool2d_with_indices.default"}
+    {
+        "aten.native_layer_norm.default",
+        "aten.max_pool2d_with_indices.default",
+        "aten._native_batch_norm_legit_no_training.default",
+    }
 )
 
 
