@@ -108,3 +108,30 @@ def test_only_a_zero_pad_folds_into_the_convolution(value, folded):
     plan = ExecutionPlan.build(model.graph, fusion=True)
     (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_batch_norm_activation_is_one_kernel_per_convolution():
+    block = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU6(),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False),  # depthwise
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+    )
+    for mod in block:
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    block.eval()
+    x = torch.randn(1, 3, 9, 9)
+    with torch.no_grad():
+        want = block(x).numpy()
+    model = from_module(block, (x,))
+    assert not model.opaque
+    for streams in (1, 4):
+        plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
+        steps = [tuple(st.op for st in k.fused.steps) for k in plan.graph.kernels()]
+        assert steps == [("conv2d", "batch_norm", "relu6"), ("conv2d", "batch_norm", "relu_nan")]
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
