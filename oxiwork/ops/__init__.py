@@ -8,6 +8,7 @@
 # Op libraries beyond the built-ins register their entries on import.
 from oxiwork.ops import (
     lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
+    lib_elementwise,  # noqa: F401  (batch norm, activations, scalar ops, where...)
     lib_reduce,  # noqa: F401  (registers the matmul variants, reductions)
 )
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
@@ -19,6 +20,8 @@ from oxiwork.ops.table import (
     OpDef,
     Shape,
     bind_params,
+    broadcast_shape,
+    broadcast_terms,
     custom,
     get,
     infer_shape,
@@ -36,6 +39,8 @@ __all__ = [
     "Shape",
     "bind",
     "bind_params",
+    "broadcast_shape",
+    "broadcast_terms",
     "custom",
     "describe",
     "function_name",

@@ -44,6 +44,15 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
+from oxiwork.ops.strided import (
+    needs_strides,
+    strided_kernel,
+    strided_view,
+    view_index,
+    view_scalars,
+    writes_strided,
+)
+from oxiwork.ops.table import Shape, broadcast_terms
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -107,6 +116,12 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
             f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
             "only so far: compute it with the simulator, or cast to float32 around it"
         )
+    if writes_strided(graph, node) or (
+        needs_strides(graph, node)
+        and node.fused is None
+        and (bound.steps[0].op.kernel is not None or bound.steps[0].op.source is not None)
+    ):  # written through a view, or an op whose own kernel reads whole buffers
+        return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None:
@@ -148,7 +163,10 @@ __device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max
     for (unsigned s = 1; s < blockDim.x; s <<= 1) {
         if ((threadIdx.x % (2 * s)) == 0 && threadIdx.x + s < blockDim.x) {
             float o = red[threadIdx.x + s];
-            red[threadIdx.x] = is_max ? fmaxf(red[threadIdx.x], o) : red[threadIdx.x] + o;
+            float a = red[threadIdx.x];
+            // is_max 2: a maximum that propagates NaN (torch.amax), 1: one that skips it
+            red[threadIdx.x] = is_max == 2 ? ((a != a || o != o) ? a + o : fmaxf(a, o))
+                             : is_max ? fmaxf(a, o) : a + o;
         }
         __syncthreads();
     }
@@ -169,28 +187,80 @@ class _Gen:
         self.b = bound
         self.node = node
         self.sizes: dict[str, int] = {}  # size_t args of element steps (matmul), in order
-        self.moduli: dict[int, int] = {}  # input k -> its element count when broadcast
+        # broadcast index arguments, in order; and the prefix given to each distinct
+        # (input, shape read as, shape broadcast to), so an input read the same way by two
+        # steps shares its arguments
+        self.bcast: dict[str, int] = {}
+        self.prefixes: dict[tuple[int, Shape, Shape], str] = {}
         self.single = len(bound.steps) == 1
-        # In-place kernels alias an input and an output: __restrict__ would be a lie.
-        self.restrict = "" if set(node.inputs) & set(node.outputs) else " __restrict__"
+        # Inputs that are non-contiguous views, read at their strides (oxiwork.ops.strided).
+        self.strided = {
+            k: graph.buffer(b) for k, b in enumerate(node.inputs) if strided_view(graph, b)
+        }
+        # In-place kernels alias an input and an output, and a view may share its base's
+        # bytes with another argument: __restrict__ would be a lie.
+        aliased = set(node.inputs) & set(node.outputs) or any(
+            b in graph.views() for b in (*node.inputs, *node.outputs)
+        )
+        self.restrict = "" if aliased else " __restrict__"
 
     # ---------------------------------------------------------------- pieces
     def param_name(self, j: int, p: str) -> str:
         return p if self.single else f"s{j}_{p}"
 
-    def arg(self, kind: str, i: int, var: str, space: int) -> str:
+    def arg(
+        self, kind: str, i: int, var: str, space: int, shape: Shape | None = None, out: Shape = ()
+    ) -> str:
+        """Operand ``i`` (a step value or input buffer ``i``) at output index ``var`` of a
+        step computing ``space`` elements of shape ``out``; an input read as ``shape`` is
+        broadcast to ``out`` (numpy rules, :func:`~oxiwork.ops.table.broadcast_terms`)."""
         if kind == "step":
+            m = math.prod(self.b.steps[i].shape)
+            if m != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: a step reads step {i} ({m} elements) at {space} "
+                    "elements; only kernel inputs broadcast, keep the steps in separate kernels"
+                )
             return f"t{i}"
-        m = math.prod(self.b.in_shapes[i])
-        if m == space:
+        have = self.b.in_shapes[i] if shape is None else shape
+        if i in self.strided:
+            if math.prod(have) != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: input {i} is a strided view of {math.prod(have)} "
+                    f"elements combined with {space}; copy the view into a buffer of its own "
+                    "first (op 'copy')"
+                )
+            return f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
+        if math.prod(have) == space:
             return f"in{i}[{var}]"
-        if m == 0 or space % m:
+        terms = broadcast_terms(have, out) if math.prod(out) == space else None
+        if terms is None:
             raise UnsupportedOp(
-                f"{self.b.where}: input {i} has {m} elements, which does not tile the "
+                f"{self.b.where}: input {i} of shape {have} does not broadcast to the "
                 f"{space} elements it is combined with"
             )
-        self.moduli[i] = m
-        return f"in{i}[{var} % m{i}]"
+        key = (i, tuple(have), tuple(out))
+        pre = self.prefixes.get(key)
+        if pre is None:
+            taken = sum(1 for k in self.prefixes if k[0] == i)
+            pre = self.prefixes[key] = f"m{i}" if not taken else f"m{i}v{taken}"
+        parts = []
+        for t, (div, mod, stride) in enumerate(terms):
+            # div is 1 only for the innermost run of axes, stride 1 only for the innermost
+            # kept run, and mod * div == space only for the outermost run: leaving those
+            # operations out depends on the broadcast pattern, not on the sizes
+            e = var
+            if div != 1:
+                e = f"({e} / {pre}d{t})"
+                self.bcast[f"{pre}d{t}"] = div
+            if mod * div != space:
+                e = f"({e} % {pre}m{t})"
+                self.bcast[f"{pre}m{t}"] = mod
+            if stride != 1:
+                e = f"{e} * {pre}s{t}"
+                self.bcast[f"{pre}s{t}"] = stride
+            parts.append(e)
+        return f"in{i}[{' + '.join(parts) or '0'}]"
 
     def step_lines(self, j: int, var: str, space: int) -> list[str]:
         """C statements defining ``t{j}``, step j's value at index ``var``."""
@@ -203,6 +273,11 @@ class _Gen:
                     f"{self.b.where}: step {j} ({st.op.name}) reads an earlier step; an "
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
+            if any(i in self.strided for _, i in st.args):
+                raise UnsupportedOp(
+                    f"{self.b.where}: step {j} ({st.op.name}) reads a strided view whole; "
+                    "copy the view into a buffer of its own first (op 'copy')"
+                )
             ptrs = [f"in{i}" for _, i in st.args]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
@@ -214,7 +289,10 @@ class _Gen:
             raise UnsupportedOp(
                 f"{self.b.where}: step {j} ({st.op.name}) cannot be computed per element here"
             )
-        args = [self.arg(kind, i, var, space) for kind, i in st.args]
+        read = st.op.read_shapes(st.in_shapes, st.params)
+        args = [
+            self.arg(kind, i, var, space, read[p], st.shape) for p, (kind, i) in enumerate(st.args)
+        ]
         names = {p: self.param_name(j, p) for p in st.params}
         return [f"float t{j} = {st.op.expr.format(*args, **names)};"]
 
@@ -226,7 +304,9 @@ class _Gen:
         ptrs += [f"float*{r} out{k}" for k in range(len(self.b.out_shapes))]
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
-        scalars += [("size_t", f"m{k}", m) for k, m in sorted(self.moduli.items())]
+        scalars += [("size_t", name, v) for name, v in self.bcast.items()]
+        for k, b in sorted(self.strided.items()):
+            scalars += view_scalars(f"x{k}", b)
         for j, st in enumerate(self.b.steps):
             scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
         args = ptrs + [f"{c} {n}" for c, n, _ in scalars]
@@ -298,7 +378,16 @@ class _Gen:
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
-        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params))
+        # inputs after the first (an affine norm's weight and bias) are read per column
+        extra = []
+        for kind, i in red.args[1:]:
+            if kind != "in":
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name}'s input {len(extra) + 1} is computed in "
+                    "the kernel; a reduction reads only its first input from a step"
+                )
+            extra.append(self.arg(kind, i, "col", cols))
+        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params, extra))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
         src = (
             _BLOCK_REDUCE
@@ -322,6 +411,7 @@ class _RowParts:
     value: str
     tail: list[str]
     params: dict[str, str]
+    extra: list[str]  # the reduction's further inputs at column ``col`` (weight, bias)
 
 
 def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
@@ -333,12 +423,14 @@ def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
     return [*lines, "}"]
 
 
-def _reduce_recipe(init: str, combine: str, is_max: int) -> Callable[[_RowParts], list[str]]:
+def _reduce_recipe(
+    init: str, combine: str, is_max: int, finish: str = "acc"
+) -> Callable[[_RowParts], list[str]]:
     def recipe(p: _RowParts) -> list[str]:
         lines = [f"float acc = {init};"]
         lines += _row_loop(p, [f"acc = {combine.format(acc='acc', v=p.value)};"])
         lines += [f"acc = ox_block_reduce(acc, red, {is_max});", "if (threadIdx.x == 0) {"]
-        lines += [f"    float t{p.r} = acc;"] + [f"    {x}" for x in p.tail]
+        lines += [f"    float t{p.r} = {finish};"] + [f"    {x}" for x in p.tail]
         return [*lines, "}"]
 
     return recipe
@@ -355,6 +447,10 @@ def _softmax_recipe(p: _RowParts) -> list[str]:
 
 
 def _layer_norm_recipe(p: _RowParts) -> list[str]:
+    # with a weight and bias (p.extra), each normalised value is scaled and shifted
+    norm = f"({p.value} - mean) / den"
+    if p.extra:
+        norm = f"({norm}) * {p.extra[0]} + {p.extra[1]}"
     eps = p.params["eps"]
     lines = ["float mean = 0.0f;"]
     lines += _row_loop(p, [f"mean += {p.value};"])
@@ -364,7 +460,19 @@ def _layer_norm_recipe(p: _RowParts) -> list[str]:
         "var = ox_block_reduce(var, red, 0) / (float)cols;",
         f"float den = sqrtf(var + {eps});",
     ]
-    lines += _row_loop(p, [f"float t{p.r} = ({p.value} - mean) / den;", *p.tail])
+    lines += _row_loop(p, [f"float t{p.r} = {norm};", *p.tail])
+    return lines
+
+
+def _rms_norm_recipe(p: _RowParts) -> list[str]:
+    # x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019, eq. 4)
+    lines = ["float ms = 0.0f;"]
+    lines += _row_loop(p, [f"float v = {p.value};", "ms += v * v;"])
+    lines += [
+        "ms = ox_block_reduce(ms, red, 0) / (float)cols;",
+        f"float den = sqrtf(ms + {p.params['eps']});",
+    ]
+    lines += _row_loop(p, [f"float t{p.r} = ({p.value} / den) * {p.extra[0]};", *p.tail])
     return lines
 
 
@@ -375,4 +483,14 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "max": (_reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1), True),
     "softmax": (_softmax_recipe, False),
     "layer_norm": (_layer_norm_recipe, False),
+    "mean": (_reduce_recipe("0.0f", "{acc} + {v}", 0, "acc / (float)cols"), True),
+    "amax": (
+        _reduce_recipe(
+            _NEG_INF,
+            "(({acc}) != ({acc}) || ({v}) != ({v})) ? ({acc}) + ({v}) : fmaxf({acc}, {v})",
+            2,
+        ),
+        True,
+    ),
+    "rms_norm": (_rms_norm_recipe, False),
 }

@@ -30,7 +30,7 @@ from hypothesis.extra import numpy as hnp
 from oxiwork import GraphBuilder, ops
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
-from oxiwork.ops import kernel_source, lib_conv, lib_reduce
+from oxiwork.ops import kernel_source, lib_conv, lib_elementwise, lib_reduce
 from oxiwork.ops.program import bind
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import CXX, run_kernel
@@ -61,12 +61,33 @@ EXACT = {
     "bias_add",
     "max",
     "transpose",
+    # oxiwork.ops.lib_elementwise: batch norm's sqrtf and division are correctly rounded
+    # too, rsqrt is 1 / sqrtf (not the approximate rsqrtf), and the rest are selections
+    "batch_norm",
+    "hardtanh",
+    "relu6",
+    "rsqrt",
+    "add_scalar",
+    "sub_scalar",
+    "rsub_scalar",
+    "div_scalar",
+    "where",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "amax",
 }
 # - LIBM: transcendental functions. numpy's float32 exp/log/tanh (SIMD implementations) and
 #   the C library's expf/logf/tanhf (as CUDA's) are each faithful to a few ulp but not
 #   bit-identical; numpy documents a maximum error of 4 ulp for them (NEP 38 / the umath
 #   accuracy tests), so 4 ulp per transcendental call, plus one per rounding after it.
 LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
+# lib_elementwise: erf (numpy side: the C library's double erf rounded; C side: erff, within
+# 2 ulp), silu's exp, and pow (np.power and powf, each within a few ulp of the true value)
+LIBM_ULPS |= {"gelu_erf": 8, "silu": 6, "pow_scalar": 4}
 # - SUMS: sums over a row (sum, softmax, layer_norm, matmul) whose order differs: numpy sums
 #   pairwise (BLAS for matmul), the kernel per thread then as a tree. The difference is
 #   bounded by the classic error bound of recursive summation, |error| <= (n-1) u sum|x_i|
@@ -75,6 +96,7 @@ LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
 #   inputs of these ops stay within 1e4 so that no partial sum overflows in one order and
 #   not the other (an inf on one side only would be an artefact of the order, not a bug).
 SUMS = {"sum", "softmax", "layer_norm", "matmul", *lib_reduce.MATMULS}
+SUMS |= {"mean", "layer_norm_affine", "rms_norm"}
 SUM_BOUND = 1e4
 
 
@@ -117,6 +139,7 @@ def input_shapes(op: ops.OpDef, rows: int, cols: int) -> list[tuple[int, ...]] |
         [(3,), (rows, cols), (cols, 3)],  # addmm
         [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
         [(rows, cols), (3, cols), (3,)],  # linear
+        [(rows, cols)] + [(cols,)] * (op.arity - 1),  # per-channel vectors (batch_norm)
     ):
         if len(shapes) != op.arity:
             continue
@@ -205,6 +228,27 @@ def _sum_tolerance(
         return (2 * (n + 1) * U * (ax @ b)).reshape(-1) + floor
     if name in lib_reduce.MATMULS:  # |alpha| |A| |B| bounds the sum's error, then beta c
         return _gemm_tolerance(name, xs, params or {}) + floor
+    eps = (params or {}).get("eps", ops.get("layer_norm").defaults["eps"])
+    if name == "mean":  # the sum's bound, divided by n, and the division's rounding
+        mean_out = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1)
+        return 2 * U * ax.reshape(-1, n).sum(axis=-1) + 2 * U * mean_out + floor
+    if name == "rms_norm":
+        # mean(x^2) is a sum of non-negative terms (relative bound on both sides); its
+        # error moves sqrt(ms + eps), cancelling against a negative eps included
+        ms = (np.where(np.isfinite(x), x, 0) ** 2).mean(axis=-1, keepdims=True)
+        den2 = np.abs(ms + eps)
+        with np.errstate(all="ignore"):
+            rel = (2 * (n + 1) * U * ms + U * den2) / (2 * den2) + 4 * U
+        o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
+        return (np.nan_to_num(rel * o, nan=np.inf, posinf=np.inf) + floor).reshape(-1)
+    if name == "layer_norm_affine":  # the plain norm's bound scaled by |w|, then w and b
+        w = np.abs(np.where(np.isfinite(xs[1]), xs[1], 0).astype(np.float64)).reshape(-1)
+        b = np.abs(np.where(np.isfinite(xs[2]), xs[2], 0).astype(np.float64)).reshape(-1)
+        with np.errstate(all="ignore"):
+            plain = ops.get("layer_norm").reference([xs[0]], eps=eps)
+        tol = _sum_tolerance("layer_norm", xs[:1], plain, params).reshape(-1, n) * w
+        p = np.abs(np.where(np.isfinite(plain), plain, 0).astype(np.float64)).reshape(-1, n)
+        return (tol + 4 * U * (p * w + b) + floor).reshape(-1)
     o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
     if name == "softmax":  # exp differs by LIBM ulps, the row sum by the summation bound
         return ((2 * LIBM_ULPS["exp"] + 2 * n + 4) * U * o + floor).reshape(-1)
@@ -214,7 +258,7 @@ def _sum_tolerance(
     axr = ax.reshape(-1, n)
     mean = np.where(np.isfinite(rows), rows, 0).mean(axis=-1, keepdims=True)
     var = ((np.where(np.isfinite(rows), rows, 0) - mean) ** 2).mean(axis=-1, keepdims=True)
-    sigma = np.sqrt(var + ops.get("layer_norm").defaults["eps"])
+    sigma = np.sqrt(var + eps)
     dmax = 2 * axr.max(axis=-1, keepdims=True)
     d_err = 2 * (n + 1) * U * axr.max(axis=-1, keepdims=True) + U * dmax
     var_err = 2 * dmax * d_err + 4 * n * U * var
@@ -232,7 +276,8 @@ def compare_with_c(
         ulps = LIBM_ULPS[name]
         # gelu's 1 + tanh(..) cancels for negative x: tanh's absolute error (<= 4 ulp of 1)
         # times 0.5|x| is what is left of it.
-        tol = 0.5 * np.abs(xs[0].astype(np.float64)) * 8 * U if name == "gelu" else 0.0
+        gelus = ("gelu", "gelu_erf")
+        tol = 0.5 * np.abs(xs[0].astype(np.float64)) * 8 * U if name in gelus else 0.0
         assert_close(c, want, what, ulps=ulps, tol=tol)
     else:
         assert name in SUMS, f"op {name!r} has no agreement class in this test: add it"
@@ -317,8 +362,9 @@ def test_one_op_four_ways(name, so_dir, data, rows, cols, block):
 
 
 def test_every_builtin_op_has_an_agreement_class():
-    assert set(ops.BUILTIN_OPS) <= EXACT | set(LIBM_ULPS) | SUMS
-    assert set(_computable()) >= set(ops.BUILTIN_OPS)
+    ours = set(ops.BUILTIN_OPS) | {op.name for op in lib_elementwise.ELEMENTWISE_OPS}
+    assert ours <= EXACT | set(LIBM_ULPS) | SUMS
+    assert set(_computable()) >= ours
 
 
 @pytest.mark.parametrize("name", [n for n in _computable() if ops.get(n).inplace is not None])
@@ -341,7 +387,7 @@ def test_inplace_form_writing_over_its_input_equals_the_reference(name, data):
 # ------------------------------------------------------------------------------ fused chains
 ELEMENTWISE = sorted(
     n
-    for n in ops.BUILTIN_OPS
+    for n in (*ops.BUILTIN_OPS, *(op.name for op in lib_elementwise.ELEMENTWISE_OPS))
     if ops.get(n).fusion_class in (ops.FusionClass.ELEMENTWISE, ops.FusionClass.BROADCAST)
 )
 ROWS = sorted(n for n in ops.BUILTIN_OPS if ops.get(n).fusion_class is ops.FusionClass.REDUCTION)
@@ -378,8 +424,10 @@ def _chain_graph(names, rows, cols, params):
             ins_shapes = [cur_shape, (cols, cols)]
         else:
             ins_shapes = [cur_shape]
-            if op.arity == 2:
-                ins_shapes.append(cur_shape if name != "bias_add" else (cur_shape[-1],))
+            if name in ("bias_add", "batch_norm"):  # vectors over the last axis / channels
+                ins_shapes += [(cur_shape[-1],)] * (op.arity - 1)
+            else:
+                ins_shapes += [cur_shape] * (op.arity - 1)
         ins = [cur] + [ext(s) for s in ins_shapes[1:]]
         out_shape = ops.infer_shape(op, ins_shapes, {**op.defaults, **p}, "t")
         last = j == len(names) - 1
