@@ -12,7 +12,7 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
   shapes and dtype (float32 element-wise ops on shapes that broadcast, softmax/sum/max/
-  layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  mean/amax/layer-norm (affine too) over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with

@@ -44,7 +44,14 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
-from oxiwork.ops.strided import needs_strides, strided_kernel
+from oxiwork.ops.strided import (
+    needs_strides,
+    strided_kernel,
+    strided_view,
+    view_index,
+    view_scalars,
+    writes_strided,
+)
 from oxiwork.ops.table import Shape, broadcast_terms
 
 if TYPE_CHECKING:
@@ -109,7 +116,11 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
             f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
             "only so far: compute it with the simulator, or cast to float32 around it"
         )
-    if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
+    if writes_strided(graph, node) or (
+        needs_strides(graph, node)
+        and node.fused is None
+        and (bound.steps[0].op.kernel is not None or bound.steps[0].op.source is not None)
+    ):  # written through a view, or an op whose own kernel reads whole buffers
         return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
@@ -182,8 +193,16 @@ class _Gen:
         self.bcast: dict[str, int] = {}
         self.prefixes: dict[tuple[int, Shape, Shape], str] = {}
         self.single = len(bound.steps) == 1
-        # In-place kernels alias an input and an output: __restrict__ would be a lie.
-        self.restrict = "" if set(node.inputs) & set(node.outputs) else " __restrict__"
+        # Inputs that are non-contiguous views, read at their strides (oxiwork.ops.strided).
+        self.strided = {
+            k: graph.buffer(b) for k, b in enumerate(node.inputs) if strided_view(graph, b)
+        }
+        # In-place kernels alias an input and an output, and a view may share its base's
+        # bytes with another argument: __restrict__ would be a lie.
+        aliased = set(node.inputs) & set(node.outputs) or any(
+            b in graph.views() for b in (*node.inputs, *node.outputs)
+        )
+        self.restrict = "" if aliased else " __restrict__"
 
     # ---------------------------------------------------------------- pieces
     def param_name(self, j: int, p: str) -> str:
@@ -204,6 +223,14 @@ class _Gen:
                 )
             return f"t{i}"
         have = self.b.in_shapes[i] if shape is None else shape
+        if i in self.strided:
+            if math.prod(have) != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: input {i} is a strided view of {math.prod(have)} "
+                    f"elements combined with {space}; copy the view into a buffer of its own "
+                    "first (op 'copy')"
+                )
+            return f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
         if math.prod(have) == space:
             return f"in{i}[{var}]"
         terms = broadcast_terms(have, out) if math.prod(out) == space else None
@@ -246,6 +273,11 @@ class _Gen:
                     f"{self.b.where}: step {j} ({st.op.name}) reads an earlier step; an "
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
+            if any(i in self.strided for _, i in st.args):
+                raise UnsupportedOp(
+                    f"{self.b.where}: step {j} ({st.op.name}) reads a strided view whole; "
+                    "copy the view into a buffer of its own first (op 'copy')"
+                )
             ptrs = [f"in{i}" for _, i in st.args]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
@@ -273,6 +305,8 @@ class _Gen:
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
         scalars += [("size_t", name, v) for name, v in self.bcast.items()]
+        for k, b in sorted(self.strided.items()):
+            scalars += view_scalars(f"x{k}", b)
         for j, st in enumerate(self.b.steps):
             scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
         args = ptrs + [f"{c} {n}" for c, n, _ in scalars]

@@ -231,10 +231,14 @@ class _Fuser:
                     return "an intermediate buffer has a consumer outside the group"
                 internal.add(out)
         first_writer = self.first_writer
+        views = self.g.views()
         for m in group:
             for bid in self.inputs[m]:
                 if bid in written and first_writer[bid] not in gset:
                     return "a member overwrites a buffer another member reads"
+                if views.get(bid) in written:
+                    # its threads would read elements other threads of the kernel write
+                    return "a member reads a view of a buffer another member writes"
         shape = self.structure_ok(sorted(group, key=self.pos.__getitem__), internal)
         if shape is not None:
             return shape
@@ -389,10 +393,12 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
         # in place: reads and writes would race inside one kernel
         return "it reads and writes the same buffer (in place)"
     views = graph.views()
-    if views and any(b in views for b in (*n.inputs, *n.outputs)):
-        # A fused kernel indexes its buffers contiguously and may keep one in registers;
-        # a view is another buffer's bytes, laid out by strides.
-        return "it reads or writes a view of another buffer (fused kernels read whole buffers)"
+    if views and any(b in views for b in n.outputs):
+        # A fused kernel may keep an output in registers; a view is another buffer's bytes.
+        return "it writes a view of another buffer (a fused kernel writes whole buffers)"
+    if views and op.element is not None and any(b in views for b in n.inputs):
+        # An out-element-wise head (matmul) reads its operands whole, row-major.
+        return f"its op {op.name!r} reads a view of another buffer whole"
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone

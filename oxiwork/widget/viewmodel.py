@@ -76,6 +76,7 @@ __all__ = [
     "fusion_index",
     "has_streams",
     "inspector_section",
+    "memory_node_marks",
     "memory_section",
     "node_details",
     "ops_section",
@@ -637,6 +638,8 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         for r in d["buffers"]
     ]
     rects += _view_rects(graph, report, {r["id"]: r for r in rects})
+    drawn = {r["id"] for r in rects}
+    marks = [m for m in memory_node_marks(graph, report.order) if m["buffer"] in drawn]
     num_steps = max([len(report.order), *(r["end"] for r in rects)])
     return {
         "available": True,
@@ -654,7 +657,40 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         "buffers": rects,
         "strategy": d.get("strategy", ""),
         "optimal": bool(d.get("optimal", False)),
+        # Graph-owned buffers: where their memory alloc and free nodes bound the bar.
+        "marks": marks,
     }
+
+
+def memory_node_marks(graph: ComputeGraph, order: Sequence[NodeId]) -> list[dict[str, Any]]:
+    """Where memory alloc and free nodes bound a graph-owned buffer's lifetime, in steps
+    of ``order`` (an issue order of ``graph``'s nodes): an alloc at the start of its step,
+    a free at the end of its step (every use of the buffer lies between the two).
+
+    The one definition both the widget's memory chart and
+    :func:`oxiwork.render.figures.memory` draw.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> t = b.alloc_buffer("scratch", 64)
+    >>> a = b.add_mem_alloc("alloc", t)
+    >>> _ = b.add_memset("fill", 64, 0, dst=t)
+    >>> f = b.add_mem_free("free", t)
+    >>> [(m["kind"], m["step"]) for m in memory_node_marks(b.build(), [a, 1, f])]
+    [('alloc', 0), ('free', 3)]
+    """
+    out = []
+    for i, nid in enumerate(order):
+        if not graph.has_node(nid):
+            continue
+        n = graph.node(nid)
+        if n.kind is NodeKind.MemAlloc and n.outputs:
+            out.append({"kind": "alloc", "buffer": int(n.outputs[0]), "step": i, "node": int(nid)})
+        elif n.kind is NodeKind.MemFree and n.outputs:
+            out.append(
+                {"kind": "free", "buffer": int(n.outputs[0]), "step": i + 1, "node": int(nid)}
+            )
+    return out
 
 
 def _view_rects(

@@ -34,3 +34,30 @@ def test_memory_nodes_name_the_lifetime_they_bound():
     assert dict(node_details(g, f)["params"])["lifetime"].startswith("frees scratch (4")
     nodes = dict(summary_section(g))["nodes"]
     assert "1 memory allocs" in nodes and "1 memory frees" in nodes
+
+
+def test_memory_chart_marks_bound_each_graph_owned_bar():
+    from oxiwork.executor.plan import ExecutionPlan
+    from oxiwork.widget.viewmodel import memory_section
+
+    b = GraphBuilder()
+    owned = []
+    for i in range(3):
+        t = b.alloc_buffer(f"t{i}", 1024 * (i + 1))
+        b.add_mem_alloc(f"alloc t{i}", t)
+        b.add_memset(f"fill t{i}", 1024 * (i + 1), i, dst=t)
+        b.add_mem_free(f"free t{i}", t)
+        owned.append(int(t))
+    plan = ExecutionPlan.build(b.build())
+    m = memory_section(plan.graph, plan.memory)
+    bars = {r["id"]: r for r in m["buffers"]}
+    by = {(k["kind"], k["buffer"]): k for k in m["marks"]}
+    assert {k["buffer"] for k in m["marks"]} == set(owned) & set(bars)
+    order = list(plan.memory.order)
+    for buf in set(owned) & set(bars):
+        alloc, free = by[("alloc", buf)], by[("free", buf)]
+        # The alloc opens the bar at its step, the free closes it after its own.
+        assert plan.graph.node(order[alloc["step"]]).kind.value == "mem_alloc"
+        assert plan.graph.node(order[free["step"] - 1]).kind.value == "mem_free"
+        assert bars[buf]["start"] <= alloc["step"] < free["step"] <= bars[buf]["end"]
+    assert m["marks"] and all(k["buffer"] in bars for k in m["marks"])

@@ -72,6 +72,14 @@ export interface MemoryRect {
   view_of?: number;
 }
 
+/** Where a memory alloc (start of its step) or free (end of its step) node bounds a graph-owned buffer's bar. */
+export interface MemoryMark {
+  kind: "alloc" | "free";
+  buffer: number;
+  step: number;
+  node: number;
+}
+
 export interface MemorySection {
   available: true;
   mode: string;
@@ -86,6 +94,8 @@ export interface MemorySection {
   buffers: MemoryRect[];
   strategy?: string;
   optimal?: boolean;
+  /** Graph-owned buffers' memory alloc and free nodes (oxiwork.widget.viewmodel.memory_node_marks). */
+  marks?: MemoryMark[];
 }
 
 /** One plan step on its stream (oxiwork.executor.timeline): launched at `launch`, runs [start, end). */
