@@ -71,6 +71,7 @@ __all__ = [
     "STATE_CREATED",
     "STATE_NORMAL",
     "STATE_REMOVED",
+    "body_sections",
     "buffers_section",
     "dag_section",
     "fusion_index",
@@ -344,8 +345,46 @@ def dag_section(
         "anchors": anchors,
         "pass_index": pass_index,
         "notes": notes,
+        "bodies": [b for n in nodes for b in body_sections(n, pos[n.id])],
     }
     return meta, blob
+
+
+def body_sections(n: GraphNode, at: int, parent: int = -1) -> list[dict[str, Any]]:
+    """The body graphs of a child graph or conditional node ``n`` (at DAG position ``at``)
+    for the DAG view, which draws each collapsed into ``n`` by default and expanded as a
+    framed cluster: per body its title (:func:`oxiwork.render.dot.body_title`), its nodes'
+    names and kinds (codes into ``KINDS``) and its edges as index pairs into them. Nested
+    bodies follow their parent's, with ``parent`` its index in this list plus ``node``, the
+    index inside the parent body of the node that holds them (``at`` for outer bodies).
+
+    >>> from oxiwork import course
+    >>> g = course.countdown_branch()
+    >>> n = next(n for n in g.nodes if n.bodies)
+    >>> [b["title"] for b in body_sections(n, 0)][:1] == [body_title(n, 0)]
+    True
+    """
+    out: list[dict[str, Any]] = []
+    _add_bodies(n, at, parent, out)
+    return out
+
+
+def _add_bodies(n: GraphNode, at: int, parent: int, out: list[dict[str, Any]]) -> None:
+    for k, body in enumerate(n.bodies):
+        index = {m.id: i for i, m in enumerate(body.nodes)}
+        me = len(out)
+        out.append(
+            {
+                "node": at,
+                "parent": parent,
+                "title": body_title(n, k),
+                "names": [m.name for m in body.nodes],
+                "kinds": [_KIND_CODE[m.kind] for m in body.nodes],
+                "edges": [[index[a], index[b]] for a, b in body.edges],
+            }
+        )
+        for m in body.nodes:
+            _add_bodies(m, index[m.id], me, out)
 
 
 def _fmt_bytes(n: float) -> str:

@@ -61,3 +61,30 @@ def test_memory_chart_marks_bound_each_graph_owned_bar():
         assert plan.graph.node(order[free["step"] - 1]).kind.value == "mem_free"
         assert bars[buf]["start"] <= alloc["step"] < free["step"] <= bars[buf]["end"]
     assert m["marks"] and all(k["buffer"] in bars for k in m["marks"])
+
+
+def test_dag_section_sends_each_body_with_its_nodes_and_edges():
+    from oxiwork.widget.viewmodel import KINDS, dag_section
+
+    g = course.countdown_branch()
+    meta, _ = dag_section(g)
+    bodies = meta["bodies"]
+    holders = [n for n in g.nodes if n.bodies]
+    assert holders and len(bodies) >= sum(len(n.bodies) for n in holders)
+    pos = g.dense().pos
+    outer = [b for b in bodies if b["parent"] == -1]
+    assert [(b["node"], b["title"]) for b in outer] == [
+        (pos[n.id], body_title(n, k)) for n in holders for k in range(len(n.bodies))
+    ]
+    pairs = [(h, k) for h in holders for k in range(len(h.bodies))]
+    for b, (h, k) in zip(outer, pairs, strict=True):
+        body = h.bodies[k]
+        assert b["names"] == [m.name for m in body.nodes]
+        assert [KINDS[c] for c in b["kinds"]] == [m.kind.value for m in body.nodes]
+        ids = [m.id for m in body.nodes]
+        assert sorted((ids[i], ids[j]) for i, j in b["edges"]) == sorted(body.edges)
+    for b in bodies:
+        assert -1 <= b["parent"] < bodies.index(b)
+    from oxiwork.examples import quick_start
+
+    assert dag_section(quick_start())[0]["bodies"] == []

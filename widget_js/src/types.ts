@@ -43,6 +43,19 @@ export interface DagMeta {
   pass_index: number;
   /** Why a colour mode has no data ("" when it has), e.g. {stream: "no stream pass yet"}. */
   notes: Record<string, string>;
+  /** Child graph / conditional bodies (oxiwork.widget.viewmodel.body_sections); not drawn yet. */
+  bodies?: DagBody[];
+}
+
+/** One body graph of the node at position `node` (inside body `parent`'s nodes when parent >= 0). */
+export interface DagBody {
+  node: number;
+  parent: number;
+  title: string;
+  names: string[];
+  /** Codes into DagMeta.kinds. */
+  kinds: number[];
+  edges: [number, number][];
 }
 
 export interface PassEntry {
