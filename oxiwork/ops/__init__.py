@@ -6,7 +6,10 @@
 """
 
 # Op libraries beyond the built-ins register their entries on import.
-from oxiwork.ops import lib_conv  # noqa: F401  (registers conv2d, pooling, pad, cat)
+from oxiwork.ops import (
+    lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
+    lib_dtype,  # noqa: F401  (registers cast_<dtype>, embedding)
+)
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
 from oxiwork.ops.table import (
@@ -18,6 +21,7 @@ from oxiwork.ops.table import (
     bind_params,
     custom,
     get,
+    infer_dtype,
     infer_shape,
     register,
 )
@@ -37,6 +41,7 @@ __all__ = [
     "describe",
     "function_name",
     "get",
+    "infer_dtype",
     "infer_shape",
     "kernel_source",
     "program_of",

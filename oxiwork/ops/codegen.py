@@ -37,6 +37,7 @@ True
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,18 +102,22 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
         raise InvalidArgument(f"{describe(node)} is not a kernel; only kernels have CUDA source")
     bound = bind(graph, node)
     fname = function_name(node)
-    typed = [d for d in (*bound.in_dtypes, *bound.out_dtypes) if d != "float32"]
-    if typed:
-        raise UnsupportedOp(
-            f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
-            "only so far: compute it with the simulator, or cast to float32 around it"
-        )
+    typed = _typed(bound)
+    for j, st in enumerate(bound.steps):
+        if typed and (st.op.kernel or st.op.element) and not st.op.typed_pointers:
+            raise UnsupportedOp(
+                f"{bound.where}: op {st.op.name!r} (step {j}) generates float32 C only, and "
+                f"this kernel computes {typed}: run it in float32 (cast around it), or "
+                "give the op typed_pointers=True once its generator indexes any pointer"
+            )
     if len(bound.steps) == 1:
         op = bound.steps[0].op
-        if op.kernel is not None:
+        if op.kernel is not None and not (typed and op.element is not None):
             src, scalars = op.kernel(
                 fname, bound.in_shapes, bound.steps[0].shape, bound.steps[0].params
             )
+            if typed:  # a value-moving kernel (typed_pointers): its pointers take any type
+                src = _HALF_PRELUDE * bool(_halves(bound)) + _retype(src, bound)
             return KernelSource(fname, src, tuple(scalars))
         if op.source is not None:
             assert op.function_name is not None
@@ -161,6 +166,63 @@ __device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max
 
 _NEG_INF = "__int_as_float(0xff800000)"
 
+# C type of each dtype a kernel computes with (ops.table.COMPUTE_DTYPES).
+CTYPES = {
+    "float32": "float",
+    "float16": "__half",
+    "bfloat16": "__nv_bfloat16",
+    "int64": "long long",
+    "int32": "int",
+    "bool": "bool",
+}
+# Half-precision values are computed in float: loads widen (exact), each op's result is
+# rounded once to its dtype (round to nearest even, as numpy's and ml_dtypes' casts),
+# stores write the rounded value (PyTorch's kernels do the same, with float as "opmath").
+_HALF = {
+    "float16": ("__half2float({})", "ox_rh({})", "__float2half_rn({})"),
+    "bfloat16": ("__bfloat162float({})", "ox_rb({})", "__float2bfloat16_rn({})"),
+}
+_HALF_PRELUDE = """#ifndef OXIWORK_HALF
+#define OXIWORK_HALF
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+// float16/bfloat16 compute in float: round a value to the dtype (and back), or read an
+// array of them as floats (what out-element-wise generators index, e.g. matmul).
+__device__ __forceinline__ float ox_rh(float v) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float ox_rb(float v)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ float ox_ld(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ox_ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> struct ox_wide {
+    const T* p;
+    __device__ __forceinline__ float operator[](size_t i) const { return ox_ld(p[i]); }
+};
+#endif
+"""
+
+
+def _typed(bound: BoundProgram) -> str:
+    """The first dtype of ``bound`` other than float32 ("" if it is all float32: then the
+    source is exactly what it was before dtypes, and so are compiled kernels' cache keys)."""
+    for d in (*bound.in_dtypes, *bound.out_dtypes, *(st.dtype for st in bound.steps)):
+        if d != "float32":
+            return d
+    return ""
+
+
+def _halves(bound: BoundProgram) -> bool:
+    return any(
+        d in _HALF for d in (*bound.in_dtypes, *bound.out_dtypes, *(s.dtype for s in bound.steps))
+    )
+
+
+def _retype(src: str, bound: BoundProgram) -> str:
+    """A value-moving full kernel's float pointers as its buffers' types (one dtype)."""
+    (dtype,) = set(bound.in_dtypes) | set(bound.out_dtypes)
+    return re.sub(r"\bfloat\*", f"{CTYPES[dtype]}*", src)
+
 
 class _Gen:
     """Source builder for one bound program (one instance per kernel_source call)."""
@@ -183,14 +245,42 @@ class _Gen:
             return f"t{i}"
         m = math.prod(self.b.in_shapes[i])
         if m == space:
-            return f"in{i}[{var}]"
+            return self.load(i, f"in{i}[{var}]")
         if m == 0 or space % m:
             raise UnsupportedOp(
                 f"{self.b.where}: input {i} has {m} elements, which does not tile the "
                 f"{space} elements it is combined with"
             )
         self.moduli[i] = m
-        return f"in{i}[{var} % m{i}]"
+        return self.load(i, f"in{i}[{var} % m{i}]")
+
+    def load(self, i: int, ref: str) -> str:
+        """Input ``i``'s element ``ref`` as a compute value (halves widen to float)."""
+        half = _HALF.get(self.b.in_dtypes[i]) if self.b.in_dtypes else None
+        return half[0].format(ref) if half else ref
+
+    def define(self, j: int, expr: str) -> str:
+        """The C statement defining ``t{j}``, step j's value, in its dtype's compute type."""
+        dtype = self.b.steps[j].dtype
+        if dtype == "float32":
+            return f"float t{j} = {expr};"
+        if dtype in _HALF:
+            return f"float t{j} = {_HALF[dtype][1].format(expr)};"
+        ctype = CTYPES[dtype]
+        return f"{ctype} t{j} = ({ctype})({expr});"
+
+    def rounding(self, j: int) -> list[str]:
+        """Statements rounding a float ``t{j}`` computed by a recipe or generator."""
+        half = _HALF.get(self.b.steps[j].dtype)
+        return [f"t{j} = {half[1].format(f't{j}')};"] if half else []
+
+    def store(self, k: int, var: str, s: int) -> str:
+        half = _HALF.get(self.b.out_dtypes[k]) if self.b.out_dtypes else None
+        value = half[2].format(f"t{s}") if half else f"t{s}"
+        return f"out{k}[{var}] = {value};"
+
+    def prelude(self) -> str:
+        return _HALF_PRELUDE if _halves(self.b) else ""
 
     def step_lines(self, j: int, var: str, space: int) -> list[str]:
         """C statements defining ``t{j}``, step j's value at index ``var``."""
@@ -203,24 +293,32 @@ class _Gen:
                     f"{self.b.where}: step {j} ({st.op.name}) reads an earlier step; an "
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
-            ptrs = [f"in{i}" for _, i in st.args]
+            # half arrays are handed over as float views (exact widening on every load)
+            ptrs = [
+                f"ox_wide<{CTYPES[d]}>{{in{i}}}"
+                if (d := self.b.in_dtypes[i]) in _HALF
+                else f"in{i}"
+                for _, i in st.args
+            ]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
-            return lines
+            return [*lines, *self.rounding(j)]
         if st.op.expr is None:
             raise UnsupportedOp(
                 f"{self.b.where}: step {j} ({st.op.name}) cannot be computed per element here"
             )
         args = [self.arg(kind, i, var, space) for kind, i in st.args]
         names = {p: self.param_name(j, p) for p in st.params}
-        return [f"float t{j} = {st.op.expr.format(*args, **names)};"]
+        return [self.define(j, st.op.expr.format(*args, **names))]
 
     def signature(
         self, fname: str, sizes: list[tuple[str, int]]
     ) -> tuple[str, tuple[ScalarArg, ...]]:
         r = self.restrict
-        ptrs = [f"const float*{r} in{k}" for k in range(len(self.b.in_shapes))]
-        ptrs += [f"float*{r} out{k}" for k in range(len(self.b.out_shapes))]
+        ins = self.b.in_dtypes or ("float32",) * len(self.b.in_shapes)
+        outs = self.b.out_dtypes or ("float32",) * len(self.b.out_shapes)
+        ptrs = [f"const {CTYPES[d]}*{r} in{k}" for k, d in enumerate(ins)]
+        ptrs += [f"{CTYPES[d]}*{r} out{k}" for k, d in enumerate(outs)]
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
         scalars += [("size_t", f"m{k}", m) for k, m in sorted(self.moduli.items())]
@@ -244,7 +342,7 @@ class _Gen:
         n = math.prod(self.b.steps[self.b.outputs[0]].shape)
         self.check_space(list(range(len(self.b.steps))), n, "element-wise kernel")
         body = [line for j in range(len(self.b.steps)) for line in self.step_lines(j, "i", n)]
-        body += [f"out{k}[i] = t{s};" for k, s in enumerate(self.b.outputs)]
+        body += [self.store(k, "i", s) for k, s in enumerate(self.b.outputs)]
         sig, scalars = self.signature(fname, [("n", n)])
         loop = (
             "{\n"
@@ -253,7 +351,7 @@ class _Gen:
             + "".join(f"        {line}\n" for line in body)
             + "    }\n}\n"
         )
-        return KernelSource(fname, sig + loop, scalars)
+        return KernelSource(fname, self.prelude() + sig + loop, scalars)
 
     # ---------------------------------------------------------------- row kernels
     def row_kernel(self, fname: str, r: int) -> KernelSource:
@@ -293,12 +391,15 @@ class _Gen:
         # row-to-row op and indexed with an ``i`` out of scope.
         out_var = "row" if per_row else "i"
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
-        writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
+        writes = [self.store(k, out_var, s) for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
-        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params))
+        # every recipe defines t{r} right before the tail: round it there (half dtypes)
+        tail = self.rounding(r) + post_lines + writes
+        body = recipe(_RowParts(r, pre_lines, value, tail, params))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
         src = (
-            _BLOCK_REDUCE
+            self.prelude()
+            + _BLOCK_REDUCE
             + sig
             + "{\n    __shared__ float red[1024];\n"
             + "    for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {\n"

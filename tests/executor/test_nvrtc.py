@@ -145,6 +145,8 @@ def _single_op_graphs():
     """One graph per registered op with CUDA code: a kernel on [4, 8] float inputs."""
     from oxiwork import ops
     from oxiwork.builder import GraphBuilder
+    from oxiwork.error import GraphError
+    from oxiwork.node import DTYPES
 
     for name, op in sorted(ops.REGISTRY.items()):
         b = GraphBuilder()
@@ -156,12 +158,22 @@ def _single_op_graphs():
             "conv2d": [nchw, (rows, rows, 3, 3)],
             "conv2d_bias": [nchw, (rows, rows, 3, 3), (rows,)],
         }.get(name, [nchw if op.name in _NCHW_OPS else (rows, cols)] * op.arity)
+        # float32 inputs, but int64 indices for lookups (embedding, gather); the result in
+        # the dtype the op's rule gives (casts: their target)
+        dtypes = ["float32"] * op.arity
+        try:
+            ops.infer_dtype(op, dtypes, op.defaults, name)
+        except GraphError:
+            dtypes[-1] = "int64"
+        out_dt = ops.infer_dtype(op, dtypes, op.defaults, name) or "float32"
         ins = [
-            b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
-            for k, s in enumerate(shapes)
+            b.alloc_external_buffer(f"in{k}", DTYPES[d] * math.prod(s), dtype=d, shape=s)
+            for k, (s, d) in enumerate(zip(shapes, dtypes, strict=True))
         ]
         out_shape = ops.infer_shape(op, shapes, op.defaults, name)
-        out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+        out = b.alloc_buffer(
+            "out", DTYPES[out_dt] * math.prod(out_shape), dtype=out_dt, shape=out_shape
+        )
         b.add_kernel(name, 1, 128).op(name).inputs(ins).outputs([out]).finish()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
