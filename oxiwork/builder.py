@@ -1041,7 +1041,8 @@ class GraphBuilder:
         by_id = self._node_index  # nodes are held in id order
         written = {b for n in nodes for b in n.outputs}
         read = {b for n in nodes for b in n.inputs}
-        sizes = {b.id: b.size_bytes for b in self._buffers}
+        # views are never guessed as a copy's end: bind a copy of a view with src=/dst=
+        sizes = {b.id: b.size_bytes for b in self._buffers if b.base is None}
         for i in unbound:
             n = nodes[i]
             if n.memcpy_dir is MemcpyDir.HostToDevice and not n.outputs:
@@ -1049,7 +1050,7 @@ class GraphBuilder:
                     bid
                     for s in self._succ[n.id]
                     for bid in nodes[by_id[s]].inputs
-                    if bid not in written and sizes[bid] == n.size_bytes
+                    if bid not in written and sizes.get(bid) == n.size_bytes
                 }
                 if len(cands) == 1:
                     (bid,) = cands
@@ -1066,7 +1067,7 @@ class GraphBuilder:
                     bid
                     for p in pred[n.id]
                     for bid in nodes[by_id[p]].outputs
-                    if bid not in read and sizes[bid] == n.size_bytes
+                    if bid not in read and sizes.get(bid) == n.size_bytes
                 }
                 if len(cands) == 1:
                     (bid,) = cands

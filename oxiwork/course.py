@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import networkx as nx
+import numpy as np
 from matplotlib.figure import Figure
 
 from oxiwork import cost
@@ -37,6 +38,7 @@ from oxiwork.builder import GraphBuilder
 from oxiwork.examples import quick_start, synthetic
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.races import drop_event, find_races
+from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.timeline import timeline
 from oxiwork.executor.update import check_update
 from oxiwork.graph import ComputeGraph
@@ -46,6 +48,7 @@ from oxiwork.optimizer.memory import IntervalPlan, greedy_by_size, lower_bound, 
 from oxiwork.render._style import buffer_color
 
 __all__ = [
+    "LOOP_INPUTS",
     "TINY_INSTANCE",
     "UPDATE_CANDIDATES",
     "WrongAnswer",
@@ -58,6 +61,7 @@ __all__ = [
     "check_lesson_06",
     "check_lesson_07",
     "check_lesson_08",
+    "countdown_branch",
     "fork_join_explicit",
     "happens_before",
     "interval_figure",
@@ -454,22 +458,88 @@ UPDATE_CANDIDATES: Mapping[str, Callable[[], ExecutionPlan]] = {
 """Lesson 08's candidate new plans, by letter (see the lesson for what each changes)."""
 
 
-def check_lesson_08(answer: Iterable[str]) -> None:
-    """Lesson 08: the letters of :data:`UPDATE_CANDIDATES` that ``cudaGraphExecUpdate``
-    can apply in place to the graph of ``scaled_chain(2.0)``.
+def countdown_branch(max_iterations: int = 16) -> ComputeGraph:
+    """Lesson 08's control flow: a WHILE loop counting ``c`` down, then a child graph
+    holding an IF/else on ``flag``.
 
-    >>> check_lesson_08({"c"})
+    Each WHILE iteration computes ``c = relu(c - 1)`` and ``acc = acc + 1``, so the body
+    runs ``ceil(c)`` times; the child graph ``finish`` then doubles ``acc`` when ``flag``
+    is non-zero and negates it otherwise. Every buffer holds one float32; the host inputs
+    are :data:`LOOP_INPUTS` (with ``c`` and ``flag`` of your choice).
+
+    >>> g = countdown_branch()
+    >>> [n.kind.value for n in g.nodes if n.bodies]
+    ['conditional', 'child_graph']
+    """
+    b = GraphBuilder()
+    c, one, d, acc, flag = (b.alloc_buffer(n, 4) for n in ("c", "one", "d", "acc", "flag"))
+    ids = [b.add_memcpy(f"up {n}", MemcpyDir.HostToDevice, 4, dst=x)
+           for n, x in (("c", c), ("one", one), ("acc", acc), ("flag", flag))]  # fmt: skip
+    loop = b.body()
+    loop.add_kernel("c - 1", 1, 1).op("sub").inputs([c, one]).outputs([d]).finish()
+    loop.add_kernel("c = relu", 1, 1).op("relu").inputs([d]).outputs([c]).finish()
+    loop.add_kernel("acc + 1", 1, 1).op("add").inputs([acc, one]).outputs([acc]).finish()
+    ids.append(b.add_while("count down", c, loop, max_iterations=max_iterations))
+    finish = b.body()
+    double, negate = finish.body(), finish.body()
+    double.add_kernel("acc * 2", 1, 1).op("scale").params(alpha=2.0).inputs([acc]).outputs(
+        [acc]
+    ).finish()
+    negate.add_kernel("-acc", 1, 1).op("neg").inputs([acc]).outputs([acc]).finish()
+    finish.add_if("flag?", flag, double, negate)
+    ids.append(b.add_child_graph("finish", finish))
+    ids.append(b.add_memcpy("down acc", MemcpyDir.DeviceToHost, 4, src=acc))
+    b.chain(ids)
+    return b.build()
+
+
+LOOP_INPUTS: Mapping[str, Any] = {"one": [1.0], "acc": [0.0]}
+"""The fixed host inputs of :func:`countdown_branch` (add ``c`` and ``flag``)."""
+
+
+def _loop_acc(c: float, flag: float) -> float:
+    """``acc`` after one run of :func:`countdown_branch` on the simulator."""
+    inputs = {k: np.float32(v) for k, v in LOOP_INPUTS.items()}
+    inputs.update(c=np.float32([c]), flag=np.float32([flag]))
+    out = SequentialExecutor(ExecutionPlan.build(countdown_branch())).run(inputs).outputs
+    assert out is not None
+    return float(out["acc"][0])
+
+
+def check_lesson_08(answer: tuple[Iterable[str], float]) -> None:
+    """Lesson 08: ``(letters, acc)``: the letters of :data:`UPDATE_CANDIDATES` that
+    ``cudaGraphExecUpdate`` can apply in place to the graph of ``scaled_chain(2.0)``, and
+    the value of ``acc`` after one launch of :func:`countdown_branch` with ``c = 2.5`` and
+    ``flag = 0``.
+
+    >>> check_lesson_08(({"c"}, 0.0))
     Traceback (most recent call last):
     ...
     oxiwork.course.WrongAnswer: lesson 08: not yet. ...
     """
+    if not (isinstance(answer, tuple) and len(answer) == 2):
+        raise _wrong("08", "answer with a pair: (the set of letters, the value of acc)")
+    letters, acc = answer
     old = ExecutionPlan.build(scaled_chain(2.0))
     verdict = {k: check_update(old, make()) for k, make in UPDATE_CANDIDATES.items()}
     want = {k for k, r in verdict.items() if r.in_place}
-    got = set(answer)
+    got = set(letters)
     if got != want:
         wrong = sorted(got ^ want)[0]
         r = verdict.get(wrong)
         why = f"change {wrong!r}: {r.reason}" if r else f"{wrong!r} is not a candidate"
         raise _wrong("08", f"look again at {why}")
-    _right("08", f"Changes {sorted(want)} update in place; the others need a new instantiation.")
+    want_acc = _loop_acc(2.5, 0.0)
+    if isinstance(acc, bool) or not isinstance(acc, (int, float)) or abs(acc - want_acc) > 1e-6:
+        raise _wrong(
+            "08",
+            f"acc is not {acc!r}: count how many times the WHILE body runs from c = 2.5 "
+            "(it tests c before every iteration), then follow the IF inside 'finish' for "
+            "flag = 0",
+        )
+    runs = round(_loop_acc(2.5, 1.0) / 2)  # the then branch doubles acc instead
+    _right(
+        "08",
+        f"Changes {sorted(want)} update in place; the others need a new instantiation. "
+        f"The loop body ran {runs} times and the else branch negated acc: {want_acc:g}.",
+    )

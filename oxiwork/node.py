@@ -57,6 +57,7 @@ __all__ = [
     "NodeKind",
     "StreamId",
     "conditional_runs",
+    "view_bytes",
 ]
 
 if TYPE_CHECKING:  # annotations only: graph.py sits above this module
@@ -459,6 +460,35 @@ def _c_ident(name: str) -> str:
     if not out or out[0].isdigit():
         out = "k_" + out
     return out
+
+
+def view_bytes(
+    base: Any, dtype: str, shape: tuple[int, ...], view_offset: int, strides: tuple[int, ...]
+) -> tuple[Any, Any]:
+    """A view's typed array and the bytes it covers, over its base's bytes ``base`` (a flat
+    ``uint8`` numpy array): numpy's strided view, so writes through it land in the base.
+
+    The one place the executors and the reference evaluator turn a view's layout into
+    memory. The caller has checked the view against its base (:func:`oxiwork.graph.check_view`).
+
+    >>> import numpy as np
+    >>> base = np.arange(6, dtype=np.float32).view(np.uint8)
+    >>> typed, covered = view_bytes(base, "float32", (3, 2), 0, (1, 3))
+    >>> typed.tolist(), covered.size
+    ([[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]], 24)
+    >>> typed[0, 1] = -1.0
+    >>> base.view(np.float32)[3]
+    np.float32(-1.0)
+    """
+    import numpy as np
+
+    itemsize = DTYPES[dtype]
+    last = view_offset + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    covered = base[view_offset * itemsize : (last + 1) * itemsize]
+    typed = np.lib.stride_tricks.as_strided(
+        covered.view(dtype), shape=shape, strides=tuple(s * itemsize for s in strides)
+    )
+    return typed, covered
 
 
 def conditional_runs(node: GraphNode, read: Callable[[], float], cond_name: str) -> Iterator[int]:

@@ -32,7 +32,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oxiwork.error import InvalidArgument, UnknownBuffer
-from oxiwork.node import FLOAT_DTYPES, Buffer, GraphNode, MemcpyDir, NodeKind, conditional_runs
+from oxiwork.node import (
+    FLOAT_DTYPES,
+    Buffer,
+    BufferId,
+    GraphNode,
+    MemcpyDir,
+    NodeKind,
+    conditional_runs,
+    view_bytes,
+)
 from oxiwork.ops.program import bind, run
 
 if TYPE_CHECKING:
@@ -74,13 +83,27 @@ class _State:
         self.graph = graph
         self.inputs = inputs
         self.seed = seed
-        self.mem = {b.id: np.zeros(b.size_bytes, dtype=np.uint8) for b in graph.buffers}
+        self.mem = {
+            b.id: np.zeros(b.size_bytes, dtype=np.uint8) for b in graph.buffers if b.base is None
+        }
+        # A view holds no bytes: its typed array is a strided view of its base's, and its
+        # bytes (for copies and memsets, which need a contiguous view) those it covers.
+        self.typed: dict[BufferId, np.ndarray] = {}
+        for b in graph.buffers:
+            if b.base is not None:
+                base = self.mem[b.base]
+                self.typed[b.id], self.mem[b.id] = view_bytes(
+                    base, b.dtype, b.array_shape, b.view_offset, b.strides or ()
+                )
         self.generated: list[str] = []
         for b in graph.buffers:
             if b.external:
                 self.load(b)
 
     def view(self, buf: Buffer) -> np.ndarray:
+        typed = self.typed.get(buf.id)
+        if typed is not None:
+            return typed
         return self.mem[buf.id].view(np.dtype(buf.dtype)).reshape(buf.array_shape)
 
     def host_data(self, buf: Buffer) -> np.ndarray:

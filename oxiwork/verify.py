@@ -374,6 +374,7 @@ def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     if n.memcpy_dir is MemcpyDir.DeviceToHost and n.outputs:
         raise InvalidArgument(f"{context(g, n.id)}: a DeviceToHost copy writes the host")
     for bid in (*n.inputs, *n.outputs):
+        _check_bytes_of(g, n, bid)
         if g.buffer(bid).size_bytes < n.size_bytes:
             raise InvalidArgument(
                 f"{context(g, n.id)}: copies {n.size_bytes} bytes but buffer "
@@ -385,11 +386,22 @@ def _check_memset(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     if n.inputs or len(n.outputs) > 1:
         raise InvalidArgument(f"{context(g, n.id)}: a memset writes > 0 bytes into one buffer")
     for bid in n.outputs:
+        _check_bytes_of(g, n, bid)
         if g.buffer(bid).size_bytes < n.size_bytes:
             raise InvalidArgument(
                 f"{context(g, n.id)}: sets {n.size_bytes} bytes of a "
                 f"{g.buffer(bid).size_bytes}-byte buffer"
             )
+
+
+def _check_bytes_of(g: ComputeGraph, n: GraphNode, bid: Any) -> None:
+    """Copies and memsets move bytes, so a view they touch must be contiguous."""
+    b = g.buffer(bid)
+    if not b.is_contiguous:
+        raise InvalidArgument(
+            f"{context(g, n.id)}: {n.kind.noun} on {b.name!r}, a non-contiguous view, whose "
+            "elements are not one run of bytes; copy it with a kernel (op 'copy') instead"
+        )
 
 
 def _check_wait(g: ComputeGraph, n: GraphNode, edges: set[Any]) -> None:

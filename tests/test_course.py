@@ -35,6 +35,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.node import MemcpyDir
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
+from oxiwork.reference import evaluate
 from tests.test_notebooks import cell_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +256,18 @@ def test_lesson_08(capsys: pytest.CaptureFixture[str]) -> None:
         ] == [s.depends_on for s in old.steps]
         assert (k in right) == same, k
     assert right and right != set(course.UPDATE_CANDIDATES)
-    _right(course.check_lesson_08, right, capsys)
-    _wrong(course.check_lesson_08, set(course.UPDATE_CANDIDATES))
-    _wrong(course.check_lesson_08, sorted(right)[1:])
-    _wrong(course.check_lesson_08, right | {"z"})
+    # acc by another route than the simulator: the reference evaluator of the same graph
+    g = course.countdown_branch()
+    data = {k: np.float32(v) for k, v in course.LOOP_INPUTS.items()}
+    acc = float(evaluate(g, {**data, "c": np.float32([2.5]), "flag": np.float32([0])})["acc"][0])
+    doubled = float(
+        evaluate(g, {**data, "c": np.float32([2.5]), "flag": np.float32([1])})["acc"][0]
+    )
+    assert acc == -doubled / 2 < 0  # the else branch negates what the then branch doubles
+    _right(course.check_lesson_08, (right, acc), capsys)
+    _wrong(course.check_lesson_08, (set(course.UPDATE_CANDIDATES), acc))
+    _wrong(course.check_lesson_08, (sorted(right)[1:], acc))
+    _wrong(course.check_lesson_08, (right | {"z"}, acc))
+    _wrong(course.check_lesson_08, (right, -acc))  # the then branch's sign
+    _wrong(course.check_lesson_08, (right, acc + 1))  # one iteration off
+    _wrong(course.check_lesson_08, right)  # not a pair

@@ -6,6 +6,10 @@ nobody writes) to its last access, as the half-open interval ``[first, last + 1)
 buffers whose intervals do not overlap may share memory; the largest sum of sizes live at
 one step (``max_live_bytes``) is the lower bound every memory plan is judged against.
 
+A view (:attr:`Buffer.base <oxiwork.node.Buffer.base>`) holds no bytes of its own: each
+access to it counts as an access to its base too, so the base lives as long as any view of
+it is used, and the view itself is never placed, counted in live bytes, or dead.
+
 This is the lifetime analysis of memory planners for static graphs (compare JAX's
 ``last_used`` and tinygrad's ``schedule/memory.py``; the interval formulation follows
 Y. Pisarchyk, J. Lee, "Efficient memory management for deep neural net inference",
@@ -63,7 +67,7 @@ class LivenessInfo:
         ``buffer id -> (first, last + 1)``, half-open step interval of every accessed
         buffer, external ones included.
     dead
-        Buffers written but never read that are not external: their values are never
+        Buffers written but never read that are neither external nor views: their values are never
         used (a buffer read by a DeviceToHost copy counts as read).
     unused
         Buffers no node reads or writes (they need no memory at all).
@@ -93,7 +97,8 @@ class LivenessInfo:
 
 @dataclass(frozen=True, slots=True)
 class ArenaAccesses:
-    """The accesses of the arena buffers (accessed, not external) over an order, as arrays.
+    """The accesses of the arena buffers (accessed, not external, not views; a view's
+    accesses count as its base's) over an order, as arrays.
 
     For passes that work on arrays rather than dicts (the memory pass). Every array is
     read-only.
@@ -226,12 +231,26 @@ def _accesses(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.array(buf if bindex is None else [bindex[b] for b in buf], dtype=np.int64),
             np.array(read, dtype=bool),
         )
+        views = graph.views()
+        if views:
+            # An access to a view is an access to its base too: the base lives while any
+            # view of it is used (the view keeps its own interval, but holds no bytes).
+            index = (lambda b: b) if bindex is None else bindex.__getitem__
+            root = np.arange(nb, dtype=np.int64)
+            root[[index(v) for v in views]] = [index(b) for b in views.values()]
+            through = np.flatnonzero(root[acc[1]] != acc[1])
+            acc = (
+                np.concatenate([acc[0], acc[0][through]]),
+                np.concatenate([acc[1], root[acc[1][through]]]),
+                np.concatenate([acc[2], acc[2][through]]),
+            )
         graph._cache["analysis.accesses"] = acc
     return acc
 
 
 def _buffer_table(graph: ComputeGraph) -> tuple[tuple[BufferId, ...], np.ndarray, np.ndarray]:
-    """Buffer ids, ``external`` flags and sizes by buffer index (cached per graph).
+    """Buffer ids, "not in the arena" flags (external buffers, and views: their bytes are
+    their base's) and sizes by buffer index (cached per graph).
 
     Reading three attributes of every buffer object is a pass over objects scattered in
     memory; the graph is immutable, so it is done once, like :func:`_accesses`.
@@ -242,7 +261,7 @@ def _buffer_table(graph: ComputeGraph) -> tuple[tuple[BufferId, ...], np.ndarray
         nb = len(buffers)
         table = (
             tuple([b.id for b in buffers]),
-            np.fromiter((b.external for b in buffers), dtype=bool, count=nb),
+            np.fromiter((b.external or b.base is not None for b in buffers), bool, count=nb),
             np.fromiter((b.size_bytes for b in buffers), dtype=np.int64, count=nb),
         )
         graph._cache["analysis.buffer_table"] = table

@@ -4,7 +4,9 @@ The simulator must exercise the memory plan, not bypass it: every planned buffer
 typed numpy view at its planned offset into a single ``uint8`` array, so two buffers the
 plan puts on the same bytes really share them, and a wrong plan shows up as wrong numbers.
 External buffers (owned by the user, never placed) and buffers the plan left unplaced get
-arrays of their own.
+arrays of their own. A view is a numpy strided view of its base's bytes (wherever they
+are), so a kernel writing through a view writes the base, and a wrong plan of the base
+still shows as wrong numbers in every view of it.
 
 Example
 -------
@@ -29,7 +31,7 @@ import numpy as np
 from oxiwork.budget import check_sim_bytes
 from oxiwork.error import InvalidPlan
 from oxiwork.executor.plan import BufferArg, ExecutionPlan
-from oxiwork.node import DTYPES, BufferId
+from oxiwork.node import DTYPES, BufferId, view_bytes
 
 __all__ = ["Arena", "Region", "overlapping_pairs", "overlapping_ranges", "plan_buffers"]
 
@@ -89,15 +91,21 @@ class Arena:
         buffers = list(buffers)
         # Refused before anything is allocated: a plan's sizes come from the user, and
         # zeroing and filling gigabytes blocks the kernel (oxiwork.budget).
-        private = sum(a.size_bytes for a in buffers if a.external or a.offset is None)
+        # A view's base is mapped too, even when no step names it (only views of it).
+        unique = {a.buffer: a for a in (*(a.storage for a in buffers), *buffers)}
+        buffers = list(unique.values())
+        private = sum(
+            a.size_bytes for a in buffers if a.base is None and (a.external or a.offset is None)
+        )
         check_sim_bytes(pool_bytes + private, "the simulator's arena")
         self.pool = np.zeros(pool_bytes, np.uint8)
         self._raw: dict[BufferId, np.ndarray] = {}
         self._typed: dict[BufferId, np.ndarray] = {}
         self.regions: dict[BufferId, Region] = {}
         self.by_name: dict[str, BufferId] = {}
-        for arg in buffers:
-            self._map(arg)
+        for arg in buffers:  # bases first: a view is mapped onto its base's bytes
+            if arg.buffer not in self._typed:
+                self._map(arg)
 
     def _map(self, arg: BufferArg) -> None:
         where = f"buffer {arg.name!r} (id {int(arg.buffer)})"
@@ -112,6 +120,9 @@ class Arena:
                 f"{where} has shape {arg.shape} of {arg.dtype} ({count * itemsize} bytes) but "
                 f"size_bytes {arg.size_bytes}; rebuild the plan from a verified graph"
             )
+        if arg.base is not None:
+            self._map_view(arg, where, itemsize)
+            return
         in_arena = not arg.external and arg.offset is not None
         if in_arena:
             assert arg.offset is not None
@@ -130,6 +141,43 @@ class Arena:
         self.regions[arg.buffer] = Region(arg.buffer, arg.name, in_arena, start, stop)
         self.by_name[arg.name] = arg.buffer
 
+    def _map_view(self, arg: BufferArg, where: str, itemsize: int) -> None:
+        base = arg.base
+        assert base is not None
+        if base.dtype != arg.dtype or base.base is not None:
+            raise InvalidPlan(
+                f"{where} views {base.name!r} ({base.dtype}); a view must share its base's "
+                "dtype and view a buffer that is not a view: rebuild the plan from a verified graph"
+            )
+        strides = arg.strides or ()
+        last = arg.view_offset + sum((d - 1) * s for d, s in zip(arg.shape, strides, strict=True))
+        if (
+            arg.view_offset < 0
+            or min(strides, default=0) < 0
+            or (last + 1) * itemsize > base.size_bytes
+        ):
+            raise InvalidPlan(
+                f"{where} reaches past its base {base.name!r} ({base.size_bytes} bytes); "
+                "rebuild the plan from a verified graph"
+            )
+        typed, covered = view_bytes(
+            self._raw[base.buffer], arg.dtype, arg.shape, arg.view_offset, strides
+        )
+        start, stop = arg.view_offset * itemsize, (last + 1) * itemsize
+        # Writes through the typed view land in the base; the raw bytes are those the view
+        # covers (exactly its own when it is contiguous).
+        self._typed[arg.buffer] = typed
+        self._raw[arg.buffer] = covered
+        region = self.regions[base.buffer]
+        self.regions[arg.buffer] = Region(
+            arg.buffer,
+            arg.name,
+            region.in_arena,
+            region.start + start if region.in_arena else start,
+            region.start + stop if region.in_arena else stop,
+        )
+        self.by_name[arg.name] = arg.buffer
+
     def view(self, arg: BufferArg | BufferId) -> np.ndarray:
         """The typed, shaped view of a buffer (writes go to the arena)."""
         return self._typed[arg.buffer if isinstance(arg, BufferArg) else arg]
@@ -142,7 +190,7 @@ class Arena:
         """Zero the pool and every private array (a fresh device)."""
         self.pool.fill(0)
         for bid, region in self.regions.items():
-            if not region.in_arena:
+            if not region.in_arena:  # a view of a private base clears part of it again
                 self._raw[bid].fill(0)
 
 

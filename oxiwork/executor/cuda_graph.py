@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from oxiwork.error import ExecutionError, InvalidArgument
+from oxiwork.error import ExecutionError, InvalidArgument, IterationLimit
 from oxiwork.executor.lowering import (
+    BodyDesc,
     DescNode,
     GraphDesc,
     HostBuffer,
@@ -100,6 +101,13 @@ class DeviceMemory:
         self.scratch = session.alloc(desc.scratch_bytes) if desc.scratch_bytes else 0
         self.host = session.alloc_host(desc.host_bytes) if desc.host_bytes else 0
         self.host_info = {h.name: h for h in desc.host_buffers}
+        # One 4-byte iteration counter per WHILE node, read back after every run.
+        self.loops = session.alloc(4 * len(desc.loops)) if desc.loops else 0
+        self.loop_info = desc.loops
+        # Filled while a graph is built: addresses memory alloc nodes returned, by buffer
+        # name, and conditional handles, by index.
+        self.graph_memory: dict[str, int] = {}
+        self.handles: dict[int, int] = {}
         self.layout = _layout(desc)
 
     def resolve(self, ref: Ref) -> int:
@@ -114,11 +122,34 @@ class DeviceMemory:
             return self.arena + int(where)
         if kind == "buffer":
             return self.buffers[where]
+        if kind == "view":  # a view of a buffer of its own: (the base's name, byte offset)
+            return self.buffers[where[0]] + int(where[1])
         if kind == "host":
             return self.host + self.host_info[where].offset
         if kind == "scratch":
             return self.scratch + int(where)
+        if kind == "loop":
+            return self.loops + 4 * int(where)
+        if kind == "graph":
+            if where not in self.graph_memory:
+                raise InvalidArgument(
+                    f"graph-owned buffer {where!r} is used before its memory alloc node was "
+                    "added; rebuild the plan (its alloc node must come first)"
+                )
+            return self.graph_memory[where]
+        if kind == "graph_view":  # a view of a graph-owned buffer: (its name, byte offset)
+            return self.resolve(("graph", where[0])) + int(where[1])
+        if kind == "handle":
+            return self.handles[int(where)]
         raise InvalidArgument(f"unknown memory reference {ref!r}")
+
+    def loop_counts(self) -> list[int]:
+        """The WHILE nodes' iteration counters after a run (``limit + 1``: the bound hit)."""
+        if not self.loops:
+            return []
+        raw = np.zeros(len(self.loop_info), np.uint32)
+        self.session.copy_d2h(raw.ctypes.data, self.loops, raw.nbytes)
+        return [int(x) for x in raw]
 
     def host_bytes(self, hb: HostBuffer) -> np.ndarray:
         """The bytes of a pinned staging region, as a writable ``uint8`` array."""
@@ -135,7 +166,13 @@ class DeviceMemory:
 
 def _layout(desc: GraphDesc) -> tuple[Any, ...]:
     """What a memory allocation depends on: equal layouts can share one DeviceMemory."""
-    return (desc.arena_bytes, desc.scratch_bytes, desc.host_buffers, desc.device_buffers)
+    return (
+        desc.arena_bytes,
+        desc.scratch_bytes,
+        desc.host_buffers,
+        desc.device_buffers,
+        desc.loops,
+    )
 
 
 def load_functions(
@@ -154,7 +191,8 @@ def load_functions(
 
     def build(m: ModuleDesc) -> Any:
         unit = ModuleSource(m.source, m.function_names, m.starts)
-        return compile_cuda(unit, arch=m.arch, exact=desc.exact, cache=cache)
+        extra = ("--relocatable-device-code=true",) if m.link_devrt else ()
+        return compile_cuda(unit, arch=m.arch, exact=desc.exact, cache=cache, extra_options=extra)
 
     todo = list({m.key: m for m in desc.modules if m.key not in skip}.values())
     workers = max(1, min(len(todo), os.cpu_count() or 1))
@@ -165,7 +203,9 @@ def load_functions(
         compiled = [build(m) for m in todo]
     functions: dict[tuple[str, str], Any] = {}
     for m, c in zip(todo, compiled, strict=True):
-        module = session.load_module(c.cubin)
+        module = (
+            session.load_linked_module(c.cubin) if m.link_devrt else session.load_module(c.cubin)
+        )
         for name in m.function_names:
             functions[(m.key, name)] = session.function(module, name, smem.get(name, 0))
     return functions
@@ -382,6 +422,8 @@ class _PlanExecutor:
         data, self.generated_inputs = prepare_inputs(self.plan, self.desc, inputs or {}, seed)
         s.synchronize(self._stream)  # an earlier launch may still read the pinned inputs
         stage_inputs(s, self._memory, self.desc, data, self._stream)
+        if self._memory.loops:  # a WHILE in a body that does not run leaves its word at 0
+            s.memset_async(self._memory.loops, 0, 4, len(self.desc.loops), self._stream)
         t1 = time.perf_counter()
         s.record(self._start, self._stream)
         self._launch(s)
@@ -393,6 +435,14 @@ class _PlanExecutor:
             err = self._callback_errors[0]
             self._callback_errors.clear()
             raise ExecutionError(f"a host callback raised {err!r}") from err
+        for (name, limit), count in zip(self.desc.loops, self._memory.loop_counts(), strict=True):
+            if count > limit:
+                raise IterationLimit(
+                    f"WHILE node {name!r} ran its max_iterations={limit} iterations on the GPU "
+                    "and its condition was still non-zero: its body never sets it to 0 (the "
+                    "set-condition kernel ended the loop); fix the body, or raise "
+                    "max_iterations if the loop really needs more"
+                )
         outputs = read_outputs(self._memory, self.desc)
         t4 = time.perf_counter()
         gpu_ms = s.elapsed_ms(self._start, self._stop)
@@ -516,14 +566,30 @@ class CudaGraphExecutor(_PlanExecutor):
         s = self._require()
         self._building = desc  # the description whose modules the kernel rules look up
         graph = s.create_graph()
-        preds = desc.predecessors()
-        handles: list[Any] = []
         packed: dict[int, PackedArgs] = {}
-        for n in desc.nodes:
-            deps = [handles[p] for p in preds[n.index]]
-            handles.append(self._add_node(graph, deps, n, memory, packed))
+        self._body_packed: list[PackedArgs] = []
+        memory.graph_memory.clear()
+        memory.handles.clear()
+        handles = self._add_nodes(graph, desc.nodes, desc.predecessors(), memory, packed)
         self._packed = packed
         return graph, handles
+
+    def _add_nodes(
+        self, graph: Any, nodes: tuple[DescNode, ...], preds: list[list[int]],
+        memory: DeviceMemory, packed: dict[int, PackedArgs],
+    ) -> list[Any]:  # fmt: skip
+        """Add ``nodes`` (a topological order, ``preds`` by index) to ``graph``."""
+        handles: list[Any] = []
+        for n in nodes:
+            deps = [handles[p] for p in preds[n.index]]
+            handles.append(self._add_node(graph, deps, n, memory, packed))
+        return handles
+
+    def _add_body(self, graph: Any, body: BodyDesc, memory: DeviceMemory) -> None:
+        """Fill a body graph (of a child graph or conditional node)."""
+        packed: dict[int, PackedArgs] = {}
+        self._add_nodes(graph, body.nodes, body.predecessors(), memory, packed)
+        self._body_packed.extend(packed.values())  # alive as long as the graph
 
     def _add_node(
         self, graph: Any, deps: list[Any], n: DescNode, memory: DeviceMemory,
@@ -664,6 +730,9 @@ def _add_kernel(
     ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
     memory: DeviceMemory, packed: dict[int, PackedArgs],
 ) -> Any:  # fmt: skip
+    for a in n.args:  # a set-condition kernel: its handle belongs to the graph it is in
+        if a.ctype == "handle" and int(a.value[1]) not in memory.handles:
+            memory.handles[int(a.value[1])] = int(s.conditional_handle(graph))
     args = pack_node(n, memory)
     packed[n.index] = args  # the driver copies the values, but keep them anyway
     assert n.function_name is not None and n.grid is not None and n.block is not None
@@ -709,12 +778,56 @@ def _add_empty(
     return s.add_empty_node(graph, deps)
 
 
+def _add_child_graph(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    child = s.create_graph()  # owned: destroyed at close (the driver adds a clone)
+    ex._add_body(child, n.bodies[0], memory)
+    return s.add_child_graph_node(graph, deps, child)
+
+
+def _add_conditional(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    assert n.handle is not None and n.cond_type is not None
+    node, bodies = s.add_conditional_node(
+        graph, deps, memory.handles[n.handle], n.cond_type, len(n.bodies)
+    )
+    for body_graph, body in zip(bodies, n.bodies, strict=True):
+        ex._add_body(body_graph, body, memory)
+    return node
+
+
+def _add_mem_alloc(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    assert n.dst is not None
+    node, dptr = s.add_mem_alloc_node(graph, deps, n.nbytes)
+    memory.graph_memory[n.dst[1]] = dptr
+    return node
+
+
+def _add_mem_free(
+    ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
+    memory: DeviceMemory, packed: dict[int, PackedArgs],
+) -> Any:  # fmt: skip
+    assert n.dst is not None
+    return s.add_mem_free_node(graph, deps, memory.resolve(n.dst))
+
+
 _NODE_RULES: dict[str, Any] = {
     "kernel": _add_kernel,
     "memcpy": _add_memcpy,
     "memset": _add_memset,
     "host": _add_host,
     "empty": _add_empty,
+    "child_graph": _add_child_graph,
+    "conditional": _add_conditional,
+    "mem_alloc": _add_mem_alloc,
+    "mem_free": _add_mem_free,
 }
 
 
@@ -726,7 +839,7 @@ def _launch_value(key: str, value: Any) -> Any:
 
 
 def _free_memory(s: Session, memory: DeviceMemory) -> None:
-    for ptr in (memory.arena, memory.scratch, *memory.buffers.values()):
+    for ptr in (memory.arena, memory.scratch, memory.loops, *memory.buffers.values()):
         if ptr:
             s.destroy("device_memory", ptr)
     if memory.host:

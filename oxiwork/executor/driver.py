@@ -36,6 +36,7 @@ cuda-python, ``cuda_bindings/examples/3_CUDA_Features/simple_cuda_graphs.py``.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -397,6 +398,32 @@ class Session:
         """``cuModuleLoadData`` of a cubin image."""
         return self._own("module", self.drv("cuModuleLoadData", cubin))
 
+    def load_linked_module(self, cubin: bytes) -> Any:
+        """A relocatable cubin linked with libcudadevrt, then loaded: the set-condition
+        kernels call ``cudaGraphSetConditional``, which lives there (``cuLinkCreate``,
+        ``cuLinkAddData``, ``cuLinkAddFile``, ``cuLinkComplete``, ``cuLinkDestroy``)."""
+        try:
+            from cuda.pathfinder import find_static_lib
+
+            devrt = find_static_lib("cudadevrt")
+        except Exception as e:  # ImportError, or the library is not installed
+            raise BackendUnavailable(
+                f"conditional nodes need libcudadevrt.a (the CUDA device runtime) to link "
+                f"their set-condition kernels, which was not found ({e}); install it with: "
+                "pip install 'cuda-toolkit[cudart]'"
+            ) from e
+        state = self.drv("cuLinkCreate", 0, [], [])
+        try:
+            cubin_type = self.drv.enum("CUjitInputType.CU_JIT_INPUT_CUBIN")
+            library = self.drv.enum("CUjitInputType.CU_JIT_INPUT_LIBRARY")
+            self.drv("cuLinkAddData", state, cubin_type, cubin, len(cubin), b"oxiwork", 0, [], [])
+            self.drv("cuLinkAddFile", state, library, str(devrt).encode(), 0, [], [])
+            image, size = self.drv("cuLinkComplete", state)
+            linked = ctypes.string_at(int(image), int(size))  # owned by the link state
+        finally:
+            self.drv("cuLinkDestroy", state)
+        return self.load_module(linked)
+
     def function(self, module: Any, name: str, smem: int = 0) -> Any:
         """``cuModuleGetFunction``; raises the opt-in limit when ``smem`` > 48 KiB."""
         fn = self.drv("cuModuleGetFunction", module, name.encode())
@@ -540,6 +567,45 @@ class Session:
     def add_empty_node(self, graph: Any, deps: list[Any]) -> Any:
         """``cuGraphAddEmptyNode``: a join point."""
         return self.drv("cuGraphAddEmptyNode", graph, deps, len(deps))
+
+    def add_child_graph_node(self, graph: Any, deps: list[Any], child: Any) -> Any:
+        """``cuGraphAddChildGraphNode`` (the driver clones ``child``)."""
+        return self.drv("cuGraphAddChildGraphNode", graph, deps, len(deps), child)
+
+    def conditional_handle(self, graph: Any) -> Any:
+        """``cuGraphConditionalHandleCreate`` with default value 0 and no flags (a kernel
+        before the node sets it on every launch)."""
+        return self.drv("cuGraphConditionalHandleCreate", graph, self.device.context, 0, 0)
+
+    def add_conditional_node(
+        self, graph: Any, deps: list[Any], handle: Any, cond_type: str, size: int
+    ) -> tuple[Any, list[Any]]:
+        """``cuGraphAddNode`` of a ``CU_GRAPH_NODE_TYPE_CONDITIONAL`` node; returns the node
+        and its ``size`` body graphs (owned by the node: filled, never destroyed here)."""
+        p = self.drv.new("CUgraphNodeParams")
+        p.type = self.drv.enum("CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL")
+        c = p.conditional
+        c.handle = handle
+        c.type = self.drv.enum(f"CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_{cond_type.upper()}")
+        c.size = size
+        c.ctx = self.device.context
+        node = self.drv("cuGraphAddNode", graph, deps, None, len(deps), p)
+        return node, list(p.conditional.phGraph_out)[:size]
+
+    def add_mem_alloc_node(self, graph: Any, deps: list[Any], nbytes: int) -> tuple[Any, int]:
+        """``cuGraphAddMemAllocNode`` of ``nbytes`` on this device; returns the node and
+        the address the driver reserved for it (valid between it and its free node)."""
+        p = self.drv.new("CUDA_MEM_ALLOC_NODE_PARAMS")
+        p.bytesize = nbytes
+        p.poolProps.allocType = self.drv.enum("CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED")
+        p.poolProps.location.type = self.drv.enum("CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE")
+        p.poolProps.location.id = self.device.ordinal
+        node = self.drv("cuGraphAddMemAllocNode", graph, deps, len(deps), p)
+        return node, int(p.dptr)
+
+    def add_mem_free_node(self, graph: Any, deps: list[Any], dptr: int) -> Any:
+        """``cuGraphAddMemFreeNode`` of an address a memory alloc node returned."""
+        return self.drv("cuGraphAddMemFreeNode", graph, deps, len(deps), dptr)
 
     def instantiate(self, graph: Any) -> Any:
         """``cuGraphInstantiate`` (flags 0)."""

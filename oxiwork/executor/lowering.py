@@ -20,6 +20,17 @@ Choices, and why
   ``events="nodes"`` keeps them as ``event_record``/``event_wait`` nodes: that is the
   form the stream executor replays with real ``cuEventRecord``/``cuStreamWaitEvent``.
 - **Barriers become empty nodes** (a join point with no work).
+- **Child graphs, conditionals and graph-owned memory keep their CUDA form.** A child
+  graph node carries its body (``BodyDesc``: nodes and edges, lowered by the same rules);
+  a conditional node carries one body per case and the index of its conditional handle,
+  and is preceded by a one-thread kernel that sets the handle from the condition buffer's
+  first element (``cudaGraphSetConditional``, by :meth:`~oxiwork.node.CondKind.chooses`'s
+  rule); a WHILE body ends with the same kernel, which also counts the iterations in a
+  device word (``("loop", k)``) and stops the loop at ``max_iterations`` with the word set
+  to ``max_iterations + 1``, which the executor reports as
+  :class:`~oxiwork.error.IterationLimit`. Alloc and free nodes become memory alloc/free
+  nodes, and their buffer lives at the address the alloc node returns (``("graph",
+  name)``), not in the arena.
 - **Memory is symbolic.** A pointer is a reference resolved by the executor: ``("arena",
   offset)`` into the one arena allocation of ``plan.pool_bytes``, ``("buffer", name)``
   for buffers with their own allocation (external buffers, and any the memory plan left
@@ -68,14 +79,16 @@ from oxiwork import ops
 from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.executor.nvrtc import cache_key, compile_options, module_source, unit_options
-from oxiwork.node import MemcpyDir, NodeId, NodeKind
+from oxiwork.node import BODY_KINDS, CondKind, GraphNode, MemcpyDir, NodeId, NodeKind, StreamId
 from oxiwork.ops import function_name
 
 if TYPE_CHECKING:
     from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
+    from oxiwork.graph import ComputeGraph
 
 __all__ = [
     "CTYPES",
+    "BodyDesc",
     "DescNode",
     "DeviceBuffer",
     "GraphDesc",
@@ -97,6 +110,8 @@ CTYPES: dict[str, tuple[type, int, Any]] = {
     "float": (np.float32, 4, ctypes.c_float),
     "size_t": (np.uint64, 8, ctypes.c_uint64),
     "int": (np.int32, 4, ctypes.c_int32),
+    # a cudaGraphConditionalHandle (unsigned long long); its value is a ("handle", k) Ref
+    "handle": (np.uint64, 8, ctypes.c_uint64),
 }
 
 _DIRECTION = {
@@ -127,6 +142,10 @@ class DescNode:
       (elements), ``nbytes``;
     - ``host``: ``label`` (the callback comes from the plan's graph node);
     - ``event_record``/``event_wait``: ``event`` (only with ``events="nodes"``);
+    - ``child_graph``: ``bodies`` (one :class:`BodyDesc`);
+    - ``conditional``: ``cond_type`` (``if``/``while``/``switch``), ``handle`` (its
+      conditional handle, ``0..GraphDesc.handles-1``), ``bodies`` (one per case);
+    - ``mem_alloc``/``mem_free``: ``dst`` (a ``("graph", name)`` Ref), ``nbytes``;
     - ``empty``: nothing.
 
     ``step`` is the plan step it came from and ``stream`` that step's stream.
@@ -153,6 +172,9 @@ class DescNode:
     width: int = 0
     event: int | None = None
     label: str = ""
+    bodies: tuple[BodyDesc, ...] = ()
+    cond_type: str | None = None
+    handle: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able form, with only the fields meaningful for ``kind``."""
@@ -192,7 +214,33 @@ class DescNode:
             d.update(label=self.label)
         elif self.kind in ("event_record", "event_wait"):
             d.update(event=self.event)
+        elif self.kind in ("mem_alloc", "mem_free"):
+            d.update(dst=_json_value(self.dst), nbytes=self.nbytes)
+        if self.kind == "conditional":
+            d.update(cond_type=self.cond_type, handle=self.handle)
+        if self.bodies:
+            d["bodies"] = [b.to_dict() for b in self.bodies]
         return d
+
+
+@dataclass(frozen=True, slots=True)
+class BodyDesc:
+    """The body graph of a child graph or conditional node: nodes in a topological order
+    (indices local to the body) and edges ``(a, b)`` with ``a < b``."""
+
+    nodes: tuple[DescNode, ...]
+    edges: tuple[tuple[int, int], ...]
+
+    def predecessors(self) -> list[list[int]]:
+        """``preds[i]``: the body nodes node ``i`` depends on, ascending."""
+        preds: list[list[int]] = [[] for _ in self.nodes]
+        for a, b in self.edges:
+            preds[b].append(a)
+        return preds
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form."""
+        return {"nodes": [n.to_dict() for n in self.nodes], "edges": [list(e) for e in self.edges]}
 
 
 def _json_value(v: Any) -> Any:
@@ -209,6 +257,8 @@ class ModuleDesc:
     function_names: tuple[str, ...]
     source: str = field(repr=False)
     starts: tuple[int, ...] = field(default=(), repr=False)
+    #: compiled relocatable and linked with libcudadevrt (the set-condition kernels)
+    link_devrt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +309,12 @@ class GraphDesc:
     arch: str
     exact: bool
     outputs: tuple[tuple[str, str], ...] = ()
+    #: conditional handles to create (one per conditional node, bodies included)
+    handles: int = 0
+    #: WHILE nodes, each with an iteration counter word (``("loop", k)``), by name
+    loops: tuple[tuple[str, int], ...] = ()
+    #: graph-owned buffers (allocated by mem_alloc nodes), by name
+    graph_buffers: tuple[str, ...] = ()
 
     def predecessors(self) -> list[list[int]]:
         """``preds[i]``: the nodes node ``i`` depends on, ascending."""
@@ -330,6 +386,15 @@ class GraphDesc:
                 for b in self.device_buffers
             ],
             "outputs": [list(o) for o in self.outputs],
+            **(
+                {
+                    "handles": self.handles,
+                    "loops": [list(x) for x in self.loops],
+                    "graph_buffers": list(self.graph_buffers),
+                }
+                if self.handles or self.graph_buffers
+                else {}
+            ),
             "nodes": [n.to_dict() for n in self.nodes],
             "edges": [list(e) for e in self.edges],
         }
@@ -374,8 +439,8 @@ def pack_args(args: Sequence[KernelArg], resolve: Callable[[Ref], int]) -> Packe
                 f"kernel argument {a.name!r} has ctype {a.ctype!r}; use one of {', '.join(CTYPES)}"
             )
         dtype = spec[0]
-        raw = resolve(a.value) if a.ctype == "ptr" else a.value
-        if a.ctype in ("size_t", "int", "ptr"):
+        raw = resolve(a.value) if a.ctype in ("ptr", "handle") else a.value
+        if a.ctype in ("size_t", "int", "ptr", "handle"):
             info = np.iinfo(dtype)
             if isinstance(raw, float) and not float(raw).is_integer():
                 raise InvalidArgument(f"kernel argument {a.name!r} must be an integer, got {raw!r}")
@@ -402,11 +467,23 @@ class _Lowering:
     scratch: int = 0
     outputs: dict[str, str] = field(default_factory=dict)
     sources: list[Any] = field(default_factory=list)
+    handles: int = 0
+    body_kernels: int = 0
+    loops: list[tuple[str, int]] = field(default_factory=list)
+    graph_owned: frozenset[Any] = frozenset()
 
     def ref(self, arg: BufferArg | None, nbytes: int) -> Ref:
         if arg is None:
             self.scratch = max(self.scratch, nbytes)
             return ("scratch", 0)
+        if arg.buffer in self.graph_owned:  # at the address its alloc node returns
+            return ("graph", arg.name)
+        if arg.base is not None:  # a view: its base's address plus its offset
+            skip = arg.view_offset * np.dtype(arg.dtype).itemsize
+            kind, where = self.ref(arg.base, arg.base.size_bytes)
+            if kind == "arena":
+                return ("arena", where + skip)
+            return ("graph_view" if kind == "graph" else "view", (where, skip))
         if arg.offset is not None and not arg.external:
             return ("arena", int(arg.offset))
         if arg.name not in self.device:
@@ -425,9 +502,14 @@ class _Lowering:
             self.host_bytes += -(-nbytes // HOST_ALIGNMENT) * HOST_ALIGNMENT
         return ("host", name)
 
-    def kernel(self, step: PlanStep, index: int) -> DescNode:
-        graph = self.plan.graph
-        node = graph.node(step.node)
+    def kernel(self, step: PlanStep, index: int, graph: ComputeGraph | None = None) -> DescNode:
+        node = (graph or self.plan.graph).node(step.node)
+        if graph is not None and graph is not self.plan.graph:
+            # A body numbers its nodes from 0: its kernels take ids past the outer graph's,
+            # so their generated function names (name + id) stay unique in a module.
+            self.body_kernels += 1
+            node = node.replace(id=NodeId(int(self.plan.graph.next_node_id()) + self.body_kernels))
+        graph = graph or self.plan.graph
         try:
             ks = ops.kernel_source(graph, node)
             scalars = tuple(_scalar(s) for s in ks.scalar_args)
@@ -454,7 +536,7 @@ class _Lowering:
             block=tuple(cfg.block), smem=cfg.shared_mem_bytes, args=tuple(args),
         )  # fmt: skip
 
-    def memcpy(self, step: PlanStep, index: int) -> DescNode:
+    def memcpy(self, step: PlanStep, index: int, graph: ComputeGraph | None = None) -> DescNode:
         direction = _DIRECTION[step.memcpy_dir] if step.memcpy_dir else "d2d"
         nbytes = step.size_bytes
         src_arg = step.inputs[0] if step.inputs else None
@@ -491,7 +573,7 @@ class _Lowering:
             nbytes=arg.size_bytes,
         )  # fmt: skip
 
-    def memset(self, step: PlanStep, index: int) -> DescNode:
+    def memset(self, step: PlanStep, index: int, graph: ComputeGraph | None = None) -> DescNode:
         nbytes = step.size_bytes
         dst = self.ref(step.outputs[0] if step.outputs else None, nbytes)
         byte = int(step.memset_value) & 0xFF
@@ -505,6 +587,182 @@ class _Lowering:
             nbytes=nbytes,
         )  # fmt: skip
 
+    def memory_node(self, step: PlanStep, index: int, graph: Any = None) -> DescNode:
+        arg = step.outputs[0]
+        return DescNode(
+            index, step.kind.value, step.name, step.index, int(step.stream), int(step.node),
+            dst=("graph", arg.name), nbytes=arg.size_bytes,
+        )  # fmt: skip
+
+    def body_step(self, outer: PlanStep, node: GraphNode) -> PlanStep:
+        """A step for a node of a body graph: the outer step's place, the node's fields."""
+        from oxiwork.executor.plan import PlanStep
+
+        args = {a.buffer: a for a in (*outer.inputs, *outer.outputs)}
+        return PlanStep(
+            index=outer.index, kind=node.kind, node=node.id, name=node.name,
+            stream=StreamId(outer.stream), position=outer.position, fused_nodes=(node.id,),
+            function_name=node.function_name if node.is_kernel else None, config=node.config,
+            inputs=tuple(args[b] for b in node.inputs),
+            outputs=tuple(args[b] for b in node.outputs), size_bytes=node.size_bytes,
+            memcpy_dir=node.memcpy_dir, memset_value=node.memset_value, label=node.label,
+        )  # fmt: skip
+
+    def body(self, outer: PlanStep, body: ComputeGraph, loop: tuple[Any, ...] = ()) -> BodyDesc:
+        """Lower a body graph (nodes in its topological order); ``loop`` (WHILE) appends the
+        kernel that re-evaluates the condition after everything else."""
+        nodes: list[DescNode] = []
+        edges: set[tuple[int, int]] = set()
+        first: dict[NodeId, int] = {}
+        last: dict[NodeId, int] = {}
+        for nid in body.topological_order():
+            expanded = self.expand(self.body_step(outer, body.node(nid)), len(nodes), body)
+            first[nid] = len(nodes)
+            for k, d in enumerate(expanded):
+                if k:
+                    edges.add((len(nodes) - 1, len(nodes)))
+                nodes.append(d)
+            last[nid] = len(nodes) - 1
+        edges |= {(last[a], first[b]) for a, b in body.edges}
+        if loop:
+            j = len(nodes)
+            nodes.append(self.set_condition(outer, j, *loop))
+            edges |= {(i, j) for i in range(j)}  # after the whole iteration
+        return BodyDesc(tuple(nodes), tuple(sorted(edges)))
+
+    def set_condition(
+        self, step: PlanStep, index: int, node: GraphNode, handle: int, loop: int, first: bool
+    ) -> DescNode:
+        """The one-thread kernel that sets ``node``'s handle from its condition buffer."""
+        assert node.condition is not None and node.cond_kind is not None
+        args = {a.buffer: a for a in step.inputs}
+        cond = args[node.condition]
+        src = _condition_kernel(node.cond_kind, cond.dtype)
+        self.sources.append(src)
+        kargs = [
+            KernelArg("handle", "handle", ("handle", handle)),
+            KernelArg("cond", "ptr", self.ref(cond, cond.size_bytes)),
+        ]
+        if node.cond_kind is CondKind.Switch:
+            kargs.append(KernelArg("cases", "int", len(node.bodies)))
+        elif node.cond_kind is CondKind.While:
+            kargs += [
+                KernelArg("count", "ptr", ("loop", loop)),
+                KernelArg("limit", "int", node.max_iterations),
+                KernelArg("first", "int", int(first)),
+            ]
+        return DescNode(
+            index, "kernel", f"set_condition:{node.name}", step.index, int(step.stream),
+            int(step.node), function_name=src.function_name, module=0, grid=(1, 1, 1),
+            block=(1, 1, 1), args=tuple(kargs),
+        )  # fmt: skip
+
+    def expand(self, step: PlanStep, index: int, graph: Any = None) -> list[DescNode]:
+        """The description nodes of one step, in order (a conditional: the kernel setting
+        its handle, then the conditional node; everything else: one node)."""
+        g = graph or self.plan.graph
+        if step.kind not in BODY_KINDS:
+            return [_lower_step(self, step, index, graph)]
+        node = g.node(step.node)
+        if step.kind is NodeKind.ChildGraph:
+            return [
+                DescNode(
+                    index,
+                    "child_graph",
+                    step.name,
+                    step.index,
+                    int(step.stream),
+                    int(step.node),
+                    bodies=(self.body(step, node.bodies[0]),),
+                )
+            ]
+        assert node.cond_kind is not None
+        handle = self.handles
+        self.handles += 1
+        loop = -1
+        if node.cond_kind is CondKind.While:
+            loop = len(self.loops)
+            self.loops.append((node.name, node.max_iterations))
+        setter = self.set_condition(step, index, node, handle, loop, True)
+        again = (node, handle, loop, False) if node.cond_kind is CondKind.While else ()
+        bodies = tuple(self.body(step, b, again) for b in node.bodies)
+        return [
+            setter,
+            DescNode(
+                index + 1,
+                "conditional",
+                step.name,
+                step.index,
+                int(step.stream),
+                int(step.node),
+                bodies=bodies,
+                cond_type=node.cond_kind.value,
+                handle=handle,
+            ),
+        ]
+
+
+# C type of a condition buffer's element, by dtype (the set-condition kernel reads one).
+_COND_CTYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "bool": "bool",
+}
+
+
+def _condition_kernel(kind: CondKind, dtype: str) -> _Source:
+    """CUDA C of the kernel that sets a conditional handle from ``cond[0]``.
+
+    IF and WHILE set 1 for a non-zero value (``cond[0] != 0``: NaN too); SWITCH sets the
+    truncated value when it is a case and ``cases`` (no body) otherwise; a WHILE's kernel
+    also counts iterations in ``count[0]`` and ends the loop at ``limit`` with ``count[0]
+    = limit + 1`` (the executor raises). :meth:`~oxiwork.node.CondKind.chooses` is the same
+    rule in Python. ``cudaGraphSetConditional`` comes from libcudadevrt: the module is
+    compiled relocatable (``-rdc=true``) and linked against it when loaded.
+    """
+    ctype = _COND_CTYPES.get(dtype)
+    if ctype is None:
+        raise UnsupportedOp(
+            f"a condition buffer of dtype {dtype} has no CUDA C reader; use one of "
+            f"{', '.join(_COND_CTYPES)}"
+        )
+    fname = f"oxi_condition_{kind.value}_{dtype}"
+    decl = (
+        "extern __device__ void cudaGraphSetConditional(unsigned long long handle, "
+        "unsigned int value);\n"
+    )
+    head = f'extern "C" __global__ void {fname}(unsigned long long handle, const {ctype}* cond'
+    if kind is CondKind.Switch:
+        body = (
+            f"{head}, int cases) {{\n"
+            "  double v = (double)cond[0];\n"
+            "  unsigned int k = (unsigned int)cases;\n"
+            "  if (isfinite(v) && v > -1.0 && trunc(v) < (double)cases) k = (unsigned int)trunc(v);\n"
+            "  cudaGraphSetConditional(handle, k);\n}\n"
+        )
+    elif kind is CondKind.While:
+        body = (
+            f"{head}, unsigned int* count, int limit, int first) {{\n"
+            "  unsigned int done = first ? 0u : count[0] + 1u;\n"
+            "  int more = cond[0] != 0;\n"
+            "  if (more && done >= (unsigned int)limit) {\n"
+            "    count[0] = (unsigned int)limit + 1u;\n"
+            "    cudaGraphSetConditional(handle, 0u);\n"
+            "    return;\n  }\n"
+            "  count[0] = done;\n"
+            "  cudaGraphSetConditional(handle, more ? 1u : 0u);\n}\n"
+        )
+    else:
+        body = f"{head}) {{\n  cudaGraphSetConditional(handle, cond[0] != 0 ? 1u : 0u);\n}}\n"
+    return _Source(fname, decl + body)
+
+
+#: Prefix of the set-condition kernels' names: their module links libcudadevrt.
+CONDITION_PREFIX = "oxi_condition_"
+
 
 def _captures(plan: ExecutionPlan) -> dict[int, list[BufferArg]]:
     """Step index -> buffers to download after it: never-read, non-external buffers,
@@ -515,6 +773,8 @@ def _captures(plan: ExecutionPlan) -> dict[int, list[BufferArg]]:
     for st in plan.steps:
         if st.kind is NodeKind.Memcpy and st.memcpy_dir is MemcpyDir.DeviceToHost:
             continue
+        if st.kind is NodeKind.MemAlloc or st.kind is NodeKind.MemFree:
+            continue  # they write no value (and after a free the bytes are gone)
         for a in st.outputs:
             if a.buffer in dead:
                 last[a.buffer] = (st.index, a)
@@ -619,7 +879,8 @@ def lower(
     ):
         raise InvalidArgument(f"kernels_per_module must be an int >= 1, got {kernels_per_module!r}")
     compile_options(arch, exact=exact)  # reject a bad arch before any work
-    low = _Lowering(plan, arch, exact, opaque)
+    owned = frozenset(n.outputs[0] for n in plan.graph.nodes if n.kind is NodeKind.MemAlloc)
+    low = _Lowering(plan, arch, exact, opaque, graph_owned=owned)
     nodes: list[DescNode] = []
     edges: set[tuple[int, int]] = set()
     last: dict[int, int] = {}
@@ -628,12 +889,13 @@ def lower(
     events_at: set[int] = set()
     captures = _captures(plan) if capture else {}
     for step in plan.steps:
-        i = len(nodes)
-        nodes.append(_lower_step(low, step, i))
         s = int(step.stream)
-        if s in last:
-            edges.add((last[s], i))
-        last[s] = i
+        for desc_node in low.expand(step, len(nodes)):
+            i = len(nodes)
+            nodes.append(desc_node)
+            if s in last:
+                edges.add((last[s], i))
+            last[s] = i
         for arg in captures.get(step.index, ()):
             j = len(nodes)
             nodes.append(low.capture(step, arg, j))
@@ -673,29 +935,72 @@ def lower(
         arch=arch,
         exact=exact,
         outputs=tuple(sorted(low.outputs.items())),
+        handles=low.handles,
+        loops=tuple(low.loops),
+        graph_buffers=tuple(sorted(plan.graph.buffer(b).name for b in owned)),
     )
 
 
 def _modules(
     nodes: list[DescNode], sources: list[Any], arch: str, exact: bool, per_module: int
 ) -> tuple[list[DescNode], tuple[ModuleDesc, ...]]:
-    """Group the kernels (``sources[k]`` is the k-th kernel node's) into translation
-    units of at most ``per_module`` kernels in plan order; set each node's ``module``."""
+    """Group the kernels (``sources[k]`` is the k-th kernel node's, in the order they were
+    lowered: bodies right after the node holding them) into translation units of at most
+    ``per_module`` kernels; set each node's ``module``. The set-condition kernels go into
+    their own unit, compiled relocatable (``-rdc=true``) to be linked with libcudadevrt."""
     from dataclasses import replace
 
-    kernel_at = [i for i, n in enumerate(nodes) if n.kind == "kernel"]
+    kernels: list[tuple[tuple[int, ...], Any]] = []  # (path to the node, its source)
+    order = iter(sources)
+
+    def walk(ns: Sequence[DescNode], path: tuple[int, ...]) -> None:
+        for i, n in enumerate(ns):
+            if n.kind == "kernel":
+                kernels.append(((*path, i), next(order)))
+            for k, b in enumerate(n.bodies):
+                walk(b.nodes, (*path, i, k))
+
+    walk(nodes, ())
+    plain = [(p, s) for p, s in kernels if not s.function_name.startswith(CONDITION_PREFIX)]
+    cond = [(p, s) for p, s in kernels if s.function_name.startswith(CONDITION_PREFIX)]
     modules: list[ModuleDesc] = []
-    for start in range(0, len(kernel_at), per_module):
-        chunk = kernel_at[start : start + per_module]
-        unit = module_source(sources[start : start + per_module])
+    where: dict[tuple[int, ...], int] = {}
+    units = [plain[i : i + per_module] for i in range(0, len(plain), per_module)]
+    if cond:
+        unique = list({s.function_name: s for _, s in cond}.values())
+        units.append([(p, None) for p, _ in cond] + [((), s) for s in unique])
+    for chunk in units:
+        rdc = any(s is None for _, s in chunk)
+        srcs = [s for _, s in chunk if s is not None]
+        unit = module_source(srcs)
         options = unit_options(unit.source, arch, exact=exact)
+        if rdc:
+            options = (*options, "--relocatable-device-code=true")
         key = cache_key(unit.source, options, arch)
-        for i in chunk:
-            nodes[i] = replace(nodes[i], module=len(modules))
+        for path, _ in chunk:
+            if path:
+                where[path] = len(modules)
         modules.append(
-            ModuleDesc(key, arch, options, unit.function_names, unit.source, unit.starts)
+            ModuleDesc(key, arch, options, unit.function_names, unit.source, unit.starts, rdc)
         )
-    return nodes, tuple(modules)
+
+    def assign(ns: Sequence[DescNode], path: tuple[int, ...]) -> list[DescNode]:
+        out = []
+        for i, n in enumerate(ns):
+            if n.kind == "kernel":
+                n = replace(n, module=where[(*path, i)])
+            if n.bodies:
+                n = replace(
+                    n,
+                    bodies=tuple(
+                        BodyDesc(tuple(assign(b.nodes, (*path, i, k))), b.edges)
+                        for k, b in enumerate(n.bodies)
+                    ),
+                )
+            out.append(n)
+        return out
+
+    return assign(nodes, ()), tuple(modules)
 
 
 def _event(step: PlanStep) -> int:
@@ -710,15 +1015,15 @@ def _reindex(node: DescNode, index: int) -> DescNode:
     return replace(node, index=index)
 
 
-def _lower_step(low: _Lowering, step: PlanStep, index: int) -> DescNode:
+def _lower_step(low: _Lowering, step: PlanStep, index: int, graph: Any = None) -> DescNode:
     rule = _STEP_RULES.get(step.kind)
     if rule is None:
         raise InvalidArgument(f"step {step.index} ({step.name!r}) has unknown kind {step.kind}")
-    return rule(low, step, index)
+    return rule(low, step, index, graph)
 
 
-def _event_node(kind: str) -> Callable[[_Lowering, Any, int], DescNode]:
-    def rule(low: _Lowering, step: PlanStep, index: int) -> DescNode:
+def _event_node(kind: str) -> Callable[..., DescNode]:
+    def rule(low: _Lowering, step: PlanStep, index: int, graph: Any = None) -> DescNode:
         return DescNode(
             index, kind, step.name, step.index, int(step.stream), int(step.node), event=step.event
         )
@@ -727,18 +1032,21 @@ def _event_node(kind: str) -> Callable[[_Lowering, Any, int], DescNode]:
 
 
 # One lowering rule per step kind (a table, not an if-chain).
-_STEP_RULES: dict[NodeKind, Callable[[_Lowering, Any, int], DescNode]] = {
+# (Child graphs and conditionals expand to more than one node: _Lowering.expand.)
+_STEP_RULES: dict[NodeKind, Callable[..., DescNode]] = {
     NodeKind.KernelLaunch: _Lowering.kernel,
     NodeKind.Memcpy: _Lowering.memcpy,
     NodeKind.Memset: _Lowering.memset,
-    NodeKind.HostCallback: lambda low, s, i: DescNode(
+    NodeKind.HostCallback: lambda low, s, i, g=None: DescNode(
         i, "host", s.name, s.index, int(s.stream), int(s.node), label=s.label
     ),
-    NodeKind.Barrier: lambda low, s, i: DescNode(
+    NodeKind.Barrier: lambda low, s, i, g=None: DescNode(
         i, "empty", s.name, s.index, int(s.stream), int(s.node)
     ),
     NodeKind.EventRecord: _event_node("event_record"),
     NodeKind.EventWait: _event_node("event_wait"),
+    NodeKind.MemAlloc: _Lowering.memory_node,
+    NodeKind.MemFree: _Lowering.memory_node,
 }
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +42,9 @@ class BufferArg:
     """A buffer as a step sees it: where it lives and how to view it.
 
     ``offset`` is the arena offset in bytes, or ``None`` for an external buffer (bound by
-    the user at run time).
+    the user at run time) and for a view. A view (``base`` set) holds no bytes of its own:
+    element ``i`` is element ``view_offset + sum(i[k] * strides[k])`` of ``base``'s bytes;
+    its accesses are its base's (:attr:`storage`).
     """
 
     buffer: BufferId
@@ -52,6 +54,22 @@ class BufferArg:
     dtype: str
     shape: tuple[int, ...]
     external: bool
+    base: BufferArg | None = None
+    view_offset: int = 0
+    strides: tuple[int, ...] | None = None
+
+    @property
+    def where(self) -> str:
+        """Where its bytes are, for tables and traces: the arena offset, ``ext`` for a
+        user-owned (or unplaced) buffer, ``view of <base>`` for a view."""
+        if self.base is not None:
+            return f"view of {self.base.name}"
+        return "ext" if self.offset is None else str(self.offset)
+
+    @property
+    def storage(self) -> BufferArg:
+        """The buffer whose bytes this one occupies: ``base`` for a view, else itself."""
+        return self if self.base is None else self.base
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +379,15 @@ step 1 (memcpy 'upload', node 0, stream 0), ...
                 "dtype": a.dtype,
                 "shape": list(a.shape),
                 "external": a.external,
+                **(
+                    {}
+                    if a.base is None
+                    else {
+                        "base": int(a.base.buffer),
+                        "view_offset": a.view_offset,
+                        "strides": list(a.strides or ()),
+                    }
+                ),
             }
 
         steps = []
@@ -450,7 +477,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _arg(a: BufferArg) -> str:
-    return f"{_clip(a.name, 24)}@{'ext' if a.offset is None else a.offset}"
+    return f"{_clip(a.name, 24)}@{a.where}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -474,6 +501,11 @@ def _lower(
         b.id: BufferArg(b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external)
         for b in graph.buffers
     }
+    for b in graph.buffers:
+        if b.base is not None:  # bases are never views, so their args are complete
+            args[b.id] = replace(
+                args[b.id], base=args[b.base], view_offset=b.view_offset, strides=b.strides
+            )
     event_of: dict[NodeId, int] = {}
     for nid in order:
         if graph.node(nid).kind is NodeKind.EventRecord:
@@ -662,6 +694,7 @@ class _Accesses:
             args += st.inputs
             args += st.outputs
             counts += (len(st.inputs), len(st.outputs))
+        args = [a.storage for a in args]  # an access to a view is an access to its base
         m = len(args)
         n = len(plan.steps)
         step = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)

@@ -221,6 +221,7 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
     C. Flanagan, S. N. Freund, "FastTrack: efficient and precise dynamic race detection",
     PLDI 2009 (epoch-based happens-before checks).
     """
+    plan = _on_storage(plan)
     steps = plan.steps
     vc = plan_clocks(plan)
     ordered = vc.ordered
@@ -263,6 +264,24 @@ def find_races(plan: ExecutionPlan) -> list[Race]:
         check(screen.ids[i], screen.ids[j], (lo, hi))
     races.sort(key=lambda r: (r.second, r.first, r.buffers))
     return races
+
+
+def _on_storage(plan: ExecutionPlan) -> ExecutionPlan:
+    """``plan`` with every view a step names replaced by its base: a view's bytes are its
+    base's, so a write through a view conflicts with every access of the base (and of its
+    other views). Conservative: two views of one base conflict even when the elements
+    they cover are disjoint."""
+    if not any(a.base is not None for st in plan.steps for a in (*st.inputs, *st.outputs)):
+        return plan
+    steps = tuple(
+        replace(
+            st,
+            inputs=tuple(a.storage for a in st.inputs),
+            outputs=tuple(a.storage for a in st.outputs),
+        )
+        for st in plan.steps
+    )
+    return replace(plan, steps=steps)
 
 
 class _Screen:

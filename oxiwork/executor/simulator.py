@@ -129,16 +129,20 @@ def _facts(plan: ExecutionPlan) -> _Facts:
     for st in plan.steps:
         for a in st.inputs:
             if a.buffer not in args:
+                if a.base is not None:  # a view's base is bound and loaded as itself
+                    args.setdefault(a.base.buffer, a.base)
                 args[a.buffer] = a
-            if a.external:
-                names[a.name] = None
+            if a.storage.external:
+                names[a.storage.name] = None
         upload = st.kind is memcpy and st.memcpy_dir is h2d
         for a in st.outputs:
             if a.buffer not in args:
+                if a.base is not None:
+                    args.setdefault(a.base.buffer, a.base)
                 args[a.buffer] = a
-            writes.append(a)
-            if upload or a.external:
-                names[a.name] = None
+            writes.append(a.storage)  # a write through a view writes its base
+            if upload or a.storage.external:
+                names[a.storage.name] = None
     # Written, never read, not external: liveness's dead buffers (one definition, shared
     # with the GPU lowering's captures), counted by writer so the capture follows the last.
     dead = dead_buffers(plan.graph)
@@ -395,7 +399,7 @@ class _Machine:
             a = st.inputs[0]
             changed.append((a.name, self.outputs.get(a.name, _MISSING)))
             self.outputs[a.name] = self._download(a, st.size_bytes)
-        for a in st.outputs:
+        for a in (o.storage for o in st.outputs):  # a write through a view writes its base
             left = self.writers_left.get(a.buffer)
             if left is None:
                 continue
@@ -406,7 +410,7 @@ class _Machine:
         return changed
 
     def uncapture(self, st: PlanStep, changed: list[tuple[str, Any]]) -> None:
-        for a in st.outputs:
+        for a in (o.storage for o in st.outputs):
             if a.buffer in self.writers_left:
                 self.writers_left[a.buffer] += 1
         for key, old in reversed(changed):
@@ -453,7 +457,17 @@ def _kernel(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> Non
     # Straight into the arena views, with each op's in-place form from the op table (or
     # its default rule): a result array and a copy would cost as much as a cheap op.
     # IEEE results, as the reference; check_finite reports non-finite ones.
-    run_into(bound, [views[a.buffer] for a in st.inputs], [views[a.buffer] for a in st.outputs])
+    ins = [views[a.buffer] for a in st.inputs]
+    outs = [views[a.buffer] for a in st.outputs]
+    if any(a.base is not None for a in st.outputs):
+        # A view may be strided, so no reshape of it is a view of it: compute into
+        # temporaries, then write them through the views into the base's bytes.
+        temps = [np.empty(o.shape, o.dtype) for o in outs]
+        run_into(bound, ins, temps)
+        for o, t in zip(outs, temps, strict=True):
+            o[...] = t
+        return
+    run_into(bound, ins, outs)
 
 
 def _memcpy(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:

@@ -31,6 +31,7 @@ import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from oxiwork.error import UnsupportedOp
 from oxiwork.executor.cuda_graph import (
     _PlanExecutor,
     kernel_function,
@@ -38,12 +39,19 @@ from oxiwork.executor.cuda_graph import (
 )
 from oxiwork.executor.lowering import DescNode
 from oxiwork.executor.nvrtc import KernelCache
+from oxiwork.node import NodeKind
 
 if TYPE_CHECKING:
     from oxiwork.executor.driver import Session
     from oxiwork.executor.plan import ExecutionPlan
 
 __all__ = ["StreamExecutor"]
+
+
+# Node kinds only a CUDA graph can run.
+_GRAPH_ONLY = frozenset(
+    {NodeKind.ChildGraph, NodeKind.Conditional, NodeKind.MemAlloc, NodeKind.MemFree}
+)
 
 
 class StreamExecutor(_PlanExecutor):
@@ -70,6 +78,15 @@ class StreamExecutor(_PlanExecutor):
     ) -> None:
         self._num_streams_wanted = num_streams
         self._program: list[Callable[[], Any]] = []
+        graph_only = sorted(
+            {s.kind.noun for s in getattr(plan, "steps", ()) if s.kind in _GRAPH_ONLY}
+        )
+        if graph_only:
+            raise UnsupportedOp(
+                f"this plan has {', '.join(graph_only)} nodes, which exist only inside a CUDA "
+                "graph (streams have no child graphs, conditional handles or graph-owned "
+                "memory); run it with CudaGraphExecutor"
+            )
         super().__init__(
             plan, device=device, exact=exact, arch=arch, cache=cache, driver=driver,
             opaque=opaque, capture=capture,

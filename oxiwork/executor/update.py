@@ -129,17 +129,9 @@ def check_update(old: GraphDesc | ExecutionPlan, new: GraphDesc | ExecutionPlan)
         return UpdateReport(False, TOPOLOGY, f"the edges change ({why}): re-instantiate the graph")
     changes: list[UpdateChange] = []
     blocking: list[UpdateChange] = []
-    for x, y in zip(a.nodes, b.nodes, strict=True):
-        if x.kind != y.kind:
-            blocking.append(UpdateChange(x.index, x.name, "kind", x.kind, y.kind))
-            continue
-        if x.kind == "memcpy" and x.direction != y.direction:
-            blocking.append(
-                UpdateChange(x.index, x.name, "direction", str(x.direction), str(y.direction))
-            )
-        for f in _ALLOWED.get(x.kind, ()):
-            if getattr(x, f) != getattr(y, f):
-                changes.append(UpdateChange(x.index, x.name, f, _show(x, f), _show(y, f)))
+    shape = _compare(a.nodes, b.nodes, changes, blocking)
+    if shape is not None:
+        return UpdateReport(False, TOPOLOGY, f"{shape}: re-instantiate the graph")
     if blocking:
         kinds = any(c.field == "kind" for c in blocking)
         first = blocking[0]
@@ -149,6 +141,9 @@ def check_update(old: GraphDesc | ExecutionPlan, new: GraphDesc | ExecutionPlan)
             if kinds
             else f"copy {first.name!r} changes direction ({first.old} -> {first.new}), "
             "which changes the memory types of its ends: re-instantiate the graph"
+            if first.field == "direction"
+            else f"{first.name!r} changes its {first.field} ({first.old} -> {first.new}), "
+            "which cudaGraphExecUpdate cannot patch: re-instantiate the graph"
         )
         return UpdateReport(
             False, NODE_TYPE if kinds else PARAMETERS, reason, tuple(changes), tuple(blocking)
@@ -161,6 +156,58 @@ def check_update(old: GraphDesc | ExecutionPlan, new: GraphDesc | ExecutionPlan)
         f"{len({c.index for c in changes})} node(s), all allowed in place"
     )
     return UpdateReport(True, SUCCESS, reason, tuple(changes))
+
+
+def _compare(
+    old: tuple[DescNode, ...],
+    new: tuple[DescNode, ...],
+    changes: list[UpdateChange],
+    blocking: list[UpdateChange],
+    where: str = "",
+) -> str | None:
+    """Collect the parameter changes and the blocking ones of two node lists of the same
+    length (bodies of child graph and conditional nodes recursively, named ``outer/inner``);
+    return why the topology differs inside a body, or None."""
+    for x, y in zip(old, new, strict=True):
+        name = f"{where}{x.name}"
+        if x.kind != y.kind:
+            blocking.append(UpdateChange(x.index, name, "kind", x.kind, y.kind))
+            continue
+        if x.kind == "memcpy" and x.direction != y.direction:
+            blocking.append(
+                UpdateChange(x.index, name, "direction", str(x.direction), str(y.direction))
+            )
+        for f in _ALLOWED.get(x.kind, ()):
+            if getattr(x, f) != getattr(y, f):
+                changes.append(UpdateChange(x.index, name, f, _show(x, f), _show(y, f)))
+        # CUDA: a conditional node's own parameters (type, number of bodies) cannot change;
+        # oxiwork is as strict with a memory node's size (its reservation is fixed when the
+        # graph is instantiated).
+        for f in _FIXED.get(x.kind, ()):
+            if getattr(x, f) != getattr(y, f):
+                blocking.append(UpdateChange(x.index, name, f, _show(x, f), _show(y, f)))
+        if len(x.bodies) != len(y.bodies):
+            blocking.append(
+                UpdateChange(x.index, name, "bodies", str(len(x.bodies)), str(len(y.bodies)))
+            )
+            continue
+        for k, (bx, by) in enumerate(zip(x.bodies, y.bodies, strict=True)):
+            if len(bx.nodes) != len(by.nodes) or bx.edges != by.edges:
+                return (
+                    f"body {k} of {name!r} changes shape ({len(bx.nodes)} -> {len(by.nodes)} "
+                    "nodes, or other edges)"
+                )
+            inner = _compare(bx.nodes, by.nodes, changes, blocking, f"{name}/")
+            if inner is not None:
+                return inner
+    return None
+
+
+# Parameters CUDA cannot update in place, by node kind.
+_FIXED: dict[str, tuple[str, ...]] = {
+    "conditional": ("cond_type",),
+    "mem_alloc": ("nbytes",),
+}
 
 
 def _desc(obj: GraphDesc | ExecutionPlan, what: str) -> GraphDesc:

@@ -43,7 +43,13 @@ _US = 1e6
 
 
 def _buf(a: BufferArg) -> str:
-    where = "external" if a.offset is None else f"@{a.offset}"
+    where = (
+        f" ({a.where})"
+        if a.base is not None
+        else "external"
+        if a.offset is None
+        else f"@{a.offset}"
+    )
     return f"{a.name}{where} ({a.size_bytes} B {a.dtype})"
 
 

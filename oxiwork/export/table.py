@@ -31,7 +31,7 @@ COLUMNS = (
 
 
 def _arg(a: BufferArg) -> str:
-    return f"{a.name}@{'ext' if a.offset is None else a.offset}"
+    return f"{a.name}@{a.where}"
 
 
 def plan_rows(plan: ExecutionPlan) -> list[dict[str, Any]]:

@@ -11,16 +11,24 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtypes (element-wise ops on equal shapes, a bias broadcast over the last
-  axis, softmax/sum/max/layer-norm over the last axis, a 2-D ``mm``), the kernel uses it
+  shapes and dtypes (element-wise ops on shapes that broadcast, softmax/sum/max/
+  layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  ``linear`` whose operands may be views: a transposed weight or permuted attention heads
+  is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
   :func:`oxiwork.ops.custom`, carries a numeric reference that runs the ATen op on the CPU
   through torch. :attr:`ImportedModel.opaque` says which kernels are opaque and why;
 - views (``view``, ``reshape``'s ``_unsafe_view``, ``permute``, ``expand``, ``slice``,
-  ``select``, ``transpose``, ``unsqueeze``, ``split``, ``as_strided`` ... any op whose
-  schema says its result aliases its input) allocate nothing and get no node: each chain
-  of views is folded into the kernel that consumes it, which reads the base buffer and
-  applies the views to it before the op (so such a kernel is opaque);
+  ``select``, ``transpose``, ``t``, ``unsqueeze``, ``split``, ``as_strided`` ... any op
+  whose schema says its result aliases its input) allocate nothing and get no node. A
+  chain of views that keeps the elements in row-major order (reshapes of a row-major
+  buffer) is the buffer itself: the consumer reads the base. Any other chain becomes a
+  *view buffer* aliasing the base (:meth:`GraphBuilder.view
+  <oxiwork.builder.GraphBuilder.view>`: offset and strides over the base's elements,
+  found by running the chain on the base's element indices), so ``clone`` of a permute is
+  the library's ``copy`` reading a strided view. A library op other than an element-wise
+  one reads a non-contiguous view through an explicit ``copy`` kernel (named
+  ``<view>.contiguous``), since its generated CUDA C reads whole row-major buffers;
 - ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) are computed once at
   import time and become constant external buffers (:attr:`ImportedModel.folded`);
 - each graph output is read at the end by a DeviceToHost copy; :attr:`ImportedModel.outputs`
@@ -36,8 +44,8 @@ What is refused, with a :class:`TorchImportError` (a :class:`~oxiwork.error.Grap
 that quotes torch: a module ``torch.export`` cannot export (:class:`ExportFailed`:
 data-dependent control flow, unsupported Python), and programs holding what today's IR
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
-other higher-order ops, in-place mutation of inputs or buffers (a module in training mode:
-call ``module.eval()``), empty tensors, and dtypes outside
+other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
+training mode: call ``module.eval()``), empty tensors, and dtypes outside
 :data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
 bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
 library ops compute in float32 and round once per op, as PyTorch's kernels do, and
@@ -51,10 +59,10 @@ Example
 >>> net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 >>> x = torch.randn(3, 4)
 >>> model = from_module(net, (x,))
->>> [n.name for n in model.graph.nodes]
-['0.addmm', '1.relu', '2.addmm', 'read 2.addmm']
->>> [(o.kernel, o.reason) for o in model.opaque][:1]
-[('0.addmm', 'no op of the library computes aten.addmm')]
+>>> [(n.name, n.op) for n in model.graph.kernels()]
+[('0.addmm', 'linear'), ('1.relu', 'relu_nan'), ('2.addmm', 'linear')]
+>>> model.opaque
+()
 >>> stats = SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs)
 >>> (y,) = model.outputs_from(stats.outputs)
 >>> bool(np.allclose(y, net(x).detach().numpy(), atol=1e-6))
@@ -83,8 +91,9 @@ from oxiwork import ops
 from oxiwork.builder import GraphBuilder
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.node import DTYPES, MemcpyDir
-from oxiwork.ops import lib_dtype
+from oxiwork.ops import lib_dtype, lib_reduce
 from oxiwork.ops.lib_conv import cat_op
+from oxiwork.ops.lib_reduce import Strided
 from oxiwork.ops.table import COMPUTE_DTYPES, FusionClass, OpDef
 
 if TYPE_CHECKING:
@@ -160,6 +169,11 @@ class ImportedModel:
         Names of the constant buffers computed at import time (ops without tensor inputs).
     name
         The model's name.
+    mutated
+        Names of the user inputs the module writes in place (``x.copy_(...)``,
+        ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
+        DeviceToDevice copy, after every read of the old value) and reads it at the end,
+        so a run's outputs hold it under the input's name.
     """
 
     graph: ComputeGraph
@@ -171,6 +185,7 @@ class ImportedModel:
     targets: Mapping[str, str]
     folded: tuple[str, ...]
     name: str
+    mutated: tuple[str, ...] = ()
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -298,6 +313,26 @@ def _permuted_dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 
 
 # ----------------------------------------------------------------------------- values
+# (offset, strides) in elements of a buffer: element [i0, i1, ...] of a tensor is at
+# offset + sum(i_d * strides[d]) of the buffer holding its base row-major
+_Layout = tuple[int, tuple[int, ...]]
+
+
+def _layout(val: Any, base: _Layout | None, viewed: bool) -> _Layout | None:
+    """Where ``val``'s elements lie in the buffer of its base, as torch laid them out.
+
+    A base tensor (``viewed`` False) has one when torch holds it row-major from the start of
+    its storage, as its buffer does; a view of such a base has torch's own offset and
+    strides (a permute or transpose, a slice, an expand with stride 0): so a library op can
+    read the view in place. ``None`` when it cannot be known."""
+    if viewed and base is None:
+        return None
+    if not viewed and not (val.is_contiguous() and val.storage_offset() == 0):
+        return None
+    strides = tuple(0 if d == 1 else int(st) for d, st in zip(val.shape, val.stride(), strict=True))
+    return int(val.storage_offset()), strides
+
+
 @dataclass(frozen=True, slots=True)
 class _Tensor:
     """A tensor value during conversion: a base buffer and the views applied to it."""
@@ -307,6 +342,7 @@ class _Tensor:
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...] = ()
     list_views: bool = False  # the last view returns a list (split): index it first
     shape: tuple[int, ...] | None = None  # the viewed shape (None: the base's)
+    layout: _Layout | None = None  # where the viewed elements lie in the buffer (_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +360,7 @@ class _Arg:
     chain: tuple[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]], ...]
     base: _Meta
     shape: tuple[int, ...]  # after the views
+    layout: _Layout | None = None  # where its elements lie in the buffer (_layout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +433,56 @@ def _as_tensor(torch: Any, x: np.ndarray, meta: _Meta) -> Any:
     if meta.strides is not None:  # as eager laid it out, so as_strided views agree
         t = torch.empty_strided(meta.shape, meta.strides, dtype=t.dtype).copy_(t)
     return t
+
+
+def _view_layout(v: _Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """The view ``v`` as ``(shape, strides, offset)`` over its base buffer's row-major
+    elements, or None if it is not one (negative steps, or no affine map).
+
+    The chain runs on a tensor of the base's element indices, laid out as eager laid the
+    base out (so ``as_strided`` sees eager's strides): the view's values are the indices
+    it reads, and an affine map from view position to index is a strided view.
+    """
+    torch = _torch()
+    base = v.base
+    n = math.prod(base.ir_shape)
+    idx = torch.arange(n, dtype=torch.int64).reshape(base.shape)
+    if base.strides is not None:
+        idx = torch.empty_strided(base.shape, base.strides, dtype=torch.int64).copy_(idx)
+    with torch.no_grad():
+        t = _apply_views(idx, v.chain)
+    if not isinstance(t, torch.Tensor) or t.numel() == 0:
+        return None
+    shape = tuple(int(d) for d in t.shape)
+    got = t.reshape(shape or (1,)).numpy()
+    offset = int(got.reshape(-1)[0])
+    strides = []
+    for k, d in enumerate(shape or (1,)):
+        at = [0] * len(shape)
+        at[k] = 1
+        strides.append(int(got[tuple(at)]) - offset if d > 1 else 0)
+    if min(strides, default=0) < 0:
+        return None
+    dims = shape or (1,)
+    want = offset + sum(
+        np.arange(d).reshape([-1 if j == k else 1 for j in range(len(dims))]) * st
+        for k, (d, st) in enumerate(zip(dims, strides, strict=True))
+    )
+    if not np.array_equal(np.broadcast_to(want, dims), got):
+        return None
+    return shape, tuple(strides), offset
+
+
+def _row_major(shape: tuple[int, ...], strides: Sequence[int]) -> tuple[int, ...]:
+    """``strides`` with each dimension's stride replaced by its row-major one (dimensions
+    of size 1 keep theirs: their stride is never used): equal to ``strides`` iff the view
+    is contiguous."""
+    out = []
+    step = 1
+    for d, st in zip(reversed(shape), reversed(tuple(strides)), strict=True):
+        out.append(st if d == 1 else step)
+        step *= d
+    return tuple(reversed(out))
 
 
 def _apply_views(
@@ -535,6 +622,37 @@ def _same(call: _Call, args: Sequence[_Arg]) -> str | None:
     return None
 
 
+def _broadcasts(call: _Call, args: Sequence[_Arg]) -> str | None:
+    """Why the library's broadcasting element-wise ops cannot compute ``call`` on the buffers
+    behind ``args`` (None if they can).
+
+    A library op broadcasts its buffers' own shapes (numpy rules), while torch broadcast the
+    (possibly reshaped) views: they must read the same elements. An operand as large as the
+    result is read element for element whatever its shape; a smaller one must be broadcast
+    alike from its buffer's shape and from its view's.
+    """
+    held = [a.base.ir_shape for a in args]
+    out = call.out.shape
+    try:
+        shape = ops.broadcast_shape(held)
+    except ValueError:
+        shape = None
+    if shape is None or math.prod(shape) != math.prod(out):
+        return (
+            f"its operands are reshapes of buffers of shapes {sorted(set(held))}, which do not "
+            f"broadcast to its result {out}; library ops broadcast their buffers' shapes"
+        )
+    for a, h in zip(args, held, strict=True):
+        if math.prod(h) != math.prod(out) and ops.broadcast_terms(h, shape) != ops.broadcast_terms(
+            a.shape, out
+        ):
+            return (
+                f"it broadcasts a reshape ({h} read as {a.shape}) that its buffer's shape "
+                "would broadcast differently; library ops broadcast their buffers' shapes"
+            )
+    return None
+
+
 def _rows_kept(a: _Arg) -> bool:
     """Does the buffer behind ``a`` have ``a``'s last axis (so rows are the same)?"""
     return bool(a.shape) and a.base.ir_shape[-1] == a.shape[-1]
@@ -560,24 +678,8 @@ def _binary(lib: str) -> _Rule:
         if call.kw("alpha", 1) != 1 or len(call.args) > 2:
             return "it scales its second operand (alpha != 1); no library op does"
         args = list(call.args[:2])
-        why = _plain(call, args)
-        if why is None:
-            why = _same(call, args)
-            if why is None:
-                return lib, {}, args
-            if lib == "add":  # x + b with b a vector over the last axis: bias_add
-                for x, b in (args, args[::-1]):
-                    bs = tuple(b.shape)
-                    while bs and bs[0] == 1 and len(bs) > 1:
-                        bs = bs[1:]
-                    if (
-                        x.shape == call.out.shape
-                        and len(b.shape) <= len(x.shape)
-                        and bs == x.shape[-1:]
-                        and _rows_kept(x)
-                    ):
-                        return "bias_add", {}, [x, b]
-        return why
+        # operands of any broadcastable shapes (the mask add, a bias, a per-channel scale)
+        return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
 
     return rule
 
@@ -588,6 +690,98 @@ def _mul(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         why = _plain(call, [x]) or _same(call, [x])
         return why or ("scale", {"alpha": float(y)}, [x])
     return _binary("mul")(call)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _scalar_or(lib: str, tensors: _Rule | None = None, alpha_scales: str = "other") -> _Rule:
+    """``x op number`` as the scalar op ``lib`` (the number its parameter ``other``, times
+    ``alpha`` where torch scales it), else ``tensors``' rule. ``alpha_scales="x"``: rsub's
+    ``other - alpha * x``, which maps only for ``alpha == 1``."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, y = call.args[:2]
+        alpha = call.args[2] if len(call.args) > 2 else call.kw("alpha", 1)
+        if _number(x) and isinstance(y, _Arg) and alpha == 1 and lib in _SWAPPED:
+            # number op tensor (``1.0 - y`` exports as sub.Tensor(1.0, y))
+            why = _plain(call, [y]) or _same(call, [y])
+            return why or (_SWAPPED[lib], {"other": float(x)}, [y])
+        if _number(y) and _number(alpha):
+            if alpha_scales == "x" and alpha != 1:
+                return f"it scales its tensor operand (alpha={alpha!r}); no library op does"
+            other = float(y) * (float(alpha) if alpha_scales == "other" else 1.0)
+            if not math.isfinite(other) or abs(other) > float(np.finfo(np.float32).max):
+                return f"its scalar {other!r} is not a finite float32"
+            why = _plain(call, [x]) or _same(call, [x])
+            return why or (lib, {"other": other}, [x])
+        if tensors is None:
+            return f"its scalar operand is {y!r}, not a finite number"
+        return tensors(call)
+
+    return rule
+
+
+# the scalar op computing ``number op x`` for each ``x op number`` (division has none)
+_SWAPPED = {"add_scalar": "add_scalar", "sub_scalar": "rsub_scalar"}
+
+
+def _gelu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # torch's default is the exact erf form; approximate='tanh' is the library's gelu
+    approximate = call.kw("approximate", "none")
+    lib = {"none": "gelu_erf", "tanh": "gelu"}.get(approximate)
+    if lib is None:
+        return f"approximate={approximate!r}; the library computes 'none' and 'tanh'"
+    return _unary(lib)(call)
+
+
+def _pow(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, e = call.args[:2]
+    if not _number(e) or abs(float(e)) > float(np.finfo(np.float32).max):
+        return f"its exponent is {e!r}; the library's pow_scalar takes a finite float32"
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or ("pow_scalar", {"exponent": float(e)}, [x])
+
+
+def _hardtanh(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x = call.args[0]
+    lo = call.args[1] if len(call.args) > 1 else call.kw("min_val", -1.0)
+    hi = call.args[2] if len(call.args) > 2 else call.kw("max_val", 1.0)
+    if not (_number(lo) and _number(hi)):
+        return f"its bounds are {lo!r} and {hi!r}; the library's hardtanh takes numbers"
+    why = _plain(call, [x]) or _same(call, [x])
+    if why:
+        return why
+    if (lo, hi) == (0, 6):  # nn.ReLU6
+        return "relu6", {}, [x]
+    return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
+
+
+def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
+    # momentum, eps): inference batch norm with the running statistics
+    x, weight, bias, mean, var = call.args[:5]
+    eps = call.args[6] if len(call.args) > 6 else call.kw("eps", 1e-5)
+    if call.index != 0:
+        return "its saved mean/rstd output is used; the library's batch_norm gives the result"
+    if weight is None or bias is None:
+        return "it has no affine weight/bias; the library's batch_norm needs both"
+    args = [x, mean, var, weight, bias]
+    why = _plain(call, args)
+    if why:
+        return why
+    if x.base.ir_shape != x.shape or len(x.shape) < 2:
+        return (
+            f"it normalises a reshape ({x.base.ir_shape} read as {x.shape}); the library's "
+            "batch_norm takes the channel axis of its buffer's shape"
+        )
+    return "batch_norm", {"eps": float(eps)}, args
+
+
+def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    args = list(call.args[:3])
+    return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
 
 
 def _last_axis(call: _Call, dims: Any) -> bool:
@@ -624,26 +818,178 @@ def _sum_extra(call: _Call) -> str | None:
     return f"it accumulates in {call.kw('dtype')}" if call.kw("dtype") is not None else None
 
 
-def _mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    args = list(call.args[:2])
-    return _plain(call, args, reshape_ok=False) or ("matmul", {}, args)
+def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
+    """``a`` as a GEMM operand of ``rank`` 2 or 3: its :class:`Strided` layout in its buffer
+    and its shape, or why it cannot be read in place."""
+    if not isinstance(a, _Arg):
+        return f"an operand is a Python {type(a).__name__}, not a tensor"
+    if a.base.dtype != "float32":
+        return f"it reads {a.base.dtype} data; library ops compute float32"
+    if a.layout is None:
+        return "it reads a tensor whose layout in its buffer is not known; library ops read row-major buffers"
+    if len(a.shape) != rank:
+        return f"an operand has shape {a.shape}; expected {rank} dimensions"
+    off, st = a.layout
+    return Strided(off, st[0] if rank == 3 else 0, st[-2], st[-1]), a.shape
+
+
+def _gemm_rule(batched: bool, added: bool) -> _Rule:
+    """mm, bmm (``added`` False) or addmm, baddbmm (True): the library's dense op when every
+    operand is a whole row-major buffer, ``linear`` for ``addmm(bias, x, w.t())``, else a
+    strided GEMM reading the views in place (permuted heads, transposed weights, splits)."""
+    rank = 3 if batched else 2
+    dense_op, scaled_op = ("bmm", "baddbmm") if batched else ("mm", "addmm")
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        tensors = list(call.args[:3] if added else call.args[:2])
+        beta, alpha = float(call.kw("beta", 1)), float(call.kw("alpha", 1))
+        if added and alpha == 0:
+            return "alpha=0 (torch then ignores mat1 @ mat2, NaNs included); the library's addmm does not"
+        if not all(math.isfinite(v) for v in (beta, alpha)):
+            return "its beta/alpha is not finite"
+        ab = tensors[1:] if added else tensors
+        got = [_strided(t, rank) for t in ab]
+        for g in got:
+            if isinstance(g, str):
+                return g
+        (la, sa), (lb, sb) = got  # type: ignore[misc]
+        bt, m, k = (1, *sa) if rank == 2 else sa
+        n = sb[-1]
+        lc = None
+        if added:
+            c = tensors[0]
+            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype != "float32":
+                return "its added input is not a float32 tensor read in place"
+            lc = _broadcast_layout(c, (bt, m, n) if batched else (m, n))
+            if isinstance(lc, str):
+                return lc
+        x, w = ab
+        # the library's own op when a is rows of K read in order (mm and addmm fold a's
+        # leading axes into M) and b a whole [K, N] (or [B, K, N]) buffer
+        plain = (
+            x.layout == (0, _dense(x.shape))
+            and x.base.ir_shape[-1] == k
+            and math.prod(x.base.ir_shape) == bt * m * k
+            and (not batched or x.base.ir_shape == x.shape)
+            and w.base.ir_shape == w.shape
+            and w.layout == (0, _dense(w.shape))
+        )
+        if plain and not added:
+            return dense_op, {}, [_whole_arg(x), _whole_arg(w)]
+        c0 = tensors[0] if added else None
+        if plain and c0 is not None and _whole(c0) and lc is not None:
+            ab_args = [_whole_arg(x), _whole_arg(w)]
+            return scaled_op, {"beta": beta, "alpha": alpha}, [c0, *ab_args]
+        if added and not batched and beta == alpha == 1 and _linear_operands(x, w, tensors[0]):
+            # addmm(bias, x, w.t()): nn.Linear after decomposition
+            return "linear", {}, [_whole_arg(x), _whole_arg(w), _whole_arg(tensors[0])]
+        # a strided GEMM over the distinct buffers the operands view
+        order = list(dict.fromkeys(a.index for a in (*ab, *tensors[: 1 if added else 0])))
+        bases = {a.index: a for a in tensors}
+        shapes = [bases[i].base.ir_shape for i in order]
+        which = tuple(order.index(a.index) for a in ab)
+        if added:
+            which = (*which, order.index(tensors[0].index))
+        op = lib_reduce.strided_gemm(
+            shapes, bt, m, n, k, la, lb, lc, out=call.out.shape, inputs=which
+        )
+        params = {"beta": beta, "alpha": alpha} if added else {}
+        return op.name, params, [_whole_arg(bases[i]) for i in order]
+
+    return rule
+
+
+def _dense(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape``, 0 on size-1 axes (as :func:`_layout` writes them)."""
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(0 if d == 1 else step)
+        step *= d
+    return tuple(reversed(out))
+
+
+def _linear_operands(x: _Arg, w: _Arg, bias: _Arg) -> bool:
+    """Are these ``addmm(bias, x, w.t())``'s operands as nn.Linear leaves them: x a reshape
+    of a buffer whose last axis is K, w a transposed row-major [N, K] weight, bias [N]?"""
+    (m, k), n = x.shape, w.shape[1]
+    return (
+        x.layout == (0, _dense((m, k)))
+        and x.base.ir_shape[-1] == k
+        and math.prod(x.base.ir_shape) == m * k
+        and w.base.ir_shape == (n, k)
+        and w.layout == (0, _dense((n, k))[::-1])
+        and bias.layout is not None
+        and bias.layout[0] == 0
+        and math.prod(bias.base.ir_shape) == n
+        and tuple(bias.shape)[-1:] in ((n,), (1,))
+        and math.prod(bias.shape) == n
+    )
+
+
+def _whole(a: _Arg) -> bool:
+    """Is ``a`` its whole buffer, in the buffer's own shape?"""
+    return not a.chain and a.base.strides is None and a.layout is not None
+
+
+def _whole_arg(a: _Arg) -> _Arg:
+    """The buffer ``a`` views, as an argument (a library op reading it whole)."""
+    return _Arg(a.index, (), a.base, a.base.ir_shape, None)
+
+
+def _broadcast_layout(c: _Arg, target: tuple[int, ...]) -> Strided | str:
+    """The added input ``c`` read broadcast to ``target`` ((m, n) or (batch, m, n))."""
+    assert c.layout is not None
+    off, st = c.layout
+    shape = tuple(c.shape)
+    if len(shape) > len(target) or any(
+        d not in (1, t) for d, t in zip(reversed(shape), reversed(target), strict=False)
+    ):
+        return f"its added input of shape {shape} does not broadcast to {target}"
+    full = [0] * (len(target) - len(shape)) + [
+        0 if d == 1 else s for d, s in zip(shape, st, strict=True)
+    ]
+    if len(target) == 2:
+        full = [0, *full]
+    return Strided(off, full[0], full[1], full[2])
+
+
+def _linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """aten.linear (before decomposition): the library's linear, or x @ w.t() as a GEMM."""
+    x, w = call.args[:2]
+    bias = call.args[2] if len(call.args) > 2 else call.kw("bias")
+    for t in (x, w, bias):
+        if t is not None and (
+            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype != "float32"
+        ):
+            return (
+                "it reads a view or a non-float32 tensor; the library's linear reads whole buffers"
+            )
+    if len(w.shape) != 2 or (bias is not None and len(bias.shape) != 1):
+        return f"its weight has shape {w.shape}; the library's linear takes a 2-D weight"
+    if bias is not None:
+        return "linear", {}, [x, w, bias]
+    n, k = w.shape
+    m = math.prod(x.shape[:-1])
+    op = lib_reduce.strided_gemm(
+        [x.base.ir_shape, w.base.ir_shape], 1, m, n, k,
+        Strided.dense(m, k), Strided(0, 0, 1, k), out=call.out.shape,
+    )  # fmt: skip
+    return op.name, {}, [x, w]
 
 
 def _clone(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # A clone of a permute/transpose reads a view buffer (Converter._alias): a plain copy.
     x = call.args[0]
-    if isinstance(x, _Arg) and len(x.chain) == 1 and x.base.dtype == "float32":
-        target, vargs, _ = x.chain[0]
-        name = _op_name(target)
-        two_d = len(x.base.shape) == 2 and x.base.strides is None
-        swap = (
-            (name == "aten.permute.default" and list(vargs[0]) == [1, 0])
-            or name == "aten.t.default"
-            or (name == "aten.transpose.int" and sorted(d % 2 for d in vargs) == [0, 1])
-        )
-        if two_d and swap:  # the copy of a transposed matrix: the library's transpose
-            return "transpose", {}, [_Arg(x.index, (), x.base, x.base.shape)]
     why = _plain(call, [x]) or _same(call, [x])
     return why or ("copy", {}, [x])
+
+
+def _copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # aten.copy(self, src): functionalisation's form of self.copy_(src); the result is
+    # src in self's shape and dtype, so self is not read
+    src = call.args[1]
+    why = _plain(call, [src]) or _same(call, [src])
+    return why or ("copy", {}, [src])
 
 
 def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -864,18 +1210,37 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.log.default": _unary("log"),
     "aten.tanh.default": _unary("tanh"),
     "aten.sigmoid.default": _unary("sigmoid"),
-    # the library's gelu is the tanh approximation; torch's default is the exact erf form
-    "aten.gelu.default": _unary("gelu", approximate=("tanh", "none")),
-    "aten.add.Tensor": _binary("add"),
-    "aten.sub.Tensor": _binary("sub"),
+    "aten.gelu.default": _gelu,
+    # tensors of any broadcastable shapes, or a tensor and a number (the scalar ops)
+    "aten.add.Tensor": _scalar_or("add_scalar", _binary("add")),
+    "aten.add.Scalar": _scalar_or("add_scalar"),
+    "aten.sub.Tensor": _scalar_or("sub_scalar", _binary("sub")),
+    "aten.sub.Scalar": _scalar_or("sub_scalar"),
+    "aten.rsub.Scalar": _scalar_or("rsub_scalar", alpha_scales="x"),
     "aten.mul.Tensor": _mul,
-    "aten.div.Tensor": _binary("div"),
+    "aten.mul.Scalar": _mul,
+    "aten.div.Tensor": _scalar_or("div_scalar", _binary("div")),
+    "aten.div.Scalar": _scalar_or("div_scalar"),
+    "aten.pow.Tensor_Scalar": _pow,
+    "aten.rsqrt.default": _unary("rsqrt"),
+    "aten.silu.default": _unary("silu"),
+    "aten.hardtanh.default": _hardtanh,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm,
+    "aten.where.self": _where,
+    # comparisons: torch's result is bool, which library ops do not write yet (they give
+    # float 0/1), so _library refuses them by their result's dtype until the table has bool
+    **{f"aten.{c}.Tensor": _binary(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     "aten.clone.default": _clone,
+    "aten.copy.default": _copy,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
     # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
     # propagates them, so it runs as an opaque op with torch's own semantics.
-    "aten.mm.default": _mm,
+    "aten.mm.default": _gemm_rule(batched=False, added=False),
+    "aten.bmm.default": _gemm_rule(batched=True, added=False),
+    "aten.addmm.default": _gemm_rule(batched=False, added=True),
+    "aten.baddbmm.default": _gemm_rule(batched=True, added=True),
+    "aten.linear.default": _linear,
     "aten.native_layer_norm.default": _layer_norm,
     "aten.convolution.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool,
@@ -893,7 +1258,11 @@ _LIBRARY: dict[str, _Rule] = {
 
 # Multi-output ops whose rules decide themselves which outputs the library computes.
 _MULTI_OUTPUT = frozenset(
-    {"aten.native_layer_norm.default", "aten.max_pool2d_with_indices.default"}
+    {
+        "aten.native_layer_norm.default",
+        "aten.max_pool2d_with_indices.default",
+        "aten._native_batch_norm_legit_no_training.default",
+    }
 )
 
 
@@ -935,6 +1304,11 @@ class _Converter:
     targets: dict[str, str] = field(default_factory=dict)
     folded: list[str] = field(default_factory=list)
     multi: dict[tuple[Any, int], _Tensor] = field(default_factory=dict)
+    aliases: dict[tuple[str, str], _Tensor] = field(default_factory=dict)  # view buffers
+    copies: dict[str, str] = field(default_factory=dict)  # view -> its contiguous copy
+    strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
+    user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
+    mutated: list[str] = field(default_factory=list)  # user inputs written in place
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -960,7 +1334,7 @@ class _Converter:
         arr = _to_numpy(value.detach().cpu().contiguous()).reshape(meta.ir_shape)
         name, _ = self._buffer(name, meta, external=True)
         self.values[name] = arr
-        return _Tensor(name, meta)
+        return _Tensor(name, meta, layout=_layout(value, None, False))
 
     # -------------------------------------------------------------- nodes
     def placeholder(self, node: Any, spec: Any, value: Any) -> None:
@@ -981,6 +1355,8 @@ class _Converter:
             value = torch.zeros(tuple(val.shape), dtype=val.dtype)
         name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
         self.env[node] = self._external(name, value, f"input {name!r}")
+        if kind == "USER_INPUT":
+            self.user_buffers[spec.arg.name] = self.env[node].buffer
 
     def call(self, node: Any) -> None:
         torch = _torch()
@@ -1024,6 +1400,69 @@ class _Converter:
             return
         self.env[node] = self.kernel(node, None)
 
+    def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
+        """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
+        a row-major buffer (the same bytes in the same order), else a view buffer over
+        ``v``'s base (one per base and chain; a new one is only noted in ``pending`` until
+        :meth:`_commit`); ``v`` when the chain is no strided view of the base's row-major
+        elements."""
+        if not v.chain or v.list_views:
+            return v
+        names = [_op_name(t) for t, _, _ in v.chain]
+        if v.base.strides is None and all(n in _RESHAPES for n in names):
+            return v
+        if "aten.view.dtype" in names:  # reinterprets bytes: not an index map
+            return v
+        key = (v.buffer, repr(v.chain))
+        made = self.aliases.get(key) or (pending[key][0] if key in pending else None)
+        if made is not None:
+            return made
+        layout = _view_layout(v)
+        if layout is None:
+            return v
+        shape, strides, offset = layout
+        meta = _Meta(shape, None, v.base.dtype)  # read whole, row-major in its own shape
+        last = _base_name(v.chain[-1][0]) if hasattr(v.chain[-1][0], "_schema") else "item"
+        taken = {**self.ids, **{p[0].buffer: None for p in pending.values()}}
+        name = self._unique(f"{v.buffer}.{last}", taken)
+        rm = _row_major(meta.ir_shape, strides or (0,))
+        made = _Tensor(
+            name,
+            meta,
+            layout=(0, tuple(0 if d == 1 else s for d, s in zip(meta.ir_shape, rm, strict=True))),
+        )
+        pending[key] = (made, v.buffer, strides or (0,), offset)
+        return made
+
+    def _commit(self, pending: dict[tuple[str, str], Any]) -> None:
+        """Make the view buffers :meth:`_alias` noted."""
+        for key, (made, base, strides, offset) in pending.items():
+            meta = made.base
+            name = made.buffer
+            self.ids[name] = self.builder.view(name, self.ids[base], meta.ir_shape, strides, offset)
+            self.sizes[name] = meta.nbytes
+            if tuple(strides) != _row_major(meta.ir_shape, strides):
+                self.strided[name] = meta
+            self.aliases[key] = made
+
+    def _contiguous(self, name: str) -> str:
+        """A buffer holding view ``name``'s elements row-major: a ``copy`` kernel into it."""
+        done = self.copies.get(name)
+        if done is not None:
+            return done
+        meta = self.strided[name]
+        kname = self._unique(f"{name}.contiguous", self.kernel_names)
+        self.kernel_names.add(kname)
+        self.targets[kname] = "aten.clone.default"
+        buf, bid = self._buffer(kname, meta, external=False)
+        numel = math.prod(meta.ir_shape)
+        kb = self.builder.add_kernel(
+            kname, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
+        )
+        kb.op("copy").fusible(True).inputs([self.ids[name]]).outputs([bid]).finish()
+        self.copies[name] = buf
+        return buf
+
     def _is_tensor(self, a: Any) -> bool:
         return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending))
 
@@ -1044,7 +1483,9 @@ class _Converter:
         val = node.meta.get("val")
         lists = isinstance(val, (list, tuple))
         shape = None if lists else tuple(val.shape)
-        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape)
+        # a list of views (split) keeps its base's layout: each item's comes from getitem
+        lay = src.layout if lists else _layout(val, src.layout, True)
+        self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape, lay)
 
     def pad_into_convolutions(self, node: Any) -> None:
         """A zero pad read only by convolutions gets no kernel: it is kept on the value,
@@ -1063,7 +1504,8 @@ class _Converter:
         if isinstance(src, _Tensor) and src.list_views:  # a view out of split/unbind
             step = (operator.getitem, (k,), ())
             shape = tuple(node.meta["val"].shape)
-            self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape)
+            lay = _layout(node.meta["val"], src.layout, True)
+            self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape, lay)
         elif isinstance(src, _Pending):
             key = (src.node, k)
             if key not in self.multi:
@@ -1101,6 +1543,7 @@ class _Converter:
         """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
         inputs: list[str] = []
         metas: list[_Meta] = []
+        pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
 
         def arg(a: Any) -> Any:
             if isinstance(a, (list, tuple)):
@@ -1111,11 +1554,13 @@ class _Converter:
             if isinstance(v, _Tensor):
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
+                if pending is not None:
+                    v = self._alias(v, pending)
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
                 shape = v.shape if v.shape is not None else v.base.shape
-                return _Arg(inputs.index(v.buffer), v.chain, v.base, shape)
+                return _Arg(inputs.index(v.buffer), v.chain, v.base, shape, v.layout)
             if v is not None and not isinstance(v, (_Tensor, _Pending)):
                 return v  # a specialised Python input
             return _cpu(a)
@@ -1135,12 +1580,29 @@ class _Converter:
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         lib = _library(call)
+        if isinstance(lib, str) and any(a.chain for a in call.tensor_args):
+            # Refused reading views of its inputs: try again reading view buffers (aliases
+            # of the bases, read whole); keep that only if a library op takes it.
+            first = (inputs, metas, call)
+            inputs, metas, pending = [], [], {}
+            args = arg(tuple(node.args))
+            kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
+            call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+            again = _library(call)
+            if isinstance(again, str):
+                inputs, metas, call = first
+            else:
+                self._commit(pending)
+                lib = again
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
         else:
             op, params, lib_args = lib
             reads = [inputs[a.index] for a in lib_args]
+            if ops.get(op).fusion_class not in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST):
+                # its CUDA C reads whole row-major buffers: a strided view goes through a copy
+                reads = [self._contiguous(r) if r in self.strided else r for r in reads]
         self.targets[name] = op_name
         buf, bid = self._buffer(name, out, external=False)
         numel = math.prod(out.ir_shape)
@@ -1149,20 +1611,25 @@ class _Converter:
         )
         kb.op(op).params(**params).fusible(not isinstance(lib, str))
         kb.inputs([self.ids[r] for r in reads]).outputs([bid]).finish()
-        return _Tensor(buf, out)
+        return _Tensor(buf, out, layout=_layout(val, None, False) if out.strides is None else None)
 
     def output(self, node: Any) -> tuple[list[str], list[tuple[int, ...]]]:
         torch = _torch()
         sig = self.ep.graph_signature
         names: list[str] = []
         shapes: list[tuple[int, ...]] = []
+        writes: list[tuple[int, Any, Any]] = []
         for k, (spec, v) in enumerate(zip(sig.output_specs, node.args[0], strict=True)):
             kind = spec.kind.name
+            if kind == "USER_INPUT_MUTATION" and spec.target in self.user_buffers:
+                writes.append((k, self.user_buffers[spec.target], v))
+                continue
             if kind != "USER_OUTPUT":
                 what = getattr(spec, "target", None) or spec.arg
                 raise UnsupportedModel(
-                    f"the module mutates {what} ({kind.lower()}); the IR has no aliasing "
-                    "writes yet: call module.eval() (batch-norm statistics) or drop the mutation"
+                    f"the module mutates {what} ({kind.lower()}); the importer writes user "
+                    "inputs in place only: call module.eval() (batch-norm statistics) or drop "
+                    "the mutation"
                 )
             value = self.env.get(v) if _hashable(v) else None
             val = v.meta.get("val") if hasattr(v, "meta") else None
@@ -1175,7 +1642,22 @@ class _Converter:
                 value = self._materialise(v, value, k)
             names.append(value.buffer)
             shapes.append(tuple(val.shape))
-        for name in dict.fromkeys(names):
+        for k, dst, v in writes:  # in place: the new value into the input's own buffer
+            value = self.env.get(v) if _hashable(v) else None
+            if not isinstance(value, _Tensor):
+                raise UnsupportedModel(f"the new value of input {dst!r} is not a tensor")
+            if value.chain:
+                value = self._materialise(v, value, k)
+            if value.buffer != dst:
+                self.builder.add_memcpy(
+                    self._unique(f"write {dst}", self.kernel_names),
+                    MemcpyDir.DeviceToDevice,
+                    self.sizes[dst],
+                    src=self.ids[value.buffer],
+                    dst=self.ids[dst],
+                )
+            self.mutated.append(dst)
+        for name in dict.fromkeys([*names, *self.mutated]):
             self.builder.add_memcpy(
                 self._unique(f"read {name}", self.kernel_names),
                 MemcpyDir.DeviceToHost,
@@ -1308,6 +1790,7 @@ def from_exported_program(
         targets=MappingProxyType(conv.targets),
         folded=tuple(conv.folded),
         name=name or "model",
+        mutated=tuple(conv.mutated),
     )
 
 

@@ -9,6 +9,8 @@
 from oxiwork.ops import (
     lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
     lib_dtype,  # noqa: F401  (registers cast_<dtype>, embedding)
+    lib_elementwise,  # noqa: F401  (batch norm, activations, scalar ops, where...)
+    lib_reduce,  # noqa: F401  (registers the matmul variants, reductions)
 )
 from oxiwork.ops.codegen import KernelSource, function_name, kernel_source
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe, program_of, run
@@ -19,6 +21,8 @@ from oxiwork.ops.table import (
     OpDef,
     Shape,
     bind_params,
+    broadcast_shape,
+    broadcast_terms,
     custom,
     get,
     infer_dtype,
@@ -37,6 +41,8 @@ __all__ = [
     "Shape",
     "bind",
     "bind_params",
+    "broadcast_shape",
+    "broadcast_terms",
     "custom",
     "describe",
     "function_name",

@@ -2,7 +2,7 @@
 expression from colliding with them or breaking the source.
 
 :mod:`oxiwork.ops.codegen` (and the kernels in :mod:`oxiwork.ops.table`) name pointer
-arguments ``in<k>``/``out<k>``, step values ``t<j>``, broadcast moduli ``m<k>``, fused
+arguments ``in<k>``/``out<k>``, step values ``t<j>``, broadcast index sizes ``m<k>...``, fused
 parameters ``s<j>_<name>``, loop indices and sizes ``i``, ``n``, ``row``, ``cols``...;
 :func:`oxiwork.ops.custom` refuses, when the op is defined, a parameter name, function name
 or expression that would shadow one of them, use a C keyword, or make the generated source
@@ -63,7 +63,7 @@ GENERATED = frozenset(
     ox_block_reduce OXIWORK_BLOCK_REDUCE""".split()  # noqa: SIM905
 )
 # Numbered identifiers: pointer arguments, step values, moduli, loop counters, fused params.
-_NUMBERED = re.compile(r"(in|out|t|m|q)\d+|s\d+_.*")
+_NUMBERED = re.compile(r"(in|out|t|m|q)\d+|m\d+[a-z]\w*|s\d+_.*")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Numeric literals (2, 0.5f, 1e-3f, 0x1F, 10u), removed before looking for identifiers.
 _NUMBER = re.compile(

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
+from oxiwork.ops.strided import needs_strides, strided_kernel
+from oxiwork.ops.table import Shape, broadcast_terms
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -110,6 +112,13 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
                 f"this kernel computes {typed}: run it in float32 (cast around it), or "
                 "give the op typed_pointers=True once its generator indexes any pointer"
             )
+    if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
+        if typed:
+            raise UnsupportedOp(
+                f"{bound.where} reads a non-contiguous {typed} view; strided kernels are "
+                "float32 only: make the view contiguous (a copy) or compute it in float32"
+            )
+        return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None and not (typed and op.element is not None):
@@ -231,7 +240,11 @@ class _Gen:
         self.b = bound
         self.node = node
         self.sizes: dict[str, int] = {}  # size_t args of element steps (matmul), in order
-        self.moduli: dict[int, int] = {}  # input k -> its element count when broadcast
+        # broadcast index arguments, in order; and the prefix given to each distinct
+        # (input, shape read as, shape broadcast to), so an input read the same way by two
+        # steps shares its arguments
+        self.bcast: dict[str, int] = {}
+        self.prefixes: dict[tuple[int, Shape, Shape], str] = {}
         self.single = len(bound.steps) == 1
         # In-place kernels alias an input and an output: __restrict__ would be a lie.
         self.restrict = "" if set(node.inputs) & set(node.outputs) else " __restrict__"
@@ -240,19 +253,51 @@ class _Gen:
     def param_name(self, j: int, p: str) -> str:
         return p if self.single else f"s{j}_{p}"
 
-    def arg(self, kind: str, i: int, var: str, space: int) -> str:
+    def arg(
+        self, kind: str, i: int, var: str, space: int, shape: Shape | None = None, out: Shape = ()
+    ) -> str:
+        """Operand ``i`` (a step value or input buffer ``i``) at output index ``var`` of a
+        step computing ``space`` elements of shape ``out``; an input read as ``shape`` is
+        broadcast to ``out`` (numpy rules, :func:`~oxiwork.ops.table.broadcast_terms`)."""
         if kind == "step":
+            m = math.prod(self.b.steps[i].shape)
+            if m != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: a step reads step {i} ({m} elements) at {space} "
+                    "elements; only kernel inputs broadcast, keep the steps in separate kernels"
+                )
             return f"t{i}"
-        m = math.prod(self.b.in_shapes[i])
-        if m == space:
+        have = self.b.in_shapes[i] if shape is None else shape
+        if math.prod(have) == space:
             return self.load(i, f"in{i}[{var}]")
-        if m == 0 or space % m:
+        terms = broadcast_terms(have, out) if math.prod(out) == space else None
+        if terms is None:
             raise UnsupportedOp(
-                f"{self.b.where}: input {i} has {m} elements, which does not tile the "
+                f"{self.b.where}: input {i} of shape {have} does not broadcast to the "
                 f"{space} elements it is combined with"
             )
-        self.moduli[i] = m
-        return self.load(i, f"in{i}[{var} % m{i}]")
+        key = (i, tuple(have), tuple(out))
+        pre = self.prefixes.get(key)
+        if pre is None:
+            taken = sum(1 for k in self.prefixes if k[0] == i)
+            pre = self.prefixes[key] = f"m{i}" if not taken else f"m{i}v{taken}"
+        parts = []
+        for t, (div, mod, stride) in enumerate(terms):
+            # div is 1 only for the innermost run of axes, stride 1 only for the innermost
+            # kept run, and mod * div == space only for the outermost run: leaving those
+            # operations out depends on the broadcast pattern, not on the sizes
+            e = var
+            if div != 1:
+                e = f"({e} / {pre}d{t})"
+                self.bcast[f"{pre}d{t}"] = div
+            if mod * div != space:
+                e = f"({e} % {pre}m{t})"
+                self.bcast[f"{pre}m{t}"] = mod
+            if stride != 1:
+                e = f"{e} * {pre}s{t}"
+                self.bcast[f"{pre}s{t}"] = stride
+            parts.append(e)
+        return self.load(i, f"in{i}[{' + '.join(parts) or '0'}]")
 
     def load(self, i: int, ref: str) -> str:
         """Input ``i``'s element ``ref`` as a compute value (halves widen to float)."""
@@ -302,12 +347,18 @@ class _Gen:
             ]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
+            # ``{p}`` in the lines is parameter p's kernel argument, as in an expr template
+            for p in st.params:
+                lines = [ln.replace(f"{{{p}}}", self.param_name(j, p)) for ln in lines]
             return [*lines, *self.rounding(j)]
         if st.op.expr is None:
             raise UnsupportedOp(
                 f"{self.b.where}: step {j} ({st.op.name}) cannot be computed per element here"
             )
-        args = [self.arg(kind, i, var, space) for kind, i in st.args]
+        read = st.op.read_shapes(st.in_shapes, st.params)
+        args = [
+            self.arg(kind, i, var, space, read[p], st.shape) for p, (kind, i) in enumerate(st.args)
+        ]
         names = {p: self.param_name(j, p) for p in st.params}
         return [self.define(j, st.op.expr.format(*args, **names))]
 
@@ -321,7 +372,7 @@ class _Gen:
         ptrs += [f"{CTYPES[d]}*{r} out{k}" for k, d in enumerate(outs)]
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
-        scalars += [("size_t", f"m{k}", m) for k, m in sorted(self.moduli.items())]
+        scalars += [("size_t", name, v) for name, v in self.bcast.items()]
         for j, st in enumerate(self.b.steps):
             scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
         args = ptrs + [f"{c} {n}" for c, n, _ in scalars]

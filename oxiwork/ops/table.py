@@ -61,6 +61,8 @@ __all__ = [
     "Shape",
     "any_dtype",
     "bind_params",
+    "broadcast_shape",
+    "broadcast_terms",
     "custom",
     "float32_dtype",
     "float_dtype",
@@ -80,8 +82,9 @@ class FusionClass(enum.Enum):
     """How the fusion pass may combine an op with its neighbours (TVM, OSDI 2018, 4.1).
 
     - ``ELEMENTWISE``: output element i depends on input element i only (relu, add...);
-    - ``BROADCAST``: like element-wise, but some input is indexed modulo its size
-      (``bias_add``'s bias is broadcast over the leading axes);
+    - ``BROADCAST``: like element-wise, but some input is broadcast by the op's own rule
+      (``bias_add``'s bias over the leading axes); element-wise ops broadcast too, by
+      numpy's rules, and fuse the same way;
     - ``INJECTIVE``: each output element reads one input element, at another index
       (transpose); not fused here;
     - ``REDUCTION``: a row of the input becomes one value (sum, max) or a row again
@@ -208,14 +211,101 @@ def widen(x: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- shape rules
 def _same_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    # custom ops with their own CUDA source index every input by the output index, so they
+    # keep the equal-shapes rule; element-wise ops broadcast (_broadcast_shape)
     first = shapes[0]
     for k, s in enumerate(shapes[1:], start=1):
         if s != first:
             raise _ShapeProblem(
-                f"input 0 has shape {first} but input {k} has shape {s}; element-wise ops "
-                "need equal shapes (use bias_add to broadcast over the last axis)"
+                f"input 0 has shape {first} but input {k} has shape {s}; this op needs equal shapes"
             )
     return first
+
+
+def broadcast_shape(shapes: Sequence[Shape]) -> Shape:
+    """The shape ``shapes`` broadcast to under numpy's rules, or a :class:`ValueError`.
+
+    Shapes are aligned at their last axis; in each axis the sizes must be equal or 1.
+
+    >>> broadcast_shape([(1, 12, 64, 64), (1, 1, 64, 64)])
+    (1, 12, 64, 64)
+    >>> broadcast_shape([(2, 3), (3,), (4, 1, 1)])
+    (4, 2, 3)
+
+    References
+    ----------
+    NumPy documentation, "Broadcasting" (the general broadcasting rules).
+    """
+    rank = max(len(s) for s in shapes)
+    out = [1] * rank
+    for k, s in enumerate(shapes):
+        for d, size in enumerate(s, start=rank - len(s)):
+            if size != 1 and out[d] not in (1, size):
+                shown = " and ".join(str(tuple(x)) for x in shapes)
+                raise _ShapeProblem(
+                    f"input shapes {shown} do not broadcast (axis {d - rank} has sizes "
+                    f"{out[d]} and {size}, input {k}); in each axis, counted from the last, "
+                    "the sizes must be equal or 1"
+                )
+            if size != 1:
+                out[d] = size
+    return tuple(out)
+
+
+def _broadcast_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    return broadcast_shape(shapes)
+
+
+def broadcast_terms(in_shape: Shape, out_shape: Shape) -> tuple[tuple[int, int, int], ...] | None:
+    """How an input of ``in_shape``, broadcast to ``out_shape``, is indexed from the output's
+    flat (row-major) index ``i``: ``None`` when element for element (equal element counts),
+    else ``(div, mod, stride)`` terms, the input index being the sum of
+    ``((i / div) % mod) * stride`` over them.
+
+    Axes are coalesced first: neighbouring axes that are both broadcast or both kept merge
+    into one, so a kernel carries one term per kept run of axes (GPT-2's mask
+    ``(1, 1, 64, 64)`` against ``(1, 12, 64, 64)`` is one term, a batch norm's ``(C, 1, 1)``
+    against ``(N, C, H, W)`` one too). ``div`` is 1 for the innermost run, ``stride`` 1 for
+    the innermost kept run, and ``mod`` the whole count for the outermost; code generation
+    leaves those operations out by these structural facts (never by a size's value), so one
+    source serves every shape with the same broadcast pattern. An input of one element has
+    no terms (index 0).
+
+    >>> broadcast_terms((8,), (4, 8))          # bias_add's bias: i % 8
+    ((1, 8, 1),)
+    >>> broadcast_terms((3, 1, 1), (2, 3, 4, 5))  # per-channel: (i / 20) % 3
+    ((20, 3, 1),)
+    >>> broadcast_terms((2, 1, 5), (2, 3, 5))  # ((i / 15) % 2) * 5 + i % 5
+    ((15, 2, 5), (1, 5, 1))
+    >>> broadcast_terms((4, 8), (4, 8)) is None
+    True
+
+    References
+    ----------
+    NumPy documentation, "Broadcasting"; the coalescing of contiguous dimensions is that of
+    PyTorch's ``TensorIterator`` (``coalesce_dimensions``).
+    """
+    if _numel(in_shape) == _numel(out_shape):
+        return None
+    in_shape = tuple(in_shape)[max(0, len(in_shape) - len(out_shape)) :]  # leading 1s
+    padded = (1,) * (len(out_shape) - len(in_shape)) + tuple(in_shape)
+    runs: list[list[Any]] = []  # [size, kept] from the outermost axis in
+    for size, have in zip(out_shape, padded, strict=True):
+        if size == 1:
+            continue
+        kept = have == size
+        if runs and runs[-1][1] == kept:
+            runs[-1][0] *= size
+        else:
+            runs.append([size, kept])
+    terms: list[tuple[int, int, int]] = []
+    div = stride = 1
+    for size, kept in reversed(runs):
+        if kept:
+            terms.append((div, size, stride))
+            stride *= size
+        div *= size
+    return tuple(reversed(terms))
 
 
 def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
@@ -225,6 +315,13 @@ def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
             f"bias_add needs a bias of {x[-1]} elements (the last axis of x {x}), got shape {b}"
         )
     return x
+
+
+def _bias_align(shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
+    # bias_add is the broadcasting add with its bias read as a vector over the last axis
+    # (whatever its buffer's shape, (N,) or (1, N))
+    x, _ = shapes
+    return [x, (x[-1],)]
 
 
 def _row_reduce_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
@@ -339,12 +436,21 @@ class OpDef:
         element at index ``var``, reading the input buffers named by ``pointers``; ``sizes``
         are the ``(name, value)`` size_t arguments the lines use (named after ``j`` so that
         steps do not collide); ``params`` are the step's bound parameters (a convolution's
-        strides and padding become sizes). A fused kernel starts with these lines and applies its
+        strides and padding become sizes; ``{p}`` in a line names parameter p's kernel
+        argument, as in ``expr``). A fused kernel starts with these lines and applies its
         element-wise epilogue to ``t{j}``.
     source, function_name
         Verbatim CUDA C of a custom kernel and the ``extern "C"`` function it defines.
     shape
-        Output shape rule ``shape(in_shapes, params) -> out_shape``.
+        Output shape rule ``shape(in_shapes, params) -> out_shape``. Element-wise ops
+        broadcast their inputs to the output under numpy's rules (:func:`broadcast_shape`);
+        the numpy reference, the simulator and the generated C all index them so.
+    align
+        For element-wise ops whose inputs broadcast other than by numpy's rules:
+        ``align(in_shapes, params) -> shapes``, the shape each input is read as, then
+        numpy-broadcast against the output (``bias_add`` reads its bias as ``(N,)``, a
+        batch norm its per-channel vectors as ``(C, 1, 1)``). Default: the inputs' own
+        shapes. The reference applies the same function, so the two cannot disagree.
     flops_per_element
         Floating-point operations per output element (used when ``cost`` is None).
     cost
@@ -393,6 +499,9 @@ class OpDef:
     function_name: str | None = field(default=None, repr=False)
     shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = field(
         default=_same_shape, repr=False
+    )
+    align: Callable[[Sequence[Shape], Mapping[str, float]], Sequence[Shape]] | None = field(
+        default=None, repr=False
     )
     flops_per_element: float = field(default=1.0, repr=False)
     cost: CostFn | None = field(default=None, repr=False)
@@ -466,6 +575,16 @@ class OpDef:
         return any(
             x is not None for x in (self.expr, self.row, self.kernel, self.element, self.source)
         )
+
+    def read_shapes(self, in_shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
+        """The shape each input is read as, broadcast against the output (see ``align``).
+
+        >>> get("bias_add").read_shapes([(4, 8), (1, 8)], {})
+        [(4, 8), (8,)]
+        """
+        if self.align is None:
+            return [tuple(s) for s in in_shapes]
+        return [tuple(s) for s in self.align(in_shapes, params)]
 
     def compute_into(
         self, inputs: Sequence[np.ndarray], out: np.ndarray, params: Mapping[str, float]
@@ -676,7 +795,9 @@ def custom(
         expr=expr,
         source=source,
         function_name=function_name,
-        shape=shape or _same_shape,
+        # an expr op is element-wise: the generated C broadcasts its inputs (numpy rules);
+        # a custom source indexes every input by the output index, so it needs equal shapes
+        shape=shape or (_broadcast_shape if expr is not None else _same_shape),
         flops_per_element=flops_per_element,
         dtype=dtype,
         widen=not reference_only,
@@ -724,7 +845,7 @@ def infer_shape(
     >>> infer_shape(get("add"), [(2, 3), (3, 2)], {}, "kernel 'a'")
     Traceback (most recent call last):
     ...
-    oxiwork.error.InvalidArgument: kernel 'a' (op 'add'): input 0 has shape (2, 3) but input 1 has shape (3, 2); element-wise ops need equal shapes (use bias_add to broadcast over the last axis)
+    oxiwork.error.InvalidArgument: kernel 'a' (op 'add'): input shapes (2, 3) and (3, 2) do not broadcast (axis -2 has sizes 2 and 3, input 1); in each axis, counted from the last, the sizes must be equal or 1
     """
     if len(in_shapes) != op.arity:
         raise InvalidArgument(
@@ -838,8 +959,9 @@ def _ew(
     flops: float = 1.0,
     params: tuple[tuple[str, float], ...] = (),
     fusion_class: FusionClass = FusionClass.ELEMENTWISE,
-    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _same_shape,
+    shape: Callable[[Sequence[Shape], Mapping[str, float]], Shape] = _broadcast_shape,
     inplace: bool = True,
+    align: Callable[[Sequence[Shape], Mapping[str, float]], Sequence[Shape]] | None = None,
     dtype: DtypeRule = float_dtype,
     widen: bool = True,
 ) -> OpDef:
@@ -854,6 +976,7 @@ def _ew(
         params=params,
         expr=expr,
         shape=shape,
+        align=align,
         flops_per_element=flops,
         dtype=dtype,
         widen=widen,
@@ -928,6 +1051,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         "({0} + {1})",
         fusion_class=FusionClass.BROADCAST,
         shape=_bias_shape,
+        align=_bias_align,
     ),
     # Reductions, matmul and transpose take the default rule: their copy is small next to
     # the work, and numpy's out= for them is not guaranteed safe when out aliases an input.

@@ -116,6 +116,7 @@ class _Fuser:
         self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
         self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
         self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
+        self.bases = frozenset(graph.views().values())
         self.stream = {nid: graph.node(nid).stream for nid in self.info}
         # can each candidate's output live only inside a fused kernel (if all readers join)?
         self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
@@ -150,6 +151,7 @@ class _Fuser:
         readers = self.readers[nid]
         return (
             not buf.external
+            and bid not in self.bases  # a view of it reads its bytes outside the group
             and self.g.writers(bid) == (nid,)
             and bool(readers)
             and all(r in self.info for r in readers)
@@ -300,6 +302,10 @@ class _Fuser:
             return "its output is external", (
                 f"its output {buf.name!r} is external: the result must reach memory"
             )
+        if bid in self.bases:
+            return "its output is viewed", (
+                f"its output {buf.name!r} is read through a view: the result must reach memory"
+            )
         if self.g.writers(bid) != (nid,):
             return "its output has other writers", f"its output {buf.name!r} has other writers"
         outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
@@ -360,6 +366,11 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
     if set(n.inputs) & set(n.outputs):
         # in place: reads and writes would race inside one kernel
         return "it reads and writes the same buffer (in place)"
+    views = graph.views()
+    if views and any(b in views for b in (*n.inputs, *n.outputs)):
+        # A fused kernel indexes its buffers contiguously and may keep one in registers;
+        # a view is another buffer's bytes, laid out by strides.
+        return "it reads or writes a view of another buffer (fused kernels read whole buffers)"
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone

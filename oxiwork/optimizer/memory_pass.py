@@ -1006,7 +1006,7 @@ def _plan_memory(
     offsets: dict[BufferId, int] = {}
     buffers = []
     for b in graph.buffers:
-        if b.external:
+        if b.external or b.base is not None:  # a view's address is its base's + its offset
             buffers.append(b)
             continue
         off = chosen.get(b.id, 0)

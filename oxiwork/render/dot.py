@@ -22,13 +22,14 @@ from oxiwork import cost
 from oxiwork.analysis import dominance, topo
 from oxiwork.error import BackendUnavailable, GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import NodeId, NodeKind
+from oxiwork.node import CondKind, GraphNode, NodeId, NodeKind
 from oxiwork.render import _style as st
 
 __all__ = [
     "COLOR_MODES",
     "SVG_MAX_NODES",
     "GraphvizMissing",
+    "body_title",
     "cuda_graph_dot",
     "domtree_dot",
     "escape",
@@ -213,10 +214,66 @@ def graph_dot(
             f"shape={_SHAPES[n.kind]}];"
         )
     lines += [f"  n{int(a)} -> n{int(b)};" for a, b in graph.edges]
+    bodies = [line for n in graph.nodes for line in _body_clusters(n, f"n{int(n.id)}", "  ")]
+    if bodies:  # an edge may end at a cluster only in a compound graph
+        lines.insert(1, "  compound=true;")
+        lines += bodies
     if legend:
         lines += _legend(items)
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def body_title(n: GraphNode, k: int) -> str:
+    """What body ``k`` of a child graph or conditional node is: ``then``, ``case 2``...
+
+    (Also the widget's details panel's words for it.)
+
+    >>> from oxiwork import course
+    >>> g = course.countdown_branch()
+    >>> body_title(next(n for n in g.nodes if n.name == "count down"), 0)
+    'count down: while ≠ 0 (≤ 16×)'
+    """
+    if n.kind is NodeKind.ChildGraph:
+        return f"{n.name}: child graph"
+    kind = n.cond_kind
+    if kind is CondKind.If:
+        return f"{n.name}: {'then' if k == 0 else 'else'}"
+    if kind is CondKind.While:
+        return f"{n.name}: while ≠ 0 (≤ {n.max_iterations}×)"
+    return f"{n.name}: case {k}"
+
+
+def _body_clusters(n: GraphNode, name: str, indent: str) -> list[str]:
+    """One dashed cluster per body of ``n`` (nested bodies inside), its nodes filled by
+    kind, and a dotted edge from ``n`` (DOT id ``name``) into it."""
+    lines: list[str] = []
+    for k, body in enumerate(n.bodies):
+        cluster = f"cluster_{name}_b{k}"
+        lines.append(
+            f"{indent}subgraph {cluster} {{ {_attrs(label=body_title(n, k))}; style=dashed; "
+            'color="#9aa5b4"; fontsize=9;'
+        )
+        ids = {m.id: f"{name}_b{k}_{int(m.id)}" for m in body.nodes}
+        if not body.nodes:  # an empty body still shows as a box
+            ids = {}
+            lines.append(f'{indent}  {name}_b{k}_empty [label="(empty)", shape=plaintext];')
+        for m in body.nodes:
+            fill = st.KIND_COLORS.get(m.kind.value, st.MUTED)
+            lines.append(
+                f"{indent}  {ids[m.id]} [{_attrs(label=(m.name, m.kind.value), tooltip=m.name, fillcolor=fill)}, "
+                f"shape={_SHAPES[m.kind]}];"
+            )
+        lines += [f"{indent}  {ids[a]} -> {ids[b]};" for a, b in body.edges]
+        for m in body.nodes:
+            lines += _body_clusters(m, ids[m.id], indent + "  ")
+        lines.append(f"{indent}}}")
+        first = ids[body.nodes[0].id] if body.nodes else f"{name}_b{k}_empty"
+        lines.append(
+            f"{indent}{name} -> {first} [lhead={cluster}, style=dotted, arrowhead=odot, "
+            "constraint=false];"
+        )
+    return lines
 
 
 def plan_dot(plan: Any) -> str:
@@ -314,7 +371,37 @@ def _desc_label(n: Any) -> tuple[str, ...]:
         return (*head, f"value 0x{n.value:x} x {n.width:,} ({n.element_size} B each)")
     if n.kind in ("event_record", "event_wait"):
         return (*head, f"event {n.event}")
+    if n.kind == "conditional":
+        return (*head, f"{n.cond_type} · handle {n.handle} · {len(n.bodies)} body graph(s)")
+    if n.kind in ("mem_alloc", "mem_free"):
+        return (*head, f"{n.dst[1] if n.dst else '?'} {n.nbytes:,} B")
     return head
+
+
+def _desc_bodies(n: Any, name: str, indent: str) -> list[str]:
+    """The body graphs of a lowered child graph / conditional node as dashed clusters."""
+    lines: list[str] = []
+    for k, body in enumerate(n.bodies):
+        cluster = f"cluster_{name}_b{k}"
+        title = "child graph" if n.kind == "child_graph" else f"{n.cond_type} body {k}"
+        lines.append(f"{indent}subgraph {cluster} {{ {_attrs(label=title)}; style=dashed;")
+        ids = [f"{name}_b{k}_{m.index}" for m in body.nodes]
+        for m, i in zip(body.nodes, ids, strict=True):
+            fill = _DESC_COLORS.get(m.kind, st.MUTED)
+            lines.append(
+                f"{indent}  {i} [{_attrs(label=_desc_label(m), tooltip=m.name, fillcolor=fill)}];"
+            )
+        lines += [f"{indent}  {ids[a]} -> {ids[b]};" for a, b in body.edges]
+        for m, i in zip(body.nodes, ids, strict=True):
+            lines += _desc_bodies(m, i, indent + "  ")
+        if not body.nodes:
+            ids = [f"{name}_b{k}_empty"]
+            lines.append(f'{indent}  {ids[0]} [label="(empty)", shape=plaintext];')
+        lines.append(f"{indent}}}")
+        lines.append(
+            f"{indent}{name} -> {ids[0]} [lhead={cluster}, style=dotted, constraint=false];"
+        )
+    return lines
 
 
 def cuda_graph_dot(desc: Any) -> str:
@@ -345,6 +432,10 @@ def cuda_graph_dot(desc: Any) -> str:
             f"  g{n.index} [{_attrs(label=_desc_label(n), tooltip=n.name, fillcolor=_DESC_COLORS.get(n.kind, st.MUTED))}];"
         )
     lines += [f"  g{a} -> g{b};" for a, b in desc.edges]
+    bodies = [line for n in desc.nodes for line in _desc_bodies(n, f"g{n.index}", "  ")]
+    if bodies:
+        lines.insert(1, "  compound=true;")
+        lines += bodies
     lines.append("}")
     return "\n".join(lines) + "\n"
 

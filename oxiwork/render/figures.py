@@ -46,7 +46,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES, timeline
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import NodeId
+from oxiwork.node import NodeId, NodeKind
 from oxiwork.render import _style as st
 from oxiwork.render.summary import COLUMNS, pass_rows
 
@@ -405,13 +405,16 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
 
     Lines: the arena size and the memory pass's ``lower_bound`` (the schedule-aware bound,
     :class:`~oxiwork.optimizer.memory_pass.MemoryReport`), and ``liveness_lower_bound``
-    when it is lower. Buffer names are written inside the rectangles they fit in.
+    when it is lower. Buffer names are written inside the rectangles they fit in. A
+    graph-owned buffer (a memory alloc node and, usually, a free node bound its lifetime)
+    is marked at the steps of its alloc (``▸``) and free (``◂``) nodes.
 
     Returns
     -------
     Figure
         Collection ``buffers`` (one rectangle per planned buffer; above
-        :data:`BATCH_ABOVE` buffers, one compound patch per colour), lines ``arena``,
+        :data:`BATCH_ABOVE` buffers, one compound patch per colour), ``mem_alloc`` and
+        ``mem_free`` (one marker per memory node, when there are any), lines ``arena``,
         ``lower bound`` (and ``liveness lower bound``), texts ``label``.
 
     Examples
@@ -463,6 +466,20 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
                    gid="liveness lower bound",
                    label=f"liveness lower bound {st.format_bytes(rep.liveness_lower_bound)} "
                    "(one order)")  # fmt: skip
+    # Graph-owned memory: the alloc and free nodes' steps, at the buffer's bytes.
+    where = {r["id"]: (r["offset"] + r["size"] / 2) / scale for r in rows}
+    for kind, marker, gid, text in (
+        (NodeKind.MemAlloc, ">", "mem_alloc", "memory alloc node"),
+        (NodeKind.MemFree, "<", "mem_free", "memory free node"),
+    ):
+        marks = [
+            (s.index + (0.0 if kind is NodeKind.MemAlloc else 1.0), where[int(s.outputs[0].buffer)])
+            for s in plan.steps
+            if s.kind is kind and s.outputs and int(s.outputs[0].buffer) in where
+        ]
+        if marks:
+            xs, ys = zip(*marks, strict=True)
+            ax.scatter(xs, ys, marker=marker, s=28, color=_INK, zorder=3, gid=gid, label=text)
     fits = _fitter(ax, _FONT)
     for r in rows:
         name = names.get(r["id"], f"#{r['id']}")

@@ -67,7 +67,11 @@ def _row(stage: str, g: ComputeGraph, arena: int | None, seconds: float) -> Pass
         stage=stage,
         kernels=len(g.kernels()),
         buffers=len(g.buffers),
-        bytes_without_reuse=sum(b.size_bytes for b in g.buffers if not b.external),
+        bytes_without_reuse=sum(
+            b.size_bytes
+            for b in g.buffers
+            if not b.external and b.base is None  # views: no bytes
+        ),
         arena=arena,
         event_waits=sum(1 for n in g.nodes if n.kind is NodeKind.EventWait),
         critical_path=info.makespan,

@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config, sweep
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
         "max_group_size": Field("int", required=False, bounds=OPTION_LIMITS["max_group_size"]),
     },
     "plan_memory": {},
+    # Plan every combination of stream caps and fusion (oxiwork.explore.sweep) for the Sweep tab.
+    "sweep": {},
     # Sent by the frontend after its first draw: run the pass pipeline, fill its views.
     "load_passes": {},
     "add_buffer": {

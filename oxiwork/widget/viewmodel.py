@@ -57,6 +57,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, GraphNode, NodeId, NodeKind
 from oxiwork.optimizer import memory
 from oxiwork.optimizer.memory_pass import MemoryReport, plan_memory
+from oxiwork.render.dot import body_title
 
 MAX_FUSION_ROWS = 24
 """Most "why not fused" rows the details panel gets for one node (a wide fan-out has many)."""
@@ -386,13 +387,16 @@ def summary_section(
         counts[n.kind.value] = counts.get(n.kind.value, 0) + 1
     words = {"kernel": "kernels", "memcpy": "copies", "memset": "memsets",
              "event_record": "event records", "event_wait": "event waits",
-             "host_callback": "host callbacks", "barrier": "barriers"}  # fmt: skip
+             "host_callback": "host callbacks", "barrier": "barriers",
+             "child_graph": "child graphs", "conditional": "conditionals",
+             "mem_alloc": "memory allocs", "mem_free": "memory frees"}  # fmt: skip
     parts = ", ".join(f"{c} {words.get(k, k)}" for k, c in counts.items())
     rows = [
         ["nodes", f"{graph.num_nodes} ({parts})"],
         [
             "buffers",
-            f"{len(graph.buffers)} · {_fmt_bytes(sum(b.size_bytes for b in graph.buffers))}",
+            f"{len(graph.buffers)} · "
+            f"{_fmt_bytes(sum(b.size_bytes for b in graph.buffers if b.base is None))}",
         ],
     ]
     info, _ = analysis if analysis is not None else _topo(graph)
@@ -555,7 +559,7 @@ def node_details(
         "predecessors": [graph.node(p).name for p in graph.predecessors(n.id)],
         "successors": [graph.node(s).name for s in graph.successors(n.id)],
         "config": cfg,
-        "params": [[k, str(v)] for k, v in n.params],
+        "params": [[k, str(v)] for k, v in n.params] + _graph_node_rows(graph, n),
         "fused_from": fused_from,
         "cost": info.cost[n.id] if info is not None else n.cost,
         "asap": info.asap[n.id] if info is not None else None,
@@ -565,6 +569,22 @@ def node_details(
         "fusion": _fusion_rows(n, fusion),
         "source": _source(graph, n),
     }
+
+
+def _graph_node_rows(graph: ComputeGraph, n: GraphNode) -> list[list[str]]:
+    """Rows for the details panel of a child graph, conditional or memory node: the
+    condition, each body and the nodes in it, or the buffer whose lifetime it bounds."""
+    rows: list[list[str]] = []
+    if n.condition is not None:
+        rows.append(["condition", f"{graph.buffer(n.condition).name} (its first element)"])
+    for k, body in enumerate(n.bodies):
+        names = ", ".join(m.name for m in body.nodes[:8]) + (", …" if len(body.nodes) > 8 else "")
+        rows.append([body_title(n, k), f"{_plural(len(body.nodes), 'node')}: {names or 'none'}"])
+    if n.kind is NodeKind.MemAlloc or n.kind is NodeKind.MemFree:
+        buf = graph.buffer(n.outputs[0])
+        what = "allocates" if n.kind is NodeKind.MemAlloc else "frees"
+        rows.append(["lifetime", f"{what} {buf.name} ({_fmt_bytes(buf.size_bytes)}, graph-owned)"])
+    return rows
 
 
 def _fusion_rows(n: GraphNode, fusion: Mapping[NodeId, list[list[str]]] | None) -> list[list[str]]:
@@ -616,6 +636,7 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         }
         for r in d["buffers"]
     ]
+    rects += _view_rects(graph, report, {r["id"]: r for r in rects})
     num_steps = max([len(report.order), *(r["end"] for r in rects)])
     return {
         "available": True,
@@ -634,6 +655,42 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         "strategy": d.get("strategy", ""),
         "optimal": bool(d.get("optimal", False)),
     }
+
+
+def _view_rects(
+    graph: ComputeGraph, report: MemoryReport, placed: Mapping[int, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """A rectangle per view of a drawn base, inside the base's bar: the bytes of the base it
+    covers, over the steps it is used (views hold no bytes of their own, so the memory
+    pass drew none). Listed after the bases, so they are drawn, and hovered, on top."""
+    views = graph.views()
+    if not views:
+        return []
+    steps: dict[BufferId, list[int]] = {}
+    for i, nid in enumerate(report.order):
+        if graph.has_node(nid):
+            n = graph.node(nid)
+            for b in (*n.inputs, *n.outputs):
+                if b in views:
+                    steps.setdefault(b, []).append(i)
+    out = []
+    for v, at in steps.items():
+        base = placed.get(int(views[v]))
+        if base is None:
+            continue
+        b = graph.buffer(v)
+        out.append(
+            {
+                "id": int(v),
+                "name": b.name,
+                "start": min(at),
+                "end": max(at) + 1,
+                "offset": base["offset"] + b.view_offset * b.itemsize,
+                "size": (b.view_extent - b.view_offset) * b.itemsize,
+                "view_of": base["id"],
+            }
+        )
+    return out
 
 
 def replan_memory(pass_input: ComputeGraph, mode: str, time_limit: float = 2.0) -> MemoryReport:

@@ -52,13 +52,14 @@ import json
 import pathlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import anywidget
 import numpy as np
 import traitlets
 
+from oxiwork import explore
 from oxiwork.analysis import paused_gc
 from oxiwork.budget import Budget, using
 from oxiwork.builder import GraphBuilder
@@ -74,6 +75,7 @@ from oxiwork.error import (
 )
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES as STREAM_MODES
+from oxiwork.explore import SweepTable
 from oxiwork.export.perfetto import perfetto_trace
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import BufferId, NodeId, NodeKind
@@ -105,7 +107,8 @@ SAVED_STAGES_MAX_NODES = 5000
 
 # What Workbench._set_graph saves and restores when installing a graph fails.
 _SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_position",
-                 "sim_state", "inspector", "inspector_values", "saved_stages")  # fmt: skip
+                 "sim_state", "inspector", "inspector_values", "saved_stages",
+                 "sweep_table")  # fmt: skip
 _CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
 _PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
 
@@ -222,6 +225,8 @@ class Workbench(anywidget.AnyWidget):
     #: Every pass stage's view, for a notebook saved as HTML (:meth:`save_stages`): the
     #: saved page's pass slider switches between them with no kernel.
     saved_stages = traitlets.Dict().tag(sync=True)
+    #: The last :meth:`sweep` of this graph (the Sweep tab's chart); {} before one.
+    sweep_table = traitlets.Dict().tag(sync=True)
     # Options of ExecutionPlan.build. Three traits rather than one dict: each is a plain
     # attribute in Python (``w.fusion = False``), checked on its own, and the frontend reads
     # them without unpacking; set_options changes several with one rebuild.
@@ -522,6 +527,50 @@ class Workbench(anywidget.AnyWidget):
         finally:
             self._setting_options = False
 
+    def sweep(
+        self,
+        max_streams: Iterable[int] | int = (1, 2, 4, 8),
+        fusion: Iterable[bool] | bool = (True, False),
+        max_group_size: Iterable[int] | int | None = None,
+    ) -> SweepTable:
+        """Plan this graph under every combination of the settings; show the table as a chart.
+
+        Runs :func:`oxiwork.explore.sweep` on :attr:`graph` (with this workbench's memory
+        planner, and its group size unless others are given) and syncs the rows to the
+        Sweep tab: modelled makespan against arena, the Pareto front marked, the current
+        setting ringed. Clicking a point there sets those options (as :meth:`set_options`),
+        so the workbench then plans that setting; its plan may use fewer streams than the
+        point's cap, since the workbench weighs memory against speed the way
+        :meth:`ExecutionPlan.build` does by default and the sweep does not.
+
+        Raises
+        ------
+        InvalidArgument
+            An empty or mistyped list of values (from :func:`oxiwork.explore.sweep`).
+        GraphError
+            The pipeline failed on the graph for some setting (it names the pass).
+
+        Examples
+        --------
+        >>> from oxiwork.examples import transformer_block
+        >>> w = Workbench(transformer_block(1))
+        >>> t = w.sweep(max_streams=[1, 4], fusion=[True])
+        >>> [r["max_streams"] for r in w.sweep_table["rows"]], any(r.pareto for r in t.rows)
+        ([1, 4], True)
+        """
+        groups = self.max_group_size if max_group_size is None else max_group_size
+        with using(self.budget):
+            table = explore.sweep(
+                self._graph, max_streams=max_streams, fusion=fusion,
+                memory_mode=(self.memory_mode,), max_group_size=groups,
+            )  # fmt: skip
+        self.sweep_table = {
+            "rows": table.to_records(),
+            "objectives": list(table.objectives),
+            "nodes": self._graph.num_nodes,
+        }
+        return table
+
     def pin(self) -> dict[str, Any]:
         """Pin the current plan's figures, to compare other settings against; return them.
 
@@ -662,6 +711,7 @@ class Workbench(anywidget.AnyWidget):
         try:
             with self.hold_sync():
                 self._graph = graph
+                self.sweep_table = {}  # a sweep of the old graph
                 self._install(session)
                 _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
         except BaseException:
@@ -1226,6 +1276,11 @@ class Workbench(anywidget.AnyWidget):
     def _h_sim_config(self, m: dict[str, Any]) -> str:
         return self.sim_config(m.get("policy", KEEP), m.get("drop_event", KEEP))
 
+    def _h_sweep(self, m: dict[str, Any]) -> str:
+        rows = self.sweep().rows
+        front = sum(r.pareto for r in rows)
+        return f"swept {len(rows)} settings: {front} on the Pareto front; click a point to plan it"
+
     def _h_pin(self, m: dict[str, Any]) -> str:
         if m.get("clear"):
             self.unpin()
@@ -1259,6 +1314,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "set_memory_mode": Workbench._h_set_memory_mode,
     "set_stream_mode": Workbench._h_set_stream_mode,
     "set_options": Workbench._h_set_options,
+    "sweep": Workbench._h_sweep,
     "plan_memory": Workbench._h_plan_memory,
     "load_passes": Workbench._h_load_passes,
     "sim": Workbench._h_sim,

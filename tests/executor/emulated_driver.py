@@ -107,6 +107,8 @@ ILLEGAL_ADDRESS = 700
 LAUNCH_FAILED = 719
 NOT_PERMITTED = 800
 GRAPH_EXEC_UPDATE_FAILURE = 910
+NOT_SUPPORTED = 801
+FILE_NOT_FOUND = 301
 
 _NAMES = {
     SUCCESS: "CUDA_SUCCESS",
@@ -196,6 +198,10 @@ static ox_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __restrict__ __restrict
 #define __shared__ static
 static inline float __int_as_float(unsigned v) { float f; memcpy(&f, &v, 4); return f; }
+// libcudadevrt's cudaGraphSetConditional: an emulated handle is the address of its value.
+void cudaGraphSetConditional(unsigned long long handle, unsigned int value) {
+    *(volatile unsigned int*)(uintptr_t)handle = value;
+}
 static inline unsigned __float_as_int(float f) { unsigned v; memcpy(&v, &f, 4); return v; }
 // cuda_fp16.h / cuda_bf16.h stand-ins (build_library drops their #include lines): the
 // storage types and the conversions generated kernels call, bit-exact round to nearest
@@ -546,6 +552,10 @@ class GraphNode:
 class Graph:
     handle: int
     nodes: list[int] = field(default_factory=list)
+    # device memory reserved by its memory alloc nodes, and the body graphs of its
+    # conditional nodes: both released with the graph
+    memory: list[int] = field(default_factory=list)
+    bodies: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -634,6 +644,11 @@ class EmulatedDriver:
         self.executed: list[str] = []  # labels of executed work (for tests), bounded
         self.in_callback = False
         self.context_resets = 0
+        # conditional handles: 4-byte cells whose address is the handle; link states;
+        # arrays the driver "owns" (phGraph_out of conditional nodes)
+        self.cond_cells: dict[int, np.ndarray] = {}
+        self.links: dict[int, dict[str, Any]] = {}
+        self._keep: list[Any] = []
 
     # ------------------------------------------------------------------ plumbing
     def __getattr__(self, name: str) -> Any:
@@ -1260,11 +1275,18 @@ class EmulatedDriver:
             g = self.graphs.pop(int(graph), None)
             if g is None:
                 raise EmulationError(INVALID_HANDLE, f"graph {int(graph):#x} does not exist")
-            for n in g.nodes:
-                self.nodes.pop(n, None)
+            self._release_graph(g)
             return ()
 
         return self._call("cuGraphDestroy", run)
+
+    def _release_graph(self, g: Graph) -> None:
+        for n in g.nodes:
+            self.nodes.pop(n, None)
+        for ptr in g.memory:
+            self._free(ptr, "device")
+        for body in g.bodies:  # owned by the conditional node: gone with its graph
+            self._release_graph(self.graphs.pop(body))
 
     def _graph(self, graph: Any) -> Graph:
         g = self.graphs.get(int(graph))
@@ -1419,6 +1441,122 @@ class EmulatedDriver:
             return (fn, int(params.userData or 0)), "host node"
 
         return self._add_node("cuGraphAddHostNode", graph, deps, ndeps, "host", make)
+
+    # ------------------------------------------------------------------ graph nodes
+    def cuGraphAddChildGraphNode(self, graph: Any, deps: Any, ndeps: int, child: Any) -> tuple:
+        def make() -> tuple:
+            self._graph(child)
+            return int(child), f"child graph {int(child):#x}"
+
+        return self._add_node("cuGraphAddChildGraphNode", graph, deps, ndeps, "child", make)
+
+    def cuGraphAddMemAllocNode(self, graph: Any, deps: Any, ndeps: int, params: Any) -> tuple:
+        def make() -> tuple:
+            nbytes = int(params.bytesize)
+            ptr = self._allocate(nbytes, "device")
+            self._graph(graph).memory.append(ptr)
+            params.dptr = ptr  # the driver writes the reserved address back
+            return (ptr, nbytes), f"mem alloc {nbytes} B"
+
+        return self._add_node("cuGraphAddMemAllocNode", graph, deps, ndeps, "mem_alloc", make)
+
+    def cuGraphAddMemFreeNode(self, graph: Any, deps: Any, ndeps: int, dptr: Any) -> tuple:
+        def make() -> tuple:
+            a = self.find(int(dptr))
+            if a is None or a.base != int(dptr):
+                raise EmulationError(INVALID_VALUE, f"{int(dptr):#x} is no graph allocation")
+            return (a.base, a.nbytes), f"mem free {a.nbytes} B"
+
+        return self._add_node("cuGraphAddMemFreeNode", graph, deps, ndeps, "mem_free", make)
+
+    def cuGraphConditionalHandleCreate(self, graph: Any, ctx: Any, default: int, flags: int):
+        def run() -> tuple:
+            self._graph(graph)
+            cell = np.array([int(default)], dtype=np.uint32)
+            self.cond_cells[int(cell.ctypes.data)] = cell
+            value = int(cell.ctypes.data)
+            return (_real.CUgraphConditionalHandle(value) if _real is not None else value,)
+
+        return self._call("cuGraphConditionalHandleCreate", run)
+
+    def cuGraphAddNode(self, graph: Any, deps: Any, edge_data: Any, ndeps: int, params: Any):
+        def make() -> tuple:
+            c = params.conditional
+            if _real is not None and int(params.type) != int(
+                _real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+            ):
+                raise EmulationError(NOT_SUPPORTED, "the emulator adds conditional nodes only")
+            cell = int(c.handle)
+            if cell not in self.cond_cells:
+                raise EmulationError(INVALID_VALUE, f"{cell:#x} is not a conditional handle")
+            size = int(c.size)
+            bodies = []
+            for _ in range(size):
+                h = next(self._ids)
+                self.graphs[h] = Graph(h)
+                bodies.append(h)
+            self._graph(graph).bodies.extend(bodies)
+            if _real is not None:  # phGraph_out points at driver-owned memory: fill it
+                out = (ctypes.c_uint64 * size)(*bodies)
+                self._keep.append(out)
+                ctypes.c_uint64.from_address(c.getPtr() + 16).value = ctypes.addressof(out)
+            else:
+                c.phGraph_out = [self._handle("graph", h) for h in bodies]
+            kind = {0: "if", 1: "while", 2: "switch"}[int(c.type)]
+            return (cell, kind, tuple(bodies)), f"conditional {kind} x{size}"
+
+        return self._add_node("cuGraphAddNode", graph, deps, ndeps, "conditional", make)
+
+    # ------------------------------------------------------------------ linking
+    def cuLinkCreate(self, n: int, options: Any, values: Any) -> tuple:
+        def run() -> tuple:
+            h = next(self._ids)
+            self.links[h] = {"cubins": [], "libraries": []}
+            return (h,)
+
+        return self._call("cuLinkCreate", run)
+
+    def cuLinkAddData(self, state: Any, kind: Any, data: Any, size: int, name: Any, *rest: Any):
+        def run() -> tuple:
+            self.links[int(state)]["cubins"].append(bytes(data)[: int(size)])
+            return ()
+
+        return self._call("cuLinkAddData", run)
+
+    def cuLinkAddFile(self, state: Any, kind: Any, path: Any, *rest: Any) -> tuple:
+        def run() -> tuple:
+            target = path.decode() if isinstance(path, bytes) else str(path)
+            if not Path(target).is_file():
+                raise EmulationError(FILE_NOT_FOUND, f"no file {target}")
+            self.links[int(state)]["libraries"].append(target)
+            return ()
+
+        return self._call("cuLinkAddFile", run)
+
+    def cuLinkComplete(self, state: Any) -> tuple:
+        def run() -> tuple:
+            link = self.links[int(state)]
+            if len(link["cubins"]) != 1 or not any("cudadevrt" in p for p in link["libraries"]):
+                raise EmulationError(INVALID_VALUE, "link one cubin with libcudadevrt")
+            (cubin,) = link["cubins"]
+            source = SOURCES.get(hashlib.sha256(cubin).hexdigest())
+            if source is None:
+                raise EmulationError(INVALID_IMAGE, "no CUDA C is known for the linked cubin")
+            image = b"oxemu-linked:" + cubin
+            remember_source(image, source)
+            buf = ctypes.create_string_buffer(image, len(image))
+            link["image"] = buf  # owned by the link state, as on a GPU
+            return (ctypes.addressof(buf), len(image))
+
+        return self._call("cuLinkComplete", run)
+
+    def cuLinkDestroy(self, state: Any) -> tuple:
+        def run() -> tuple:
+            if self.links.pop(int(state), None) is None:
+                raise EmulationError(INVALID_HANDLE, f"link state {int(state):#x} does not exist")
+            return ()
+
+        return self._call("cuLinkDestroy", run)
 
     def cuGraphAddEmptyNode(self, graph: Any, deps: Any, ndeps: int) -> tuple:
         return self._add_node(
@@ -1584,7 +1722,50 @@ class EmulatedDriver:
                              p["pitch"], label)  # fmt: skip
             elif kind == "host":
                 self._host_call(*p)
+            elif kind in ("child", "conditional", "mem_alloc", "mem_free"):
+                self._run_graph_node(kind, p, label)
             self.clock_ms += 0.001
+
+    def _run_body(self, graph: int) -> None:
+        """Run a child or conditional body graph: its nodes' current parameters, in a
+        random topological order."""
+        g = self._graph(graph)
+        nodes = [self.nodes[h] for h in g.nodes]
+        order = self._topological_order(
+            [n.handle for n in nodes], {n.handle: n.deps for n in nodes}
+        )
+        by = {n.handle: n for n in nodes}
+        self._run_graph(
+            order,
+            {h: by[h].kind for h in order},
+            {h: by[h].params for h in order},
+            {h: by[h].label for h in order},
+        )
+
+    def _run_graph_node(self, kind: str, p: Any, label: str) -> None:
+        if kind == "child":
+            self._run_body(p)
+        elif kind == "mem_alloc" or kind == "mem_free":
+            # fresh graph memory is "anything", and freed memory must not be read again:
+            # poison both, so a use outside the lifetime gives wrong numbers
+            ptr, nbytes = p
+            self._check_range(ptr, nbytes, "device", label)
+            (ctypes.c_ubyte * nbytes).from_address(ptr)[:] = bytes([POISON]) * nbytes
+        else:
+            cell, cond_type, bodies = p
+            value = int(self.cond_cells[cell][0])
+            if cond_type == "while":
+                for _ in range(1 << 20):
+                    if not int(self.cond_cells[cell][0]):
+                        return
+                    self._run_body(bodies[0])
+                raise EmulationError(LAUNCH_FAILED, f"{label}: the loop never ended")
+            if cond_type == "if":
+                k = 0 if value else (1 if len(bodies) == 2 else None)
+            else:
+                k = value if value < len(bodies) else None
+            if k is not None:
+                self._run_body(bodies[k])
 
     def cuGraphDebugDotPrint(self, graph: Any, path: Any, flags: int) -> tuple:
         def run() -> tuple:

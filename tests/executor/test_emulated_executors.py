@@ -118,6 +118,25 @@ def test_host_callbacks_run_on_every_replay(emu):
     scenarios.test_host_callbacks_run_on_every_replay(emu)
 
 
+def test_graph_nodes_match_the_simulator(emu):
+    scenarios.test_graph_nodes_match_the_simulator(emu)
+    # through the driver's own graph-node calls, the set-condition kernels linked
+    for call in (
+        "cuGraphAddChildGraphNode",
+        "cuGraphConditionalHandleCreate",
+        "cuGraphAddNode",
+        "cuGraphAddMemAllocNode",
+        "cuGraphAddMemFreeNode",
+        "cuLinkAddFile",
+        "cuLinkComplete",
+    ):
+        assert emu.driver.calls[call] > 0, call
+
+
+def test_while_bound_raises_on_the_gpu(emu):
+    scenarios.test_while_bound_raises_on_the_gpu(emu)
+
+
 def test_to_dot(emu, tmp_path):
     scenarios.test_to_dot(emu, tmp_path)
     text = (tmp_path / "graph.dot").read_text()

@@ -38,6 +38,7 @@ from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.executor.streams import StreamExecutor
 from oxiwork.node import MemcpyDir
 from tests.executor.gpu_fakes import build_plan, kitchen_sink_plan
+from tests.strategies import build_control_graph
 
 # fmad is off, so element-wise arithmetic matches numpy; transcendentals (expf, tanhf,
 # logf) differ by an ulp or two and reductions sum in another order.
@@ -216,6 +217,43 @@ def test_no_device_memory_growth_over_1000_cycles(gpu):
     assert growth < 16 << 20, (
         f"device memory shrank by {growth / 2**20:.1f} MiB over {gpu.cycles} cycles"
     )
+
+
+def test_graph_nodes_match_the_simulator(gpu):
+    # child graphs, IF/IF-else/WHILE/SWITCH conditionals (the set-condition kernels linked
+    # with libcudadevrt) and graph-owned memory, on random graphs
+    for seed in range(6):
+        graph, inputs = build_control_graph(seed, 6)
+        for streams in (1, 3):
+            plan = build_plan(graph, max_streams=streams)
+            with gpu.executor(CudaGraphExecutor, plan) as ex:
+                got, _ = ex.run(inputs)
+            _assert_same(got, _simulate(plan, inputs), f"seed {seed}, max_streams={streams}")
+
+
+def test_while_bound_raises_on_the_gpu(gpu):
+    from oxiwork.error import IterationLimit
+
+    b = GraphBuilder()
+    c, one, d = (b.alloc_buffer(n, 4) for n in ("c", "one", "d"))
+    b.add_memcpy("up c", MemcpyDir.HostToDevice, 4, dst=c)
+    b.add_memcpy("up one", MemcpyDir.HostToDevice, 4, dst=one)
+    loop = b.body()
+    loop.add_kernel("sub", 1, 1).inputs([c, one]).outputs([d]).finish()
+    loop.add_kernel("relu", 1, 1).inputs([d]).outputs([c]).finish()
+    b.add_while("count down", c, loop, max_iterations=4)
+    b.add_memcpy("down", MemcpyDir.DeviceToHost, 4, src=c)
+    plan = build_plan(b.build())
+    one_ = np.float32([1])
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
+        got, _ = ex.run({"c": np.float32([4]), "one": one_})  # exactly the bound: fine
+        assert float(got["c"][0]) == 0.0
+        try:
+            ex.run({"c": np.float32([9]), "one": one_})
+        except IterationLimit as e:
+            assert "max_iterations=4" in str(e)
+        else:
+            raise AssertionError("a WHILE past its bound must raise IterationLimit")
 
 
 def _main() -> int:

@@ -146,8 +146,8 @@ class TestConventions:
     def test_broadcast_input_indexed_modulo(self):
         g, node = single("bias_add")
         ks = kernel_source(g, node)
-        assert "in1[i % m1]" in ks.source
-        assert ("size_t", "m1", 8) in ks.scalar_args
+        assert "in1[(i % m1m0)]" in ks.source
+        assert ("size_t", "m1m0", 8) in ks.scalar_args
 
 
 class TestNvrtc:

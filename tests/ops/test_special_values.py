@@ -30,7 +30,7 @@ from hypothesis.extra import numpy as hnp
 from oxiwork import GraphBuilder, ops
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
-from oxiwork.ops import kernel_source, lib_conv, lib_dtype
+from oxiwork.ops import kernel_source, lib_conv, lib_dtype, lib_elementwise, lib_reduce
 from oxiwork.ops.program import bind
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import CXX, run_kernel
@@ -61,12 +61,32 @@ EXACT = {
     "bias_add",
     "max",
     "transpose",
+    # oxiwork.ops.lib_elementwise: batch norm's sqrtf and division are correctly rounded
+    # too, rsqrt is 1 / sqrtf (not the approximate rsqrtf), and the rest are selections
+    "batch_norm",
+    "hardtanh",
+    "relu6",
+    "rsqrt",
+    "add_scalar",
+    "sub_scalar",
+    "rsub_scalar",
+    "div_scalar",
+    "where",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
 }
 # - LIBM: transcendental functions. numpy's float32 exp/log/tanh (SIMD implementations) and
 #   the C library's expf/logf/tanhf (as CUDA's) are each faithful to a few ulp but not
 #   bit-identical; numpy documents a maximum error of 4 ulp for them (NEP 38 / the umath
 #   accuracy tests), so 4 ulp per transcendental call, plus one per rounding after it.
 LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
+# lib_elementwise: erf (numpy side: the C library's double erf rounded; C side: erff, within
+# 2 ulp), silu's exp, and pow (np.power and powf, each within a few ulp of the true value)
+LIBM_ULPS |= {"gelu_erf": 8, "silu": 6, "pow_scalar": 4}
 # - SUMS: sums over a row (sum, softmax, layer_norm, matmul) whose order differs: numpy sums
 #   pairwise (BLAS for matmul), the kernel per thread then as a tree. The difference is
 #   bounded by the classic error bound of recursive summation, |error| <= (n-1) u sum|x_i|
@@ -74,7 +94,7 @@ LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
 #   2002, section 4.2), propagated through the op's formula in ``_sum_tolerance``. Finite
 #   inputs of these ops stay within 1e4 so that no partial sum overflows in one order and
 #   not the other (an inf on one side only would be an artefact of the order, not a bug).
-SUMS = {"sum", "softmax", "layer_norm", "matmul"}
+SUMS = {"sum", "softmax", "layer_norm", "matmul", *lib_reduce.MATMULS}
 SUM_BOUND = 1e4
 
 
@@ -113,6 +133,11 @@ def input_shapes(op: ops.OpDef, rows: int, cols: int) -> list[tuple[int, ...]] |
         [(rows, cols)] * op.arity,
         [(rows, cols), (cols,)],
         [(rows, cols), (cols, 3)],
+        [(2, rows, cols), (2, cols, 3)],  # bmm
+        [(3,), (rows, cols), (cols, 3)],  # addmm
+        [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
+        [(rows, cols), (3, cols), (3,)],  # linear
+        [(rows, cols)] + [(cols,)] * (op.arity - 1),  # per-channel vectors (batch_norm)
     ):
         if len(shapes) != op.arity:
             continue
@@ -165,7 +190,30 @@ def assert_close(
     )
 
 
-def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+def _gemm_tolerance(name: str, xs: list[np.ndarray], params: dict) -> np.ndarray:
+    """Absolute tolerance of a strided GEMM: the summation bound on |alpha| |A| |B|, one
+    rounding of alpha * sum, one of beta * c and one of their sum."""
+    g = lib_reduce.gemm_of(name, [x.shape for x in xs])
+
+    def mag(k: int, lay, dims) -> np.ndarray:
+        x = np.abs(np.where(np.isfinite(xs[k]), xs[k], 0).astype(np.float64))
+        v = lib_reduce._take(x.astype(F32), lay, dims)
+        return np.asarray(v, np.float64)
+
+    a = mag(g.inputs[0], g.a, (g.batch, g.m, g.k))
+    b = mag(g.inputs[1], g.b, (g.batch, g.k, g.n))
+    alpha = abs(params.get("alpha", 1.0))
+    prod = alpha * (a @ b)
+    tol = 2 * (g.k + 2) * U * prod
+    if g.c is not None:
+        c = abs(params.get("beta", 1.0)) * mag(g.inputs[2], g.c, (g.batch, g.m, g.n))
+        tol = tol + 4 * U * (c + prod)
+    return tol.reshape(-1)
+
+
+def _sum_tolerance(
+    name: str, xs: list[np.ndarray], out: np.ndarray, params: dict | None = None
+) -> np.ndarray:
     """Absolute tolerance for an op that sums in a different order (see ``SUMS``)."""
     x = xs[0].astype(np.float64)
     ax = np.where(np.isfinite(x), np.abs(x), 0.0)
@@ -176,6 +224,8 @@ def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarr
     if name == "matmul":
         b = np.abs(np.where(np.isfinite(xs[1]), xs[1], 0).astype(np.float64))
         return (2 * (n + 1) * U * (ax @ b)).reshape(-1) + floor
+    if name in lib_reduce.MATMULS:  # |alpha| |A| |B| bounds the sum's error, then beta c
+        return _gemm_tolerance(name, xs, params or {}) + floor
     o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
     if name == "softmax":  # exp differs by LIBM ulps, the row sum by the summation bound
         return ((2 * LIBM_ULPS["exp"] + 2 * n + 4) * U * o + floor).reshape(-1)
@@ -193,7 +243,9 @@ def _sum_tolerance(name: str, xs: list[np.ndarray], out: np.ndarray) -> np.ndarr
     return (2 * d_err / sigma + o * rel + floor).reshape(-1)
 
 
-def compare_with_c(name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndarray) -> None:
+def compare_with_c(
+    name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndarray, params: dict | None = None
+) -> None:
     what = f"{name}: generated C vs numpy"
     if name in EXACT:
         assert_same(c, want, what)
@@ -201,11 +253,12 @@ def compare_with_c(name: str, xs: list[np.ndarray], c: np.ndarray, want: np.ndar
         ulps = LIBM_ULPS[name]
         # gelu's 1 + tanh(..) cancels for negative x: tanh's absolute error (<= 4 ulp of 1)
         # times 0.5|x| is what is left of it.
-        tol = 0.5 * np.abs(xs[0].astype(np.float64)) * 8 * U if name == "gelu" else 0.0
+        gelus = ("gelu", "gelu_erf")
+        tol = 0.5 * np.abs(xs[0].astype(np.float64)) * 8 * U if name in gelus else 0.0
         assert_close(c, want, what, ulps=ulps, tol=tol)
     else:
         assert name in SUMS, f"op {name!r} has no agreement class in this test: add it"
-        assert_close(c, want, what, ulps=2, tol=_sum_tolerance(name, xs, want))
+        assert_close(c, want, what, ulps=2, tol=_sum_tolerance(name, xs, want, params))
 
 
 _FNAME = re.compile(r"\b(\w+)\b")
@@ -284,12 +337,13 @@ def test_one_op_four_ways(name, so_dir, data, rows, cols, block):
     assert_same(sim, want, f"{name}: simulator (in-place form) vs reference")
 
     (c,) = run_c(g, node, xs, so_dir, block)
-    compare_with_c(name, xs, c, want)
+    compare_with_c(name, xs, c, want, {**op.defaults, **params})
 
 
 def test_every_builtin_op_has_an_agreement_class():
-    assert set(ops.BUILTIN_OPS) <= EXACT | set(LIBM_ULPS) | SUMS
-    assert set(_computable()) >= set(ops.BUILTIN_OPS)
+    ours = set(ops.BUILTIN_OPS) | {op.name for op in lib_elementwise.ELEMENTWISE_OPS}
+    assert ours <= EXACT | set(LIBM_ULPS) | SUMS
+    assert set(_computable()) >= ours
 
 
 @pytest.mark.parametrize("name", [n for n in _computable() if ops.get(n).inplace is not None])
@@ -312,7 +366,7 @@ def test_inplace_form_writing_over_its_input_equals_the_reference(name, data):
 # ------------------------------------------------------------------------------ fused chains
 ELEMENTWISE = sorted(
     n
-    for n in ops.BUILTIN_OPS
+    for n in (*ops.BUILTIN_OPS, *(op.name for op in lib_elementwise.ELEMENTWISE_OPS))
     if ops.get(n).fusion_class in (ops.FusionClass.ELEMENTWISE, ops.FusionClass.BROADCAST)
 )
 ROWS = sorted(n for n in ops.BUILTIN_OPS if ops.get(n).fusion_class is ops.FusionClass.REDUCTION)
@@ -349,8 +403,10 @@ def _chain_graph(names, rows, cols, params):
             ins_shapes = [cur_shape, (cols, cols)]
         else:
             ins_shapes = [cur_shape]
-            if op.arity == 2:
-                ins_shapes.append(cur_shape if name != "bias_add" else (cur_shape[-1],))
+            if name in ("bias_add", "batch_norm"):  # vectors over the last axis / channels
+                ins_shapes += [(cur_shape[-1],)] * (op.arity - 1)
+            else:
+                ins_shapes += [cur_shape] * (op.arity - 1)
         ins = [cur] + [ext(s) for s in ins_shapes[1:]]
         out_shape = ops.infer_shape(op, ins_shapes, {**op.defaults, **p}, "t")
         last = j == len(names) - 1

@@ -6,6 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from oxiwork import ops
 from oxiwork.error import InvalidArgument
@@ -109,9 +112,27 @@ class TestParams:
 
 
 class TestShapes:
-    def test_raises_on_unequal_elementwise_shapes(self):
-        with pytest.raises(InvalidArgument, match=r"kernel 'a' \(op 'add'\).*equal shapes"):
+    def test_raises_on_shapes_that_do_not_broadcast(self):
+        with pytest.raises(InvalidArgument, match=r"kernel 'a' \(op 'add'\).*do not broadcast"):
             ops.infer_shape(ops.get("add"), [(2, 3), (3, 2)], {}, "kernel 'a'")
+
+    @settings(max_examples=60, deadline=None)
+    @given(data=st.data())
+    def test_elementwise_shapes_broadcast_as_numpy(self, data):
+        out = data.draw(hnp.array_shapes(min_dims=0, max_dims=4, max_side=4), label="out")
+        shapes = data.draw(hnp.mutually_broadcastable_shapes(num_shapes=2, base_shape=out))
+        for name in ("add", "sub", "mul", "div"):
+            got = ops.infer_shape(ops.get(name), list(shapes.input_shapes), {}, "k")
+            assert got == np.broadcast_shapes(*shapes.input_shapes)
+
+    def test_custom_source_ops_keep_equal_shapes(self):
+        src = 'extern "C" __global__ void two_in(const float* in0, const float* in1, float* out0, size_t n) {}'
+        op = ops.custom("two_in", source=src, arity=2, reference=lambda xs: xs[0] + xs[1])
+        try:
+            with pytest.raises(InvalidArgument, match="equal shapes"):
+                ops.infer_shape(op, [(2, 3), (3,)], {}, "k")
+        finally:
+            ops.REGISTRY.pop("two_in")
 
     def test_raises_on_wrong_bias(self):
         with pytest.raises(InvalidArgument, match="bias of 3 elements"):

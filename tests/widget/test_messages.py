@@ -24,6 +24,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set_stream_mode": {"mode": "stream"},
     "set_options": {"max_streams": 2, "fusion": False, "max_group_size": 8},
     "plan_memory": {},
+    "sweep": {},
     "load_passes": {},
     "add_buffer": {"name": "b", "size_bytes": 64, "dtype": "float32"},
     "add_kernel": {

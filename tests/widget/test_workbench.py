@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oxiwork
-from oxiwork.error import GraphError, InvalidPlan
+from oxiwork.error import GraphError, InvalidArgument, InvalidPlan
 from oxiwork.examples import quick_start, transformer_block
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import POLICIES
@@ -1141,6 +1141,44 @@ class TestSaveStages:
         assert w.saved_stages["stages"]
         w.set_options(max_streams=1)
         assert w.saved_stages == {}
+
+
+class TestSweep:
+    """Issue 14: the workbench shows oxiwork.explore.sweep; a point's options plan it."""
+
+    def test_sweep_request_fills_the_chart_and_a_point_switches_the_plan(self) -> None:
+        w = Workbench(transformer_block(1), progressive=False)
+        r = send(w, "sweep")
+        assert r["type"] == "ok" and "on the Pareto front" in r["message"]
+        rows = w.sweep_table["rows"]
+        assert {(x["max_streams"], x["fusion"]) for x in rows} == {
+            (m, f) for m in (1, 2, 4, 8) for f in (True, False)
+        }
+        # no row on the front is dominated by another (explore's own property, as synced)
+        for a in (x for x in rows if x["pareto"]):
+            assert not any(
+                b["makespan"] <= a["makespan"] and b["arena_bytes"] <= a["arena_bytes"]
+                and (b["makespan"], b["arena_bytes"]) != (a["makespan"], a["arena_bytes"])
+                for b in rows
+            )  # fmt: skip
+        # what clicking the point sends: that setting's options; the plan follows
+        pick = next(x for x in rows if not x["fusion"] and x["max_streams"] == 1)
+        send(w, "set_options", max_streams=1, fusion=False, max_group_size=pick["max_group_size"])
+        assert (w.plan.num_streams, w.plan.kernel_count_fused) == (1, pick["kernel_count"])
+        assert w.sweep_table["rows"] == rows  # the chart stays to pick another point
+
+    def test_a_new_graph_clears_the_sweep(self) -> None:
+        w = Workbench(quick_start())
+        w.sweep(max_streams=[1], fusion=[True])
+        assert len(w.sweep_table["rows"]) == 1
+        w.graph = transformer_block(1)
+        assert w.sweep_table == {}
+
+    def test_raises_on_an_empty_list(self) -> None:
+        w = Workbench(quick_start())
+        with pytest.raises(InvalidArgument, match="at least one value"):
+            w.sweep(max_streams=[])
+        assert w.sweep_table == {}
 
 
 class TestPinAndCompare:

@@ -238,6 +238,12 @@ export class MemoryChart extends CanvasChart {
     return [
       h("div", { class: "ow-tt-name", text: b.name }),
       h("div", { class: "ow-tt-sub", text: `${formatBytes(b.size)} at offset ${formatBytes(b.offset)}` }),
+      b.view_of !== undefined
+        ? h("div", {
+            class: "ow-tt-sub",
+            text: `a view of ${mem.buffers.find((x) => x.id === b.view_of)?.name ?? "its base"}: its bytes, no memory of its own`,
+          })
+        : null,
       h("div", { class: "ow-tt-sub", text: `live steps [${b.start}, ${b.end})` }),
       inBound
         ? h("div", {
@@ -316,6 +322,16 @@ export class MemoryChart extends CanvasChart {
     g.rects.forEach((r, i) => {
       const b = mem.buffers[r.index];
       const live = this.simStep >= b.start && this.simStep < b.end;
+      if (b.view_of !== undefined) {
+        // A view: a dashed frame inside its base's bar (drawn after the bases).
+        const strong = i === this.hover || b.id === this.highlightBuffer;
+        ctx.strokeStyle = strong ? "#1b2430" : "rgba(255,255,255,0.95)";
+        ctx.lineWidth = 1.5;
+        ctx.setLineDash([3, 2]);
+        ctx.strokeRect(r.x + 1.5, r.y + 1.5, Math.max(1, r.w - 3), Math.max(1, r.h - 3));
+        ctx.setLineDash([]);
+        return;
+      }
       ctx.fillStyle = PALETTE[b.id % PALETTE.length];
       ctx.globalAlpha = i === this.hover || b.id === this.highlightBuffer || live ? 0.95 : 0.72;
       ctx.fillRect(r.x, r.y, r.w, r.h);

@@ -17,6 +17,7 @@ import { asBytes } from "./dagdata";
 import { PassLoader } from "./passes";
 import { CodeView } from "./code";
 import { comparePanel } from "./compare";
+import { sweepPanel, type SweepTable } from "./sweep";
 import type { RenderProps } from "@anywidget/types";
 import { Requests, type Model, type Payload, type WorkbenchModel, type Reply, type RequestType, type Send } from "./messages";
 import {
@@ -32,7 +33,7 @@ import {
 } from "./types";
 
 type SideTab = "details" | "build" | "sim";
-type BottomTab = "memory" | "streams" | "code" | "compare" | "dom" | "postdom" | "passes";
+type BottomTab = "memory" | "streams" | "code" | "compare" | "sweep" | "dom" | "postdom" | "passes";
 
 export class App {
   readonly root: HTMLDivElement;
@@ -153,7 +154,7 @@ export class App {
     });
     this.listen("change:dag", () => this.refresh(true));
     this.listen(
-      "change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size change:pinned",
+      "change:selection change:details change:color_mode change:sim_position change:sim_state change:pass_index change:max_streams change:fusion change:max_group_size change:pinned change:sweep_table",
       () => this.refresh(false),
     );
     this.listen("change:inspector change:inspector_values", () => this.renderSide());
@@ -516,6 +517,7 @@ export class App {
       ["streams", "Streams"],
       ["code", "Code"],
       ["compare", "Compare"],
+      ["sweep", "Sweep"],
       ["dom", "Dominator tree"],
       ["postdom", "Post-dominator tree"],
       ["passes", "Passes"],
@@ -585,18 +587,30 @@ export class App {
       compare: comparePanel(pinnedFigures(this.model.get("pinned")), vm.figures && "kernels" in vm.figures ? vm.figures : null, (t, p) =>
         this.send(t, p),
       ),
+      sweep: sweepPanel(
+        sweepTable(this.model.get("sweep_table")),
+        {
+          max_streams: Number(this.model.get("max_streams")),
+          fusion: !!this.model.get("fusion"),
+          max_group_size: Number(this.model.get("max_group_size")),
+        },
+        (t, p) => this.send(t, p),
+        this.bottomBody.clientWidth - 24,
+      ),
     };
     // Charts stay attached (hidden) so that their data- counts are always readable.
     for (const k of Object.keys(want) as BottomTab[]) {
       const elx = want[k];
-      if (k === "passes" || k === "compare") continue;
+      if (k === "passes" || k === "compare" || k === "sweep") continue;
       if (elx.parentElement !== body) body.append(elx);
       elx.classList.toggle("ow-hidden", k !== this.bottom);
     }
     body.querySelector(".ow-passes")?.remove();
     body.querySelector(".ow-compare")?.remove();
+    body.querySelector(".ow-sweep")?.remove();
     if (this.bottom === "passes") body.append(want.passes);
     if (this.bottom === "compare") body.append(want.compare);
+    if (this.bottom === "sweep") body.append(want.sweep);
     if (this.bottom === "memory" && isAvailable(vm.memory)) {
       const modeSel = h("select", { class: "ow-input ow-memory-mode", "aria-label": "memory planner" });
       for (const m of vm.memory.modes) modeSel.append(h("option", { value: m, text: m }));
@@ -662,6 +676,11 @@ export class App {
     });
     this.errorsBox.append(dismiss);
   }
+}
+
+function sweepTable(t: unknown): SweepTable | null {
+  const x = t as Partial<SweepTable> | null | undefined;
+  return x && Array.isArray(x.rows) ? (x as SweepTable) : null;
 }
 
 function pinnedFigures(p: unknown): PlanFigures | null {

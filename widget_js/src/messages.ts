@@ -6,6 +6,7 @@
 
 import type { AnyModel } from "@anywidget/types";
 import type { ErrorEntry, InspectorSection, NodeDetails, PlanFigures, SimSection, ViewModel } from "./types";
+import type { SweepTable } from "./sweep";
 
 /** The Workbench's synced traits, as the frontend sees them. */
 export interface WorkbenchModel {
@@ -29,6 +30,8 @@ export interface WorkbenchModel {
   pinned: PlanFigures | Record<string, never>;
   /** Every stage's view for a saved notebook (Workbench.save_stages); read by embed.ts only. */
   saved_stages: SavedStages | Record<string, never>;
+  /** The last Workbench.sweep (sweep.ts draws it); {} before one. */
+  sweep_table: SweepTable | Record<string, never>;
 }
 
 /** Every pass stage's view as Workbench.save_stages syncs it: the stage-dependent part of
@@ -58,6 +61,7 @@ export type Request =
   | { type: "set_stream_mode"; mode: string }
   | { type: "set_options"; max_streams?: number; fusion?: boolean; max_group_size?: Typed }
   | { type: "plan_memory" }
+  | { type: "sweep" }
   | { type: "load_passes" }
   | { type: "add_buffer"; name: string; size_bytes: number; dtype?: string }
   | {

@@ -68,6 +68,8 @@ export interface MemoryRect {
   end: number;
   offset: number;
   size: number;
+  /** Set for a view: the id of its base, whose bar it is drawn inside (it holds no bytes). */
+  view_of?: number;
 }
 
 export interface MemorySection {

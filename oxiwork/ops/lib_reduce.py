@@ -1,0 +1,391 @@
+"""Matmul variants and reductions of real networks: mm, bmm, addmm, baddbmm, linear, ...
+
+Every matmul variant here is one general batched GEMM, ``out[b, m, n] = beta * c[b, m, n] +
+alpha * sum_k a[b, m, k] * b[b, k, n]``, whose operands are *strided*: each is read from
+its input buffer at ``offset + b * batch + r * row + col * col`` (in elements), so a
+transposed weight (``linear``), a broadcast bias (``addmm``'s ``c`` of shape ``(N,)``) or
+the permuted attention heads torch's views describe are read in place, never copied. The
+variants differ only in how they derive those strides from their input shapes
+(:class:`Gemm`, one rule per op); :func:`strided_gemm` registers a variant whose strides
+are fixed (what an importer emits for an operand that is a view of a buffer).
+
+They are ``OUT_ELEMENTWISE`` heads (TVM's "out-elemwise-fusable"): each output element is
+computed on its own from whole input buffers, so element-wise epilogues (bias, activation,
+residual add, scale) fuse after them into one kernel.
+
+Example
+-------
+>>> import numpy as np
+>>> from oxiwork import ops
+>>> lin = ops.get("linear")
+>>> x = np.ones((2, 3), np.float32); w = np.arange(12, dtype=np.float32).reshape(4, 3)
+>>> lin.reference([x, w, np.zeros(4, np.float32)])
+array([[ 3., 12., 21., 30.],
+       [ 3., 12., 21., 30.]], dtype=float32)
+>>> ops.infer_shape(ops.get("bmm"), [(2, 3, 5), (2, 5, 7)], {}, "kernel 'b'")
+(2, 3, 7)
+
+References
+----------
+J. J. Dongarra, J. Du Croz, S. Hammarling, I. S. Duff, "A set of level 3 basic linear
+algebra subprograms", ACM TOMS 16(1), 1990 (GEMM: C <- alpha op(A) op(B) + beta C, with
+leading dimensions describing strided operands); PyTorch documentation, ``torch.addmm``
+and ``torch.baddbmm`` (``beta = 0`` ignores ``input``, NaN included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from oxiwork.error import InvalidArgument
+from oxiwork.ops.table import FusionClass, OpDef, Shape, _ShapeProblem, get, register
+
+__all__ = ["Gemm", "Strided", "gemm_of", "strided_gemm"]
+
+F32 = np.float32
+
+
+@dataclass(frozen=True, slots=True)
+class Strided:
+    """Where a ``(batch, rows, cols)`` operand's elements lie in its buffer (in elements).
+
+    Element ``[b, r, c]`` is at ``offset + b * batch + r * row + c * col``; a stride of 0
+    broadcasts that axis.
+
+    >>> Strided.dense(3, 5)
+    Strided(offset=0, batch=0, row=5, col=1)
+    """
+
+    offset: int
+    batch: int
+    row: int
+    col: int
+
+    @staticmethod
+    def dense(rows: int, cols: int, batched: bool = False) -> Strided:
+        """Row-major ``(rows, cols)`` matrices, one after the other if ``batched``."""
+        return Strided(0, rows * cols if batched else 0, cols, 1)
+
+    def last(self, dims: tuple[int, int, int]) -> int:
+        """The largest element index read for an operand of ``dims`` (batch, rows, cols)."""
+        b, r, c = dims
+        return self.offset + (b - 1) * self.batch + (r - 1) * self.row + (c - 1) * self.col
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One matmul call: sizes, each operand's :class:`Strided` layout, the output shape.
+
+    ``c`` is ``None`` for ops without an added input (mm, bmm). ``inputs`` says which
+    kernel input each operand is (a, b[, c]).
+    """
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    a: Strided
+    b: Strided
+    c: Strided | None
+    out: Shape
+    inputs: tuple[int, ...]
+
+    def check(self, in_shapes: Sequence[Shape]) -> Gemm:
+        """``self`` if every operand lies inside its buffer, else a shape problem."""
+        dims = {
+            "a": (self.batch, self.m, self.k),
+            "b": (self.batch, self.k, self.n),
+            "c": (self.batch, self.m, self.n),
+        }
+        for name, lay, i in zip("abc", (self.a, self.b, self.c), self.inputs, strict=False):
+            assert lay is not None
+            size = math.prod(in_shapes[i])
+            strides = (lay.batch, lay.row, lay.col)
+            if lay.offset < 0 or min(strides) < 0 or lay.last(dims[name]) >= size:
+                raise _ShapeProblem(
+                    f"operand {name} ({dims[name]} at offset {lay.offset}, strides {strides}) "
+                    f"reads past its buffer of shape {tuple(in_shapes[i])}"
+                )
+        return self
+
+
+LayoutFn = Callable[[Sequence[Shape]], Gemm]
+
+
+def _bias(shape: Shape, batch: int, m: int, n: int, batched: bool) -> Strided:
+    """Strides reading ``c`` of ``shape`` broadcast to ``(batch, m, n)`` (numpy's rules:
+    shapes aligned at the last axis, a size-1 axis read with stride 0)."""
+    target = (batch, m, n) if batched else (m, n)
+    try:
+        ok = np.broadcast_shapes(tuple(shape), target) == target
+    except ValueError:
+        ok = False
+    _need(ok, f"the added input of shape {tuple(shape)} does not broadcast to {target}")
+    strides = [0] * len(target)
+    step = 1
+    for axis, size in zip(range(len(target) - 1, -1, -1), reversed(shape), strict=False):
+        if size != 1:
+            strides[axis] = step
+        step *= size
+    if not batched:
+        strides = [0, *strides]
+    return Strided(0, strides[0], strides[1], strides[2])
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise _ShapeProblem(message)
+
+
+def _mm_layout(shapes: Sequence[Shape]) -> Gemm:
+    # a's leading axes fold into M (as matmul's do): a reshape of a [..., K] buffer to
+    # [M, K], what torch hands mm and addmm, is that buffer read whole
+    a, b = shapes[-2:]
+    _need(len(a) >= 2 and len(b) == 2, f"mm needs a of shape [M, K] and b [K, N], got {a} and {b}")
+    _need(a[-1] == b[0], f"mm inner dimensions differ: a {a} and b {b}")
+    m, k, n = math.prod(a[:-1]), a[-1], b[1]
+    return Gemm(1, m, n, k, Strided.dense(m, k), Strided.dense(k, n), None, (*a[:-1], n), (0, 1))
+
+
+def _bmm_layout(shapes: Sequence[Shape]) -> Gemm:
+    a, b = shapes[-2:]
+    _need(
+        len(a) == 3 and len(b) == 3 and a[0] == b[0],
+        f"bmm needs a of shape [B, M, K] and b [B, K, N], got {a} and {b}",
+    )
+    _need(a[2] == b[1], f"bmm inner dimensions differ: a {a} and b {b}")
+    (bt, m, k), n = a, b[2]
+    da, db = Strided.dense(m, k, True), Strided.dense(k, n, True)
+    return Gemm(bt, m, n, k, da, db, None, (bt, m, n), (0, 1))
+
+
+def _addmm_layout(shapes: Sequence[Shape]) -> Gemm:
+    g = _mm_layout(shapes)
+    c = _bias(shapes[0] if len(shapes[0]) <= 2 else (-1,), 1, g.m, g.n, batched=False)
+    return Gemm(g.batch, g.m, g.n, g.k, g.a, g.b, c, g.out, (1, 2, 0))
+
+
+def _baddbmm_layout(shapes: Sequence[Shape]) -> Gemm:
+    g = _bmm_layout(shapes)
+    c = _bias(shapes[0], g.batch, g.m, g.n, batched=True)
+    return Gemm(g.batch, g.m, g.n, g.k, g.a, g.b, c, g.out, (1, 2, 0))
+
+
+def _linear_layout(shapes: Sequence[Shape]) -> Gemm:
+    x, w, bias = shapes
+    _need(
+        len(x) >= 1 and len(w) == 2 and x[-1] == w[1],
+        f"linear needs x of shape [..., K] and a weight [N, K], got {x} and {w}",
+    )
+    n, k = w
+    _need(math.prod(bias) == n, f"linear needs a bias of {n} elements, got shape {bias}")
+    m = math.prod(x[:-1])
+    # y = x @ w.T: b[k, n] = w[n, k], so b's rows step by 1 and its columns by K
+    return Gemm(
+        1, m, n, k, Strided.dense(m, k), Strided(0, 0, 1, k), Strided(0, 0, 0, 1),
+        (*x[:-1], n), (0, 1, 2),
+    )  # fmt: skip
+
+
+def _take(x: np.ndarray, lay: Strided, dims: tuple[int, int, int]) -> np.ndarray:
+    """The ``dims`` operand ``lay`` describes, as a read-only strided view of ``x``."""
+    flat = np.ascontiguousarray(x, F32).reshape(-1)
+    size = flat.itemsize
+    view = as_strided(
+        flat[lay.offset :],
+        shape=dims,
+        strides=(lay.batch * size, lay.row * size, lay.col * size),
+        writeable=False,
+    )
+    return view
+
+
+def _gemm_reference(layout: LayoutFn) -> Callable[..., np.ndarray]:
+    def reference(xs: Sequence[np.ndarray], beta: float = 1.0, alpha: float = 1.0) -> np.ndarray:
+        g = layout([x.shape for x in xs])
+        a = _take(xs[g.inputs[0]], g.a, (g.batch, g.m, g.k))
+        b = _take(xs[g.inputs[1]], g.b, (g.batch, g.k, g.n))
+        out = np.matmul(a, b).astype(F32, copy=False)
+        if g.c is not None:
+            out = F32(alpha) * out
+            if beta != 0:  # torch: beta = 0 ignores the added input, NaNs included
+                out = F32(beta) * _take(xs[g.inputs[2]], g.c, (g.batch, g.m, g.n)) + out
+        return out.reshape(g.out)
+
+    return reference
+
+
+def _gemm_element(
+    layout: LayoutFn, scaled: bool
+) -> Callable[..., tuple[list[str], list[tuple[str, int]]]]:
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float] | None = None,
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        # One output element per thread; the products are summed in k order, so a fused
+        # and an unfused kernel agree bit for bit (compiled with --fmad=false).
+        g = layout(ins)
+        s = f"s{j}_"
+        a, b = ptrs[g.inputs[0]], ptrs[g.inputs[1]]
+        sizes = [(f"{s}mn", g.m * g.n), (f"{s}n", g.n), (f"{s}k", g.k)]
+        for name, lay in (("a", g.a), ("b", g.b), ("c", g.c)):
+            if lay is not None:
+                sizes += [(f"{s}{name}{f}", getattr(lay, f)) for f in ("offset", "batch")]
+                sizes += [(f"{s}{name}row", lay.row), (f"{s}{name}col", lay.col)]
+        bi, mi, ni = f"b{j}", f"m{j}", f"n{j}"
+        lines = [
+            f"size_t {bi} = {var} / {s}mn;",
+            f"size_t {mi} = ({var} % {s}mn) / {s}n;",
+            f"size_t {ni} = {var} % {s}n;",
+            f"const float* pa{j} = {a} + {s}aoffset + {bi} * {s}abatch + {mi} * {s}arow;",
+            f"const float* pb{j} = {b} + {s}boffset + {bi} * {s}bbatch + {ni} * {s}bcol;",
+            f"float t{j} = 0.0f;",
+            f"for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
+            f"    t{j} += pa{j}[q{j} * {s}acol] * pb{j}[q{j} * {s}brow];",
+            "}",
+        ]
+        if g.c is not None:
+            c = ptrs[g.inputs[2]]
+            lines += [
+                f"float c{j} = {c}[{s}coffset + {bi} * {s}cbatch + {mi} * {s}crow + "
+                f"{ni} * {s}ccol];",
+            ]
+            if scaled:  # torch: beta = 0 ignores the added input (a NaN in it too)
+                lines.append(
+                    f"t{j} = ({{beta}} == 0.0f) ? {{alpha}} * t{j} : "
+                    f"{{beta}} * c{j} + {{alpha}} * t{j};"
+                )
+            else:
+                lines.append(f"t{j} = c{j} + t{j};")
+        return lines, sizes
+
+    return element
+
+
+def _gemm_cost(layout: LayoutFn) -> Callable[[Sequence[Shape], Shape], tuple[float, float]]:
+    def cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+        g = layout(ins)
+        moved = sum(math.prod(s) for s in ins) + math.prod(out)
+        return 2.0 * g.batch * g.m * g.n * g.k, 4.0 * moved
+
+    return cost
+
+
+# op name -> its layout rule (what gemm_of reads)
+_LAYOUTS: dict[str, LayoutFn] = {}
+
+
+def gemm_of(op: str, in_shapes: Sequence[Shape]) -> Gemm:
+    """The :class:`Gemm` a matmul op of this module computes on buffers of ``in_shapes``.
+
+    >>> gemm_of("linear", [(8, 4), (16, 4), (16,)]).b     # the weight read transposed
+    Strided(offset=0, batch=0, row=1, col=4)
+    """
+    rule = _LAYOUTS.get(op)
+    if rule is None:
+        raise InvalidArgument(f"op {op!r} is not a matmul of oxiwork.ops.lib_reduce")
+    try:
+        return rule(in_shapes)
+    except _ShapeProblem as e:
+        raise InvalidArgument(f"op {op!r}: {e}") from None
+
+
+def _gemm_op(name: str, layout: LayoutFn, arity: int, scaled: bool) -> OpDef:
+    def checked(shapes: Sequence[Shape]) -> Gemm:
+        return layout(shapes).check(shapes)
+
+    _LAYOUTS[name] = checked
+
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        arity,
+        reference=_gemm_reference(checked),
+        params=(("beta", 1.0), ("alpha", 1.0)) if scaled else (),
+        element=_gemm_element(checked, scaled),
+        shape=lambda shapes, params: checked(shapes).out,
+        cost=_gemm_cost(checked),
+    )
+
+
+_MATMULS: tuple[OpDef, ...] = (
+    _gemm_op("mm", _mm_layout, 2, scaled=False),
+    _gemm_op("bmm", _bmm_layout, 2, scaled=False),
+    _gemm_op("addmm", _addmm_layout, 3, scaled=True),
+    _gemm_op("baddbmm", _baddbmm_layout, 3, scaled=True),
+    _gemm_op("linear", _linear_layout, 3, scaled=False),
+)
+
+
+def strided_gemm(
+    in_shapes: Sequence[Shape],
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    a: Strided,
+    b: Strided,
+    c: Strided | None = None,
+    *,
+    out: Shape | None = None,
+    inputs: tuple[int, ...] | None = None,
+) -> OpDef:
+    """The registered GEMM op reading operands laid out as given from buffers of ``in_shapes``.
+
+    ``inputs`` says which kernel input holds a, b (and c); by default ``(0, 1)`` or, with
+    ``c``, ``(1, 2, 0)`` (addmm's order). With ``c`` the op has ``beta``/``alpha``
+    parameters. The op is named ``gemm_<12 hex digits>`` after its layout, so equal calls
+    share one op; its shape rule accepts exactly ``in_shapes``.
+
+    >>> op = strided_gemm([(4, 3)], 1, 3, 3, 4, Strided(0, 0, 1, 3), Strided.dense(4, 3),
+    ...                   inputs=(0, 0))            # x.T @ x, both read from one buffer
+    >>> import numpy as np
+    >>> x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    >>> bool(np.array_equal(op.reference([x]), x.T @ x))
+    True
+    """
+    shapes = tuple(tuple(int(d) for d in s) for s in in_shapes)
+    if inputs is None:
+        inputs = (0, 1) if c is None else (1, 2, 0)
+    g = Gemm(
+        batch, m, n, k, a, b, c, tuple(out or ((batch, m, n) if batch > 1 else (m, n))), inputs
+    )
+    if any(not 0 <= i < len(shapes) for i in inputs) or len(inputs) != (2 if c is None else 3):
+        raise InvalidArgument(f"strided_gemm: inputs {inputs} do not name {len(shapes)} buffers")
+    if math.prod(g.out) != batch * m * n:
+        raise InvalidArgument(f"strided_gemm: out {g.out} does not hold {batch}x{m}x{n} elements")
+    try:
+        g.check(shapes)
+    except _ShapeProblem as e:
+        raise InvalidArgument(f"strided_gemm: {e}") from None
+    name = "gemm_" + hashlib.sha1(repr((shapes, g)).encode()).hexdigest()[:12]
+    op = get(name)
+    if op is not None and name in _LAYOUTS:
+        return op
+
+    def layout(got: Sequence[Shape]) -> Gemm:
+        if tuple(tuple(s) for s in got) != shapes:
+            raise _ShapeProblem(
+                f"this strided matmul reads buffers of shapes {shapes}, got {tuple(got)}; it "
+                "was registered for one layout and computes nothing else"
+            )
+        return g
+
+    return register(_gemm_op(name, layout, len(shapes), scaled=c is not None))
+
+
+for _op in _MATMULS:
+    register(_op)
+
+MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
+"""The matmul variants this module registers (strided ones, registered later, aside)."""

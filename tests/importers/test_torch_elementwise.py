@@ -1,0 +1,219 @@
+"""Element-wise ATen ops through the importer: broadcasting operands, batch norm,
+activations, scalars, where and comparisons map to library ops (not opaque), and the
+simulator computes eager's outputs with fusion on and off, on 1 to 4 streams."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, ops, verify
+from oxiwork.importers.torch import ImportedModel, from_exported_program, from_module
+from oxiwork.reference import evaluate
+
+
+class MaskAdd(nn.Module):
+    """Attention scores plus an additive mask broadcast over the heads, then softmax."""
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(scores + mask, dim=-1)
+
+
+class RMSScale(nn.Module):
+    """An RMS-norm-like scale: a per-row factor (..., 1) and a (hidden,) weight."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, d))
+
+    def forward(self, x: torch.Tensor, rms: torch.Tensor) -> torch.Tensor:
+        return (x * rms) * self.weight
+
+
+class BNBlock(nn.Module):
+    """Inference batch norm over (N, C, H, W), then the activations of CNNs and MLPs."""
+
+    def __init__(self, c: int = 4) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(c)
+        self.act = nn.SiLU()
+        self.clip = nn.Hardtanh(-0.5, 2.0)
+        self.relu6 = nn.ReLU6()
+        self.gelu = nn.GELU()  # approximate='none': the erf form
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gelu(self.relu6(self.clip(self.act(self.bn(x))) * 4.0))
+
+
+class Scalars(nn.Module):
+    """Python numbers in arithmetic: each becomes a parameter of a scalar op."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.rsqrt(x.pow(2) + 1.0)  # pow by a scalar, add a scalar
+        return (1.0 - y) / 3.0 - 0.25 * x.pow(3) - 0.5
+
+
+def _make(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    if name == "mask_add":
+        mask = torch.zeros(1, 1, 6, 6).masked_fill(torch.ones(6, 6).triu(1).bool(), -1e4)
+        return MaskAdd(), (torch.randn(1, 3, 6, 6), mask)
+    if name == "rms_scale":
+        return RMSScale(), (torch.randn(2, 5, 16), torch.rand(2, 5, 1) + 0.5)
+    if name == "bn_block":
+        m = BNBlock()
+        m.bn.running_mean.uniform_(-0.5, 0.5)  # non-trivial statistics
+        m.bn.running_var.uniform_(0.5, 2.0)
+        m.bn.weight.data.uniform_(0.5, 1.5)
+        m.bn.bias.data.uniform_(-0.2, 0.2)
+        return m, (torch.randn(2, 4, 5, 5),)
+    if name == "scalars":
+        return Scalars(), (torch.randn(3, 7),)
+    raise KeyError(name)
+
+
+MODELS = ("mask_add", "rms_scale", "bn_block", "scalars")
+_CACHE: dict[str, tuple[ImportedModel, tuple[np.ndarray, ...]]] = {}
+
+
+def _imported(name: str) -> tuple[ImportedModel, tuple[np.ndarray, ...]]:
+    if name not in _CACHE:
+        module, args = _make(name)
+        module.eval()
+        with torch.no_grad():
+            eager = module(*args)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        _CACHE[name] = (from_module(module, args), tuple(t.numpy() for t in eager))
+    return _CACHE[name]
+
+
+@pytest.mark.parametrize("name", MODELS)
+class TestElementwiseImport:
+    def test_graph_verifies_and_nothing_is_opaque(self, name: str) -> None:
+        model, _ = _imported(name)
+        verify(model.graph)
+        assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
+
+    def test_reference_equals_eager(self, name: str) -> None:
+        model, want = _imported(name)
+        got = model.outputs_from(evaluate(model.graph, model.inputs))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+    @pytest.mark.parametrize("streams", [1, 2, 4])
+    @pytest.mark.parametrize("fusion", [False, True])
+    def test_simulator_equals_eager(self, name: str, fusion: bool, streams: int) -> None:
+        model, want = _imported(name)
+        plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+    def test_fusion_merges_the_broadcasting_chain(self, name: str) -> None:
+        model, _ = _imported(name)
+        plan = ExecutionPlan.build(model.graph, fusion=True)
+        assert plan.kernel_count_fused < plan.kernel_count_original
+        if name != "scalars":  # chains (scalars is a DAG reading x twice)
+            assert plan.kernel_count_fused == 1
+
+
+def test_scalars_are_kept_as_parameters() -> None:
+    model, _ = _imported("scalars")
+    params = {n.op: dict(n.params) for n in model.graph.nodes if n.is_kernel}
+    assert params["add_scalar"] == {"other": 1.0}
+    assert params["rsub_scalar"] == {"other": 1.0}
+    assert params["div_scalar"] == {"other": 3.0}
+    assert params["sub_scalar"] == {"other": 0.5}
+    assert {"exponent": 2.0} in [dict(n.params) for n in model.graph.nodes if n.op == "pow_scalar"]
+
+
+def test_batch_norm_and_activations_map_to_library_ops() -> None:
+    model, _ = _imported("bn_block")
+    got = [n.op for n in model.graph.nodes if n.is_kernel]
+    # core ATen decomposes SiLU into x * sigmoid(x); the rest stay one op each
+    assert got == ["batch_norm", "sigmoid", "mul", "hardtanh", "scale", "relu6", "gelu_erf"]
+    ht = next(n for n in model.graph.nodes if n.op == "hardtanh")
+    assert dict(ht.params) == {"min_val": -0.5, "max_val": 2.0}
+
+
+def test_silu_maps_when_not_decomposed() -> None:
+    x = torch.randn(2, 6)
+    model = from_exported_program(torch.export.export(nn.SiLU(), (x,)))
+    assert model.opaque == () and next(n.op for n in model.graph.nodes) == "silu"
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_allclose(got, nn.SiLU()(x).numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_bool_results_stay_opaque_with_their_reason() -> None:
+    # comparisons give bool and where reads it: library ops write float32 0/1 until the
+    # op table carries bool, so these run through torch (and still compute eager's values)
+    class Where(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.where(x > y, x, y * 2.0)
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    model = from_module(Where(), (x, y))
+    reasons = {o.target: o.reason for o in model.opaque}
+    assert "bool" in reasons["aten.gt.Tensor"] and "bool" in reasons["aten.where.self"]
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_array_equal(got, Where()(x, y).numpy())
+
+
+# ----------------------------------------------------------------------------- torch semantics
+_SPECIAL = torch.tensor(
+    [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, -1e-45, 1.0, -1.0, 0.5, -0.5, 2.0, -3.0,
+     6.5, -20.0, 100.0, -100.0, 3.4e38, -3.4e38],
+    dtype=torch.float32,
+)  # fmt: skip
+F = torch.nn.functional
+# (library op, its params, what torch computes, exact: bit for bit incl. zero signs)
+_SEMANTICS = [
+    ("gelu_erf", {}, F.gelu, False),
+    ("silu", {}, F.silu, False),
+    ("hardtanh", {"min_val": -1.0, "max_val": 1.0}, F.hardtanh, True),
+    ("hardtanh", {"min_val": -0.5, "max_val": 2.0}, lambda x: F.hardtanh(x, -0.5, 2.0), True),
+    ("relu6", {}, F.relu6, True),
+    ("rsqrt", {}, torch.rsqrt, True),
+    *[
+        ("pow_scalar", {"exponent": e}, lambda x, e=e: torch.pow(x, e), e != 1.7)
+        for e in (2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 0.0, 1.0, 1.7)
+    ],
+    ("add_scalar", {"other": 0.25}, lambda x: x + 0.25, True),
+    ("sub_scalar", {"other": 0.25}, lambda x: x - 0.25, True),
+    ("rsub_scalar", {"other": 1.0}, lambda x: 1.0 - x, True),
+    ("div_scalar", {"other": 3.0}, lambda x: x / 3.0, False),
+]
+
+
+@pytest.mark.parametrize(("op", "params", "fn", "exact"), _SEMANTICS)
+def test_special_values_as_torch_computes_them(op, params, fn, exact) -> None:
+    want = fn(_SPECIAL).numpy()
+    got = ops.get(op).reference([_SPECIAL.numpy()], **params)
+    assert np.array_equal(np.isnan(got), np.isnan(want)), (got, want)
+    finite = ~np.isnan(want)
+    zeros = finite & (want == 0)
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros])), (got, want)
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        # gelu's 0.5x + 0.5x erf(..) cancels for negative x: absolute error ~ ulp(x) each side
+        x = np.abs(_SPECIAL.numpy().astype(np.float64))
+        err = np.abs(got.astype(np.float64) - want)
+        with np.errstate(invalid="ignore"):
+            ok = (got == want) | (err <= 2e-6 * np.abs(want) + 4e-7 * x)
+        assert ok[finite].all(), (got[~ok], want[~ok])
+
+
+def test_batch_norm_special_values_as_torch() -> None:
+    x = _SPECIAL.reshape(1, 1, -1).repeat(1, 3, 1)
+    mean, var = torch.tensor([0.0, 1.0, -2.0]), torch.tensor([1.0, 0.25, 4.0])
+    w, b = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.0, 0.5, -1.0])
+    want = F.batch_norm(x, mean, var, w, b, training=False, eps=1e-5).numpy()
+    got = ops.get("batch_norm").reference([t.numpy() for t in (x, mean, var, w, b)], eps=1e-5)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)

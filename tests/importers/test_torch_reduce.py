@@ -1,0 +1,129 @@
+"""Matmuls and reductions of imported modules map to ``oxiwork.ops.lib_reduce``, not opaque ops.
+
+The modules are tests/importers/test_torch.py's (whose tests check verification and eager's
+outputs with fusion on and off on 1-4 streams); here: which ops they became, that the
+matmuls read views (transposed weights, permuted heads) in place, and that epilogues fuse
+into them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, ops, verify
+from oxiwork.importers.torch import from_exported_program, from_module
+from oxiwork.ops import lib_reduce
+from tests.importers.test_torch import _assert_matches, _imported
+
+MATMUL_TARGETS = {
+    "aten.mm.default",
+    "aten.bmm.default",
+    "aten.addmm.default",
+    "aten.baddbmm.default",
+}
+
+
+def _is_matmul(op_name: str) -> bool:
+    return op_name in lib_reduce.MATMULS or op_name.startswith("gemm_")
+
+
+def _check(module: nn.Module, args: tuple[torch.Tensor, ...], decompose: bool = True):
+    module.eval()
+    with torch.no_grad():
+        eager = module(*args)
+    eager = eager if isinstance(eager, tuple) else (eager,)
+    if decompose:
+        model = from_module(module, args)
+    else:  # core ATen decomposes baddbmm and linear: import the exported program as is
+        model = from_exported_program(torch.export.export(module, args))
+    for fusion in (False, True):
+        for streams in (1, 3):
+            plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+            verify(plan)
+            stats = SequentialExecutor(plan).run(model.inputs)
+            _assert_matches(model.outputs_from(stats.outputs), tuple(t.numpy() for t in eager))
+    return model
+
+
+class TestMatmulsMap:
+    @pytest.mark.parametrize("name", ["mlp", "attention", "residual", "rms_norm"])
+    def test_no_matmul_is_opaque(self, name: str) -> None:
+        model, _ = _imported(name)
+        assert not [o for o in model.opaque if o.target in MATMUL_TARGETS]
+        heads = [n for n in model.graph.kernels() if _is_matmul(n.op)]
+        assert heads and all(n.fusible for n in heads)
+
+    def test_linear_layers_are_the_librarys_linear(self) -> None:
+        model, _ = _imported("mlp")
+        assert [n.op for n in model.graph.kernels() if n.name.endswith("addmm")] == ["linear"] * 3
+
+    def test_attention_reads_heads_in_place(self) -> None:
+        # q @ k.T and att @ v read permuted views of the heads: strided matmuls, no copies
+        model, _ = _imported("attention")
+        bmms = [n for n in model.graph.kernels() if model.targets[n.name] == "aten.bmm.default"]
+        assert len(bmms) == 2 and all(n.op.startswith("gemm_") for n in bmms)
+
+    def test_epilogues_fuse_into_matmul_heads(self) -> None:
+        model, _ = _imported("mlp")
+        plan = ExecutionPlan.build(model.graph, max_streams=1, fusion=True)
+        fused = [n for n in plan.graph.kernels() if n.fused is not None]
+        firsts = [n.fused.steps[0].op for n in fused]
+        assert firsts.count("linear") >= 2, [n.name for n in fused]  # linear+gelu, linear+relu..
+        assert len(plan.graph.kernels()) < len(model.graph.kernels())
+
+
+class TestMatmulModules:
+    def test_linear_without_bias_is_a_transposed_gemm(self) -> None:
+        torch.manual_seed(0)
+        model = _check(nn.Sequential(nn.Linear(6, 5, bias=False), nn.Tanh()), (torch.randn(3, 6),))
+        (k,) = [n for n in model.graph.kernels() if n.name.endswith("mm")]
+        assert k.op.startswith("gemm_") and model.opaque == ()
+
+    def test_baddbmm_and_addmm_keep_beta_alpha(self) -> None:
+        class Scaled(nn.Module):
+            def forward(self, c, a, b, c2, x, y):
+                return (
+                    torch.baddbmm(c, a, b, beta=0.5, alpha=-2.0),
+                    torch.addmm(c2, x, y, beta=0.0, alpha=3.0),
+                )
+
+        torch.manual_seed(0)
+        args = (
+            torch.randn(2, 1, 4),
+            torch.randn(2, 3, 5),
+            torch.randn(2, 5, 4),
+            torch.full((4,), float("nan")),  # beta = 0: ignored, NaN included
+            torch.randn(3, 6),
+            torch.randn(6, 4),
+        )
+        model = _check(Scaled(), args, decompose=False)
+        got = {n.op: dict(n.params) for n in model.graph.kernels()}
+        assert got["baddbmm"] == {"beta": 0.5, "alpha": -2.0}
+        assert got["addmm"] == {"beta": 0.0, "alpha": 3.0}
+        assert model.opaque == ()
+
+    def test_linear_before_decomposition(self) -> None:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3, bias=False))
+        model = _check(net, (torch.randn(2, 4, 6),), decompose=False)
+        assert [ops.get(n.op) is not None and _is_matmul(n.op) for n in model.graph.kernels()] == [
+            True,
+            False,
+            True,
+        ]
+        assert model.graph.kernels()[0].op == "linear" and model.opaque == ()
+
+    def test_matmul_of_a_transposed_input(self) -> None:
+        class XtX(nn.Module):
+            def forward(self, x):
+                return torch.relu(x.t() @ x)
+
+        torch.manual_seed(0)
+        model = _check(XtX(), (torch.randn(4, 3),))
+        (k,) = [n for n in model.graph.kernels() if _is_matmul(n.op)]
+        assert ops.get(k.op).arity == 1  # both operands read from x's one buffer
+        assert not [o for o in model.opaque if o.target in MATMUL_TARGETS]
+        np.testing.assert_equal(len(k.inputs), 1)

@@ -1,0 +1,173 @@
+"""The torch importer emits views as aliases: modules of our own using permute, transpose,
+reshape, slice, select, expand, ``t`` and an in-place ``copy_`` import to graphs that
+verify, whose views allocate nothing, and whose simulated outputs equal eager's with
+fusion on and off, on 1 to 4 streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from oxiwork.importers.torch import ImportedModel, from_module
+from oxiwork.ops import kernel_source
+
+
+class Heads(nn.Module):
+    """Attention-style head split: view, permute, contiguous (a clone of a permute)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (2, 6, 8)
+        h = x.view(2, 6, 2, 4).permute(0, 2, 1, 3).contiguous()
+        return torch.relu(h) * 2.0
+
+
+class Slices(nn.Module):
+    """Slices, selects and an expand read by element-wise ops."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # (3, 4, 5)
+        a = x[:, 1:3, :] + x[:, 2:4, :]
+        b = x[:, 0, :].unsqueeze(1).expand(3, 4, 5) - x
+        c = x.transpose(0, 2)[1]  # a transposed select, returned as a view
+        return a, b, c
+
+
+class TransposedWeight(nn.Module):
+    """A matmul of a transposed weight view (t()), then a reshape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (3, 4)
+        return (x @ self.w.t()).reshape(2, 9)
+
+
+class CopyInto(nn.Module):
+    """An in-place copy_ into a slice of an intermediate (functionalised by torch.export)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (2, 3, 4)
+        y = x * 2.0
+        y[:, 0, :].copy_(x[:, 1, :])
+        return y.transpose(1, 2).reshape(2, 12)
+
+
+CASES = {
+    "heads": (Heads, (2, 6, 8)),
+    "slices": (Slices, (3, 4, 5)),
+    "weight_t": (TransposedWeight, (3, 4)),
+    "copy_into": (CopyInto, (2, 3, 4)),
+}
+_CACHE: dict[str, tuple[ImportedModel, tuple[np.ndarray, ...]]] = {}
+
+
+def _imported(name: str) -> tuple[ImportedModel, tuple[np.ndarray, ...]]:
+    if name not in _CACHE:
+        cls, shape = CASES[name]
+        torch.manual_seed(0)
+        module = cls().eval()
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            eager = module(x)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        _CACHE[name] = (from_module(module, (x,)), tuple(t.numpy() for t in eager))
+    return _CACHE[name]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+class TestViews:
+    def test_graph_verifies_and_views_allocate_nothing(self, name: str) -> None:
+        model, _ = _imported(name)
+        g = model.graph
+        verify(g)
+        views = [b for b in g.buffers if b.is_view]
+        # (the matmul of weight_t reads its transposed weight in place: a strided GEMM of
+        # ops.lib_reduce, so no view buffer is needed there)
+        assert views or name == "weight_t", "the module's views should be alias buffers"
+        for streams in (1, 4):
+            plan = ExecutionPlan.build(g, max_streams=streams)
+            placed = {b.name: b for b in plan.graph.buffers}
+            assert all(placed[v.name].offset is None for v in views)
+            # the arena holds the bases only: views add no bytes
+            assert plan.memory is not None
+            assert set(plan.memory.offsets).isdisjoint(v.id for v in views)
+
+    @pytest.mark.parametrize("fusion", [True, False])
+    def test_outputs_equal_eager(self, name: str, fusion: bool) -> None:
+        model, eager = _imported(name)
+        for streams in (1, 2, 3, 4):
+            plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+            verify(plan)
+            got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+            assert len(got) == len(eager)
+            for g_, w in zip(got, eager, strict=True):
+                assert g_.shape == w.shape
+                np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-5)
+
+    def test_every_library_kernel_has_cuda_c(self, name: str) -> None:
+        model, _ = _imported(name)
+        g = model.graph
+        opaque = {o.kernel for o in model.opaque}
+        for n in g.nodes:
+            if n.is_kernel and n.name not in opaque:
+                assert kernel_source(g, n).source
+
+
+def test_clone_of_a_permute_is_a_copy_of_a_strided_view() -> None:
+    model, _ = _imported("heads")
+    g = model.graph
+    clones = [n for n in g.nodes if model.targets.get(n.name) == "aten.clone.default"]
+    assert [n.op for n in clones] == ["copy"]
+    view = g.buffer(clones[0].inputs[0])
+    base = g.buffer(view.base)
+    # x.view(2, 6, 2, 4).permute(0, 2, 1, 3) over x's row-major (2, 6, 8) elements
+    assert (view.array_shape, view.strides, base.name) == ((2, 2, 6, 4), (48, 4, 8, 1), "x")
+    assert not model.opaque
+
+
+def test_a_strided_view_into_a_non_elementwise_op_goes_through_a_copy() -> None:
+    b = nn.Softmax(dim=-1)
+
+    class SoftmaxT(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return b(x.t())
+
+    x = torch.randn(4, 6)
+    model = from_module(SoftmaxT().eval(), (x,))
+    g = model.graph
+    soft = next(n for n in g.nodes if n.op == "softmax")
+    (src,) = (g.buffer(i) for i in soft.inputs)
+    assert not src.is_view and src.name.endswith(".contiguous")
+    writer = g.node(g.writers(src.id)[0])
+    assert writer.op == "copy" and g.buffer(writer.inputs[0]).strides == (1, 6)
+    plan = ExecutionPlan.build(g)
+    (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    np.testing.assert_allclose(got, torch.softmax(x.t(), -1).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class IntoInput(nn.Module):
+    """An in-place copy_ into a slice of a user input: a write to the input's buffer."""
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        cache[:, :2].copy_(x.t())
+        return cache.sum(-1) * 1.0
+
+
+def test_an_in_place_write_into_an_input_writes_its_buffer() -> None:
+    x, cache = torch.randn(2, 3), torch.randn(3, 5)
+    model = from_module(IntoInput(), (x, cache.clone()))
+    g = model.graph
+    assert model.mutated == ("cache",)
+    (write,) = [n for n in g.nodes if n.name == "write cache"]
+    assert g.buffer(write.outputs[0]).external  # the input's own buffer is written
+    mutated = cache.clone()
+    with torch.no_grad():
+        want = IntoInput()(x, mutated)
+    for streams in (1, 2, 3, 4):
+        for fusion in (True, False):
+            plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
+            out = SequentialExecutor(plan).run(model.inputs).outputs
+            assert out is not None
+            np.testing.assert_allclose(model.outputs_from(out)[0], want.numpy(), rtol=1e-5)
+            np.testing.assert_array_equal(out["cache"], mutated.numpy())
