@@ -16,7 +16,8 @@ Every ratio is measured in this one run, against a baseline run on the same inpu
   no safe placement beats), the interval plan alone and TFLite's
   greedy-by-size on the same happens-before-safe lifetimes, time; the winning strategy is the
   interval planner's or the exact happens-before placement's (``conflict_best_fit_*``), and
-  the interval plan's ratio reads "skipped" when the pass did not run it (too many pairs);
+  the interval plan's ratio reads "skipped" when the pass did not run it (too many pairs,
+  or the placement already met the lower bound);
 * the MiniMalloc challenging instances through the memory helper's planner
   (``plan_intervals``) vs ``greedy_by_size``.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import os
 import sys
 import time
 from pathlib import Path
@@ -100,7 +102,8 @@ def bench_graph(shape: str, n: int, cap: int, max_pairs: int, rows: dict[str, li
     # greedy-by-size on the same lifetimes, each size rounded to the 256-byte alignment
     greedy, tg = timed(greedy_by_size, triples, alignment=256)
     # rep.plan is the interval planner's plan only when it ran; above MAX_INTERVAL_PAIRS
-    # overlapping pairs it is skipped and rep.plan carries the exact placement instead.
+    # overlapping pairs, or when the placement met the bound, it is skipped and rep.plan
+    # carries the exact placement instead.
     if rep.plan.strategy.startswith("conflict_best_fit"):
         interval = "skipped"
     else:
@@ -124,6 +127,8 @@ def build_table(sizes: list[int], shapes: list[str], cap: int) -> None:
     ExecutionPlan.build(synthetic(200, "layered"), max_streams=cap)  # imports, caches
     got: dict[tuple[str, int], tuple[float, float, dict[str, float]]] = {}
     print("## ExecutionPlan.build (issue 14 targets beside the measured numbers)\n")
+    # Other users of the machine stretch wall time (not CPU time): say how busy it was.
+    print(f"Load average at the start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)\n")
     print(
         "| shape | nodes | wall s | CPU s | fusion s | streams s | memory s | rest s "
         "(lowering, verify_plan) | arena / bound | streams | events | kernels | target |"
@@ -153,6 +158,7 @@ def build_table(sizes: list[int], shapes: list[str], cap: int) -> None:
                 f"{target} |",
                 flush=True,
             )
+    print(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}")
     print(f"\nGrowth per 10x nodes (target <= {GROWTH_TARGET:.0f}x), wall and CPU:\n")
     print("| shape | sizes | wall growth | CPU growth | target |")
     print("|---|---|---:|---:|---|")

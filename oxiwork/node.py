@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
+import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16", see DTYPES)
@@ -450,13 +452,33 @@ class GraphNode:
         return self.op if self.fused is None and self.op else _c_ident(self.name)
 
     def replace(self, **changes: Any) -> GraphNode:
-        """A copy with ``changes`` applied."""
-        return replace(self, **changes)
+        """A copy with ``changes`` applied.
+
+        >>> GraphNode(NodeId(0), "k", NodeKind.KernelLaunch).replace(name="j").name
+        'j'
+        """
+        # Positionally, all fields read at once (passes copy every node of 100k-node graphs;
+        # dataclasses.replace walks the fields in Python: about 1.7x slower). An unknown
+        # field takes dataclasses.replace for its TypeError.
+        if not _NODE_POSITIONAL or not changes.keys() <= _NODE_FIELD_INDEX.keys():
+            return replace(self, **changes)
+        values = list(_NODE_VALUES(self))
+        for k, v in changes.items():
+            values[_NODE_FIELD_INDEX[k]] = v
+        return GraphNode(*values)
+
+
+# GraphNode's fields in __init__ order, for GraphNode.replace.
+_NODE_FIELD_INDEX = {f.name: i for i, f in enumerate(fields(GraphNode))}
+_NODE_POSITIONAL = all(f.init for f in fields(GraphNode))
+_NODE_VALUES = operator.attrgetter(*_NODE_FIELD_INDEX)
+
+_NOT_C = re.compile(r"[^A-Za-z0-9_]")
 
 
 def _c_ident(name: str) -> str:
     """A valid C identifier derived from an arbitrary (possibly hostile) node name."""
-    out = "".join(c if (c.isascii() and (c.isalnum() or c == "_")) else "_" for c in name)
+    out = _NOT_C.sub("_", name)  # one pass in C: fused kernels' names run to 200 characters
     if not out or out[0].isdigit():
         out = "k_" + out
     return out

@@ -506,14 +506,19 @@ def _lower(
             args[b.id] = replace(
                 args[b.id], base=args[b.base], view_offset=b.view_offset, strides=b.strides
             )
+    node_of = {n.id: n for n in graph.nodes}
     event_of: dict[NodeId, int] = {}
     for nid in order:
-        if graph.node(nid).kind is NodeKind.EventRecord:
+        if node_of[nid].kind is NodeKind.EventRecord:
             event_of[nid] = len(event_of)
+    # dependencies as step indices, straight from the dense view's positions
+    d = graph.dense()
+    step_at = [index[nid] for nid in d.ids]
+    pos, pred = d.pos, d.pred
     count: dict[int, int] = {}
     steps = []
     for i, nid in enumerate(order):
-        n = graph.node(nid)
+        n = node_of[nid]
         s = int(n.stream or 0)
         position = count.get(s, 0)
         count[s] = position + 1
@@ -540,7 +545,7 @@ def _lower(
                 memset_value=n.memset_value,
                 event=event,
                 label=n.label,
-                depends_on=tuple(sorted(index[p] for p in graph.predecessors(nid))),
+                depends_on=tuple(sorted([step_at[q] for q in pred[pos[nid]]])),
             )
         )
     return ExecutionPlan(

@@ -12,7 +12,7 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
   shapes and dtypes (element-wise ops on shapes that broadcast, softmax/sum/max/
-  layer-norm over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  mean/amax/layer-norm (affine too) over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
@@ -999,11 +999,22 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return why
     if list(shape) != [x.shape[-1]] or not _rows_kept(x):
         return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
-    if weight is not None or bias is not None:
-        return "it has an affine weight/bias; the library's layer_norm has none"
     if call.index != 0:
         return "its mean/rstd output is used; the library's layer_norm gives the result only"
-    return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None and bias is None:
+        return "layer_norm", {"eps": float(eps)}, [x]
+    if weight is None or bias is None:
+        return "it has a weight without a bias (or the reverse); the library's affine norm has both"
+    why = _plain(call, [weight, bias])
+    return why or ("layer_norm_affine", {"eps": float(eps)}, [x, weight, bias])
+
+
+def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """mean over the last axis: the library's mean; over H and W of NCHW: a pooling."""
+    dims = call.args[1] if len(call.args) > 1 else call.kw("dim")
+    if _last_axis(call, dims):
+        return _row("mean", 1, _sum_extra)(call)
+    return _mean(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1234,8 +1245,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.copy.default": _copy,
     "aten._softmax.default": _row("softmax", 1, _softmax_extra),
     "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
-    # aten.amax is not mapped: the library's max skips NaNs (CUDA fmaxf) where torch.amax
-    # propagates them, so it runs as an opaque op with torch's own semantics.
+    # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
     "aten.addmm.default": _gemm_rule(batched=False, added=True),
@@ -1248,7 +1258,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.mean.dim": _mean,
+    "aten.mean.dim": _mean_dims,
+    "aten.amax.default": _row("amax", 1),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,

@@ -45,7 +45,14 @@ from typing import TYPE_CHECKING, Any
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
-from oxiwork.ops.strided import needs_strides, strided_kernel
+from oxiwork.ops.strided import (
+    needs_strides,
+    strided_kernel,
+    strided_view,
+    view_index,
+    view_scalars,
+    writes_strided,
+)
 from oxiwork.ops.table import Shape, broadcast_terms
 
 if TYPE_CHECKING:
@@ -112,11 +119,15 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
                 f"this kernel computes {typed}: run it in float32 (cast around it), or "
                 "give the op typed_pointers=True once its generator indexes any pointer"
             )
-    if needs_strides(graph, node):  # a non-contiguous view: indexed by its strides
+    if writes_strided(graph, node) or (
+        needs_strides(graph, node)
+        and node.fused is None
+        and (bound.steps[0].op.kernel is not None or bound.steps[0].op.source is not None)
+    ):  # written through a view, or an op whose own kernel reads whole buffers
         if typed:
             raise UnsupportedOp(
-                f"{bound.where} reads a non-contiguous {typed} view; strided kernels are "
-                "float32 only: make the view contiguous (a copy) or compute it in float32"
+                f"{bound.where} reads or writes a non-contiguous {typed} view; strided kernels "
+                "are float32 only: make the view contiguous (a copy) or compute it in float32"
             )
         return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
@@ -162,7 +173,10 @@ __device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max
     for (unsigned s = 1; s < blockDim.x; s <<= 1) {
         if ((threadIdx.x % (2 * s)) == 0 && threadIdx.x + s < blockDim.x) {
             float o = red[threadIdx.x + s];
-            red[threadIdx.x] = is_max ? fmaxf(red[threadIdx.x], o) : red[threadIdx.x] + o;
+            float a = red[threadIdx.x];
+            // is_max 2: a maximum that propagates NaN (torch.amax), 1: one that skips it
+            red[threadIdx.x] = is_max == 2 ? ((a != a || o != o) ? a + o : fmaxf(a, o))
+                             : is_max ? fmaxf(a, o) : a + o;
         }
         __syncthreads();
     }
@@ -246,8 +260,16 @@ class _Gen:
         self.bcast: dict[str, int] = {}
         self.prefixes: dict[tuple[int, Shape, Shape], str] = {}
         self.single = len(bound.steps) == 1
-        # In-place kernels alias an input and an output: __restrict__ would be a lie.
-        self.restrict = "" if set(node.inputs) & set(node.outputs) else " __restrict__"
+        # Inputs that are non-contiguous views, read at their strides (oxiwork.ops.strided).
+        self.strided = {
+            k: graph.buffer(b) for k, b in enumerate(node.inputs) if strided_view(graph, b)
+        }
+        # In-place kernels alias an input and an output, and a view may share its base's
+        # bytes with another argument: __restrict__ would be a lie.
+        aliased = set(node.inputs) & set(node.outputs) or any(
+            b in graph.views() for b in (*node.inputs, *node.outputs)
+        )
+        self.restrict = "" if aliased else " __restrict__"
 
     # ---------------------------------------------------------------- pieces
     def param_name(self, j: int, p: str) -> str:
@@ -268,6 +290,16 @@ class _Gen:
                 )
             return f"t{i}"
         have = self.b.in_shapes[i] if shape is None else shape
+        if i in self.strided:
+            if math.prod(have) != space:
+                raise UnsupportedOp(
+                    f"{self.b.where}: input {i} is a strided view of {math.prod(have)} "
+                    f"elements combined with {space}; copy the view into a buffer of its own "
+                    "first (op 'copy')"
+                )
+            return self.load(
+                i, f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
+            )
         if math.prod(have) == space:
             return self.load(i, f"in{i}[{var}]")
         terms = broadcast_terms(have, out) if math.prod(out) == space else None
@@ -338,6 +370,11 @@ class _Gen:
                     f"{self.b.where}: step {j} ({st.op.name}) reads an earlier step; an "
                     f"{st.op.name} can only start a fused kernel, reading its input buffers"
                 )
+            if any(i in self.strided for _, i in st.args):
+                raise UnsupportedOp(
+                    f"{self.b.where}: step {j} ({st.op.name}) reads a strided view whole; "
+                    "copy the view into a buffer of its own first (op 'copy')"
+                )
             # half arrays are handed over as float views (exact widening on every load)
             ptrs = [
                 f"ox_wide<{CTYPES[d]}>{{in{i}}}"
@@ -373,6 +410,8 @@ class _Gen:
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
         scalars += [("size_t", name, v) for name, v in self.bcast.items()]
+        for k, b in sorted(self.strided.items()):
+            scalars += view_scalars(f"x{k}", b)
         for j, st in enumerate(self.b.steps):
             scalars += [("float", self.param_name(j, p), v) for p, v in st.params.items()]
         args = ptrs + [f"{c} {n}" for c, n, _ in scalars]
@@ -444,9 +483,18 @@ class _Gen:
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [self.store(k, out_var, s) for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
+        # inputs after the first (an affine norm's weight and bias) are read per column
+        extra = []
+        for kind, i in red.args[1:]:
+            if kind != "in":
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name}'s input {len(extra) + 1} is computed in "
+                    "the kernel; a reduction reads only its first input from a step"
+                )
+            extra.append(self.arg(kind, i, "col", cols))
         # every recipe defines t{r} right before the tail: round it there (half dtypes)
         tail = self.rounding(r) + post_lines + writes
-        body = recipe(_RowParts(r, pre_lines, value, tail, params))
+        body = recipe(_RowParts(r, pre_lines, value, tail, params, extra))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
         src = (
             self.prelude()
@@ -471,6 +519,7 @@ class _RowParts:
     value: str
     tail: list[str]
     params: dict[str, str]
+    extra: list[str]  # the reduction's further inputs at column ``col`` (weight, bias)
 
 
 def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
@@ -482,12 +531,14 @@ def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
     return [*lines, "}"]
 
 
-def _reduce_recipe(init: str, combine: str, is_max: int) -> Callable[[_RowParts], list[str]]:
+def _reduce_recipe(
+    init: str, combine: str, is_max: int, finish: str = "acc"
+) -> Callable[[_RowParts], list[str]]:
     def recipe(p: _RowParts) -> list[str]:
         lines = [f"float acc = {init};"]
         lines += _row_loop(p, [f"acc = {combine.format(acc='acc', v=p.value)};"])
         lines += [f"acc = ox_block_reduce(acc, red, {is_max});", "if (threadIdx.x == 0) {"]
-        lines += [f"    float t{p.r} = acc;"] + [f"    {x}" for x in p.tail]
+        lines += [f"    float t{p.r} = {finish};"] + [f"    {x}" for x in p.tail]
         return [*lines, "}"]
 
     return recipe
@@ -504,6 +555,10 @@ def _softmax_recipe(p: _RowParts) -> list[str]:
 
 
 def _layer_norm_recipe(p: _RowParts) -> list[str]:
+    # with a weight and bias (p.extra), each normalised value is scaled and shifted
+    norm = f"({p.value} - mean) / den"
+    if p.extra:
+        norm = f"({norm}) * {p.extra[0]} + {p.extra[1]}"
     eps = p.params["eps"]
     lines = ["float mean = 0.0f;"]
     lines += _row_loop(p, [f"mean += {p.value};"])
@@ -513,7 +568,19 @@ def _layer_norm_recipe(p: _RowParts) -> list[str]:
         "var = ox_block_reduce(var, red, 0) / (float)cols;",
         f"float den = sqrtf(var + {eps});",
     ]
-    lines += _row_loop(p, [f"float t{p.r} = ({p.value} - mean) / den;", *p.tail])
+    lines += _row_loop(p, [f"float t{p.r} = {norm};", *p.tail])
+    return lines
+
+
+def _rms_norm_recipe(p: _RowParts) -> list[str]:
+    # x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019, eq. 4)
+    lines = ["float ms = 0.0f;"]
+    lines += _row_loop(p, [f"float v = {p.value};", "ms += v * v;"])
+    lines += [
+        "ms = ox_block_reduce(ms, red, 0) / (float)cols;",
+        f"float den = sqrtf(ms + {p.params['eps']});",
+    ]
+    lines += _row_loop(p, [f"float t{p.r} = ({p.value} / den) * {p.extra[0]};", *p.tail])
     return lines
 
 
@@ -524,4 +591,14 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "max": (_reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1), True),
     "softmax": (_softmax_recipe, False),
     "layer_norm": (_layer_norm_recipe, False),
+    "mean": (_reduce_recipe("0.0f", "{acc} + {v}", 0, "acc / (float)cols"), True),
+    "amax": (
+        _reduce_recipe(
+            _NEG_INF,
+            "(({acc}) != ({acc}) || ({v}) != ({v})) ? ({acc}) + ({v}) : fmaxf({acc}, {v})",
+            2,
+        ),
+        True,
+    ),
+    "rms_norm": (_rms_norm_recipe, False),
 }

@@ -55,7 +55,6 @@ window bounds, average-pool divisors).
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -113,12 +112,6 @@ def _decompose(j: int, var: str, dims: Sequence[tuple[str, str]]) -> list[str]:
     for name, size in reversed(dims[1:]):
         lines += [f"size_t {name} = v{j}_rest % {size};", f"v{j}_rest /= {size};"]
     return [*lines, f"size_t {dims[0][0]} = v{j}_rest;"]
-
-
-def _float_literal(v: float) -> str:
-    """An exact C float for ``v`` (its bits: -0.0, infinities and NaN payloads survive)."""
-    bits = struct.unpack("<I", struct.pack("<f", v))[0]
-    return f"__int_as_float(0x{bits:08x}u)"
 
 
 # ----------------------------------------------------------------------------- conv2d
@@ -575,7 +568,8 @@ def _pad_element(
         # the pad amounts may be negative (a crop): signed literals, not size_t arguments
         f"long long {v}h = (long long){v}p - ({t}LL);",
         f"long long {v}c2 = (long long){v}q - ({left}LL);",
-        f"float t{j} = {_float_literal(params['value'])};",
+        # the fill value is the kernel's float argument (a CUDA graph can update it)
+        f"float t{j} = {{value}};",
         f"if ({v}h >= 0 && {v}h < (long long){z['H']} && {v}c2 >= 0 && "
         f"{v}c2 < (long long){z['W']}) {{",
         f"    t{j} = {ptrs[0]}[({v}o * {z['H']} + (size_t){v}h) * {z['W']} + (size_t){v}c2];",

@@ -44,7 +44,18 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from oxiwork.error import InvalidArgument
-from oxiwork.ops.table import FusionClass, OpDef, Shape, _ShapeProblem, get, register
+from oxiwork.ops.table import (
+    FusionClass,
+    OpDef,
+    Shape,
+    _as_rows,
+    _layer_norm,
+    _row_max,
+    _row_reduce_shape,
+    _ShapeProblem,
+    get,
+    register,
+)
 
 __all__ = ["Gemm", "Strided", "gemm_of", "strided_gemm"]
 
@@ -384,8 +395,102 @@ def strided_gemm(
     return register(_gemm_op(name, layout, len(shapes), scaled=c is not None))
 
 
-for _op in _MATMULS:
+# ----------------------------------------------------------------------------- reductions
+# Over the last axis, one row per block (the row recipes of oxiwork.ops.codegen); element-wise
+# prologues (x * x before a mean) and epilogues (+ eps, rsqrt) fuse into them.
+def _mean(xs: Sequence[np.ndarray]) -> np.ndarray:
+    # the row's float32 sum, then one division by its length: what the kernel computes
+    rows = _as_rows(xs[0])
+    return (rows.sum(axis=-1, dtype=F32) / F32(rows.shape[-1])).astype(F32)
+
+
+def _amax(xs: Sequence[np.ndarray]) -> np.ndarray:
+    # torch.amax propagates NaN (the library's max skips it, as CUDA's fmaxf)
+    rows = _as_rows(xs[0])
+    return np.where(np.isnan(rows).any(axis=-1), F32(np.nan), _row_max(rows)).astype(F32)
+
+
+def _affine_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, *per_col = shapes
+    for k, s in enumerate(per_col, start=1):
+        _need(
+            math.prod(s) == x[-1],
+            f"input {k} (shape {tuple(s)}) needs {x[-1]} elements, one per column of x {x}",
+        )
+    return x
+
+
+def _layer_norm_affine(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
+    x, w, b = xs
+    n = x.shape[-1]
+    return (_layer_norm(x, eps) * w.reshape(n) + b.reshape(n)).astype(F32)
+
+
+def _rms_norm(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
+    # x / sqrt(mean(x^2) + eps) * weight, one float32 operation at a time as the kernel
+    x, w = xs
+    ms = (x * x).sum(axis=-1, keepdims=True, dtype=F32) / F32(x.shape[-1])
+    return ((x / np.sqrt(ms + F32(eps))) * w.reshape(x.shape[-1])).astype(F32)
+
+
+def _row_cost(flops: float) -> Callable[[Sequence[Shape], Shape], tuple[float, float]]:
+    def cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+        moved = sum(math.prod(s) for s in ins) + math.prod(out)
+        return flops * math.prod(ins[0]), 4.0 * moved
+
+    return cost
+
+
+_REDUCTIONS: tuple[OpDef, ...] = (
+    OpDef(
+        "mean",
+        FusionClass.REDUCTION,
+        1,
+        reference=_mean,
+        row="mean",
+        shape=_row_reduce_shape,
+        cost=_row_cost(1.0),
+    ),
+    OpDef(
+        "amax",
+        FusionClass.REDUCTION,
+        1,
+        reference=_amax,
+        row="amax",
+        shape=_row_reduce_shape,
+        cost=_row_cost(1.0),
+    ),
+    OpDef(
+        "layer_norm_affine",
+        FusionClass.REDUCTION,
+        3,
+        reference=lambda xs, eps: _layer_norm_affine(xs, eps),
+        params=(("eps", 1e-5),),
+        row="layer_norm",
+        shape=_affine_shape,
+        cost=_row_cost(10.0),
+    ),
+    OpDef(
+        "rms_norm",
+        FusionClass.REDUCTION,
+        2,
+        reference=lambda xs, eps: _rms_norm(xs, eps),
+        params=(("eps", 1e-6),),
+        row="rms_norm",
+        shape=_affine_shape,
+        cost=_row_cost(6.0),
+    ),
+)
+"""Reductions over the last axis: ``mean``, ``amax`` (NaN-propagating, as torch's),
+``layer_norm_affine`` (x, weight, bias) and ``rms_norm`` (x, weight), each with ``eps``.
+
+References: J. L. Ba, J. R. Kiros, G. E. Hinton, "Layer Normalization", 2016; B. Zhang,
+R. Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019."""
+
+for _op in (*_MATMULS, *_REDUCTIONS):
     register(_op)
+
+REDUCTIONS: frozenset[str] = frozenset(op.name for op in _REDUCTIONS)
 
 MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
 """The matmul variants this module registers (strided ones, registered later, aside)."""

@@ -36,7 +36,16 @@ import numpy as np
 
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import Buffer, BufferId, FusedProgram, FusedStep, GraphNode, NodeKind
-from oxiwork.ops.table import OpDef, Shape, bind_params, get, infer_dtype, infer_shape, widen
+from oxiwork.ops.table import (
+    FusionClass,
+    OpDef,
+    Shape,
+    bind_params,
+    get,
+    infer_dtype,
+    infer_shape,
+    widen,
+)
 from oxiwork.verify import KERNEL_CHECKS
 
 if TYPE_CHECKING:
@@ -294,6 +303,40 @@ def _in_args(k: int) -> tuple[tuple[str, int], ...]:
 _IN_ARGS: list[tuple[tuple[str, int], ...]] = [()]
 
 
+def _infer_reading(
+    op: OpDef,
+    shapes: list[Shape],
+    args: tuple[tuple[str, int], ...],
+    params: dict[str, float],
+    where: str,
+) -> Shape:
+    """``op``'s output shape; an element-wise step may read an earlier step's value reshaped.
+
+    A fused kernel's steps see the values of earlier steps in those steps' own shapes, where
+    the unfused kernels read them from buffers that may be reshapes of them ((8, 5) for a
+    (2, 4, 5) result; a reshape moves no element of a row-major buffer). So when an
+    element-wise step's shape rule refuses, an earlier step's value is read in the shape of
+    an input buffer of the step with the same element count (``shapes`` is updated); fusion
+    checks element counts, not shapes, for exactly this reason.
+    """
+    try:
+        return infer_shape(op, shapes, params, where)
+    except InvalidArgument:
+        if op.fusion_class not in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST):
+            raise
+        held = [s for (kind, _), s in zip(args, shapes, strict=True) if kind == "in"]
+        alt = list(shapes)
+        for k, (kind, _) in enumerate(args):
+            same = [s for s in held if math.prod(s) == math.prod(shapes[k])]
+            if kind == "step" and same:
+                alt[k] = same[0]
+        if alt == shapes:
+            raise
+        shape = infer_shape(op, alt, params, where)
+        shapes[:] = alt
+        return shape
+
+
 def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
     """:func:`bind` without the cache."""
     where = describe(node)
@@ -341,7 +384,7 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
         step_where = where if len(specs) == 1 else f"{where} step {j}"
         try:
             params = bind_params(op, given, step_where)
-            shape = infer_shape(op, shapes, params, step_where)
+            shape = _infer_reading(op, shapes, args, params, step_where)
             dtype = infer_dtype(op, dtypes, params, step_where)
         except InvalidArgument as e:
             if len(specs) > 1 or len(shapes) != op.arity:
@@ -500,6 +543,10 @@ def run(bound: BoundProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
                 "reference=..., replace=True) to compute it on the CPU"
             )
         args = [inputs[i] if kind == "in" else values[i] for kind, i in st.args]
+        # a step may read an earlier value reshaped (_infer_reading)
+        args = [
+            a if a.shape == s else a.reshape(s) for a, s in zip(args, st.in_shapes, strict=True)
+        ]
         if st.op.widen:
             args = [widen(a) for a in args]
         with np.errstate(all="ignore"):  # overflow, log of negatives: IEEE values, as on GPU

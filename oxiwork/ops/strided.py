@@ -41,7 +41,51 @@ from oxiwork.ops.program import bind
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["needs_strides", "strided_kernel"]
+__all__ = [
+    "needs_strides",
+    "strided_kernel",
+    "strided_view",
+    "view_index",
+    "view_scalars",
+    "writes_strided",
+]
+
+
+def strided_view(graph: ComputeGraph, bid: Any) -> bool:
+    """True if buffer ``bid`` is a non-contiguous view (read or written by its strides)."""
+    return bid in graph.views() and not graph.buffer(bid).is_contiguous
+
+
+def writes_strided(graph: ComputeGraph, node: GraphNode) -> bool:
+    """True if ``node`` writes a non-contiguous view (only :func:`strided_kernel` does)."""
+    return bool(graph.views()) and any(strided_view(graph, b) for b in node.outputs)
+
+
+def view_scalars(prefix: str, b: Any) -> list[tuple[str, str, Any]]:
+    """The ``size_t`` arguments of a strided view: its dimensions, then its strides.
+
+    >>> from oxiwork.node import Buffer, BufferId
+    >>> view_scalars("x0", Buffer(BufferId(1), "v", 24, shape=(3, 2), base=BufferId(0), strides=(1, 3)))
+    [('size_t', 'x0_d0', 3), ('size_t', 'x0_d1', 2), ('size_t', 'x0_s0', 1), ('size_t', 'x0_s1', 3)]
+    """
+    shape, strides = b.array_shape, b.strides or ()
+    return [("size_t", f"{prefix}_d{j}", d) for j, d in enumerate(shape)] + [
+        ("size_t", f"{prefix}_s{j}", s) for j, s in enumerate(strides)
+    ]
+
+
+def view_index(prefix: str, rank: int, var: str) -> str:
+    """The C expression of the element of a strided view at flat (row-major) index ``var``.
+
+    >>> view_index("x0", 2, "i")
+    '(((i) / x0_d1) % x0_d0) * x0_s0 + ((i) % x0_d1) * x0_s1'
+    """
+    terms = []
+    for j in range(rank):
+        divs = "".join(f" / {prefix}_d{q}" for q in range(j + 1, rank))
+        inner = f"(({var}){divs})" if divs else f"({var})"
+        terms.append(f"({inner} % {prefix}_d{j}) * {prefix}_s{j}")
+    return " + ".join(terms)
 
 
 def needs_strides(graph: ComputeGraph, node: GraphNode) -> bool:

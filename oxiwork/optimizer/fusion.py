@@ -48,16 +48,18 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oxiwork import validate
 from oxiwork.analysis import liveness, paused_gc
 from oxiwork.analysis.dominance import post_dominators
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import BufferId, FusedProgram, FusedStep, GraphNode, KernelConfig, NodeId
+from oxiwork.node import Buffer, BufferId, FusedProgram, FusedStep, GraphNode, KernelConfig, NodeId
 from oxiwork.ops import FusionClass, bind, get, kernel_source
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
@@ -71,8 +73,8 @@ _FUSIBLE_CLASSES = {
     FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
-_PLACEHOLDER = KernelConfig.linear(1, _THREADS)  # a fused node's launch until it is bound
-MAX_NAME = 200
+MAX_NAME = 200  # a fused kernel's "a+b+..." name; longer ones are shortened (<= 180)
+assert MAX_NAME <= validate.MAX_NAME_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,25 @@ class _Info:
     out: BufferId
     out_numel: int
     in_numel: tuple[int, ...]
+    rows: int  # a reduction's rows (its input's elements over the last axis), else 0
+
+
+class _Adjacency(dict[NodeId, list[NodeId]]):
+    """``node id -> neighbour ids`` of one side of a dense view, each list made when first
+    read."""
+
+    __slots__ = ("_adj", "_ids", "_pos")
+
+    def __init__(
+        self, ids: tuple[NodeId, ...], pos: Mapping[NodeId, int], adj: tuple[tuple[int, ...], ...]
+    ) -> None:
+        super().__init__()
+        self._ids, self._pos, self._adj = ids, pos, adj
+
+    def __missing__(self, nid: NodeId) -> list[NodeId]:
+        ids = self._ids
+        out = self[nid] = [ids[q] for q in self._adj[self._pos[nid]]]
+        return out
 
 
 class _Fuser:
@@ -110,9 +131,10 @@ class _Fuser:
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
         d = graph.dense()
-        ids = d.ids
-        self.succ = {ids[p]: [ids[q] for q in d.succ[p]] for p in range(len(ids))}
-        self.pred = {ids[p]: [ids[q] for q in d.pred[p]] for p in range(len(ids))}
+        # Neighbour lists by id, made on first use: the legality checks walk only the
+        # neighbourhoods of the groups they try.
+        self.succ = _Adjacency(d.ids, d.pos, d.succ)
+        self.pred = _Adjacency(d.ids, d.pos, d.pred)
         self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
         self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
         self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
@@ -209,10 +231,14 @@ class _Fuser:
                     return "an intermediate buffer has a consumer outside the group"
                 internal.add(out)
         first_writer = self.first_writer
+        views = self.g.views()
         for m in group:
             for bid in self.inputs[m]:
                 if bid in written and first_writer[bid] not in gset:
                     return "a member overwrites a buffer another member reads"
+                if views.get(bid) in written:
+                    # its threads would read elements other threads of the kernel write
+                    return "a member reads a view of a buffer another member writes"
         shape = self.structure_ok(sorted(group, key=self.pos.__getitem__), internal)
         if shape is not None:
             return shape
@@ -367,29 +393,39 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
         # in place: reads and writes would race inside one kernel
         return "it reads and writes the same buffer (in place)"
     views = graph.views()
-    if views and any(b in views for b in (*n.inputs, *n.outputs)):
-        # A fused kernel indexes its buffers contiguously and may keep one in registers;
-        # a view is another buffer's bytes, laid out by strides.
-        return "it reads or writes a view of another buffer (fused kernels read whole buffers)"
+    if views and any(b in views for b in n.outputs):
+        # A fused kernel may keep an output in registers; a view is another buffer's bytes.
+        return "it writes a view of another buffer (a fused kernel writes whole buffers)"
+    if views and op.element is not None and any(b in views for b in n.inputs):
+        # An out-element-wise head (matmul) reads its operands whole, row-major.
+        return f"its op {op.name!r} reads a view of another buffer whole"
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone
         return f"its buffers do not fit its op: {e}"
+    step = bound.steps[0]
+    rows = 0
+    if step.op.row is not None:
+        full = step.in_shapes[0]
+        rows = math.prod(full) // full[-1]
     return _Info(
         _FUSIBLE_CLASSES[op.fusion_class],
         n.outputs[0],
-        math.prod(bound.steps[0].shape),
+        math.prod(step.shape),
         tuple(math.prod(s) for s in bound.in_shapes),
+        rows,
     )
 
 
 def _fused_node(
-    graph: ComputeGraph, nid: NodeId, group: list[NodeId]
+    graph: ComputeGraph, nid: NodeId, group: list[NodeId], fuser: _Fuser
 ) -> tuple[GraphNode, set[BufferId]]:
-    """The kernel replacing ``group`` and the buffers that become internal to it."""
+    """The kernel replacing ``group`` (members classified by ``fuser``) and the buffers
+    that become internal to it."""
     gset = set(group)
     nodes = [graph.node(m) for m in group]
-    internal = {n.outputs[0] for n in nodes if any(r in gset for r in graph.readers(n.outputs[0]))}
+    readers = fuser.readers
+    internal = {n.outputs[0] for n in nodes if any(r in gset for r in readers[n.id])}
     inputs: list[BufferId] = []
     step_of: dict[BufferId, int] = {}
     steps: list[FusedStep] = []
@@ -413,6 +449,7 @@ def _fused_node(
     if len(name) > MAX_NAME:
         name = f"{nodes[0].name[:80]}+...+{nodes[-1].name[:80]} ({len(nodes)} kernels)"
     program = FusedProgram(tuple(steps), tuple(results))
+    info = [fuser.info[m] for m in group]
     node = GraphNode(
         nid,
         name,
@@ -420,23 +457,30 @@ def _fused_node(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         stream=nodes[0].stream,
-        config=_PLACEHOLDER,  # replaced below once shapes are known
+        config=_config(info, results[0]),
         fusible=True,
         fused=program,
         fused_from=tuple(group),
     )
-    return node.replace(config=_config(graph, node)), internal
+    return node, internal
 
 
-def _config(graph: ComputeGraph, node: GraphNode) -> KernelConfig:
-    """A launch covering the work: one thread per element, or one block per row."""
-    bound = bind(graph, node)
-    red = [st for st in bound.steps if st.op.row is not None]
-    if red:
-        rows = math.prod(red[0].in_shapes[0]) // red[0].in_shapes[0][-1]
-        return KernelConfig.linear(max(1, min(rows, 65535)), _THREADS)
-    n = math.prod(bound.steps[bound.outputs[0]].shape)
-    return KernelConfig.linear(max(1, min(math.ceil(n / _THREADS), 65535)), _THREADS)
+_CONFIGS: dict[int, KernelConfig] = {}  # blocks -> launch (KernelConfig checks CUDA's limits)
+
+
+def _config(info: list[_Info], first_result: int) -> KernelConfig:
+    """A launch covering the work of a group (its members' infos, in step order, and the
+    step of its first output): one thread per element, or one block per row. From the
+    members' shapes, so the fused kernel need not be bound to size its launch."""
+    rows = [inf.rows for inf in info if inf.cls == "R"]
+    if rows:
+        blocks = max(1, min(rows[0], 65535))
+    else:
+        blocks = max(1, min(math.ceil(info[first_result].out_numel / _THREADS), 65535))
+    config = _CONFIGS.get(blocks)
+    if config is None:
+        config = _CONFIGS[blocks] = KernelConfig.linear(blocks, _THREADS)
+    return config
 
 
 def _apply(
@@ -456,7 +500,11 @@ def _apply(
     edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
     edges = {(a, b) for a, b in edges if a != b}
     buffers = [b for b in graph.buffers if b.id not in removed]
-    return graph.with_changes(nodes=nodes, buffers=buffers, edges=edges), sorted(removed)
+    # The fused kernels are made of their members' checked values (names, ops, params,
+    # stream), ids and step indices, and a launch KernelConfig checked on construction:
+    # the graph need not check their fields again.
+    new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges, checked_nodes=fused)
+    return new, sorted(removed)
 
 
 def program_order(graph: ComputeGraph) -> list[NodeId]:
@@ -502,8 +550,40 @@ def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) 
     return liveness.max_live_bytes(graph, list(program_order(graph) if order is None else order))
 
 
+_BUFFER_KEY = operator.attrgetter(
+    *(f for f in Buffer.__slots__ if f not in ("id", "name", "offset"))
+)
+
+
+def _check_source(graph: ComputeGraph, node: GraphNode, sources: dict[Any, bool]) -> None:
+    """Generate ``node``'s CUDA C once per distinct program (raising the GraphError that
+    generating it raises; a program that failed is generated again, for its message).
+
+    The source is a function of the steps (ops, parameters, wiring), the buffers' types
+    and shapes and whether an input is also an output; names only enter its identifiers.
+    Groups repeating one program (a model's layers) are so generated once per pass.
+    """
+    fused = node.fused
+    assert fused is not None
+    key = (
+        tuple((st.op, st.params, st.args) for st in fused.steps),
+        fused.outputs,
+        len(node.inputs),
+        tuple(_BUFFER_KEY(graph.buffer(b)) for b in (*node.inputs, *node.outputs)),
+        tuple(b in node.outputs for b in node.inputs),
+    )
+    if not sources.get(key, False):  # not yet generated, or it failed: say so for this node
+        sources[key] = False
+        kernel_source(graph, node)
+        sources[key] = True
+
+
 def _round(
-    graph: ComputeGraph, max_group_size: int, limit: int, known: dict[NodeId, _Info | str]
+    graph: ComputeGraph,
+    max_group_size: int,
+    limit: int,
+    known: dict[NodeId, _Info | str],
+    sources: dict[Any, bool],
 ) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], _Fuser]:
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
     buffers removed, the groups undone (they raised peak memory above ``limit``), the fuser
@@ -519,8 +599,8 @@ def _round(
     first = int(graph.next_node_id())  # fused nodes are numbered from here, in group order
     for group in groups:
         try:
-            node, internal = _fused_node(graph, NodeId(first + len(made)), group)
-            kernel_source(graph, node)
+            node, internal = _fused_node(graph, NodeId(first + len(made)), group, fuser)
+            _check_source(graph, node, sources)
         except GraphError as e:
             fuser.rejected["generated kernel failed to build"] += 1
             failed.append((group, f"the generated kernel for the group failed to build: {e}"))
@@ -612,6 +692,7 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     # running ``fuse`` on its own result changes nothing.
     new, after, groups, removed = graph, before, [], []
     known: dict[NodeId, _Info | str] = {}
+    sources: dict[Any, bool] = {}  # fused programs whose CUDA C was generated
     fused_nodes: dict[NodeId, tuple[NodeId, ...]] = {}
     undone: dict[frozenset[NodeId], list[NodeId]] = {}
     rejected: Counter[str] = Counter()
@@ -623,7 +704,9 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     rounds = 0
     while max_group_size > 1:
         first = int(new.next_node_id())
-        new, peak, got, gone, dropped, fuser, failed = _round(new, max_group_size, before, known)
+        new, peak, got, gone, dropped, fuser, failed = _round(
+            new, max_group_size, before, known, sources
+        )
         rounds += 1
         rejected = fuser.rejected
         said.update((p, (rounds, rec)) for p, rec in fuser.why.items())

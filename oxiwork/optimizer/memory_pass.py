@@ -55,8 +55,9 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
 2. The interval plan: :func:`oxiwork.optimizer.memory.plan_buffers` on the safe intervals.
    The intervals are conservative on several streams (``end`` waits until *every* stream
    has synchronised past the buffer), so where they overlap a lot their plan is poor and
-   slow; it is skipped when more than :data:`MAX_INTERVAL_PAIRS` interval pairs overlap,
-   unless ``mode="exact"``.
+   slow; it is skipped when more than :data:`MAX_INTERVAL_PAIRS` interval pairs overlap
+   or when the placement already meets the lower bound (nothing beats it), unless
+   ``mode="exact"``.
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
 arena / conflict lower bound and pass CPU seconds (best of 5, ``bench/memory_bench.py
@@ -163,7 +164,8 @@ class MemoryReport:
     ----------
     plan : MemoryPlan
         The interval planner's result on the safe intervals (offsets, sizes, lifetimes).
-        When the interval planner was skipped (see :data:`MAX_INTERVAL_PAIRS`) it carries the
+        When the interval planner was skipped (see :data:`MAX_INTERVAL_PAIRS`, or the
+        placement met the lower bound) it carries the
         exact placement instead, with the same sizes and lifetimes, the interval lower bound
         and the exact placement's strategy.
     offsets : dict
@@ -969,7 +971,9 @@ def _plan_memory(
             exact = (off, top, f"conflict_best_fit_{name}")
     safe = a.safe
     interval_lb = _peak(a.first, a.end, size)
-    if overlapping <= MAX_INTERVAL_PAIRS or mode == "exact":
+    # When the placement meets the lower bound no plan beats it: the interval planner is
+    # run only if it might (or when asked for the exact search).
+    if mode == "exact" or (overlapping <= MAX_INTERVAL_PAIRS and exact[1] > lower):
         sizes = {b: by_id[b].size_bytes for b in a.ids}
         aligns = {b: by_id[b].alignment for b in a.ids}
         run = mode

@@ -82,7 +82,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from oxiwork import cost
+from oxiwork import cost, validate
 from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph
@@ -603,26 +603,40 @@ def _short(name: str, limit: int = 40) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -> _Realized:
-    """The new graph: streams set, events inserted, stream-order edges added where needed."""
+def _realize(
+    graph: ComputeGraph,
+    stream: Sequence[int],
+    issue: Sequence[int],
+    need: list[tuple[int, int]] | None = None,
+) -> _Realized:
+    """The new graph: streams set, events inserted, stream-order edges added where needed
+    (``need``: :func:`_needed_events` of ``stream`` and ``issue``, when known)."""
     d = graph.dense()
     ids = d.ids
     nodes = graph.nodes
-    free = {
-        (d.pos[n.event], d.pos[n.id])
-        for n in nodes
-        if n.kind is NodeKind.EventWait and n.event is not None
-    }
-    need = _needed_events(d, stream, issue, free)
+    if need is None:
+        free = {
+            (d.pos[n.event], d.pos[n.id])
+            for n in nodes
+            if n.kind is NodeKind.EventWait and n.event is not None
+        }
+        need = _needed_events(d, stream, issue, free)
+    else:
+        need = list(need)
     rank = {v: r for r, v in enumerate(issue)}
     need.sort(key=lambda e: (rank[e[0]], rank[e[1]]))
 
     next_id = int(graph.next_node_id())
     after: dict[int, list[NodeId]] = {}  # position -> records issued right after it
     before: dict[int, list[NodeId]] = {}  # position -> waits issued right before it
+    # Streams come from 0..max_streams-1 and the (checked) pins; the graph need not check
+    # the nodes' other fields again when every one is a valid stream id (events likewise:
+    # a stream and a name made from a checked one, at most 48 characters).
     new_nodes: list[GraphNode] = [
-        n.replace(stream=StreamId(stream[p])) for p, n in enumerate(nodes)
+        n if n.stream == stream[p] else n.replace(stream=StreamId(stream[p]))
+        for p, n in enumerate(nodes)
     ]
+    vouch = all(0 <= s <= validate.MAX_STREAM for s in set(stream))
     new_stream: dict[NodeId, int] = {}
     edges = list(graph.edges)
     events = []
@@ -704,7 +718,9 @@ def _realize(graph: ComputeGraph, stream: Sequence[int], issue: Sequence[int]) -
     order: dict[StreamId, list[NodeId]] = {StreamId(s): [] for s in ids_s}
     for x in full:
         order[StreamId(stream_of[x])].append(x)
-    new_graph = graph.with_changes(nodes=new_nodes, edges=edges)
+    new_graph = graph.with_changes(
+        nodes=new_nodes, edges=edges, checked_nodes=new_nodes if vouch else ()
+    )
     share_bound(graph, new_graph)  # only streams changed: kernels bind as before
     return _Realized(
         new_graph,
@@ -795,8 +811,9 @@ def _finish(
     chains: int,
     method: str,
     t0: float,
+    need: list[tuple[int, int]] | None = None,
 ) -> PassResult:
-    real = _realize(graph, stream, issue)
+    real = _realize(graph, stream, issue, need)
     total = sum(info.cost.values())
     p = min(max_streams, width) if width_exact else max_streams
     lower = max(info.makespan, total / max(p, 1))
@@ -923,16 +940,17 @@ def _assign_streams(
         ("merged_chains", _merge_chains(merged_from, asap, alap, cost, pins, max_streams)),
     ):
         makespan = _simulate(d, cost, stream, prio)
-        events = len(_needed_events(d, stream, prio, free))
-        candidates.append((makespan, events, method, stream))
+        need = _needed_events(d, stream, prio, free)
+        candidates.append((makespan, len(need), method, stream, need))
     best = min(candidates, key=lambda c: c[0])
     close = [c for c in candidates if c[0] <= best[0] * 1.001]
-    _, _, method, stream = min(close, key=lambda c: (c[1], c[0]))
+    _, _, method, stream, need = min(close, key=lambda c: (c[1], c[0]))
     return _finish(
         graph,
         stream,
         prio,
         info,
+        need=need,
         max_streams=max_streams,
         width=width,
         width_exact=exact,

@@ -127,3 +127,21 @@ class TestMatmulModules:
         assert ops.get(k.op).arity == 1  # both operands read from x's one buffer
         assert not [o for o in model.opaque if o.target in MATMUL_TARGETS]
         np.testing.assert_equal(len(k.inputs), 1)
+
+
+class TestNormsMap:
+    def test_affine_layer_norm_is_one_library_reduction(self) -> None:
+        model, _ = _imported("attention")
+        (ln,) = [n for n in model.graph.kernels() if n.name.endswith("native_layer_norm")]
+        assert ln.op == "layer_norm_affine" and ln.params == (("eps", 1e-5),)
+        assert "aten.native_layer_norm.default" not in model.opaque_counts()
+
+    def test_rms_norm_chain_fuses_into_two_kernels(self) -> None:
+        # x * rsqrt(mean(x^2) + eps) * w: pow, mean, add and rsqrt in one row kernel (the
+        # pow a prologue, add and rsqrt an epilogue), the two broadcast muls in another
+        model, _ = _imported("rms_norm")
+        assert model.opaque == ()
+        plan = ExecutionPlan.build(model.graph, max_streams=1, fusion=True)
+        programs = [[s.op for s in n.fused.steps] for n in plan.graph.kernels() if n.fused]
+        assert programs.count(["pow_scalar", "mean", "add_scalar", "rsqrt"]) == 2
+        assert len(plan.graph.kernels()) == 5  # 2 per norm, and the linear with its epilogue

@@ -200,44 +200,60 @@ class TestConv2d:
 
 
 # ------------------------------------------------------------------------------ epilogues
-def conv_block(depthwise: bool):
-    """x -> conv -> relu -> add(residual) -> out, every step its own fusible kernel."""
+def conv_block(depthwise: bool, bn: bool = False):
+    """x -> conv -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->] relu ->
+    add(residual) -> out, every step its own fusible kernel."""
     b = GraphBuilder()
     c = 4
-    x = b.alloc_external_buffer("x", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    full = (2, c, 6, 6)
+    nbytes = 4 * math.prod(full)
+    x = b.alloc_external_buffer("x", nbytes, shape=full)
     wshape = (c, 1, 3, 3) if depthwise else (c, c, 3, 3)
     w = b.alloc_external_buffer("w", 4 * math.prod(wshape), shape=wshape)
-    res = b.alloc_external_buffer("res", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
-    y = b.alloc_buffer("y", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
-    z = b.alloc_buffer("z", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
-    out = b.alloc_buffer("out", 4 * 2 * c * 6 * 6, shape=(2, c, 6, 6))
+    res = b.alloc_external_buffer("res", nbytes, shape=full)
+    names = ("mean", "var", "g", "b") if bn else ()
+    vecs = [b.alloc_external_buffer(v, 4 * c, shape=(c,)) for v in names]
     pads = {"pad_top": 1, "pad_bottom": 1, "pad_left": 1, "pad_right": 1}
-    b.add_kernel("conv", 1, 64).op("conv2d").params(**pads).inputs([x, w]).outputs([y]).fusible(
-        True
-    ).finish()
-    b.add_kernel("relu", 1, 64).op("relu").inputs([y]).outputs([z]).fusible(True).finish()
-    b.add_kernel("add", 1, 64).op("add").inputs([z, res]).outputs([out]).fusible(True).finish()
+    chain = [("conv2d", pads, [x, w])]
+    if bn:
+        chain += [("batch_norm", {}, vecs), ("hardtanh", {"min_val": 0.0, "max_val": 6.0}, [])]
+    chain += [("relu", {}, []), ("add", {}, [res])]
+    cur = None
+    for k, (op, params, extra) in enumerate(chain):
+        out = b.alloc_buffer("out" if k == len(chain) - 1 else f"t{k}", nbytes, shape=full)
+        ins = extra if cur is None else [cur, *extra]
+        b.add_kernel(op, 1, 64).op(op).params(**params).inputs(ins).outputs([out]).fusible(
+            True
+        ).finish()
+        cur = out
     g = b.build()
-    xs = randn(7, (2, c, 6, 6), wshape, (2, c, 6, 6))
-    return g, dict(zip(("x", "w", "res"), xs, strict=True))
+    rng = np.random.default_rng(7)
+    inputs = {"x": rng.standard_normal(full), "w": rng.standard_normal(wshape)}
+    inputs["res"] = rng.standard_normal(full)
+    if bn:
+        inputs |= {"mean": rng.standard_normal(c), "var": rng.uniform(0.5, 2, c)}
+        inputs |= {"g": rng.standard_normal(c), "b": rng.standard_normal(c)}
+    return g, {k: v.astype(F32) for k, v in inputs.items()}, [op for op, _, _ in chain]
 
 
 class TestEpilogues:
+    @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_conv_relu_add_fuse_into_one_kernel_equal_to_unfused(self, depthwise):
-        g, inputs = conv_block(depthwise)
+    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn):
+        g, inputs, names = conv_block(depthwise, bn)
         want = evaluate(g, inputs)["out"]
         for streams in (1, 2):
             fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
             (k,) = fused.graph.kernels()
-            assert [s.op for s in k.fused.steps] == ["conv2d", "relu", "add"]
+            assert [s.op for s in k.fused.steps] == names
             got = SequentialExecutor(fused).run(inputs).outputs["out"]
             np.testing.assert_array_equal(got, want)
 
     @needs_cxx
+    @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, so_dir):
-        g, inputs = conv_block(depthwise)
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, so_dir):
+        g, inputs, _ = conv_block(depthwise, bn)
         vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
         for nid in g.topological_order():
             node = g.node(nid)
@@ -407,6 +423,15 @@ class TestPadAndCat:
         np.testing.assert_array_equal(c, want)
         assert np.array_equal(np.signbit(c), np.signbit(want))
 
+    def test_pad_value_is_a_kernel_argument_not_source(self):
+        sources = []
+        for value in (1.5, -2.0):
+            g, node = graph_of("constant_pad", [(1, 1, 3, 3)], {"pad_left": 1, "value": value})
+            ks = kernel_source(g, node)
+            assert ("float", "value", value) in ks.scalar_args
+            sources.append(ks.source.replace(ks.function_name, "k"))
+        assert sources[0] == sources[1]
+
     def test_raises_when_cat_inputs_differ_off_the_axis(self):
         with pytest.raises(InvalidArgument, match="other than the concatenation axis 1"):
             ops.infer_shape(cat_op(2), [(2, 3), (3, 3)], {"axis": 1}, "cat")
@@ -462,9 +487,10 @@ class TestNvrtc:
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise):
-        g, _ = conv_block(depthwise)
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn):
+        g, _, _ = conv_block(depthwise, bn)
         fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
         (k,) = fg.kernels()
         ks = kernel_source(fg, k)

@@ -241,3 +241,37 @@ class TestStridedGemm:
             [(4, 3)], 1, 3, 3, 4, Strided(0, 0, 1, 3), Strided.dense(4, 3), inputs=(0, 0)
         )
         assert op.arity == 1 and np.array_equal(op.reference([x]), x.T @ x)
+
+
+class TestFusionAcrossReshapes:
+    def test_epilogue_reading_a_reshape_of_the_head_fuses(self) -> None:
+        # linear on a (2, 4, 6) input writes its (2, 4, 5) result into an (8, 5) buffer (as
+        # torch's addmm does); the residual add reads that buffer with another (8, 5) one.
+        # The fused add sees the head's value in the head's shape: fusion compares element
+        # counts, and binding reads the value reshaped, so the pair is one kernel.
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * 48, shape=(2, 4, 6))
+        w = b.alloc_external_buffer("w", 4 * 30, shape=(5, 6))
+        bias = b.alloc_external_buffer("bias", 4 * 5, shape=(5,))
+        res = b.alloc_external_buffer("res", 4 * 40, shape=(8, 5))
+        h = b.alloc_buffer("h", 4 * 40, shape=(8, 5))
+        out = b.alloc_buffer("out", 4 * 40, shape=(8, 5))
+        b.add_kernel("fc", 1, 32).op("linear").inputs([x, w, bias]).outputs([h]).fusible(
+            True
+        ).finish()
+        b.add_kernel("res", 1, 32).op("add").inputs([h, res]).outputs([out]).fusible(True).finish()
+        g = b.build()
+        rng = np.random.default_rng(0)
+        inputs = {n: _rand(rng, g.buffer_by_name(n).array_shape) for n in ("x", "w", "bias", "res")}
+        want = evaluate(g, inputs)["out"]
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=True)
+        (k,) = plan.graph.kernels()
+        assert k.fused is not None and [s.op for s in k.fused.steps] == ["linear", "add"]
+        got = SequentialExecutor(plan).run(inputs).outputs["out"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            want.reshape(2, 4, 5),
+            inputs["x"] @ inputs["w"].T + inputs["bias"] + inputs["res"].reshape(2, 4, 5),
+            rtol=1e-5,
+            atol=1e-5,
+        )

@@ -78,6 +78,7 @@ EXACT = {
     "le",
     "gt",
     "ge",
+    "amax",
 }
 # - LIBM: transcendental functions. numpy's float32 exp/log/tanh (SIMD implementations) and
 #   the C library's expf/logf/tanhf (as CUDA's) are each faithful to a few ulp but not
@@ -95,6 +96,7 @@ LIBM_ULPS |= {"gelu_erf": 8, "silu": 6, "pow_scalar": 4}
 #   inputs of these ops stay within 1e4 so that no partial sum overflows in one order and
 #   not the other (an inf on one side only would be an artefact of the order, not a bug).
 SUMS = {"sum", "softmax", "layer_norm", "matmul", *lib_reduce.MATMULS}
+SUMS |= {"mean", "layer_norm_affine", "rms_norm"}
 SUM_BOUND = 1e4
 
 
@@ -226,6 +228,27 @@ def _sum_tolerance(
         return (2 * (n + 1) * U * (ax @ b)).reshape(-1) + floor
     if name in lib_reduce.MATMULS:  # |alpha| |A| |B| bounds the sum's error, then beta c
         return _gemm_tolerance(name, xs, params or {}) + floor
+    eps = (params or {}).get("eps", ops.get("layer_norm").defaults["eps"])
+    if name == "mean":  # the sum's bound, divided by n, and the division's rounding
+        mean_out = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1)
+        return 2 * U * ax.reshape(-1, n).sum(axis=-1) + 2 * U * mean_out + floor
+    if name == "rms_norm":
+        # mean(x^2) is a sum of non-negative terms (relative bound on both sides); its
+        # error moves sqrt(ms + eps), cancelling against a negative eps included
+        ms = (np.where(np.isfinite(x), x, 0) ** 2).mean(axis=-1, keepdims=True)
+        den2 = np.abs(ms + eps)
+        with np.errstate(all="ignore"):
+            rel = (2 * (n + 1) * U * ms + U * den2) / (2 * den2) + 4 * U
+        o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
+        return (np.nan_to_num(rel * o, nan=np.inf, posinf=np.inf) + floor).reshape(-1)
+    if name == "layer_norm_affine":  # the plain norm's bound scaled by |w|, then w and b
+        w = np.abs(np.where(np.isfinite(xs[1]), xs[1], 0).astype(np.float64)).reshape(-1)
+        b = np.abs(np.where(np.isfinite(xs[2]), xs[2], 0).astype(np.float64)).reshape(-1)
+        with np.errstate(all="ignore"):
+            plain = ops.get("layer_norm").reference([xs[0]], eps=eps)
+        tol = _sum_tolerance("layer_norm", xs[:1], plain, params).reshape(-1, n) * w
+        p = np.abs(np.where(np.isfinite(plain), plain, 0).astype(np.float64)).reshape(-1, n)
+        return (tol + 4 * U * (p * w + b) + floor).reshape(-1)
     o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
     if name == "softmax":  # exp differs by LIBM ulps, the row sum by the summation bound
         return ((2 * LIBM_ULPS["exp"] + 2 * n + 4) * U * o + floor).reshape(-1)
@@ -235,7 +258,7 @@ def _sum_tolerance(
     axr = ax.reshape(-1, n)
     mean = np.where(np.isfinite(rows), rows, 0).mean(axis=-1, keepdims=True)
     var = ((np.where(np.isfinite(rows), rows, 0) - mean) ** 2).mean(axis=-1, keepdims=True)
-    sigma = np.sqrt(var + ops.get("layer_norm").defaults["eps"])
+    sigma = np.sqrt(var + eps)
     dmax = 2 * axr.max(axis=-1, keepdims=True)
     d_err = 2 * (n + 1) * U * axr.max(axis=-1, keepdims=True) + U * dmax
     var_err = 2 * dmax * d_err + 4 * n * U * var

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from oxiwork import ComputeGraph, GraphBuilder, GraphWarning
+from oxiwork import ComputeGraph, GraphBuilder, GraphWarning, MemcpyDir
 from oxiwork.error import UnsupportedOp
 from oxiwork.ops import kernel_source
 from oxiwork.ops.strided import needs_strides
+from oxiwork.optimizer.fusion import fuse
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import run_kernel
 
@@ -49,15 +50,50 @@ def _graph(op: str, layout: str, r: int, c: int, write: bool) -> ComputeGraph:
 
 
 class TestStridedKernels:
-    def test_raises_for_a_non_elementwise_op(self) -> None:
+    def test_raises_for_a_matmul_reading_a_view_whole(self) -> None:
         b = GraphBuilder()
         x = b.alloc_external_buffer("x", 24, shape=(2, 3))
         v = b.view("xT", x, (3, 2), (1, 3))
-        y = b.alloc_buffer("y", 12, shape=(3,))
-        b.add_kernel("sum", 1, 32).op("sum").inputs([v]).outputs([y]).finish()
+        y = b.alloc_buffer("y", 36, shape=(3, 3))
+        b.add_kernel("mm", 1, 32).op("matmul").inputs([v, x]).outputs([y]).finish()
         g = b.build()
         with pytest.raises(UnsupportedOp, match=r"copy the view into a buffer of its own"):
             kernel_source(g, g.nodes[0])
+
+    @pytest.mark.parametrize("op", ["sum", "softmax", "max"])
+    def test_row_kernels_read_a_strided_view(self, tmp_path, nvrtc_compile, op: str) -> None:
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * 20, shape=(4, 5))
+        v = b.view("xT", x, (5, 4), (1, 5))
+        y = b.alloc_buffer("y", 4 * (20 if op == "softmax" else 5))
+        b.add_kernel(op, 1, 32).op(op).inputs([v]).outputs([y]).finish()
+        g = b.build()
+        ks = kernel_source(g, g.nodes[0])
+        x0 = np.random.default_rng(1).standard_normal((4, 5)).astype(np.float32)
+        shape = g.buffer(y).array_shape
+        (out,) = run_kernel(ks.source, ks.function_name, [x0], [shape], ks.scalar_args, tmp_path)
+        np.testing.assert_allclose(out, evaluate(g, {"x": x0})["y"], rtol=1e-5, atol=1e-6)
+        assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
+
+    def test_a_fused_chain_reads_a_strided_view(self, tmp_path, nvrtc_compile) -> None:
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * 12, shape=(3, 4))
+        v = b.view("xT", x, (4, 3), (1, 4))
+        t, y = b.alloc_buffer("t", 48, shape=(4, 3)), b.alloc_buffer("y", 48, shape=(4, 3))
+        b.add_kernel("relu", 1, 32).op("relu").fusible(True).inputs([v]).outputs([t]).finish()
+        b.add_kernel("scale", 1, 32).op("scale").params(alpha=3.0).fusible(True).inputs(
+            [t]
+        ).outputs([y]).finish()
+        b.add_memcpy("down", MemcpyDir.DeviceToHost, 48, src=y)
+        g = b.build()
+        fused = fuse(g).graph
+        (k,) = [n for n in fused.nodes if n.fused is not None]
+        ks = kernel_source(fused, k)
+        assert "__restrict__" not in ks.source  # a view may share bytes with another argument
+        x0 = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+        (out,) = run_kernel(ks.source, ks.function_name, [x0], [(4, 3)], ks.scalar_args, tmp_path)
+        np.testing.assert_array_equal(out, evaluate(g, {"x": x0})["y"])
+        assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
 
     def test_contiguous_views_use_the_ordinary_kernel(self) -> None:
         b = GraphBuilder()

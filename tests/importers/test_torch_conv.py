@@ -1,0 +1,137 @@
+"""The importer's CNN rules over drawn parameters: every convolution and pooling maps to a
+library op, and the imported graph computes eager's outputs with fusion on and off.
+
+tests/ops/test_conv.py checks the ops themselves against PyTorch; this file checks that the
+importer hands each ATen call's stride, padding, dilation, groups, window and ceil mode to
+them unchanged (a wrong one changes the output's shape or values).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from oxiwork.importers.torch import from_module
+
+CNN = ("convolution", "pool", "pad", "cat", "mean")
+
+
+class Drawn(nn.Module):
+    """pad? -> conv (drawn) -> relu -> pool (drawn) -> cat with itself -> mean over H, W."""
+
+    def __init__(self, conv: dict, pad: tuple[int, ...] | None, pool: tuple[str, dict]) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(**conv)
+        self.pad = pad
+        kind, kw = pool
+        self.pool = nn.MaxPool2d(**kw) if kind == "max" else nn.AvgPool2d(**kw)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pad is not None:
+            x = nn.functional.pad(x, self.pad)
+        y = self.pool(torch.relu(self.conv(x)))
+        return torch.cat([y, -y], dim=1), y.mean((2, 3))
+
+
+@st.composite
+def blocks(draw):
+    groups = draw(st.sampled_from([1, 2, "depthwise"]))
+    c_in = 4 if groups == "depthwise" else groups * draw(st.integers(1, 2))
+    groups = c_in if groups == "depthwise" else groups
+    k = draw(st.integers(1, 3))
+    conv = {
+        "in_channels": c_in,
+        "out_channels": groups * draw(st.integers(1, 2)),
+        "kernel_size": (k, draw(st.integers(1, 3))),
+        "stride": (draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        "padding": (draw(st.integers(0, 1)), draw(st.integers(0, 1))),
+        "dilation": (draw(st.integers(1, 2)), 1),
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    pad = draw(st.one_of(st.none(), st.tuples(*[st.integers(0, 1)] * 4)))
+    r = draw(st.integers(1, 2))
+    kw = {"kernel_size": r, "stride": draw(st.integers(1, 2)), "ceil_mode": draw(st.booleans())}
+    kind = draw(st.sampled_from(["max", "avg"]))
+    if kind == "avg":
+        kw["count_include_pad"] = draw(st.booleans())
+    kw["padding"] = draw(st.integers(0, r // 2))
+    return conv, pad, (kind, kw)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=blocks(), seed=st.integers(0, 2**31))
+def test_drawn_cnn_blocks_import_as_library_ops_and_match_eager(block, seed):
+    torch.manual_seed(seed)
+    module = Drawn(*block).eval()
+    x = torch.randn(1, module.conv.in_channels, 9, 8)
+    with torch.no_grad():
+        want = [t.numpy() for t in module(x)]
+    model = from_module(module, (x,))
+    verify(model.graph)
+    assert not [o for o in model.opaque if any(w in o.target for w in CNN)], model.opaque
+    # a zero pad read only by the convolution is folded into it: no kernel computes it
+    assert "aten.constant_pad_nd.default" not in model.targets.values()
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    fused = ExecutionPlan.build(model.graph, max_streams=1, fusion=True).graph
+    heads = [k.fused.steps[0].op for k in fused.kernels() if k.fused is not None]
+    assert any(h.startswith("conv2d") for h in heads)  # the relu joined the convolution
+
+
+@pytest.mark.parametrize(("value", "folded"), [(0.0, True), (0.5, False)])
+def test_only_a_zero_pad_folds_into_the_convolution(value, folded):
+    conv = nn.Conv2d(2, 3, 3).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x, (1, 0, 2, 1), value=value))
+
+    x = torch.randn(1, 2, 5, 4)
+    model = from_module(M(), (x,))
+    op_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert op_of["aten.convolution.default"] == "conv2d_bias" and not model.opaque
+    assert ("aten.constant_pad_nd.default" not in op_of) == folded
+    if not folded:
+        assert op_of["aten.constant_pad_nd.default"] == "constant_pad"
+    with torch.no_grad():
+        want = M()(x).numpy()
+    plan = ExecutionPlan.build(model.graph, fusion=True)
+    (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_conv_batch_norm_activation_is_one_kernel_per_convolution():
+    block = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU6(),
+        nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False),  # depthwise
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+    )
+    for mod in block:
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    block.eval()
+    x = torch.randn(1, 3, 9, 9)
+    with torch.no_grad():
+        want = block(x).numpy()
+    model = from_module(block, (x,))
+    assert not model.opaque
+    for streams in (1, 4):
+        plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
+        steps = [tuple(st.op for st in k.fused.steps) for k in plan.graph.kernels()]
+        assert steps == [("conv2d", "batch_norm", "relu6"), ("conv2d", "batch_norm", "relu_nan")]
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
