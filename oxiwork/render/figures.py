@@ -46,7 +46,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.timeline import MODES, timeline
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import NodeId, NodeKind
+from oxiwork.node import NodeId
 from oxiwork.render import _style as st
 from oxiwork.render.summary import COLUMNS, pass_rows
 
@@ -467,15 +467,19 @@ def memory(plan: ExecutionPlan, *, ax: Axes | None = None) -> Figure:
                    label=f"liveness lower bound {st.format_bytes(rep.liveness_lower_bound)} "
                    "(one order)")  # fmt: skip
     # Graph-owned memory: the alloc and free nodes' steps, at the buffer's bytes.
+    # (The view model's definition of where they bound the lifetime, as the widget draws it.)
+    from oxiwork.widget.viewmodel import memory_node_marks
+
     where = {r["id"]: (r["offset"] + r["size"] / 2) / scale for r in rows}
+    node_marks = memory_node_marks(plan.graph, [s.node for s in plan.steps])
     for kind, marker, gid, text in (
-        (NodeKind.MemAlloc, ">", "mem_alloc", "memory alloc node"),
-        (NodeKind.MemFree, "<", "mem_free", "memory free node"),
+        ("alloc", ">", "mem_alloc", "memory alloc node"),
+        ("free", "<", "mem_free", "memory free node"),
     ):
         marks = [
-            (s.index + (0.0 if kind is NodeKind.MemAlloc else 1.0), where[int(s.outputs[0].buffer)])
-            for s in plan.steps
-            if s.kind is kind and s.outputs and int(s.outputs[0].buffer) in where
+            (m["step"], where[m["buffer"]])
+            for m in node_marks
+            if m["kind"] == kind and m["buffer"] in where
         ]
         if marks:
             xs, ys = zip(*marks, strict=True)

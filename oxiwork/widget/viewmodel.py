@@ -71,11 +71,13 @@ __all__ = [
     "STATE_CREATED",
     "STATE_NORMAL",
     "STATE_REMOVED",
+    "body_sections",
     "buffers_section",
     "dag_section",
     "fusion_index",
     "has_streams",
     "inspector_section",
+    "memory_node_marks",
     "memory_section",
     "node_details",
     "ops_section",
@@ -343,8 +345,46 @@ def dag_section(
         "anchors": anchors,
         "pass_index": pass_index,
         "notes": notes,
+        "bodies": [b for n in nodes for b in body_sections(n, pos[n.id])],
     }
     return meta, blob
+
+
+def body_sections(n: GraphNode, at: int, parent: int = -1) -> list[dict[str, Any]]:
+    """The body graphs of a child graph or conditional node ``n`` (at DAG position ``at``)
+    for the DAG view, which draws each collapsed into ``n`` by default and expanded as a
+    framed cluster: per body its title (:func:`oxiwork.render.dot.body_title`), its nodes'
+    names and kinds (codes into ``KINDS``) and its edges as index pairs into them. Nested
+    bodies follow their parent's, with ``parent`` its index in this list plus ``node``, the
+    index inside the parent body of the node that holds them (``at`` for outer bodies).
+
+    >>> from oxiwork import course
+    >>> g = course.countdown_branch()
+    >>> n = next(n for n in g.nodes if n.bodies)
+    >>> [b["title"] for b in body_sections(n, 0)][:1] == [body_title(n, 0)]
+    True
+    """
+    out: list[dict[str, Any]] = []
+    _add_bodies(n, at, parent, out)
+    return out
+
+
+def _add_bodies(n: GraphNode, at: int, parent: int, out: list[dict[str, Any]]) -> None:
+    for k, body in enumerate(n.bodies):
+        index = {m.id: i for i, m in enumerate(body.nodes)}
+        me = len(out)
+        out.append(
+            {
+                "node": at,
+                "parent": parent,
+                "title": body_title(n, k),
+                "names": [m.name for m in body.nodes],
+                "kinds": [_KIND_CODE[m.kind] for m in body.nodes],
+                "edges": [[index[a], index[b]] for a, b in body.edges],
+            }
+        )
+        for m in body.nodes:
+            _add_bodies(m, index[m.id], me, out)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -637,6 +677,8 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         for r in d["buffers"]
     ]
     rects += _view_rects(graph, report, {r["id"]: r for r in rects})
+    drawn = {r["id"] for r in rects}
+    marks = [m for m in memory_node_marks(graph, report.order) if m["buffer"] in drawn]
     num_steps = max([len(report.order), *(r["end"] for r in rects)])
     return {
         "available": True,
@@ -654,7 +696,40 @@ def memory_section(graph: ComputeGraph, report: MemoryReport) -> dict[str, Any]:
         "buffers": rects,
         "strategy": d.get("strategy", ""),
         "optimal": bool(d.get("optimal", False)),
+        # Graph-owned buffers: where their memory alloc and free nodes bound the bar.
+        "marks": marks,
     }
+
+
+def memory_node_marks(graph: ComputeGraph, order: Sequence[NodeId]) -> list[dict[str, Any]]:
+    """Where memory alloc and free nodes bound a graph-owned buffer's lifetime, in steps
+    of ``order`` (an issue order of ``graph``'s nodes): an alloc at the start of its step,
+    a free at the end of its step (every use of the buffer lies between the two).
+
+    The one definition both the widget's memory chart and
+    :func:`oxiwork.render.figures.memory` draw.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> t = b.alloc_buffer("scratch", 64)
+    >>> a = b.add_mem_alloc("alloc", t)
+    >>> _ = b.add_memset("fill", 64, 0, dst=t)
+    >>> f = b.add_mem_free("free", t)
+    >>> [(m["kind"], m["step"]) for m in memory_node_marks(b.build(), [a, 1, f])]
+    [('alloc', 0), ('free', 3)]
+    """
+    out = []
+    for i, nid in enumerate(order):
+        if not graph.has_node(nid):
+            continue
+        n = graph.node(nid)
+        if n.kind is NodeKind.MemAlloc and n.outputs:
+            out.append({"kind": "alloc", "buffer": int(n.outputs[0]), "step": i, "node": int(nid)})
+        elif n.kind is NodeKind.MemFree and n.outputs:
+            out.append(
+                {"kind": "free", "buffer": int(n.outputs[0]), "step": i + 1, "node": int(nid)}
+            )
+    return out
 
 
 def _view_rects(

@@ -78,6 +78,7 @@ from oxiwork.executor.timeline import MODES as STREAM_MODES
 from oxiwork.explore import SweepTable
 from oxiwork.export.perfetto import perfetto_trace
 from oxiwork.graph import ComputeGraph
+from oxiwork.importers.torch import ImportedModel
 from oxiwork.node import BufferId, NodeId, NodeKind
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
 from oxiwork.widget import viewmodel as vm
@@ -236,7 +237,7 @@ class Workbench(anywidget.AnyWidget):
 
     def __init__(
         self,
-        graph_or_builder: ComputeGraph | GraphBuilder,
+        graph_or_builder: ComputeGraph | GraphBuilder | ImportedModel,
         *,
         max_streams: int = 4,
         fusion: bool = True,
@@ -330,8 +331,19 @@ class Workbench(anywidget.AnyWidget):
             return obj.build()
         if isinstance(obj, ComputeGraph):
             return obj
+        # A model from oxiwork.importers.torch: its graph (kernels named by module path,
+        # which the DAG groups). The importer module itself does not import torch.
+        if isinstance(obj, ImportedModel):
+            return obj.graph
+        hint = (
+            " (for a torch module, import it first: "
+            "Workbench(oxiwork.importers.torch.from_module(module, (x,))))"
+            if any(c.__module__.split(".")[0] == "torch" for c in type(obj).__mro__)
+            else ""
+        )
         raise NotAGraph(
-            f"Workbench needs a ComputeGraph or a GraphBuilder, got {type(obj).__name__}"
+            "Workbench needs a ComputeGraph, a GraphBuilder or an ImportedModel, got "
+            f"{type(obj).__name__}{hint}"
         )
 
     @property
@@ -340,7 +352,7 @@ class Workbench(anywidget.AnyWidget):
         return self._graph
 
     @graph.setter
-    def graph(self, value: ComputeGraph | GraphBuilder) -> None:
+    def graph(self, value: ComputeGraph | GraphBuilder | ImportedModel) -> None:
         self._set_graph(self._coerce(value))
 
     @property

@@ -46,6 +46,19 @@ try {
   out.passes = await page.$eval(".ow-root", (el) => el.dataset.passes);
   out.header = await page.$eval(".ow-header", (el) => el.textContent);
   await page.screenshot({ path: shot.replace(/\.png$/, "_input.png") });
+  // Groups by module path (or repeated block): collapse the first level, count the groups.
+  const depth = page.locator(".ow-group-depth").first();
+  out.group_depths = await page.locator(".ow-group-depth option").count();
+  out.folded = await page.$eval(".ow-dag", (el) => el.dataset.folded);
+  if (out.group_depths >= 2) {
+    await depth.selectOption("1");
+    await page.waitForTimeout(300);
+    out.groups = Number(await page.$eval(".ow-dag", (el) => el.dataset.groups));
+    out.groups_drawn = Number(await page.$eval(".ow-dag", (el) => el.dataset.drawn));
+    await page.screenshot({ path: shot.replace(/\.png$/, "_groups.png") });
+    await depth.selectOption("0");
+    await page.waitForTimeout(200);
+  }
   // The pass slider switches to the last saved stage without a kernel; the memory chart
   // (bottom tab) is drawn from the saved state there.
   const slider = page.locator(".ow-pass-slider");

@@ -36,14 +36,29 @@ STATE = re.compile(
 )
 
 
-def _export(tmp_path: Path) -> Path:
+SMALL = (
+    "from oxiwork import Workbench\nfrom oxiwork.examples import transformer_block\n"
+    "w = Workbench(transformer_block(2))\nw"
+)
+# A stock transformers GPT-2 built from its config (random weights, no download), 20
+# layers of a small width: a ~660-node import, kernels named by module path.
+GPT2 = """import torch
+from transformers import GPT2Config, GPT2Model
+from oxiwork import Workbench
+from oxiwork.importers.torch import from_module
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=20, n_embd=64, n_head=4, vocab_size=128, n_positions=32,
+                 use_cache=False, bos_token_id=0, eos_token_id=0)
+model = from_module(GPT2Model(cfg).eval(), (torch.randint(0, 128, (1, 16)),))
+w = Workbench(model)
+w"""
+
+
+def _export(tmp_path: Path, code: str = SMALL) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell("# A saved workbench\n\nA formula stays TeX: $x^2$."),
-        nbformat.v4.new_code_cell(
-            "from oxiwork import Workbench\nfrom oxiwork.examples import transformer_block\n"
-            "w = Workbench(transformer_block(2))\nw"
-        ),
+        nbformat.v4.new_code_cell(code),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     src = tmp_path / "saved.ipynb"
@@ -93,6 +108,32 @@ def test_saved_notebook_shows_the_workbench_offline(tmp_path: Path) -> None:
     assert res["after"]["nodes"] == len(ours["saved_stages"]["stages"][-1]["dag"]["names"])
     assert res["after"]["rects"] > 0
     assert "saved with the notebook" in res["status"]
+
+
+def _open(html: Path, shot: str) -> dict:
+    artifacts = HERE / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["node", str(HERE / "notebook_offline.mjs"), str(html), str(artifacts / shot)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_700_node_gpt2_import_opens_readable(tmp_path: Path) -> None:
+    # Issue 10: Workbench(from_module(model, (x,))) on a real model; the DAG groups the
+    # kernels by module path (h.0 ... h.19) and opens at a legible scale.
+    html = _export(tmp_path, GPT2)
+    res = _open(html, "gpt2_import.png")
+    assert res["requests"] == [] and res["console_errors"] == [] and res["page_errors"] == []
+    assert 600 <= res["dag"]["nodes"] <= 800, res["dag"]
+    # Legible: it opens on a readable part (labelled boxes), not all 700 nodes as dots.
+    assert 30 <= res["dag"]["drawn"] < res["dag"]["nodes"], res["dag"]
+    # One collapsible group per transformer layer at the first module level.
+    assert res["group_depths"] >= 3 and res["groups"] >= 20, res
+    assert res["groups_drawn"] < res["dag"]["drawn"] + res["dag"]["nodes"]
+    assert "after memory" in res["after"]["title"]
 
 
 def test_the_entry_point_names_the_exporter() -> None:

@@ -125,7 +125,7 @@ try {
   check("the fitted quick-start DAG draws every node", drawnSmall === expected[0], `${drawnSmall}`);
   // A long transformer stack opens zoomed to a readable scale at its sources.
   const drawnBig = Number(await widget(1).locator(".ow-dag").getAttribute("data-drawn"));
-  check("the transformer DAG draws its first layers", drawnBig > 30 && drawnBig <= expected[1], `${drawnBig}`);
+  check("the transformer DAG draws its first layers", drawnBig >= 20 && drawnBig <= expected[1], `${drawnBig}`);
   await shot(widget(0), "quickstart");
   await shot(widget(1), "transformer");
 
@@ -217,7 +217,7 @@ try {
   //     seen), the DAG is drawn, the pass views say so, and edits still work.
   await py(
     "import time as _t\nfrom oxiwork.widget.session import Session as _S\n_S._fast_build = _S._build\n" +
-      "def _slow_build(self):\n    _t.sleep(3)\n    _S._fast_build(self)\n_S._build = _slow_build\nprint('slow')",
+      "def _slow_build(self):\n    _t.sleep(8)\n    _S._fast_build(self)\n_S._build = _slow_build\nprint('slow')",
   );
   try {
     await build.locator(".ow-buf-name").fill("while_pending");
@@ -570,6 +570,91 @@ try {
   check("no element was created from a name", imgs === 0, `${imgs} img elements`);
   check("no script ran from a name", results.dialogs === 0, `${results.dialogs} dialogs`);
   await shot(widget(2), "hostile-name");
+
+  // 12. Issue 14: the Sweep tab charts explore.sweep; clicking a point plans that setting.
+  const w0 = widget(0);
+  const swBefore = await py("print(w.max_streams, w.fusion, w.plan.kernel_count_fused)");
+  await w0.locator('.ow-bottom .ow-tab[data-tab="sweep"]').click();
+  await w0.locator(".ow-sweep-run").click();
+  await w0.locator(".ow-sweep[data-points='8']").waitFor({ timeout: 60000 });
+  const sw = await w0.locator(".ow-sweep").evaluate((el) => ({ ...el.dataset, legend: el.querySelectorAll(".ow-sweep-legend span").length, ticks: el.querySelectorAll(".ow-sweep-tick").length, axes: [...el.querySelectorAll(".ow-sweep-axis")].map((t) => t.textContent) }));
+  check("the sweep chart has every setting, its front, a legend and axes with units", Number(sw.front) >= 1 && Number(sw.current) >= 0 && sw.legend >= 3 && sw.ticks >= 4 && sw.axes.some((a) => /µs/.test(a)) && sw.axes.some((a) => /bytes/.test(a)), JSON.stringify(sw));
+  await shot(w0, "sweep");
+  await w0.locator(".ow-sweep-point.ow-sweep-nofusion").last().click(); // the topmost of coincident points
+  await w0.locator(".ow-sweep[data-points='8']").waitFor({ timeout: 15000 });
+  let swAfter = "";
+  for (let i = 0; i < 60 && (swAfter === "" || swAfter === swBefore); i++) {
+    await page.waitForTimeout(250);
+    swAfter = await py("print(w.max_streams, w.fusion, w.plan.kernel_count_fused)");
+  }
+  const curAfter = Number(await w0.locator(".ow-sweep").getAttribute("data-current"));
+  check("clicking a sweep point switches the plan to that setting", swAfter !== swBefore && swAfter.split(" ")[1] === "False" && curAfter >= 0, `${swBefore} -> ${swAfter}, ringed ${curAfter}`);
+  await shot(w0, "sweep-clicked");
+
+  // 13. Issue 15 (9): a laptop screen, 1280x800 with JupyterLab's file browser open: the
+  //     colour menu and the group field not clipped, the DAG and a chart in view together,
+  //     a tooltip at the right edge not squashed.
+  await page.evaluate(() => window.jupyterapp.commands.execute("filebrowser:activate"));
+  await page.waitForTimeout(500);
+  const fbw = await page.evaluate(() => document.querySelector(".jp-FileBrowser")?.getBoundingClientRect().width ?? 0);
+  check("JupyterLab's file browser is open beside the notebook", fbw > 150, `${fbw.toFixed(0)} px`);
+  const lw = widget(1);
+  await lw.evaluate((el) => el.scrollIntoView({ block: "start" }));
+  await lw.evaluate((el) => {
+    for (let a = el.parentElement; a; a = a.parentElement) if (a.scrollHeight > a.clientHeight && /(auto|scroll)/.test(getComputedStyle(a).overflowY)) return void (a.scrollTop -= 12);
+  });
+  await page.waitForTimeout(400);
+  const lay = await lw.evaluate((root) => {
+    // What of an element can be seen: the viewport cut by the scrolling ancestors (the
+    // notebook's scroller) that hold it.
+    const clip = (el) => {
+      let c = { left: 0, top: 0, right: window.innerWidth, bottom: window.innerHeight };
+      for (let a = el.parentElement; a; a = a.parentElement) {
+        const st = getComputedStyle(a);
+        if (/(auto|scroll)/.test(st.overflowY) && a.scrollHeight > a.clientHeight) {
+          const r = a.getBoundingClientRect();
+          c = { left: Math.max(c.left, r.left), top: Math.max(c.top, r.top), right: Math.min(c.right, r.right), bottom: Math.min(c.bottom, r.bottom) };
+        }
+      }
+      const r = el.getBoundingClientRect();
+      return { w: Math.max(0, Math.min(r.right, c.right) - Math.max(r.left, c.left)), h: Math.max(0, Math.min(r.bottom, c.bottom) - Math.max(r.top, c.top)), fullW: r.width, fullH: r.height };
+    };
+    // Whole and on top: the element itself is what the page shows at its four inner corners.
+    const control = (sel) => {
+      const el = root.querySelector(sel);
+      const r = el.getBoundingClientRect();
+      const at = (x, y) => {
+        const hit = document.elementFromPoint(x, y);
+        return !!hit && (hit === el || el.contains(hit));
+      };
+      const corners = [at(r.left + 2, r.top + 2), at(r.right - 2, r.top + 2), at(r.left + 2, r.bottom - 2), at(r.right - 2, r.bottom - 2)];
+      return { left: r.left, right: r.right, top: r.top, fullW: r.width, fullH: r.height, onTop: corners.some(Boolean), whole: corners.every(Boolean) && r.right <= window.innerWidth };
+    };
+    return { color: control(".ow-color-mode"), group: control(".ow-opt-group"), dag: clip(root.querySelector(".ow-dag-canvas")), chart: clip(root.querySelector(".ow-bottom-body")) };
+  });
+  check("laptop: the colour menu is whole and on top", lay.color.whole && lay.color.onTop && lay.color.fullW >= 60, JSON.stringify(lay.color));
+  check("laptop: the group field is whole and on top", lay.group.whole && lay.group.onTop && lay.group.fullW >= 30, JSON.stringify(lay.group));
+  check("laptop: the DAG and the charts are in view together", lay.dag.h >= 200 && lay.chart.h >= 120, `DAG ${lay.dag.h.toFixed(0)} px, chart ${lay.chart.h.toFixed(0)} px visible`);
+  await page.screenshot({ path: join(artifacts, "laptop-filebrowser.png") });
+  // Hover the rightmost node in view: its tooltip stays inside the DAG at its own width.
+  const spot = await lw.locator(".ow-dag-canvas").evaluate((c) => {
+    const r = c.getBoundingClientRect();
+    for (let x = r.right - 6; x > r.left + r.width / 2; x -= 4)
+      for (let y = r.top + 10; y < Math.min(r.bottom, window.innerHeight) - 10; y += 4) if (c.owHitTest(x, y) !== null && c.owHitTest(x, y) >= 0) return { x, y, right: r.right, left: r.left };
+    return null;
+  });
+  check("laptop: a node is drawn near the DAG's right edge", !!spot, JSON.stringify(spot));
+  await page.mouse.move(spot.x - 2, spot.y);
+  await page.mouse.move(spot.x, spot.y);
+  await page.waitForTimeout(200);
+  const tip = await lw.locator(".ow-dag > .ow-tooltip").first().evaluate((t) => {
+    const r = t.getBoundingClientRect();
+    const name = t.querySelector(".ow-tt-name");
+    return { left: r.left, right: r.right, w: r.width, shown: getComputedStyle(t).display !== "none", nameLines: name ? Math.round(name.getBoundingClientRect().height / parseFloat(getComputedStyle(name).lineHeight || "16")) : 0 };
+  });
+  check("laptop: the tooltip at the right edge is not squashed", tip.shown && tip.right <= spot.right + 1 && tip.left >= spot.left - 1 && tip.w >= 120, JSON.stringify(tip));
+  await page.screenshot({ path: join(artifacts, "laptop-tooltip.png") });
+  await page.mouse.move(5, 5);
 
   // 11. Notebook 7: the same notebook renders and a click reaches the kernel.
   if (nb7url) {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -405,10 +406,40 @@ class TestConflictLowerBound:
         g = headline(4)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(memory_pass, *caps)
+            mp.setattr(memory_pass, "MAX_ANTICHAIN_PAIRS", -1)  # no exact bound either
             rep = plan_memory(g).artefacts["memory"]
         assert rep.conflict_lower_bound == rep.liveness_lower_bound == rep.lower_bound
         full = plan_memory(g).artefacts["memory"]
         assert full.conflict_lower_bound > full.liveness_lower_bound
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 8))
+    def test_exact_bound_is_between_greedy_and_arena(self, graph, cap):
+        # The max-flow antichain never loses to the greedy clique and never beats a plan.
+        g = assign_streams(graph, max_streams=cap).graph
+        rep = plan_memory(g).artefacts["memory"]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory_pass, "MAX_ANTICHAIN_PAIRS", -1)
+            greedy = plan_memory(g).artefacts["memory"]
+        assert greedy.lower_bound <= rep.lower_bound <= rep.arena_bytes
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=25), st.integers(2, 8))
+    def test_exact_bound_is_a_maximum_clique(self, graph, cap):
+        # Against networkx's exact max-weight clique of the brute-force conflict graph.
+        g = assign_streams(graph, max_streams=cap).graph
+        rep = plan_memory(g).artefacts["memory"]
+        vc, acc = accesses(g)
+        ids = sorted(rep.intervals)
+        w = dict(zip(ids, aligned_sizes(g, ids), strict=True))
+        cg = nx.Graph()
+        for b in ids:
+            cg.add_node(b, weight=w[b])
+        for i, a in enumerate(ids):
+            for b in ids[i + 1 :]:
+                if not ordered(vc, acc[a], acc[b]):
+                    cg.add_edge(a, b)
+        assert rep.conflict_lower_bound == nx.max_weight_clique(cg)[1]
 
     @pytest.mark.parametrize("streams", [1, 2, 4, 8])
     def test_transformer_block_meets_the_bound(self, streams):

@@ -54,7 +54,9 @@ def w() -> Workbench:
 
 class TestConstruction:
     def test_raises_wrong_type(self) -> None:
-        with pytest.raises(TypeError, match="ComputeGraph or a GraphBuilder") as e:
+        with pytest.raises(
+            TypeError, match="ComputeGraph, a GraphBuilder or an ImportedModel"
+        ) as e:
             Workbench("graph")  # type: ignore[arg-type]
         assert isinstance(e.value, GraphError)  # bad input is a GraphError, here too
         for bad in (None, [], "fast"):

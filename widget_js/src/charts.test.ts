@@ -9,6 +9,7 @@ import {
   formatBytes,
   formatTime,
   ganttGeometry,
+  memoryMarkPoints,
   modeTotals,
   niceTicks,
   timelineGeometry,
@@ -163,5 +164,26 @@ describe("chart zoom windows", () => {
   it("draws no arrow for the dropped event", () => {
     expect(timelineGeometry(st, 500, 200, FULL, st.arrows[0].event).arrows).toHaveLength(0);
     expect(timelineGeometry(st, 500, 200, FULL, 999).arrows).toHaveLength(st.arrows.length);
+  });
+});
+
+describe("memoryMarkPoints", () => {
+  it("puts each alloc/free mark at its step on its buffer's bar and skips undrawn buffers", () => {
+    const m: MemorySection = {
+      ...mem,
+      marks: [
+        { kind: "alloc", buffer: 1, step: 1, node: 5 },
+        { kind: "free", buffer: 1, step: 4, node: 6 },
+        { kind: "alloc", buffer: 9, step: 0, node: 7 },
+      ],
+    };
+    const g = ganttGeometry(m, 400, 200);
+    const pts = memoryMarkPoints(m, g);
+    expect(pts.map((p) => p.kind)).toEqual(["alloc", "free"]);
+    const bar = g.rects[1];
+    expect(pts[0].x).toBeCloseTo(bar.x);
+    expect(pts[1].x).toBeCloseTo(bar.x + bar.w);
+    for (const p of pts) (expect(p.y).toBeGreaterThan(bar.y), expect(p.y).toBeLessThan(bar.y + bar.h));
+    expect(memoryMarkPoints(mem, g)).toEqual([]);
   });
 });

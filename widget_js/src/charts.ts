@@ -150,6 +150,27 @@ export function ganttGeometry(mem: MemorySection, width: number, height: number,
   };
 }
 
+/** A memory alloc (▸) or free (◂) node's mark: at its step's x, the buffer's bar's middle. */
+export interface MarkPoint {
+  x: number;
+  y: number;
+  kind: "alloc" | "free";
+  node: number;
+}
+
+/** The alloc/free marks of `mem` on a Gantt geometry (marks of buffers not drawn are skipped). */
+export function memoryMarkPoints(mem: MemorySection, g: GanttGeometry): MarkPoint[] {
+  const bar = new Map<number, MemorySection["buffers"][number]>();
+  for (const b of mem.buffers) if (b.view_of === undefined) bar.set(b.id, b);
+  const out: MarkPoint[] = [];
+  for (const m of mem.marks ?? []) {
+    const b = bar.get(m.buffer);
+    if (!b) continue;
+    out.push({ x: g.xOf(m.step), y: g.yOf(b.offset + b.size / 2), kind: m.kind, node: m.node });
+  }
+  return out;
+}
+
 export interface TimelineGeometry {
   box: Box;
   rects: Rect[];

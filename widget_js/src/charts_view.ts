@@ -12,6 +12,7 @@ import {
   formatBytes,
   formatTime,
   ganttGeometry,
+  memoryMarkPoints,
   niceTicks,
   timelineGeometry,
   treeGeometry,
@@ -277,6 +278,12 @@ export class MemoryChart extends CanvasChart {
         `bound's ${bound.size} buffers`,
         "outlined: buffers no event orders pairwise; their sizes add up to the lower bound",
       ]);
+    const marks = memoryMarkPoints(mem, g);
+    this.root.dataset.memMarks = String(marks.length);
+    if (marks.some((m) => m.kind === "alloc"))
+      legend.push(["alloc", "mem alloc ▸", "a memory alloc node: the graph-owned buffer's bar starts at its step"]);
+    if (marks.some((m) => m.kind === "free"))
+      legend.push(["free", "mem free ◂", "a memory free node: the graph-owned buffer's bar ends after its step"]);
     if (this.simStep >= 0) legend.push(["sim", "simulator step"]);
     legend.push(
       ["arena", `arena (${mem.mode})`, "the arena the planner made"],
@@ -348,6 +355,17 @@ export class MemoryChart extends CanvasChart {
         ctx.fillText(fitText(ctx, b.name, r.w - 8), r.x + 4, r.y + r.h / 2);
       }
     });
+    // Graph-owned memory: a triangle at each alloc (pointing into the bar) and free.
+    ctx.fillStyle = "#1b2430";
+    for (const m of marks) {
+      const d = m.kind === "alloc" ? 5 : -5;
+      ctx.beginPath();
+      ctx.moveTo(m.x, m.y - 5);
+      ctx.lineTo(m.x + d, m.y);
+      ctx.lineTo(m.x, m.y + 5);
+      ctx.closePath();
+      ctx.fill();
+    }
     ctx.restore();
     const line = (y: number, color: string, dash: number[], label: string, atLeft: boolean) => {
       ctx.strokeStyle = color;

@@ -545,6 +545,8 @@ export class DagView {
     const p = this.local(cx, cy);
     t.style.display = "block";
     const r = this.root.getBoundingClientRect();
+    // Measured at the left edge, where nothing squeezes it (its width is its content's).
+    t.style.left = "0px";
     const tw = t.offsetWidth || 220;
     const th = t.offsetHeight || 60;
     t.style.left = `${p.x + 14 + tw > r.width ? Math.max(0, p.x - 14 - tw) : p.x + 14}px`;

@@ -43,6 +43,19 @@ export interface DagMeta {
   pass_index: number;
   /** Why a colour mode has no data ("" when it has), e.g. {stream: "no stream pass yet"}. */
   notes: Record<string, string>;
+  /** Child graph / conditional bodies (oxiwork.widget.viewmodel.body_sections); not drawn yet. */
+  bodies?: DagBody[];
+}
+
+/** One body graph of the node at position `node` (inside body `parent`'s nodes when parent >= 0). */
+export interface DagBody {
+  node: number;
+  parent: number;
+  title: string;
+  names: string[];
+  /** Codes into DagMeta.kinds. */
+  kinds: number[];
+  edges: [number, number][];
 }
 
 export interface PassEntry {
@@ -72,6 +85,14 @@ export interface MemoryRect {
   view_of?: number;
 }
 
+/** Where a memory alloc (start of its step) or free (end of its step) node bounds a graph-owned buffer's bar. */
+export interface MemoryMark {
+  kind: "alloc" | "free";
+  buffer: number;
+  step: number;
+  node: number;
+}
+
 export interface MemorySection {
   available: true;
   mode: string;
@@ -86,6 +107,8 @@ export interface MemorySection {
   buffers: MemoryRect[];
   strategy?: string;
   optimal?: boolean;
+  /** Graph-owned buffers' memory alloc and free nodes (oxiwork.widget.viewmodel.memory_node_marks). */
+  marks?: MemoryMark[];
 }
 
 /** One plan step on its stream (oxiwork.executor.timeline): launched at `launch`, runs [start, end). */
