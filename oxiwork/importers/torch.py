@@ -11,7 +11,7 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtype (float32 element-wise ops on shapes that broadcast, softmax/sum/max/
+  shapes and dtypes (element-wise ops on shapes that broadcast, softmax/sum/max/
   mean/amax/layer-norm (affine too) over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
@@ -46,7 +46,10 @@ data-dependent control flow, unsupported Python), and programs holding what toda
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
 other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
 training mode: call ``module.eval()``), empty tensors, and dtypes outside
-:data:`oxiwork.node.DTYPES` (bfloat16: numpy has no such dtype).
+:data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
+bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
+library ops compute in float32 and round once per op, as PyTorch's kernels do, and
+``_to_copy`` (``.to(dtype)``) becomes a ``cast_<dtype>`` kernel.
 
 Example
 -------
@@ -88,10 +91,10 @@ from oxiwork import ops
 from oxiwork.builder import GraphBuilder
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.node import DTYPES, MemcpyDir
-from oxiwork.ops import lib_reduce
+from oxiwork.ops import lib_dtype, lib_reduce
 from oxiwork.ops.lib_conv import cat_op
 from oxiwork.ops.lib_reduce import Strided
-from oxiwork.ops.table import FusionClass, OpDef
+from oxiwork.ops.table import COMPUTE_DTYPES, FusionClass, OpDef
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -221,6 +224,7 @@ _DTYPE_NAMES = {
     "torch.float32": "float32",
     "torch.float64": "float64",
     "torch.float16": "float16",
+    "torch.bfloat16": "bfloat16",
     "torch.int32": "int32",
     "torch.int64": "int64",
     "torch.uint8": "uint8",
@@ -231,13 +235,29 @@ _DTYPE_NAMES = {
 def _dtype_name(dtype: Any, what: str) -> str:
     name = _DTYPE_NAMES.get(str(dtype))
     if name is None or name not in DTYPES:
-        extra = " (numpy has no bfloat16)" if str(dtype) == "torch.bfloat16" else ""
         raise UnsupportedModel(
-            f"{what} is a {dtype} tensor{extra}; the IR holds "
+            f"{what} is a {dtype} tensor; the IR holds "
             f"{', '.join(n for n in _DTYPE_NAMES.values() if n in DTYPES)}: convert the model "
             "and its inputs (model.float()) before importing"
         )
     return name
+
+
+def _to_numpy(t: Any) -> np.ndarray:
+    """A CPU tensor's values as numpy (torch's .numpy() has no bfloat16: its bits are
+    reinterpreted as ml_dtypes' bfloat16, the dtype oxiwork buffers hold)."""
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view("bfloat16")
+    return t.numpy()
+
+
+def _from_numpy(x: np.ndarray) -> Any:
+    """The inverse of :func:`_to_numpy` (``x`` writeable and contiguous)."""
+    torch = _torch()
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +429,7 @@ def _as_tensor(torch: Any, x: np.ndarray, meta: _Meta) -> Any:
     """The torch tensor a kernel input holds, in the shape and strides eager had."""
     if not (x.flags.writeable and x.flags.c_contiguous):
         x = np.array(x)  # torch.from_numpy wants a writeable array
-    t = torch.from_numpy(x).reshape(meta.shape)
+    t = _from_numpy(x).reshape(meta.shape)
     if meta.strides is not None:  # as eager laid it out, so as_strided views agree
         t = torch.empty_strided(meta.shape, meta.strides, dtype=t.dtype).copy_(t)
     return t
@@ -494,7 +514,7 @@ def _reference(call: _Call) -> Callable[[list[np.ndarray]], np.ndarray]:
             r = target(*_fill(args, bases), **{k: _fill(v, bases) for k, v in kwargs})
         if index is not None:
             r = r[index]
-        return r.detach().contiguous().numpy()
+        return _to_numpy(r.detach().contiguous())
 
     return reference
 
@@ -571,7 +591,8 @@ _RESHAPES = frozenset(
 
 
 def _plain(call: _Call, args: Sequence[Any], reshape_ok: bool = True) -> str | None:
-    """Why ``args`` are not whole float32 buffers, or reshapes of them (None if they are)."""
+    """Why ``args`` are not whole buffers, or reshapes of them (None if they are); their
+    dtypes are checked against the library op's dtype rule (:func:`_library`)."""
     for a in args:
         if not isinstance(a, _Arg):
             return f"an operand is a Python {type(a).__name__}, not a tensor"
@@ -580,8 +601,6 @@ def _plain(call: _Call, args: Sequence[Any], reshape_ok: bool = True) -> str | N
                 _base_name(t) if hasattr(t, "_schema") else "getitem" for t, _, _ in a.chain
             )
             return f"it reads a view ({views}) of its input; library ops read whole buffers"
-        if a.base.dtype != "float32":
-            return f"it reads {a.base.dtype} data; library ops compute float32"
         if a.base.strides is not None:
             return "it reads a non-contiguous layout; library ops read row-major buffers"
     return None
@@ -1161,6 +1180,39 @@ def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return cat_op(len(tensors)).name, {"axis": float(dim)}, list(tensors)
 
 
+# ----------------------------------------------------------------------------- dtype rules
+# casts and lookups (oxiwork.ops.lib_dtype)
+def _to_copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x = call.args[0]
+    # device, layout and memory format say where and how eager lays the copy out: the IR
+    # holds row-major buffers on one device (_library checks the result is row-major)
+    ignored = {"dtype", "device", "layout", "memory_format"}
+    extra = {k for k, v in call.kwargs if v not in (None, False)} - ignored
+    if extra:
+        return f"it sets {', '.join(sorted(extra))}; the library's casts change the dtype only"
+    if call.out.dtype not in COMPUTE_DTYPES:
+        return (
+            f"it converts to {call.out.dtype}; kernels compute {', '.join(sorted(COMPUTE_DTYPES))}"
+        )
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or (lib_dtype.cast_name(call.out.dtype), {}, [x])
+
+
+def _embedding(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # padding_idx, scale_grad_by_freq and sparse change the gradient only
+    weight, indices = call.args[:2]
+    why = _plain(call, [weight], reshape_ok=False) or _plain(call, [indices])
+    if why is None and len(weight.shape) != 2:
+        why = f"its table has shape {weight.shape}; the library's embedding takes [rows, dim]"
+    return why or ("embedding", {}, [weight, indices])
+
+
+def _gather(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, dim, index = call.args[:3]
+    why = _plain(call, [x, index], reshape_ok=False)
+    return why or ("gather", {"dim": float(dim)}, [x, index])
+
+
 _LIBRARY: dict[str, _Rule] = {
     # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
     "aten.relu.default": _unary("relu_nan"),
@@ -1210,6 +1262,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.amax.default": _row("amax", 1),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
+    "aten._to_copy.default": _to_copy,
+    "aten.embedding.default": _embedding,
+    "aten.gather.default": _gather,
 }
 
 # Multi-output ops whose rules decide themselves which outputs the library computes.
@@ -1228,11 +1283,22 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     rule = _LIBRARY.get(name)
     if rule is None:
         return f"no op of the library computes {name.rsplit('.', 1)[0]}"
-    if call.out.dtype != "float32" or call.out.strides is not None or not call.out.shape:
-        return f"its result is {call.out.dtype} of shape {call.out.shape}; library ops write float32 arrays"
+    if call.out.strides is not None or not call.out.shape:
+        return f"its result has shape {call.out.shape}; library ops write row-major arrays"
     if call.index is not None and name not in _MULTI_OUTPUT:
         return "it has several outputs; library ops have one"
-    return rule(call)
+    found = rule(call)
+    if isinstance(found, str):
+        return found
+    # the library op must compute torch's result dtype from these input dtypes
+    lib, params, args = found
+    try:
+        got = ops.infer_dtype(ops.get(lib), [a.base.dtype for a in args], params, lib)
+    except InvalidArgument as e:
+        return f"its operands' dtypes do not fit the library's {lib}: {str(e).split(': ', 1)[-1]}"
+    if got != call.out.dtype:
+        return f"it computes {call.out.dtype}; the library's {lib} computes {got} from its inputs"
+    return found
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -1276,7 +1342,7 @@ class _Converter:
 
     def _external(self, name: str, value: Any, what: str) -> _Tensor:
         meta = _meta(value, what)  # its strides too: views of it see eager's layout
-        arr = value.detach().cpu().contiguous().numpy().reshape(meta.ir_shape)
+        arr = _to_numpy(value.detach().cpu().contiguous()).reshape(meta.ir_shape)
         name, _ = self._buffer(name, meta, external=True)
         self.values[name] = arr
         return _Tensor(name, meta, layout=_layout(value, None, False))

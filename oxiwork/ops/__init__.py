@@ -8,6 +8,7 @@
 # Op libraries beyond the built-ins register their entries on import.
 from oxiwork.ops import (
     lib_conv,  # noqa: F401  (registers conv2d, pooling, pad, cat)
+    lib_dtype,  # noqa: F401  (registers cast_<dtype>, embedding)
     lib_elementwise,  # noqa: F401  (batch norm, activations, scalar ops, where...)
     lib_reduce,  # noqa: F401  (registers the matmul variants, reductions)
 )
@@ -24,6 +25,7 @@ from oxiwork.ops.table import (
     broadcast_terms,
     custom,
     get,
+    infer_dtype,
     infer_shape,
     register,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "describe",
     "function_name",
     "get",
+    "infer_dtype",
     "infer_shape",
     "kernel_source",
     "program_of",

@@ -37,6 +37,7 @@ True
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -110,24 +111,33 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
         raise InvalidArgument(f"{describe(node)} is not a kernel; only kernels have CUDA source")
     bound = bind(graph, node)
     fname = function_name(node)
-    typed = [d for d in (*bound.in_dtypes, *bound.out_dtypes) if d != "float32"]
-    if typed:
-        raise UnsupportedOp(
-            f"{bound.where} reads or writes {typed[0]} buffers; generated CUDA C is float32 "
-            "only so far: compute it with the simulator, or cast to float32 around it"
-        )
+    typed = _typed(bound)
+    for j, st in enumerate(bound.steps):
+        if typed and (st.op.kernel or st.op.element) and not st.op.typed_pointers:
+            raise UnsupportedOp(
+                f"{bound.where}: op {st.op.name!r} (step {j}) generates float32 C only, and "
+                f"this kernel computes {typed}: run it in float32 (cast around it), or "
+                "give the op typed_pointers=True once its generator indexes any pointer"
+            )
     if writes_strided(graph, node) or (
         needs_strides(graph, node)
         and node.fused is None
         and (bound.steps[0].op.kernel is not None or bound.steps[0].op.source is not None)
     ):  # written through a view, or an op whose own kernel reads whole buffers
+        if typed:
+            raise UnsupportedOp(
+                f"{bound.where} reads or writes a non-contiguous {typed} view; strided kernels "
+                "are float32 only: make the view contiguous (a copy) or compute it in float32"
+            )
         return KernelSource(fname, *strided_kernel(graph, node, fname))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
-        if op.kernel is not None:
+        if op.kernel is not None and not (typed and op.element is not None):
             src, scalars = op.kernel(
                 fname, bound.in_shapes, bound.steps[0].shape, bound.steps[0].params
             )
+            if typed:  # a value-moving kernel (typed_pointers): its pointers take any type
+                src = _HALF_PRELUDE * bool(_halves(bound)) + _retype(src, bound)
             return KernelSource(fname, src, tuple(scalars))
         if op.source is not None:
             assert op.function_name is not None
@@ -178,6 +188,63 @@ __device__ __forceinline__ float ox_block_reduce(float v, float* red, int is_max
 """
 
 _NEG_INF = "__int_as_float(0xff800000)"
+
+# C type of each dtype a kernel computes with (ops.table.COMPUTE_DTYPES).
+CTYPES = {
+    "float32": "float",
+    "float16": "__half",
+    "bfloat16": "__nv_bfloat16",
+    "int64": "long long",
+    "int32": "int",
+    "bool": "bool",
+}
+# Half-precision values are computed in float: loads widen (exact), each op's result is
+# rounded once to its dtype (round to nearest even, as numpy's and ml_dtypes' casts),
+# stores write the rounded value (PyTorch's kernels do the same, with float as "opmath").
+_HALF = {
+    "float16": ("__half2float({})", "ox_rh({})", "__float2half_rn({})"),
+    "bfloat16": ("__bfloat162float({})", "ox_rb({})", "__float2bfloat16_rn({})"),
+}
+_HALF_PRELUDE = """#ifndef OXIWORK_HALF
+#define OXIWORK_HALF
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+// float16/bfloat16 compute in float: round a value to the dtype (and back), or read an
+// array of them as floats (what out-element-wise generators index, e.g. matmul).
+__device__ __forceinline__ float ox_rh(float v) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float ox_rb(float v)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ float ox_ld(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ox_ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> struct ox_wide {
+    const T* p;
+    __device__ __forceinline__ float operator[](size_t i) const { return ox_ld(p[i]); }
+};
+#endif
+"""
+
+
+def _typed(bound: BoundProgram) -> str:
+    """The first dtype of ``bound`` other than float32 ("" if it is all float32: then the
+    source is exactly what it was before dtypes, and so are compiled kernels' cache keys)."""
+    for d in (*bound.in_dtypes, *bound.out_dtypes, *(st.dtype for st in bound.steps)):
+        if d != "float32":
+            return d
+    return ""
+
+
+def _halves(bound: BoundProgram) -> bool:
+    return any(
+        d in _HALF for d in (*bound.in_dtypes, *bound.out_dtypes, *(s.dtype for s in bound.steps))
+    )
+
+
+def _retype(src: str, bound: BoundProgram) -> str:
+    """A value-moving full kernel's float pointers as its buffers' types (one dtype)."""
+    (dtype,) = set(bound.in_dtypes) | set(bound.out_dtypes)
+    return re.sub(r"\bfloat\*", f"{CTYPES[dtype]}*", src)
 
 
 class _Gen:
@@ -230,9 +297,11 @@ class _Gen:
                     f"elements combined with {space}; copy the view into a buffer of its own "
                     "first (op 'copy')"
                 )
-            return f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
+            return self.load(
+                i, f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
+            )
         if math.prod(have) == space:
-            return f"in{i}[{var}]"
+            return self.load(i, f"in{i}[{var}]")
         terms = broadcast_terms(have, out) if math.prod(out) == space else None
         if terms is None:
             raise UnsupportedOp(
@@ -260,7 +329,35 @@ class _Gen:
                 e = f"{e} * {pre}s{t}"
                 self.bcast[f"{pre}s{t}"] = stride
             parts.append(e)
-        return f"in{i}[{' + '.join(parts) or '0'}]"
+        return self.load(i, f"in{i}[{' + '.join(parts) or '0'}]")
+
+    def load(self, i: int, ref: str) -> str:
+        """Input ``i``'s element ``ref`` as a compute value (halves widen to float)."""
+        half = _HALF.get(self.b.in_dtypes[i]) if self.b.in_dtypes else None
+        return half[0].format(ref) if half else ref
+
+    def define(self, j: int, expr: str) -> str:
+        """The C statement defining ``t{j}``, step j's value, in its dtype's compute type."""
+        dtype = self.b.steps[j].dtype
+        if dtype == "float32":
+            return f"float t{j} = {expr};"
+        if dtype in _HALF:
+            return f"float t{j} = {_HALF[dtype][1].format(expr)};"
+        ctype = CTYPES[dtype]
+        return f"{ctype} t{j} = ({ctype})({expr});"
+
+    def rounding(self, j: int) -> list[str]:
+        """Statements rounding a float ``t{j}`` computed by a recipe or generator."""
+        half = _HALF.get(self.b.steps[j].dtype)
+        return [f"t{j} = {half[1].format(f't{j}')};"] if half else []
+
+    def store(self, k: int, var: str, s: int) -> str:
+        half = _HALF.get(self.b.out_dtypes[k]) if self.b.out_dtypes else None
+        value = half[2].format(f"t{s}") if half else f"t{s}"
+        return f"out{k}[{var}] = {value};"
+
+    def prelude(self) -> str:
+        return _HALF_PRELUDE if _halves(self.b) else ""
 
     def step_lines(self, j: int, var: str, space: int) -> list[str]:
         """C statements defining ``t{j}``, step j's value at index ``var``."""
@@ -278,13 +375,19 @@ class _Gen:
                     f"{self.b.where}: step {j} ({st.op.name}) reads a strided view whole; "
                     "copy the view into a buffer of its own first (op 'copy')"
                 )
-            ptrs = [f"in{i}" for _, i in st.args]
+            # half arrays are handed over as float views (exact widening on every load)
+            ptrs = [
+                f"ox_wide<{CTYPES[d]}>{{in{i}}}"
+                if (d := self.b.in_dtypes[i]) in _HALF
+                else f"in{i}"
+                for _, i in st.args
+            ]
             lines, sizes = st.op.element(j, ptrs, var, list(st.in_shapes), st.shape, st.params)
             self.sizes.update(sizes)
             # ``{p}`` in the lines is parameter p's kernel argument, as in an expr template
             for p in st.params:
                 lines = [ln.replace(f"{{{p}}}", self.param_name(j, p)) for ln in lines]
-            return lines
+            return [*lines, *self.rounding(j)]
         if st.op.expr is None:
             raise UnsupportedOp(
                 f"{self.b.where}: step {j} ({st.op.name}) cannot be computed per element here"
@@ -294,14 +397,16 @@ class _Gen:
             self.arg(kind, i, var, space, read[p], st.shape) for p, (kind, i) in enumerate(st.args)
         ]
         names = {p: self.param_name(j, p) for p in st.params}
-        return [f"float t{j} = {st.op.expr.format(*args, **names)};"]
+        return [self.define(j, st.op.expr.format(*args, **names))]
 
     def signature(
         self, fname: str, sizes: list[tuple[str, int]]
     ) -> tuple[str, tuple[ScalarArg, ...]]:
         r = self.restrict
-        ptrs = [f"const float*{r} in{k}" for k in range(len(self.b.in_shapes))]
-        ptrs += [f"float*{r} out{k}" for k in range(len(self.b.out_shapes))]
+        ins = self.b.in_dtypes or ("float32",) * len(self.b.in_shapes)
+        outs = self.b.out_dtypes or ("float32",) * len(self.b.out_shapes)
+        ptrs = [f"const {CTYPES[d]}*{r} in{k}" for k, d in enumerate(ins)]
+        ptrs += [f"{CTYPES[d]}*{r} out{k}" for k, d in enumerate(outs)]
         scalars: list[ScalarArg] = [("size_t", name, v) for name, v in sizes]
         scalars += [("size_t", name, v) for name, v in self.sizes.items()]
         scalars += [("size_t", name, v) for name, v in self.bcast.items()]
@@ -327,7 +432,7 @@ class _Gen:
         n = math.prod(self.b.steps[self.b.outputs[0]].shape)
         self.check_space(list(range(len(self.b.steps))), n, "element-wise kernel")
         body = [line for j in range(len(self.b.steps)) for line in self.step_lines(j, "i", n)]
-        body += [f"out{k}[i] = t{s};" for k, s in enumerate(self.b.outputs)]
+        body += [self.store(k, "i", s) for k, s in enumerate(self.b.outputs)]
         sig, scalars = self.signature(fname, [("n", n)])
         loop = (
             "{\n"
@@ -336,7 +441,7 @@ class _Gen:
             + "".join(f"        {line}\n" for line in body)
             + "    }\n}\n"
         )
-        return KernelSource(fname, sig + loop, scalars)
+        return KernelSource(fname, self.prelude() + sig + loop, scalars)
 
     # ---------------------------------------------------------------- row kernels
     def row_kernel(self, fname: str, r: int) -> KernelSource:
@@ -376,7 +481,7 @@ class _Gen:
         # row-to-row op and indexed with an ``i`` out of scope.
         out_var = "row" if per_row else "i"
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
-        writes = [f"out{k}[{out_var}] = t{s};" for k, s in enumerate(self.b.outputs)]
+        writes = [self.store(k, out_var, s) for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
         # inputs after the first (an affine norm's weight and bias) are read per column
         extra = []
@@ -387,10 +492,13 @@ class _Gen:
                     "the kernel; a reduction reads only its first input from a step"
                 )
             extra.append(self.arg(kind, i, "col", cols))
-        body = recipe(_RowParts(r, pre_lines, value, post_lines + writes, params, extra))
+        # every recipe defines t{r} right before the tail: round it there (half dtypes)
+        tail = self.rounding(r) + post_lines + writes
+        body = recipe(_RowParts(r, pre_lines, value, tail, params, extra))
         sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
         src = (
-            _BLOCK_REDUCE
+            self.prelude()
+            + _BLOCK_REDUCE
             + sig
             + "{\n    __shared__ float red[1024];\n"
             + "    for (size_t row = blockIdx.x; row < rows; row += gridDim.x) {\n"

@@ -468,6 +468,14 @@ class OpDef:
         float32 before it runs and its result is rounded once to the result dtype (what
         PyTorch's kernels do). ``False`` for references that handle every dtype
         themselves (casts, gathers, an importer's torch references).
+    typed_pointers
+        For ``element``/``kernel`` generators: the C they write only indexes its input
+        pointers (``ptr[index]``: no pointer arithmetic, no ``float*`` declarations), so
+        the code generator may hand an ``element`` generator half-precision arrays read
+        as float (``ox_wide``), and a ``kernel`` of an op that only moves values
+        (``dtype=any_dtype``) pointers of its buffers' type. Without it those kernels
+        are generated for float32 only (other dtypes: :class:`UnsupportedOp`); ops with
+        ``expr`` or ``row`` need nothing: the generator converts their loads and stores.
 
     Examples
     --------
@@ -499,6 +507,7 @@ class OpDef:
     cost: CostFn | None = field(default=None, repr=False)
     dtype: DtypeRule = field(default=float_dtype, repr=False)
     widen: bool = field(default=True, repr=False)
+    typed_pointers: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -1090,6 +1099,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         element=_matmul_element,
         shape=_matmul_shape,
         cost=_matmul_cost,
+        typed_pointers=True,
     ),
     OpDef(
         "transpose",
@@ -1101,6 +1111,7 @@ _BUILTINS: tuple[OpDef, ...] = (
         flops_per_element=0.0,
         dtype=any_dtype,
         widen=False,
+        typed_pointers=True,
     ),
 )
 

@@ -203,6 +203,19 @@ void cudaGraphSetConditional(unsigned long long handle, unsigned int value) {
     *(volatile unsigned int*)(uintptr_t)handle = value;
 }
 static inline unsigned __float_as_int(float f) { unsigned v; memcpy(&v, &f, 4); return v; }
+// cuda_fp16.h / cuda_bf16.h stand-ins (build_library drops their #include lines): the
+// storage types and the conversions generated kernels call, bit-exact round to nearest
+// even as on the GPU (float16 through GCC's _Float16, IEEE binary16 on x86-64).
+struct __half { uint16_t x; };
+struct __nv_bfloat16 { uint16_t x; };
+static inline float __half2float(__half h) { _Float16 v; memcpy(&v, &h.x, 2); return (float)v; }
+static inline __half __float2half_rn(float f) { _Float16 v = (_Float16)f; __half h; memcpy(&h.x, &v, 2); return h; }
+static inline float __bfloat162float(__nv_bfloat16 h) { unsigned v = (unsigned)h.x << 16; float f; memcpy(&f, &v, 4); return f; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    unsigned v; memcpy(&v, &f, 4); __nv_bfloat16 h;
+    if ((v & 0x7fffffffu) > 0x7f800000u) { h.x = (uint16_t)((v >> 16) | 0x40u); return h; }  // NaN: quiet
+    v += 0x7fffu + ((v >> 16) & 1u); h.x = (uint16_t)(v >> 16); return h;
+}
 
 // Threads of a block that synchronise run as coroutines: each runs until its next
 // __syncthreads (or its end), in a random order per phase, then the next phase starts.
@@ -397,6 +410,8 @@ def build_library(source: str, directory: Path) -> tuple[ctypes.CDLL, list[Kerne
     if CXX is None:
         raise EmulationError(INVALID_IMAGE, "no C++ compiler (g++ or clang++) to emulate kernels")
     kernels = parse_kernels(source)
+    # the PRELUDE stands in for CUDA's half-precision headers
+    source = re.sub(r"#include <cuda_(?:fp16|bf16)\.h>\n?", "", source)
     text = PRELUDE + source + wrapper_source(kernels)
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
     with _LIBS_LOCK:
@@ -440,20 +455,30 @@ def run_kernel(
     grid: int = 3,
     block: int = 4,
     seed: int = 0,
+    out_dtypes: list[Any] | None = None,
 ) -> list[np.ndarray]:
     """Run one kernel of the oxiwork convention (``in0.., out0.., scalars``) on the CPU.
 
     The same C++ emulation as the driver's launches (:func:`build_library`, threads of a
     synchronising block as coroutines), without a driver around it: for tests that check
     the generated CUDA C of one kernel against the numpy side. Outputs start poisoned
-    (``0xFF``, NaN) so an element the kernel never writes shows up.
+    (``0xFF``, NaN) so an element the kernel never writes shows up. Inputs of a kernel
+    dtype other than float32 (float16, bfloat16, int64, int32, bool) are passed as they
+    are, anything else as float32; outputs are float32 unless ``out_dtypes`` says.
     """
     lib, kernels = build_library(source, directory)
     sig = next((k for k in kernels if k.name == function_name), None)
     if sig is None:
         raise EmulationError(NOT_FOUND, f"no kernel {function_name!r} in the source")
-    ins = [np.ascontiguousarray(a, dtype=np.float32) for a in inputs]
-    outs = [np.empty(s, np.float32) for s in out_shapes]
+    kept = ("float16", "bfloat16", "int64", "int32", "bool")
+    ins = [
+        np.ascontiguousarray(a, dtype=None if np.asarray(a).dtype.name in kept else np.float32)
+        for a in inputs
+    ]
+    outs = [
+        np.empty(s, np.float32 if out_dtypes is None else out_dtypes[k])
+        for k, s in enumerate(out_shapes)
+    ]
     for o in outs:
         o.view(np.uint8).fill(POISON)
     values: list[Any] = [ctypes.c_uint64(a.ctypes.data) for a in (*ins, *outs)]

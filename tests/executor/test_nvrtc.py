@@ -153,6 +153,8 @@ def _single_op_graphs():
     """One graph per registered op with CUDA code: a kernel on [4, 8] float inputs."""
     from oxiwork import ops
     from oxiwork.builder import GraphBuilder
+    from oxiwork.error import GraphError
+    from oxiwork.node import DTYPES
 
     for name, op in sorted(ops.REGISTRY.items()):
         if not op.has_cuda:  # an importer's opaque op (a torch reference only)
@@ -176,12 +178,22 @@ def _single_op_graphs():
         shapes = next((c for c in candidates if _accepts(op, c)), None)
         if shapes is None:  # an importer's op for one call site (gemm_<hash>): its shapes only
             continue
+        # float32 inputs, but int64 indices for lookups (embedding, gather); the result in
+        # the dtype the op's rule gives (casts: their target)
+        dtypes = ["float32"] * op.arity
+        try:
+            ops.infer_dtype(op, dtypes, op.defaults, name)
+        except GraphError:
+            dtypes[-1] = "int64"
+        out_dt = ops.infer_dtype(op, dtypes, op.defaults, name) or "float32"
         ins = [
-            b.alloc_external_buffer(f"in{k}", 4 * math.prod(s), shape=s)
-            for k, s in enumerate(shapes)
+            b.alloc_external_buffer(f"in{k}", DTYPES[d] * math.prod(s), dtype=d, shape=s)
+            for k, (s, d) in enumerate(zip(shapes, dtypes, strict=True))
         ]
         out_shape = ops.infer_shape(op, shapes, op.defaults, name)
-        out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+        out = b.alloc_buffer(
+            "out", DTYPES[out_dt] * math.prod(out_shape), dtype=out_dt, shape=out_shape
+        )
         b.add_kernel(name, 1, 128).op(name).inputs(ins).outputs([out]).finish()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -209,7 +221,7 @@ class TestCompilesEveryGeneratedKernel:
     @pytest.mark.parametrize("arch", CI_ARCHS)
     def test_each_op_alone(self, arch):
         from oxiwork import ops
-        from oxiwork.ops import lib_conv, lib_reduce
+        from oxiwork.ops import lib_conv, lib_dtype, lib_reduce
 
         sources, names = [], set()
         for name, g in _single_op_graphs():
@@ -219,6 +231,7 @@ class TestCompilesEveryGeneratedKernel:
         # every op the libraries ship is covered (ops an importer registered for one call
         # site are skipped when no candidate shape fits them)
         shipped = set(ops.BUILTIN_OPS) | {op.name for op in lib_conv.CONV_OPS}
+        shipped |= {op.name for op in lib_dtype.DTYPE_OPS}
         assert shipped | set(lib_reduce.MATMULS) <= names
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")

@@ -9,10 +9,14 @@ def _compile(source: str, name: str, arch: str = "sm_90") -> bytes:
     """Compile ``source`` to a cubin for ``arch``; fail the test with NVRTC's log."""
     from cuda.bindings import nvrtc
 
+    from oxiwork.executor.nvrtc import unit_options
+
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
     assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"--fmad=false", b"-std=c++17"]
+        # the executor's own options: the arch, --fmad=false, and -I of the CUDA headers
+        # (cuda_fp16.h, cuda_bf16.h: pip's nvidia-cuda-runtime) when the source includes
+        opts = [o.encode() for o in unit_options(source, arch)] + [b"-std=c++17"]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             _, size = nvrtc.nvrtcGetProgramLogSize(prog)

@@ -19,12 +19,16 @@ from hypothesis.extra import numpy as hnp
 
 from oxiwork import GraphBuilder, ops
 from oxiwork.cost import kernel_work
-from oxiwork.error import InvalidArgument
+from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.node import DTYPES
+from oxiwork.ops import kernel_source, lib_dtype
 from oxiwork.ops.program import bind
+from oxiwork.ops.table import COMPUTE_DTYPES
 from oxiwork.reference import evaluate
+from tests.executor.emulated_driver import CXX, run_kernel
+from tests.ops.test_special_values import EXACT
 
 FLOATS = ("float32", "float16", "bfloat16")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -166,7 +170,7 @@ class TestFloatMath:
         assert want.dtype == _np(dtype)
         for fusion in (False, True):
             plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
-            if fusion and dtype == "float32":  # typed CUDA C comes next: only float32 fuses yet
+            if fusion:
                 assert plan.kernel_count_fused == 1
                 fused = plan.graph.kernels()[0]
                 assert [st.dtype for st in bind(plan.graph, fused).steps] == [dtype] * len(names)
@@ -184,3 +188,398 @@ class TestCost:
         half = kernel_work(gh, gh.kernels()[0])
         assert half[0] == f32[0]
         assert half[1] == f32[1] / 2
+
+
+# ------------------------------------------------------------------ generated C, per dtype
+needs_cxx = pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+
+
+@pytest.fixture(scope="module")
+def so_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("dtype_kernels")
+
+
+def _run_c(graph, node, arrays, so_dir):
+    """The node's generated kernel run on the CPU (the emulated driver's C++ build)."""
+    ks = kernel_source(graph, node)
+    bound = bind(graph, node)
+    return run_kernel(
+        ks.source,
+        ks.function_name,
+        arrays,
+        list(bound.out_shapes),
+        ks.scalar_args,
+        so_dir,
+        out_dtypes=[_np(d) for d in bound.out_dtypes],
+    )
+
+
+def _c_graph(graph, inputs, so_dir):
+    """Every kernel of ``graph`` as generated C, in topological order: the buffers' values."""
+    vals = {graph.buffer_by_name(n).id: v for n, v in inputs.items()}
+    for nid in graph.topological_order():
+        node = graph.node(nid)
+        if node.is_kernel:
+            outs = _run_c(graph, node, [vals[b] for b in node.inputs], so_dir)
+            vals.update(zip(node.outputs, outs, strict=True))
+    return vals[graph.buffer_by_name("out").id]
+
+
+def _bits_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal bit for bit (floats: NaN positions equal, payloads free; -0.0 != 0.0)."""
+    assert got.dtype == want.dtype, f"{what}: {got.dtype} vs {want.dtype}"
+    g, w = got.reshape(-1), want.reshape(-1)
+    if want.dtype.name in ("float32", "float16", "bfloat16"):
+        g32, w32 = g.astype(np.float32), w.astype(np.float32)
+        assert np.array_equal(np.isnan(g32), np.isnan(w32)), f"{what}: NaNs {g} vs {w}"
+        ok = ~np.isnan(w32)
+        assert np.array_equal(g32[ok], w32[ok]), f"{what}: {g} vs {w}"
+        assert np.array_equal(np.signbit(g32[ok]), np.signbit(w32[ok])), f"{what}: zero signs"
+    else:
+        assert np.array_equal(g, w), f"{what}: {g} vs {w}"
+
+
+@needs_cxx
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestGeneratedC:
+    @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+    @pytest.mark.parametrize("name", sorted({*_float_ops(), "matmul", "copy", "transpose"}))
+    @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def test_op_in_c_equals_the_reference(self, name, dtype, data, so_dir):
+        # Both sides compute in float32 and round once to the dtype: ops exact in float32
+        # agree bit for bit; the others differ in float32 by a few ulp (test_special_values),
+        # which rounding to 8 or 11 bits turns into at most one ulp of the dtype.
+        op = ops.get(name)
+        shapes = _shapes(op)
+        xs = [
+            data.draw(hnp.arrays(np.float32, s, elements=st.floats(-4, 4, width=32))).astype(dtype)
+            for s in shapes
+        ]
+        g = _ew_graph(name, dtype, shapes)
+        want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
+        (c,) = _run_c(g, g.kernels()[0], xs, so_dir)
+        if name in EXACT:
+            _bits_equal(c.reshape(want.shape), want, f"{name}/{dtype}")
+        else:
+            w32 = want.astype(np.float32).reshape(-1)
+            c32 = c.astype(np.float32).reshape(-1)
+            assert np.array_equal(np.isnan(c32), np.isnan(w32)), f"{name}/{dtype}: NaNs"
+            with np.errstate(all="ignore"):  # log of negatives, exp overflow: NaN and inf
+                ulp = np.abs(np.spacing(w32.astype(dtype)).astype(np.float32))
+                near = np.abs(c32 - w32) <= ulp + 1e-6
+            fine = (c32 == w32) | near | np.isnan(w32)
+            assert fine.all(), f"{name}/{dtype}: {c} vs {want}"
+
+    @pytest.mark.parametrize("dtype", FLOATS)
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        names=st.lists(st.sampled_from(["relu", "scale", "neg", "add", "mul", "copy"]),
+                       min_size=2, max_size=4),
+        data=st.data(),
+    )  # fmt: skip
+    def test_fused_chain_in_c_equals_unfused_and_reference(self, dtype, names, data, so_dir):
+        b = GraphBuilder()
+        it = DTYPES[dtype]
+        cur = b.alloc_external_buffer("x", it * 6, dtype=dtype, shape=(2, 3))
+        y = b.alloc_external_buffer("y", it * 6, dtype=dtype, shape=(2, 3))
+        for j, n in enumerate(names):
+            last = j == len(names) - 1
+            out = b.alloc_buffer("out" if last else f"t{j}", it * 6, dtype=dtype, shape=(2, 3))
+            ins = [cur, y] if ops.get(n).arity == 2 else [cur]
+            b.add_kernel(f"k{j}", 1, 32).op(n).inputs(ins).outputs([out]).fusible(True).finish()
+            cur = out
+        g = b.build()
+        el = st.floats(-300, 300, width=32)
+        inputs = {k: data.draw(hnp.arrays(np.float32, (2, 3), elements=el)).astype(dtype)
+                  for k in ("x", "y")}  # fmt: skip
+        want = evaluate(g, inputs)["out"]
+        fused = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
+        assert len(fused.kernels()) == 1
+        _bits_equal(_c_graph(g, inputs, so_dir), want, f"{names} {dtype}: unfused C")
+        _bits_equal(_c_graph(fused, inputs, so_dir), want, f"{names} {dtype}: fused C")
+
+
+# ------------------------------------------------------------------ casts
+_INT_RANGE = {"int64": 2**62, "int32": 2**31 - 1}
+
+
+def _values(dtype: str, to: str) -> st.SearchStrategy[np.ndarray]:
+    """Values of ``dtype`` a cast to ``to`` is defined on (C leaves NaN, inf and out-of-range
+    floats to integers undefined: those are drawn only for float and bool targets)."""
+    if dtype == "bool":
+        return hnp.arrays(np.bool_, 6)
+    if dtype in _INT_RANGE:
+        lim = _INT_RANGE[dtype]
+        return hnp.arrays(dtype, 6, elements=st.integers(-lim, lim))
+    if to in _INT_RANGE:
+        lim = 2.0**30 if to == "int32" else 2.0**59
+        el = st.floats(-lim, lim, width=32)
+    else:
+        el = st.one_of(st.floats(width=32), st.sampled_from([0.0, -0.0, 65520.0, 1e-8, 3.0e38]))
+    return hnp.arrays(np.float32, 6, elements=el).map(lambda a: a.astype(dtype))
+
+
+def _cast_graph(src: str, dst: str, then: str | None = None):
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", DTYPES[src] * 6, dtype=src, shape=(6,))
+    mid = b.alloc_buffer("out" if then is None else "mid", DTYPES[dst] * 6, dtype=dst, shape=(6,))
+    kb = b.add_kernel("c", 1, 32).op(lib_dtype.cast_name(dst)).inputs([x]).outputs([mid])
+    kb.fusible(True).finish()
+    if then is not None:  # a float op after the cast, then back to float32: one fused kernel
+        t = b.alloc_buffer("t", DTYPES[dst] * 6, dtype=dst, shape=(6,))
+        b.add_kernel("r", 1, 32).op(then).inputs([mid]).outputs([t]).fusible(True).finish()
+        out = b.alloc_buffer("out", 24, dtype="float32", shape=(6,))
+        b.add_kernel("c2", 1, 32).op("cast_float32").inputs([t]).outputs([out]).fusible(
+            True
+        ).finish()
+    return b.build()
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestCasts:
+    def test_raises_cast_of_float64(self):
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 48, dtype="float64", shape=(6,))
+        y = b.alloc_buffer("y", 24, shape=(6,))
+        b.add_kernel("c", 1, 32).op("cast_float32").inputs([x]).outputs([y]).finish()
+        with pytest.raises(InvalidArgument, match=r"input 0 is float64, which kernels do not"):
+            b.build()
+
+    def test_every_compute_dtype_has_a_cast(self):
+        assert {op.name for op in lib_dtype.CASTS} == {
+            lib_dtype.cast_name(d) for d in COMPUTE_DTYPES
+        }
+
+    @pytest.mark.parametrize("dst", sorted(COMPUTE_DTYPES))
+    @pytest.mark.parametrize("src", sorted(COMPUTE_DTYPES))
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def test_cast_is_torchs_and_c_agrees(self, src, dst, data, so_dir):
+        import torch
+
+        x = data.draw(_values(src, dst), label="x")
+        g = _cast_graph(src, dst)
+        want = evaluate(g, {"x": x})["out"]
+        assert want.dtype == _np(dst)
+        sim = SequentialExecutor(ExecutionPlan.build(g, fusion=False)).run({"x": x}).outputs["out"]
+        _bits_equal(sim, want, f"{src}->{dst}: simulator")
+        # torch's Tensor.to (PyTorch's own conversions): the same values
+        tx = (
+            torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+            if src == "bfloat16"
+            else (torch.from_numpy(x))
+        )
+        if not (src in ("int64", "int32") and dst in ("float16", "bfloat16")):
+            # (torch converts an integer straight to a half type; C and we go through float32)
+            tt = tx.to(getattr(torch, dst))
+            tn = tt.view(torch.int16).numpy().view(BF16) if dst == "bfloat16" else tt.numpy()
+            _bits_equal(want, tn, f"{src}->{dst}: vs torch")
+        if CXX is not None:
+            (c,) = _run_c(g, g.kernels()[0], [x], so_dir)
+            _bits_equal(c, want, f"{src}->{dst}: generated C")
+
+    @pytest.mark.parametrize("dst", ["float16", "bfloat16"])
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data(), streams=st.integers(1, 4))
+    def test_cast_fuses_into_a_chain(self, dst, data, streams, so_dir):
+        x = data.draw(_values("float32", dst), label="x")
+        g = _cast_graph("float32", dst, then="gelu")
+        want = evaluate(g, {"x": x})["out"]
+        for fusion in (False, True):
+            plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
+            assert plan.kernel_count_fused == (1 if fusion else 3)
+            got = SequentialExecutor(plan).run({"x": x}).outputs["out"]
+            _bits_equal(got, want, f"float32->{dst}->gelu->float32 fusion={fusion}")
+            if fusion and CXX is not None:
+                _bits_equal(_c_graph(plan.graph, {"x": x}, so_dir), want, "fused C")
+
+
+# ------------------------------------------------------------------ embedding
+def _embedding_graph(wdtype: str, idtype: str, rows: int, dim: int, ishape, epilogue=False):
+    b = GraphBuilder()
+    w = b.alloc_external_buffer("w", DTYPES[wdtype] * rows * dim, dtype=wdtype, shape=(rows, dim))
+    n = math.prod(ishape)
+    ix = b.alloc_external_buffer("ix", DTYPES[idtype] * n, dtype=idtype, shape=ishape)
+    shape = (*ishape, dim)
+    e = b.alloc_buffer("out" if not epilogue else "e", DTYPES[wdtype] * n * dim, dtype=wdtype,
+                       shape=shape)  # fmt: skip
+    b.add_kernel("emb", 1, 32).op("embedding").inputs([w, ix]).outputs([e]).fusible(True).finish()
+    if epilogue:
+        out = b.alloc_buffer("out", DTYPES[wdtype] * n * dim, dtype=wdtype, shape=shape)
+        b.add_kernel("s", 1, 32).op("scale").params(alpha=3.0).inputs([e]).outputs([out]).fusible(
+            True
+        ).finish()
+    return b.build()
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestEmbedding:
+    def test_raises_float_indices(self):
+        b = GraphBuilder()
+        w = b.alloc_external_buffer("w", 48, shape=(3, 4))
+        ix = b.alloc_external_buffer("ix", 8, shape=(2,))
+        y = b.alloc_buffer("y", 32, shape=(2, 4))
+        b.add_kernel("e", 1, 32).op("embedding").inputs([w, ix]).outputs([y]).finish()
+        with pytest.raises(InvalidArgument, match=r"indices \(input 1\) are float32.*cast_int64"):
+            b.build()
+
+    def test_raises_index_out_of_range_in_the_simulator(self):
+        g = _embedding_graph("float32", "int64", 3, 2, (2,))
+        plan = ExecutionPlan.build(g)
+        w = np.ones((3, 2), np.float32)
+        with pytest.raises(Exception, match=r"embedding index 3 is out of range for a table of 3"):
+            SequentialExecutor(plan).run({"w": w, "ix": np.array([0, 3])})
+
+    @pytest.mark.parametrize("idtype", ["int64", "int32"])
+    @pytest.mark.parametrize("wdtype", FLOATS)
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        data=st.data(),
+        rows=st.integers(1, 9),
+        dim=st.integers(1, 5),
+        ishape=st.sampled_from([(1,), (4,), (2, 3)]),
+        streams=st.integers(1, 4),
+    )
+    def test_lookup_equals_torch_fused_and_in_c(
+        self, wdtype, idtype, data, rows, dim, ishape, streams, so_dir
+    ):
+        import torch
+
+        w = data.draw(hnp.arrays(np.float32, (rows, dim), elements=st.floats(-9, 9, width=32)))
+        w = w.astype(wdtype)
+        ix = data.draw(hnp.arrays(idtype, ishape, elements=st.integers(0, rows - 1)))
+        g = _embedding_graph(wdtype, idtype, rows, dim, ishape, epilogue=True)
+        inputs = {"w": w, "ix": ix}
+        want = evaluate(g, inputs)["out"]
+        tw = torch.from_numpy(w.astype(np.float32))
+        eager = torch.nn.functional.embedding(torch.from_numpy(ix.astype(np.int64)), tw) * 3
+        _bits_equal(want, eager.numpy().astype(wdtype), "reference vs torch")
+        for fusion in (False, True):
+            plan = ExecutionPlan.build(g, max_streams=streams, fusion=fusion)
+            assert plan.kernel_count_fused == (1 if fusion else 2)
+            got = SequentialExecutor(plan).run(inputs).outputs["out"]
+            _bits_equal(got, want, f"simulator fusion={fusion}")
+            if CXX is not None:
+                _bits_equal(_c_graph(plan.graph, inputs, so_dir), want, f"C fusion={fusion}")
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestGather:
+    @pytest.mark.parametrize("idtype", ["int64", "int32"])
+    @pytest.mark.parametrize("wdtype", FLOATS)
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data(), dim=st.integers(-3, 2), fusion=st.booleans())
+    def test_gather_equals_torch_and_c(self, wdtype, idtype, data, dim, fusion, so_dir):
+        import torch
+
+        xshape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=3, max_size=3)))
+        ishape = tuple(
+            data.draw(st.integers(1, 4)) if k == dim % 3 else data.draw(st.integers(1, s))
+            for k, s in enumerate(xshape)
+        )
+        x = data.draw(hnp.arrays(np.float32, xshape, elements=st.floats(-9, 9, width=32)))
+        x = x.astype(wdtype)
+        n = xshape[dim % 3]
+        ix = data.draw(hnp.arrays(idtype, ishape, elements=st.integers(0, n - 1)))
+        b = GraphBuilder()
+        xb = b.alloc_external_buffer("x", x.nbytes, dtype=wdtype, shape=xshape)
+        ib = b.alloc_external_buffer("ix", ix.nbytes, dtype=idtype, shape=ishape)
+        size = DTYPES[wdtype] * math.prod(ishape)
+        g_ = b.alloc_buffer("g", size, dtype=wdtype, shape=ishape)
+        out = b.alloc_buffer("out", size, dtype=wdtype, shape=ishape)
+        b.add_kernel("ga", 1, 32).op("gather").params(dim=dim).inputs([xb, ib]).outputs(
+            [g_]
+        ).fusible(True).finish()
+        b.add_kernel("n", 1, 32).op("neg").inputs([g_]).outputs([out]).fusible(True).finish()
+        g = b.build()
+        inputs = {"x": x, "ix": ix}
+        want = evaluate(g, inputs)["out"]
+        tx = torch.from_numpy(x.astype(np.float32))
+        eager = -torch.gather(tx, dim, torch.from_numpy(ix.astype(np.int64)))
+        _bits_equal(want, eager.numpy().astype(wdtype), "reference vs torch")
+        plan = ExecutionPlan.build(g, fusion=fusion)
+        assert plan.kernel_count_fused == (1 if fusion else 2)
+        _bits_equal(SequentialExecutor(plan).run(inputs).outputs["out"], want, "simulator")
+        if CXX is not None:
+            _bits_equal(_c_graph(plan.graph, inputs, so_dir), want, f"C fusion={fusion}")
+
+
+# ------------------------------------------------------------------ NVRTC
+def _probe_graphs():
+    """(label, graph) per registered op with CUDA C and per input dtypes its rule accepts:
+    every input one dtype of COMPUTE_DTYPES (ops of one dtype), plus the embedding's
+    (float table, integer indices) pairs."""
+    probes = []
+    for name, op in sorted(ops.REGISTRY.items()):
+        if not op.has_cuda or op.source is not None:
+            continue
+        combos = [[d] * op.arity for d in sorted(COMPUTE_DTYPES)]
+        if name in ("embedding", "gather"):
+            combos = [[w, i] for w in FLOATS for i in ("int64", "int32")]
+        shapes = None
+        for cand in ([(2, 5)] * op.arity, [(2, 5), (5,)], [(2, 5), (5, 3)], [(4, 3), (2,)]):
+            if len(cand) == op.arity:
+                try:
+                    ops.infer_shape(op, cand, op.defaults, "probe")
+                except InvalidArgument:
+                    continue
+                shapes = cand
+                break
+        if shapes is None:  # ops with size parameters (conv, pooling): tests/ops/test_conv.py
+            continue
+        for dts in combos:
+            try:
+                out_dt = ops.infer_dtype(op, dts, op.defaults, name)
+            except InvalidArgument:
+                continue
+            b = GraphBuilder()
+            ins = [
+                b.alloc_external_buffer(f"in{k}", DTYPES[d] * math.prod(s), dtype=d, shape=s)
+                for k, (d, s) in enumerate(zip(dts, shapes, strict=True))
+            ]
+            out_shape = ops.infer_shape(op, shapes, op.defaults, "t")
+            out = b.alloc_buffer(
+                "out", DTYPES[out_dt] * math.prod(out_shape), dtype=out_dt, shape=out_shape
+            )
+            b.add_kernel(name, 1, 32).op(name).inputs(ins).outputs([out]).finish()
+            probes.append((f"{name}[{','.join(dts)}]", b.build()))
+    return probes
+
+
+PROBES = _probe_graphs()
+
+
+def test_every_float_op_and_cast_has_a_typed_kernel():
+    # what NVRTC below compiles: the built-in float ops in every float dtype, every cast
+    # from every dtype, the embedding for every table and index dtype
+    labels = set()
+    for label, g in PROBES:
+        try:
+            kernel_source(g, g.kernels()[0])
+        except UnsupportedOp:
+            continue
+        labels.add(label)
+    for name in _float_ops():
+        op = ops.get(name)
+        for d in FLOATS:
+            assert f"{name}[{','.join([d] * op.arity)}]" in labels
+    for d in COMPUTE_DTYPES:
+        for t in COMPUTE_DTYPES:
+            assert f"cast_{t}[{d}]" in labels
+    assert sum(label.startswith("embedding[") for label in labels) == 6
+    assert sum(label.startswith("gather[") for label in labels) == 6
+
+
+@pytest.mark.parametrize("label, graph", PROBES, ids=[p[0] for p in PROBES])
+def test_nvrtc_compiles_every_op_for_every_dtype(nvrtc_compile, label, graph):
+    node = graph.kernels()[0]
+    try:
+        ks = kernel_source(graph, node)
+    except UnsupportedOp as e:
+        # an element/kernel generator written for float32 only: refused in words, not
+        # miscompiled (test_every_float_op_and_cast_has_a_typed_kernel bounds these)
+        assert "generates float32 C only" in str(e)
+        assert bind(graph, node).steps[0].op.typed_pointers is False
+        return
+    assert nvrtc_compile(ks.source, ks.function_name, "sm_90")

@@ -30,7 +30,7 @@ from hypothesis.extra import numpy as hnp
 from oxiwork import GraphBuilder, ops
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
-from oxiwork.ops import kernel_source, lib_conv, lib_elementwise, lib_reduce
+from oxiwork.ops import kernel_source, lib_conv, lib_dtype, lib_elementwise, lib_reduce
 from oxiwork.ops.program import bind
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import CXX, run_kernel
@@ -309,6 +309,8 @@ def so_dir(tmp_path_factory):
 # whose inputs are NCHW tensors: tests/ops/test_conv.py draws valid cases for them and
 # checks the same agreements (reference, generated C on the CPU, fused).
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
+# Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py.
+OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
 
 
 def _computable() -> list[str]:
