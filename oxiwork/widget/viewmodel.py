@@ -328,6 +328,10 @@ def dag_section(
         notes["slack"] = notes["critical"] = topo_error
     if doms is None:
         notes["dominator"] = notes["postdominator"] = dom_error
+    # One list for all holders, so a nested body's ``parent`` indexes this list.
+    bodies: list[dict[str, Any]] = []
+    for n in nodes:
+        _add_bodies(n, pos[n.id], -1, bodies)
     meta = {
         "available": True,
         "names": names,
@@ -345,7 +349,7 @@ def dag_section(
         "anchors": anchors,
         "pass_index": pass_index,
         "notes": notes,
-        "bodies": [b for n in nodes for b in body_sections(n, pos[n.id])],
+        "bodies": bodies,
     }
     return meta, blob
 

@@ -142,3 +142,34 @@ def test_the_entry_point_names_the_exporter() -> None:
     section = text.split('[project.entry-points."nbconvert.exporters"]', 1)[1].split("\n[", 1)[0]
     module, name = re.search(r'^oxiwork = "([\w.]+):(\w+)"$', section, re.M).groups()
     assert f"{module}.{name}" == f"{OfflineHTMLExporter.__module__}.OfflineHTMLExporter"
+
+
+BODIES = "from oxiwork import Workbench\nfrom oxiwork import course\nw = Workbench(course.countdown_branch())\nw"  # fmt: skip
+
+
+def test_a_conditional_body_opens_and_closes_on_its_badge(tmp_path: Path) -> None:
+    # Issue 16: a WHILE node's body is a collapsed badge under it; a click draws the body's
+    # nodes in a framed cluster, a second click closes it again.
+    from oxiwork import course
+    from oxiwork.widget.viewmodel import dag_section
+
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} not found: apt-get install -y chromium"
+    assert EMBED_JS.exists(), "build the widget: cd widget_js && node build.mjs"
+    bodies = dag_section(course.countdown_branch())[0]["bodies"]
+    html = _export(tmp_path, BODIES)
+    artifacts = HERE / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["node", str(HERE / "bodies_offline.mjs"), str(html), str(artifacts / "dag_bodies.png")],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["page_errors"] == [] and res["console_errors"] == [], res
+    assert res["before"]["bodies"] == len(bodies) and res["before"]["open"] == 0, res
+    assert res["before"]["drawn"] == 0
+    # The first body (the WHILE's) opened: exactly its nodes drawn, by name.
+    assert res["after"]["open"] == 1, res
+    assert res["after"]["drawn"] == len(bodies[0]["names"]), res
+    assert res["after"]["names"].split("|") == bodies[0]["names"]
+    assert res["closed"]["open"] == 0 and res["closed"]["drawn"] == 0, res

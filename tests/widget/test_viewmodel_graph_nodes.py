@@ -85,6 +85,10 @@ def test_dag_section_sends_each_body_with_its_nodes_and_edges():
         assert sorted((ids[i], ids[j]) for i, j in b["edges"]) == sorted(body.edges)
     for b in bodies:
         assert -1 <= b["parent"] < bodies.index(b)
+        # A nested body's parent is the body holding its node (titles start with the holder's name).
+        if b["parent"] >= 0:
+            assert b["title"].startswith(bodies[b["parent"]]["names"][b["node"]] + ":")
+    assert any(b["parent"] >= 0 for b in bodies)
     from oxiwork.examples import quick_start
 
     assert dag_section(quick_start())[0]["bodies"] == []

@@ -5,11 +5,13 @@
 // Testability: the canvas carries data-nodes / data-edges / data-drawn / data-selected /
 // data-sim, and a hidden hit-test API (`owHitTest`, `owClientPos`) on the element.
 
-import { colorNodes, type LegendItem } from "./colors";
+import { BADGE_H, BADGE_W, bodyScene, hitBadge, toggleBody, TITLE_H, type BodyScene } from "./bodies";
+import { colorNodes, KIND_COLORS, type LegendItem } from "./colors";
 import { STATE_CREATED, STATE_REMOVED, type DagArrays } from "./dagdata";
 import { formatTime } from "./charts";
 import { clear, fitCanvas, fitText, h } from "./dom";
 import { DX, foldLayout, hitTest, NODE_H, NODE_W, SpatialGrid, type Layout } from "./layout";
+import type { DagBody } from "./types";
 import {
   groupBox,
   groupsAt,
@@ -37,6 +39,8 @@ export interface DagViewState {
   hasTopo: boolean;
   /** Whether edits apply to the graph on screen (dragging a node then adds a dependency). */
   editable: boolean;
+  /** Body graphs of child-graph / conditional nodes (drawn collapsed: see bodies.ts). */
+  bodies?: DagBody[];
 }
 
 export interface DagCallbacks {
@@ -54,6 +58,8 @@ export interface DagCanvas extends HTMLCanvasElement {
   /** Of which the base layer (nodes, edges; a bitmap copy on big graphs when panning). */
   owBaseMs?: number;
   owDrawCount?: number;
+  /** Client centre of body i's toggle badge (null when not drawn). */
+  owBodyBadge?: (body: number) => { x: number; y: number } | null;
 }
 
 export class DagView {
@@ -103,6 +109,9 @@ export class DagView {
   private miniBase: HTMLCanvasElement | null = null;
   private zoomingUntil = 0;
   private coloring: ReturnType<typeof colorNodes> | null = null;
+  /** Open body graphs (keys from bodies.ts bodyKey) and what the last draw showed of them. */
+  private bodyOpen = new Set<string>();
+  private bodies: BodyScene = { badges: [], clusters: [] };
 
   constructor(private cb: DagCallbacks) {
     this.canvas = h("canvas", { class: "ow-dag-canvas" }) as DagCanvas;
@@ -178,6 +187,12 @@ export class DagView {
           return { column: s.layout.x[i] / DX, level: s.dag.int.level[i] };
       }
       return null;
+    };
+    this.canvas.owBodyBadge = (body) => {
+      const b = this.bodies.badges.find((g) => g.body === body);
+      if (!b) return null;
+      const r = this.canvas.getBoundingClientRect();
+      return { x: r.left + b.x * this.k + this.tx, y: r.top + b.y * this.k + this.ty };
     };
     this.bindMinimap();
     this.bind();
@@ -410,6 +425,12 @@ export class DagView {
     return i >= 0 && this.groupOf[i] >= 0 ? -1 : i;
   }
 
+  /** The body whose toggle badge is under a client point, or -1. */
+  private pickBody(cx: number, cy: number): number {
+    const p = this.local(cx, cy);
+    return hitBadge(this.bodies, (p.x - this.tx) / this.k, (p.y - this.ty) / this.k);
+  }
+
   /** The collapsed group whose box is under a client point, or -1. */
   private pickGroup(cx: number, cy: number): number {
     const p = this.local(cx, cy);
@@ -489,8 +510,12 @@ export class DagView {
       } else if (!d.moved) {
         // A press and release without moving is a click: on a collapsed group it opens the
         // group, else it selects the node under it (or clears the selection).
-        const g = this.pickGroup(e.clientX, e.clientY);
-        if (g >= 0) {
+        const body = this.pickBody(e.clientX, e.clientY);
+        const g = body >= 0 ? -1 : this.pickGroup(e.clientX, e.clientY);
+        if (body >= 0) {
+          this.bodyOpen = toggleBody(this.bodyOpen, this.state?.bodies ?? [], body);
+          this.schedule();
+        } else if (g >= 0) {
           this.expanded.add(this.groups[g].name);
           this.regroup();
           this.schedule();
@@ -753,6 +778,8 @@ export class DagView {
     for (const i of s.simNodes) ring(i, "#ff9f1c", 4, 3);
     ring(s.selected, "#1b2430", 2.5, 1);
 
+    this.drawBodies(ctx, L, grp, w, hh);
+
     if (this.drag?.mode === "link" && this.linkTo && this.drag.src >= 0) {
       ctx.strokeStyle = "#2ca02c";
       ctx.lineWidth = 2;
@@ -782,6 +809,82 @@ export class DagView {
     this.root.dataset.drawn = String(drawn);
     this.root.dataset.draws = String(this.drawCount);
     this.root.dataset.races = races.map((i) => dag.int.id[i]).join(",");
+  }
+
+  /**
+   * Body graphs on top of the graph: a badge under each holder drawn, and each open body as a
+   * framed, titled cluster of its nodes and edges (geometry from bodies.ts).
+   */
+  private drawBodies(ctx: CanvasRenderingContext2D, L: Layout, grp: Int32Array, w: number, hh: number): void {
+    const s = this.state!;
+    const bodies = s.bodies ?? [];
+    const state = s.dag.int.state;
+    this.bodies = bodyScene(
+      bodies,
+      (p) => (p < s.dag.n && grp[p] < 0 && state[p] !== STATE_REMOVED ? { x: L.x[p], y: L.y[p] } : null),
+      this.bodyOpen,
+    );
+    const { k, tx, ty } = this;
+    const X = (x: number) => x * k + tx;
+    const Y = (y: number) => y * k + ty;
+    const font = (px: number) => `${Math.max(7, Math.min(13, px * k))}px system-ui, -apple-system, "Segoe UI", sans-serif`;
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    let nodesDrawn = 0;
+    const hw = (NODE_W / 2) * k;
+    const hn = (NODE_H / 2) * k;
+    for (const c of this.bodies.clusters) {
+      const x = X(c.x);
+      const y = Y(c.y);
+      if (x > w || y > hh || x + c.w * k < 0 || y + c.h * k < 0) continue;
+      ctx.fillStyle = "rgba(250,251,253,0.96)";
+      ctx.strokeStyle = "#6d7e99";
+      ctx.lineWidth = 1.5;
+      roundRect(ctx, x, y, c.w * k, c.h * k, Math.min(8, 8 * k));
+      ctx.fill();
+      ctx.stroke();
+      ctx.fillStyle = "#1b2430";
+      ctx.font = font(12);
+      ctx.fillText(fitText(ctx, c.title, c.w * k - 12), x + 6, y + (TITLE_H / 2 + 2) * k);
+      ctx.strokeStyle = "rgba(90,104,125,0.6)";
+      ctx.lineWidth = Math.max(0.5, Math.min(1.5, k * 1.2));
+      ctx.beginPath();
+      for (const [a, b] of c.edges) {
+        const x0 = X(c.nx[a]) + hw;
+        const x1 = X(c.nx[b]) - hw;
+        const mx = (x0 + x1) / 2;
+        ctx.moveTo(x0, Y(c.ny[a]));
+        ctx.bezierCurveTo(mx, Y(c.ny[a]), mx, Y(c.ny[b]), x1, Y(c.ny[b]));
+      }
+      ctx.stroke();
+      for (let j = 0; j < c.names.length; j++) {
+        const color = KIND_COLORS[s.kinds[c.kinds[j]]] ?? "#9aa5b5";
+        ctx.fillStyle = color;
+        roundRect(ctx, X(c.nx[j]) - hw, Y(c.ny[j]) - hn, 2 * hw, 2 * hn, Math.min(6, 6 * k));
+        ctx.fill();
+        ctx.fillStyle = textOn(color);
+        ctx.fillText(fitText(ctx, c.names[j], 2 * hw - 12 * k), X(c.nx[j]) - hw + 6 * k, Y(c.ny[j]));
+        nodesDrawn++;
+      }
+    }
+    for (const b of this.bodies.badges) {
+      const x = X(b.x - BADGE_W / 2);
+      const y = Y(b.y - BADGE_H / 2);
+      if (x > w || y > hh || x + BADGE_W * k < 0 || y + BADGE_H * k < 0) continue;
+      ctx.fillStyle = b.open ? "#dfe7f5" : "#ffffff";
+      ctx.strokeStyle = "#6d7e99";
+      ctx.lineWidth = 1;
+      roundRect(ctx, x, y, BADGE_W * k, BADGE_H * k, Math.min(4, 4 * k));
+      ctx.fill();
+      ctx.stroke();
+      ctx.fillStyle = "#1b2430";
+      ctx.font = font(10);
+      ctx.fillText(fitText(ctx, b.label, BADGE_W * k - 6), x + 3, y + (BADGE_H / 2) * k);
+    }
+    this.root.dataset.bodies = String(bodies.length);
+    this.root.dataset.bodiesOpen = String(this.bodies.clusters.length);
+    this.root.dataset.bodyNodesDrawn = String(nodesDrawn);
+    this.root.dataset.bodyNodes = this.bodies.clusters.flatMap((c) => c.names).join("|");
   }
 
   /**

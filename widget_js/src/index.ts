@@ -338,6 +338,7 @@ export class App {
       raceNodes,
       hasTopo: !!dm?.has_topo,
       editable: !!this.vm.editable,
+      bodies: dm?.bodies ?? [],
     });
     this.renderHeader(dm);
     this.renderPassbar();

@@ -43,7 +43,7 @@ export interface DagMeta {
   pass_index: number;
   /** Why a colour mode has no data ("" when it has), e.g. {stream: "no stream pass yet"}. */
   notes: Record<string, string>;
-  /** Child graph / conditional bodies (oxiwork.widget.viewmodel.body_sections); not drawn yet. */
+  /** Child graph / conditional bodies (oxiwork.widget.viewmodel.body_sections), drawn by bodies.ts. */
   bodies?: DagBody[];
 }
 
