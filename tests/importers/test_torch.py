@@ -29,6 +29,7 @@ from oxiwork.importers.torch import (
 )
 from oxiwork.node import NodeKind
 from oxiwork.reference import evaluate
+from tests.importers._eager import import_with_eager
 
 # ----------------------------------------------------------------------------- models
 
@@ -187,12 +188,7 @@ _CACHE: dict[str, tuple[ImportedModel, tuple[np.ndarray, ...]]] = {}
 
 def _imported(name: str) -> tuple[ImportedModel, tuple[np.ndarray, ...]]:
     if name not in _CACHE:
-        module, args = _make(name)
-        module.eval()
-        with torch.no_grad():
-            eager = module(*args)
-        eager = eager if isinstance(eager, tuple) else (eager,)
-        _CACHE[name] = (from_module(module, args), tuple(t.numpy() for t in eager))
+        _CACHE[name] = import_with_eager(*_make(name))
     return _CACHE[name]
 
 

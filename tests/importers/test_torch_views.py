@@ -13,6 +13,7 @@ from torch import nn
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
 from oxiwork.importers.torch import ImportedModel, from_module
 from oxiwork.ops import kernel_source
+from tests.importers._eager import import_with_eager
 
 
 class Heads(nn.Module):
@@ -66,12 +67,7 @@ def _imported(name: str) -> tuple[ImportedModel, tuple[np.ndarray, ...]]:
     if name not in _CACHE:
         cls, shape = CASES[name]
         torch.manual_seed(0)
-        module = cls().eval()
-        x = torch.randn(*shape)
-        with torch.no_grad():
-            eager = module(x)
-        eager = eager if isinstance(eager, tuple) else (eager,)
-        _CACHE[name] = (from_module(module, (x,)), tuple(t.numpy() for t in eager))
+        _CACHE[name] = import_with_eager(cls(), (torch.randn(*shape),))
     return _CACHE[name]
 
 
