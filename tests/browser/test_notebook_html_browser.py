@@ -74,6 +74,18 @@ def _export(tmp_path: Path, code: str = SMALL) -> Path:
     return tmp_path / "saved.html"
 
 
+def _open(html: Path, shot: str, script: str = "notebook_offline.mjs") -> dict:
+    """The JSON line ``script`` prints after opening ``html`` offline (screenshot ``shot``)."""
+    artifacts = HERE / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["node", str(HERE / script), str(html), str(artifacts / shot)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_saved_notebook_shows_the_workbench_offline(tmp_path: Path) -> None:
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} not found: apt-get install -y chromium"
     assert shutil.which("node"), "node not found"
@@ -90,14 +102,7 @@ def test_saved_notebook_shows_the_workbench_offline(tmp_path: Path) -> None:
     titles = [st["dag"]["title"] for st in ours["saved_stages"]["stages"]]
     assert titles[0] == "input graph" and titles[-1] == "after memory"
 
-    artifacts = HERE / "artifacts"
-    artifacts.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        ["node", str(HERE / "notebook_offline.mjs"), str(html), str(artifacts / "saved_notebook.png")],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = _open(html, "saved_notebook.png")
     assert res["requests"] == [], res["requests"]
     assert res["console_errors"] == [] and res["page_errors"] == []
     assert res["saved_widgets"] == 1
@@ -108,17 +113,6 @@ def test_saved_notebook_shows_the_workbench_offline(tmp_path: Path) -> None:
     assert res["after"]["nodes"] == len(ours["saved_stages"]["stages"][-1]["dag"]["names"])
     assert res["after"]["rects"] > 0
     assert "saved with the notebook" in res["status"]
-
-
-def _open(html: Path, shot: str) -> dict:
-    artifacts = HERE / "artifacts"
-    artifacts.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        ["node", str(HERE / "notebook_offline.mjs"), str(html), str(artifacts / shot)],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_a_700_node_gpt2_import_opens_readable(tmp_path: Path) -> None:
@@ -157,14 +151,7 @@ def test_a_conditional_body_opens_and_closes_on_its_badge(tmp_path: Path) -> Non
     assert EMBED_JS.exists(), "build the widget: cd widget_js && node build.mjs"
     bodies = dag_section(course.countdown_branch())[0]["bodies"]
     html = _export(tmp_path, BODIES)
-    artifacts = HERE / "artifacts"
-    artifacts.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        ["node", str(HERE / "bodies_offline.mjs"), str(html), str(artifacts / "dag_bodies.png")],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = _open(html, "dag_bodies.png", "bodies_offline.mjs")
     assert res["page_errors"] == [] and res["console_errors"] == [], res
     assert res["before"]["bodies"] == len(bodies) and res["before"]["open"] == 0, res
     assert res["before"]["drawn"] == 0
