@@ -360,10 +360,10 @@ export function simPanel(
     "div",
     { class: "ow-panel ow-sim" },
     simConfig(sim, send),
-    modelLine(model, sim, send),
-    eagerBlock(model, sim.eager),
     controls,
     status,
+    modelLine(model, sim, send),
+    eagerBlock(model, sim.eager),
     msg,
     touchedBlock(sim, send),
     list,
@@ -417,6 +417,8 @@ function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Sen
 }
 
 const num = (v: number | null) => (v === null ? "—" : +v.toPrecision(4) + "");
+/** A tolerance as Python writes it: 1.3e-6, not 0.0000013. */
+const sci = (v: number) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
 
 /** The imported model's outputs against PyTorch eager: a verdict and one row per output. */
 function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLElement | null {
@@ -434,22 +436,23 @@ function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLEle
     h("div", { class: `ow-verdict ${cls}`, text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text }),
   );
   if (!v.outputs.length) return box;
-  const tbl = h("table", { class: "ow-table ow-eager-table" });
-  tbl.append(h("tr", {}, ...["output", "shape", "max |Δ|", "tolerance", "allclose"].map((t) => h("th", { text: t }))));
+  // One compact row per output: the side panel is narrow.
   for (const o of v.outputs) {
-    tbl.append(
+    const diff = o.max_abs_diff === null ? o.reason || "—" : `max |Δ| ${o.max_abs_diff.toExponential(2)}`;
+    box.append(
       h(
-        "tr",
-        { class: o.allclose ? "ow-good" : "ow-bad", "data-allclose": String(o.allclose) },
-        h("td", { text: o.name }),
-        h("td", { text: `[${o.shape.join(", ")}] ${o.dtype}` }),
-        h("td", { text: o.max_abs_diff === null ? o.reason || "—" : o.max_abs_diff.toExponential(2) }),
-        h("td", { text: `rtol ${o.rtol} · atol ${o.atol}` }),
-        h("td", { text: o.allclose ? "✓" : "✗" }),
+        "div",
+        { class: `ow-eager-row ${o.allclose ? "ow-good" : "ow-bad"}`, "data-allclose": String(o.allclose) },
+        h("b", { text: `${o.allclose ? "✓" : "✗"} ${o.name}` }),
+        h("span", { class: "ow-muted", text: ` [${o.shape.join(", ")}] ${o.dtype}` }),
+        h(
+          "div",
+          { class: "ow-eager-diff" },
+          ...[diff, `rtol ${sci(o.rtol)}`, `atol ${sci(o.atol)}`].map((t, i) => h("span", { text: i ? ` · ${t}` : t })),
+        ),
       ),
     );
   }
-  box.append(tbl);
   return box;
 }
 
