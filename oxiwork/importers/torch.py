@@ -82,7 +82,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -175,6 +175,11 @@ class ImportedModel:
         ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
         DeviceToDevice copy, after every read of the old value) and reads it at the end,
         so a run's outputs hold it under the input's name.
+    eager_outputs
+        The module's own outputs on the example call, in torch's order and shapes, as
+        :func:`from_module` computed them once (eager PyTorch, ``torch.no_grad``, on copies
+        of the inputs); what :class:`~oxiwork.widget.Workbench` compares the simulation
+        with. ``None`` from :func:`from_exported_program`, which has no module to run.
     """
 
     graph: ComputeGraph
@@ -187,6 +192,7 @@ class ImportedModel:
     folded: tuple[str, ...]
     name: str
     mutated: tuple[str, ...] = ()
+    eager_outputs: tuple[np.ndarray, ...] | None = None
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -1919,4 +1925,25 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    return from_exported_program(ep, name=label, progress=progress)
+    model = from_exported_program(ep, name=label, progress=progress)
+    return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+
+
+def _eager_outputs(
+    module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None, count: int
+) -> tuple[np.ndarray, ...] | None:
+    """``module``'s eager outputs on copies of the example call (a module that writes
+    into its inputs must not change the values :attr:`ImportedModel.inputs` holds), or
+    ``None`` when its tensor leaves are not the program's ``count`` user outputs."""
+    torch = _torch()
+    tree = torch.utils._pytree
+
+    def copy(v: Any) -> Any:
+        return v.detach().clone() if isinstance(v, torch.Tensor) else v
+
+    with torch.no_grad():
+        out = module(*tree.tree_map(copy, tuple(args)), **tree.tree_map(copy, dict(kwargs or {})))
+    leaves = [t for t in tree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if len(leaves) != count:
+        return None
+    return tuple(_to_numpy(t.detach().cpu().contiguous()) for t in leaves)
