@@ -11,8 +11,9 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtypes (element-wise ops on shapes that broadcast, softmax/sum/max/
-  mean/amax/layer-norm (affine too) over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  shapes and dtypes (element-wise ops on shapes that broadcast, sum/mean/amax over any
+  dims and softmax/log_softmax over any dim, layer-norm (affine too) over the last axis,
+  ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
@@ -81,7 +82,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,11 @@ class ImportedModel:
         ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
         DeviceToDevice copy, after every read of the old value) and reads it at the end,
         so a run's outputs hold it under the input's name.
+    eager_outputs
+        The module's own outputs on the example call, in torch's order and shapes, as
+        :func:`from_module` computed them once (eager PyTorch, ``torch.no_grad``, on copies
+        of the inputs); what :class:`~oxiwork.widget.Workbench` compares the simulation
+        with. ``None`` from :func:`from_exported_program`, which has no module to run.
     """
 
     graph: ComputeGraph
@@ -186,6 +192,7 @@ class ImportedModel:
     folded: tuple[str, ...]
     name: str
     mutated: tuple[str, ...] = ()
+    eager_outputs: tuple[np.ndarray, ...] | None = None
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -793,19 +800,32 @@ def _last_axis(call: _Call, dims: Any) -> bool:
     return nd >= 1 and [d % nd for d in dims] == [nd - 1]
 
 
-def _row(lib: str, dim_at: int, extra: Callable[[_Call], str | None] = lambda c: None) -> _Rule:
+def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) -> _Rule:
+    """A reduction over any dims: ``last`` (the library's last-axis op) where it reduces
+    the last axis only, else ``lib`` over the axes of the buffer ``x`` is (sum_dims,
+    mean_dims, amax_dims with ``dim``/``keepdim``; softmax_dim, log_softmax_dim with one
+    ``dim``). ``dim`` None or [] is every axis, as in torch."""
+    one = lib.endswith("_dim")
+
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         x = call.args[0]
-        why = _plain(call, [x])
+        why = _plain(call, [x]) or extra(call)
         if why:
             return why
-        dims = call.args[dim_at] if len(call.args) > dim_at else call.kw("dim")
-        if not _rows_kept(x):
-            return f"it reads a reshape that changes the last axis; the library's {lib} needs rows"
-        if not _last_axis(call, dims):
-            return f"it reduces over dims {dims!r}; the library's {lib} reduces the last axis only"
-        why = extra(call)
-        return why or (lib, {}, [x])
+        dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
+        if last is not None and _last_axis(call, dims):
+            return last, {}, [x]
+        if x.shape != x.base.ir_shape:
+            return (
+                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}); "
+                f"the library's {lib} reduces the axes of its buffer's shape"
+            )
+        nd = len(x.shape)
+        if one:
+            return lib, {"dim": float(int(dims) % nd)}, [x]
+        keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
+        mask = lib_reduce.axes_mask(list(dims) if dims else None, nd)
+        return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
 
     return rule
 
@@ -1012,9 +1032,11 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """mean over the last axis: the library's mean; over H and W of NCHW: a pooling."""
     dims = call.args[1] if len(call.args) > 1 else call.kw("dim")
-    if _last_axis(call, dims):
-        return _row("mean", 1, _sum_extra)(call)
-    return _mean(call)
+    x = call.args[0]
+    nd = len(x.shape) if isinstance(x, _Arg) else 0
+    if nd == 4 and sorted(d % 4 for d in (dims or [])) == [2, 3]:
+        return _mean(call)  # the pooler of CNNs: an adaptive average pooling to 1x1
+    return _any_axes("mean_dims", "mean", _sum_extra)(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1145,7 +1167,7 @@ def _adaptive_avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] 
 
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
-    # adaptive average pooling to 1x1; means over other axes are not in the library yet.
+    # adaptive average pooling to 1x1 (means over other axes: mean_dims, _mean_dims).
     x, dims = call.args[0], call.args[1] if len(call.args) > 1 else call.kw("dim")
     if call.kw("dtype") is not None:
         return f"it accumulates in {call.kw('dtype')}"
@@ -1438,8 +1460,9 @@ _LIBRARY: dict[str, _Rule] = {
     **{f"aten.{c}.Tensor": _binary(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
     "aten.clone.default": _clone,
     "aten.copy.default": _copy,
-    "aten._softmax.default": _row("softmax", 1, _softmax_extra),
-    "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
+    "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
+    "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
+    "aten.sum.dim_IntList": _any_axes("sum_dims", "sum", _sum_extra),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
@@ -1454,7 +1477,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.mean.dim": _mean_dims,
-    "aten.amax.default": _row("amax", 1),
+    "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
@@ -2137,4 +2160,25 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    return from_exported_program(ep, name=label, progress=progress)
+    model = from_exported_program(ep, name=label, progress=progress)
+    return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+
+
+def _eager_outputs(
+    module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None, count: int
+) -> tuple[np.ndarray, ...] | None:
+    """``module``'s eager outputs on copies of the example call (a module that writes
+    into its inputs must not change the values :attr:`ImportedModel.inputs` holds), or
+    ``None`` when its tensor leaves are not the program's ``count`` user outputs."""
+    torch = _torch()
+    tree = torch.utils._pytree
+
+    def copy(v: Any) -> Any:
+        return v.detach().clone() if isinstance(v, torch.Tensor) else v
+
+    with torch.no_grad():
+        out = module(*tree.tree_map(copy, tuple(args)), **tree.tree_map(copy, dict(kwargs or {})))
+    leaves = [t for t in tree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if len(leaves) != count:
+        return None
+    return tuple(_to_numpy(t.detach().cpu().contiguous()) for t in leaves)

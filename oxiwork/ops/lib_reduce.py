@@ -54,11 +54,20 @@ from oxiwork.ops.table import (
     _row_max,
     _row_reduce_shape,
     _ShapeProblem,
+    _softmax,
     get,
     register,
 )
 
-__all__ = ["Attention", "Gemm", "Strided", "gemm_of", "strided_attention", "strided_gemm"]
+__all__ = [
+    "Attention",
+    "Gemm",
+    "Strided",
+    "axes_mask",
+    "gemm_of",
+    "strided_attention",
+    "strided_gemm",
+]
 
 F32 = np.float32
 
@@ -717,10 +726,163 @@ _REDUCTIONS: tuple[OpDef, ...] = (
 References: J. L. Ba, J. R. Kiros, G. E. Hinton, "Layer Normalization", 2016; B. Zhang,
 R. Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019."""
 
-for _op in (*_MATMULS, *_REDUCTIONS):
+
+# ----------------------------------------------------------------------------- any axes
+# sum/mean/amax over any set of axes and softmax/log_softmax over any dim. The axes are
+# parameters (as a convolution's strides are): ``axes`` is a bit mask over input 0's axes
+# (bit d: axis d is reduced; 0: every axis, torch's ``dim=None``), ``keepdim`` 1 keeps
+# them as size 1; ``dim`` may be negative. The generated C reads the input in place
+# through index terms (oxiwork.ops.codegen's row kernels, :func:`reduction_terms`).
+def axes_mask(dims: Sequence[int] | int | None, rank: int) -> float:
+    """The ``axes`` parameter reducing ``dims`` (negative ones count from the end; ``None``
+    or empty: every axis) of a rank-``rank`` input.
+
+    >>> axes_mask([0, -1], 3), axes_mask(None, 2)
+    (5.0, 0.0)
+    >>> axes_mask([3], 3)
+    Traceback (most recent call last):
+    ...
+    oxiwork.error.InvalidArgument: dim 3 is out of range for a rank-3 input
+    """
+    if dims is None:
+        return 0.0
+    mask = 0
+    for d in [dims] if isinstance(dims, int) else dims:
+        if not -rank <= d < rank:
+            raise InvalidArgument(f"dim {d} is out of range for a rank-{rank} input")
+        mask |= 1 << (d % rank)
+    return float(mask)
+
+
+def _mask_axes(shape: Shape, params: Mapping[str, float]) -> tuple[int, ...]:
+    mask, rank = params["axes"], len(shape)
+    _need(
+        mask == int(mask) and 0 <= mask < 2**rank,
+        f"axes={mask!r} is not a bit mask of the {rank} axes of shape {tuple(shape)} "
+        "(bit d reduces axis d; oxiwork.ops.lib_reduce.axes_mask builds it)",
+    )
+    m = int(mask)
+    return tuple(d for d in range(rank) if m == 0 or m >> d & 1)
+
+
+def _dim_axis(shape: Shape, params: Mapping[str, float]) -> tuple[int, ...]:
+    d, rank = params["dim"], len(shape)
+    _need(
+        d == int(d) and -rank <= d < rank,
+        f"dim={d!r} is not an axis of shape {tuple(shape)}",
+    )
+    return (int(d) % rank,)
+
+
+def _dims_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x = shapes[0]
+    axes = _mask_axes(x, params)
+    if params["keepdim"]:
+        return tuple(1 if d in axes else s for d, s in enumerate(x))
+    return tuple(s for d, s in enumerate(x) if d not in axes) or (1,)
+
+
+def _dim_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    _dim_axis(shapes[0], params)
+    return shapes[0]
+
+
+def _rows_of(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``x`` as (kept elements, reduced elements): row r holds the values reducing to
+    element r of the result, in the order the kernel's columns read them."""
+    kept = [d for d in range(x.ndim) if d not in axes]
+    cols = math.prod(x.shape[d] for d in axes)
+    return np.transpose(x, kept + list(axes)).reshape(-1, cols)
+
+
+def _dims_reference(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+        return fn(rows).astype(F32).reshape(_dims_shape([xs[0].shape], params))
+
+    return reference
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    # x - max - log(sum(exp(x - max))), as the kernel: one float32 operation at a time
+    s = x - _row_max(x, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=-1, keepdims=True, dtype=F32))
+
+
+def _dim_reference(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
+    def reference(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
+        (d,) = _dim_axis(xs[0].shape, {"dim": dim})
+        return np.moveaxis(fn(np.moveaxis(xs[0], d, -1)), -1, d).astype(F32)
+
+    return reference
+
+
+def _any_axes_op(name: str, row: str, fn: Callable[[np.ndarray], np.ndarray]) -> OpDef:
+    return OpDef(
+        name,
+        FusionClass.REDUCTION,
+        1,
+        reference=_dims_reference(fn),
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        row=row,
+        shape=_dims_shape,
+        cost=_row_cost(1.0),
+        axes=_mask_axes,
+    )
+
+
+def _nan_amax(rows: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(rows).any(axis=-1), F32(np.nan), _row_max(rows))
+
+
+_ANY_AXES: tuple[OpDef, ...] = (
+    _any_axes_op("sum_dims", "sum", lambda rows: rows.sum(axis=-1, dtype=F32)),
+    _any_axes_op(
+        "mean_dims", "mean", lambda rows: rows.sum(axis=-1, dtype=F32) / F32(rows.shape[-1])
+    ),
+    _any_axes_op("amax_dims", "amax", _nan_amax),
+    OpDef(
+        "softmax_dim",
+        FusionClass.REDUCTION,
+        1,
+        reference=_dim_reference(_softmax),
+        params=(("dim", -1.0),),
+        row="softmax",
+        shape=_dim_shape,
+        flops_per_element=8.0,
+        axes=_dim_axis,
+    ),
+    OpDef(
+        "log_softmax_dim",
+        FusionClass.REDUCTION,
+        1,
+        reference=_dim_reference(_log_softmax),
+        params=(("dim", -1.0),),
+        row="log_softmax",
+        shape=_dim_shape,
+        flops_per_element=8.0,
+        axes=_dim_axis,
+    ),
+)
+"""``sum_dims``, ``mean_dims``, ``amax_dims`` (``axes``, ``keepdim``) and ``softmax_dim``,
+``log_softmax_dim`` (``dim``): the reductions above over any axes.
+
+>>> import numpy as np
+>>> from oxiwork import ops
+>>> x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+>>> ops.get("sum_dims").reference([x], axes=axes_mask([0, 2], 3), keepdim=1.0).tolist()
+[[[60.0], [92.0], [124.0]]]
+>>> ops.get("softmax_dim").reference([x], dim=0.0)[:, 0, 0].round(4).tolist()
+[0.0, 1.0]
+
+References: PyTorch documentation, ``torch.sum``, ``torch.amax``, ``torch.softmax``,
+``torch.log_softmax`` (``dim``, ``keepdim``)."""
+
+for _op in (*_MATMULS, *_REDUCTIONS, *_ANY_AXES):
     register(_op)
 
-REDUCTIONS: frozenset[str] = frozenset(op.name for op in _REDUCTIONS)
+REDUCTIONS: frozenset[str] = frozenset(op.name for op in (*_REDUCTIONS, *_ANY_AXES))
 
 MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
 """The matmul variants this module registers (strided ones, registered later, aside)."""

@@ -407,7 +407,8 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
     rows = 0
     if step.op.row is not None:
         full = step.in_shapes[0]
-        rows = math.prod(full) // full[-1]
+        cols = math.prod(full[a] for a in step.op.reduced_axes(full, step.params))
+        rows = math.prod(full) // cols
     return _Info(
         _FUSIBLE_CLASSES[op.fusion_class],
         n.outputs[0],
