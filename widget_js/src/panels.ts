@@ -5,6 +5,7 @@
 import { formatBytes, formatTime } from "./charts";
 import { clear, fitCanvas, h } from "./dom";
 import type {
+  EagerOutput,
   EagerVerdict,
   InspectorSection,
   ModelBinding,
@@ -418,7 +419,18 @@ function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Sen
 
 const num = (v: number | null) => (v === null ? "—" : +v.toPrecision(4) + "");
 /** A tolerance as Python writes it: 1.3e-6, not 0.0000013. */
-const sci = (v: number) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+export const sci = (v: number) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+
+/** One output's row against eager: its mark, class and the parts of its figures line (pure,
+ * so a failure's ✗ and red are unit-tested). */
+export function eagerRow(o: EagerOutput): { mark: string; cls: string; parts: string[] } {
+  const diff = o.max_abs_diff === null ? o.reason || "—" : `max |Δ| ${o.max_abs_diff.toExponential(2)}`;
+  return {
+    mark: o.allclose ? "✓" : "✗",
+    cls: o.allclose ? "ow-good" : "ow-bad",
+    parts: [diff, `rtol ${sci(o.rtol)}`, `atol ${sci(o.atol)}`],
+  };
+}
 
 /** The imported model's outputs against PyTorch eager: a verdict and one row per output. */
 function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLElement | null {
@@ -438,18 +450,14 @@ function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLEle
   if (!v.outputs.length) return box;
   // One compact row per output: the side panel is narrow.
   for (const o of v.outputs) {
-    const diff = o.max_abs_diff === null ? o.reason || "—" : `max |Δ| ${o.max_abs_diff.toExponential(2)}`;
+    const r = eagerRow(o);
     box.append(
       h(
         "div",
-        { class: `ow-eager-row ${o.allclose ? "ow-good" : "ow-bad"}`, "data-allclose": String(o.allclose) },
-        h("b", { text: `${o.allclose ? "✓" : "✗"} ${o.name}` }),
+        { class: `ow-eager-row ${r.cls}`, "data-allclose": String(o.allclose) },
+        h("b", { text: `${r.mark} ${o.name}` }),
         h("span", { class: "ow-muted", text: ` [${o.shape.join(", ")}] ${o.dtype}` }),
-        h(
-          "div",
-          { class: "ow-eager-diff" },
-          ...[diff, `rtol ${sci(o.rtol)}`, `atol ${sci(o.atol)}`].map((t, i) => h("span", { text: i ? ` · ${t}` : t })),
-        ),
+        h("div", { class: "ow-eager-diff" }, ...r.parts.map((t, i) => h("span", { text: i ? ` · ${t}` : t }))),
       ),
     );
   }
