@@ -402,11 +402,13 @@ function simConfig(sim: SimSection, send: Send): HTMLElement {
 function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Send): HTMLElement | null {
   if (model && !model.bound) return h("div", { class: "ow-model ow-model-dropped", "data-bound": "false", text: `⚠ ${model.note}` });
   if (model) {
-    const inputs = model.user_inputs?.length ? ` (inputs ${model.user_inputs.join(", ")})` : "";
+    const users = model.user_inputs ?? [];
+    const weights = Math.max(0, (model.values ?? 0) - users.length);
+    const parts = [...(users.length ? [users.join(", ")] : []), `${weights} weight and buffer value${weights === 1 ? "" : "s"}`];
     return h(
       "div",
       { class: "ow-model", "data-bound": "true" },
-      h("span", { text: `values: ${model.name}'s own, ${model.values ?? 0} buffers${inputs}` }),
+      h("span", { text: `values: ${model.name}'s own: ${parts.join(" and ")}` }),
       model.eager && sim
         ? h("button", { class: "ow-btn ow-eager-compare", text: "Compare with eager", onclick: () => send("compare_eager", {}) })
         : null,
