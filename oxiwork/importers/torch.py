@@ -11,8 +11,9 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - every ATen op that is not a view is one kernel, named after the module it came from
   (``node.meta["nn_module_stack"]``): ``encoder.layer.3.attention.softmax``. Where an op of
   the library (:data:`oxiwork.ops.REGISTRY`) computes exactly the same thing on the same
-  shapes and dtypes (element-wise ops on shapes that broadcast, softmax/sum/max/
-  mean/amax/layer-norm (affine too) over the last axis, ``mm``/``bmm``/``addmm``/``baddbmm``/
+  shapes and dtypes (element-wise ops on shapes that broadcast, sum/mean/amax over any
+  dims and softmax/log_softmax over any dim, layer-norm (affine too) over the last axis,
+  ``mm``/``bmm``/``addmm``/``baddbmm``/
   ``linear`` whose operands may be views: a transposed weight or permuted attention heads
   is read in place by a strided matmul of :mod:`oxiwork.ops.lib_reduce`), the kernel uses it
   and may fuse; every other op is an *opaque* kernel whose op, registered with
@@ -81,7 +82,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +175,11 @@ class ImportedModel:
         ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
         DeviceToDevice copy, after every read of the old value) and reads it at the end,
         so a run's outputs hold it under the input's name.
+    eager_outputs
+        The module's own outputs on the example call, in torch's order and shapes, as
+        :func:`from_module` computed them once (eager PyTorch, ``torch.no_grad``, on copies
+        of the inputs); what :class:`~oxiwork.widget.Workbench` compares the simulation
+        with. ``None`` from :func:`from_exported_program`, which has no module to run.
     """
 
     graph: ComputeGraph
@@ -186,6 +192,7 @@ class ImportedModel:
     folded: tuple[str, ...]
     name: str
     mutated: tuple[str, ...] = ()
+    eager_outputs: tuple[np.ndarray, ...] | None = None
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -483,6 +490,21 @@ def _row_major(shape: tuple[int, ...], strides: Sequence[int]) -> tuple[int, ...
         out.append(st if d == 1 else step)
         step *= d
     return tuple(reversed(out))
+
+
+_CLONE = "aten.clone.default"
+_GEMM_TARGETS = frozenset(
+    {"aten.bmm.default", "aten.mm.default", "aten.addmm.default", "aten.baddbmm.default"}
+)
+
+
+def _chain_layout(v: _Tensor) -> _Layout | None:
+    """:func:`_view_layout` of ``v`` as a :data:`_Layout` (None if it has none)."""
+    lay = _view_layout(v)
+    if lay is None:
+        return None
+    shape, strides, offset = lay
+    return offset, tuple(0 if d == 1 else st for d, st in zip(shape, strides, strict=False))
 
 
 def _apply_views(
@@ -819,19 +841,32 @@ def _last_axis(call: _Call, dims: Any) -> bool:
     return nd >= 1 and [d % nd for d in dims] == [nd - 1]
 
 
-def _row(lib: str, dim_at: int, extra: Callable[[_Call], str | None] = lambda c: None) -> _Rule:
+def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) -> _Rule:
+    """A reduction over any dims: ``last`` (the library's last-axis op) where it reduces
+    the last axis only, else ``lib`` over the axes of the buffer ``x`` is (sum_dims,
+    mean_dims, amax_dims with ``dim``/``keepdim``; softmax_dim, log_softmax_dim with one
+    ``dim``). ``dim`` None or [] is every axis, as in torch."""
+    one = lib.endswith("_dim")
+
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         x = call.args[0]
-        why = _plain(call, [x])
+        why = _plain(call, [x]) or extra(call)
         if why:
             return why
-        dims = call.args[dim_at] if len(call.args) > dim_at else call.kw("dim")
-        if not _rows_kept(x):
-            return f"it reads a reshape that changes the last axis; the library's {lib} needs rows"
-        if not _last_axis(call, dims):
-            return f"it reduces over dims {dims!r}; the library's {lib} reduces the last axis only"
-        why = extra(call)
-        return why or (lib, {}, [x])
+        dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
+        if last is not None and _last_axis(call, dims):
+            return last, {}, [x]
+        if x.shape != x.base.ir_shape:
+            return (
+                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}); "
+                f"the library's {lib} reduces the axes of its buffer's shape"
+            )
+        nd = len(x.shape)
+        if one:
+            return lib, {"dim": float(int(dims) % nd)}, [x]
+        keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
+        mask = lib_reduce.axes_mask(list(dims) if dims else None, nd)
+        return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
 
     return rule
 
@@ -1038,9 +1073,11 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """mean over the last axis: the library's mean; over H and W of NCHW: a pooling."""
     dims = call.args[1] if len(call.args) > 1 else call.kw("dim")
-    if _last_axis(call, dims):
-        return _row("mean", 1, _sum_extra)(call)
-    return _mean(call)
+    x = call.args[0]
+    nd = len(x.shape) if isinstance(x, _Arg) else 0
+    if nd == 4 and sorted(d % 4 for d in (dims or [])) == [2, 3]:
+        return _mean(call)  # the pooler of CNNs: an adaptive average pooling to 1x1
+    return _any_axes("mean_dims", "mean", _sum_extra)(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1171,7 +1208,7 @@ def _adaptive_avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] 
 
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
-    # adaptive average pooling to 1x1; means over other axes are not in the library yet.
+    # adaptive average pooling to 1x1 (means over other axes: mean_dims, _mean_dims).
     x, dims = call.args[0], call.args[1] if len(call.args) > 1 else call.kw("dim")
     if call.kw("dtype") is not None:
         return f"it accumulates in {call.kw('dtype')}"
@@ -1256,6 +1293,201 @@ def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("cumsum", {"dim": float(dim)}, [x])
 
 
+# ----------------------------------------------------------------------------- attention
+# Eager attention (transformers' "eager" implementation, what torch.export sees) is
+# bmm(q, k^T) -> views -> [mul|div by a number] -> [add mask] -> _softmax(-1) -> [clone]
+# -> views -> bmm(., v) -> [views, permute -> clone]: imported as one kernel of
+# lib_reduce.strided_attention (Inductor's SDPA pattern replacement does the same before
+# it fuses), so no score or probability buffer exists and the heads are written permuted.
+_SCORE_SCALES = {
+    "aten.mul.Tensor": "alpha",
+    "aten.mul.Scalar": "alpha",
+    "aten.div.Tensor": "divisor",
+    "aten.div.Scalar": "divisor",
+}
+_PASSIVE = frozenset({"aten._assert_tensor_metadata.default"})  # users that read nothing
+
+
+class _EagerAttention:
+    """The target of an attention kernel's call: the views its result goes through before
+    the final clone (``post``) and the scores' shape (``scores``, for the mask's layout)."""
+
+    __name__ = "attention"
+
+    def __init__(self, post: tuple[Any, ...], scores: tuple[int, ...]) -> None:
+        self.post, self.scores = post, scores
+
+    def __repr__(self) -> str:
+        return f"attention(post={self.post!r}, scores={self.scores})"
+
+    def __str__(self) -> str:  # the kernel's name (_base_name)
+        return "attention"
+
+
+@dataclass(frozen=True, slots=True)
+class _AttentionMatch:
+    nodes: tuple[Any, ...]  # the FX nodes the kernel computes, in graph order (last: its result)
+    q: Any
+    kt: Any
+    v: Any
+    mask: Any
+    alpha: float
+    divisor: float
+    softmax: Any
+    post: tuple[Any, ...]
+
+
+def _users(node: Any) -> list[Any]:
+    return [u for u in node.users if _op_name(u.target) not in _PASSIVE]
+
+
+def _only_user(node: Any) -> Any:
+    """The one node reading ``node``'s value, or None."""
+    users = _users(node)
+    return users[0] if len(users) == 1 else None
+
+
+def _target(node: Any) -> str:
+    return _op_name(node.target) if getattr(node, "op", None) == "call_function" else ""
+
+
+def _shape_of(node: Any) -> tuple[int, ...] | None:
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return tuple(val.shape) if hasattr(val, "shape") else None
+
+
+def _match_attention(sm: Any) -> _AttentionMatch | None:
+    """The eager attention whose softmax is ``sm``, or None (see the section comment)."""
+    if _target(sm) != "aten._softmax.default" or len(sm.args) < 3 or sm.args[2]:
+        return None
+    scores = _shape_of(sm)
+    if not scores or len(scores) < 3 or sm.args[1] % len(scores) != len(scores) - 1:
+        return None
+    chain, cur, mask, scale = [sm], sm.args[0], None, {"alpha": 1.0, "divisor": 1.0}
+    if _target(cur) == "aten.add.Tensor" and _only_user(cur) is sm and len(cur.args) == 2:
+        if cur.kwargs.get("alpha", 1) != 1:
+            return None
+        a, b = cur.args
+        pick = [x for x in (a, b) if _target(x) in (*_SCORE_SCALES, "aten.bmm.default")]
+        if len(pick) != 1 or not hasattr(a if pick[0] is b else b, "meta"):
+            return None
+        chain.append(cur)
+        mask = a if pick[0] is b else b
+        cur = pick[0]
+    if _target(cur) in _SCORE_SCALES and _only_user(cur) is chain[-1]:
+        if len(cur.args) != 2 or not _number(cur.args[1]) or cur.args[1] == 0:
+            return None
+        scale[_SCORE_SCALES[_target(cur)]] = float(cur.args[1])
+        chain.append(cur)
+        cur = cur.args[0]
+    while _target(cur) in _RESHAPES and _only_user(cur) is chain[-1]:
+        chain.append(cur)
+        cur = cur.args[0]
+    bmm1 = cur
+    if _target(bmm1) != "aten.bmm.default" or _only_user(bmm1) is not chain[-1]:
+        return None
+    b, m, n = _shape_of(bmm1) or (0, 0, 0)
+    if scores[-2:] != (m, n) or math.prod(scores[:-2]) != b:
+        return None
+    chain.append(bmm1)
+    cur, prev = _only_user(sm), sm
+    if cur is not None and _target(cur) == "aten.clone.default" and len(cur.args) == 1:
+        chain.append(cur)
+        prev, cur = cur, _only_user(cur)
+    while cur is not None and (
+        _target(cur) in _RESHAPES
+        or (_target(cur) == "aten.expand.default" and _shape_of(cur) == _shape_of(prev))
+    ):
+        chain.append(cur)
+        prev, cur = cur, _only_user(cur)
+    if cur is None or _target(cur) != "aten.bmm.default" or cur.args[0] is not prev:
+        return None
+    bmm2 = cur
+    if cur.args[1] in chain or (mask is not None and mask in chain):
+        return None
+    chain.append(bmm2)
+    post: list[Any] = []
+    cur = _only_user(bmm2)
+    while cur is not None and _target(cur) in (*_RESHAPES, "aten.permute.default"):
+        post.append(cur)
+        cur = _only_user(cur)
+    if post and cur is not None and _target(cur) == "aten.clone.default":
+        chain += [*post, cur]
+    else:
+        post = []
+    steps = tuple((p.target, tuple(_cpu(a) for a in p.args[1:]), ()) for p in post)
+    order = {n: k for k, n in enumerate(sm.graph.nodes)}
+    return _AttentionMatch(
+        tuple(sorted(chain, key=order.__getitem__)),
+        bmm1.args[0], bmm1.args[1], bmm2.args[1], mask,
+        scale["alpha"], scale["divisor"], sm, steps,
+    )  # fmt: skip
+
+
+def _mask_layout(c: _Arg, scores: tuple[int, ...]) -> Strided | str:
+    """The mask ``c`` read broadcast to ``scores`` (``(*batch, m, n)``), its batch axes
+    folded into one stride, or why it cannot be."""
+    if c.layout is None or c.base.dtype != "float32":
+        return "its mask is not a float32 tensor read in place"
+    off, st = c.layout
+    shape = tuple(c.shape)
+    if len(shape) > len(scores) or any(
+        d not in (1, t) for d, t in zip(reversed(shape), reversed(scores), strict=False)
+    ):
+        return f"its mask of shape {shape} does not broadcast to the scores {scores}"
+    full = [0] * (len(scores) - len(shape)) + [
+        0 if d == 1 else s for d, s in zip(shape, st, strict=True)
+    ]
+    lead = [(d, s) for d, s in zip(scores[:-2], full[:-2], strict=True) if d > 1]
+    batch = lead[-1][1] if lead else 0
+    step = batch
+    for d, s in reversed(lead):  # the batch index runs row-major over these axes
+        if s != step:
+            return f"its mask's batch axes (strides {full[:-2]}) are not one stride"
+        step *= d
+    return Strided(off, batch, full[-2], full[-1])
+
+
+def _attention(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Eager attention (:func:`_match_attention`) as one ``strided_attention`` op."""
+    q, kt, v, mask = call.args
+    target = call.target
+    got = [_strided(t, 3) for t in (q, kt, v)]
+    for g in got:
+        if isinstance(g, str):
+            return g
+    (lq, sq), (lk, sk), (lv, sv) = got  # type: ignore[misc]
+    b, m, k = sq
+    n, d = sk[2], sv[2]
+    if sk != (b, k, n) or sv != (b, n, d):
+        return f"its operands' shapes {sq}, {sk}, {sv} are no attention"
+    lm = None
+    if mask is not None:
+        if not isinstance(mask, _Arg):
+            return f"its mask is a Python {type(mask).__name__}, not a tensor"
+        lm = _mask_layout(mask, target.scores)
+        if isinstance(lm, str):
+            return lm
+    perm = None
+    if target.post:
+        lay = _view_layout(_Tensor("result", _Meta((b, m, d), None, "float32"), target.post))
+        if lay is None or lay[0] != call.out.shape:
+            return "its result is not a strided view of the attention's rows"
+        shape, strides, offset = lay
+        perm = (offset, tuple(zip(shape, strides, strict=True)))
+    elif math.prod(call.out.shape) != b * m * d:
+        return f"its result {call.out.shape} does not hold {b}x{m}x{d} elements"
+    operands = [t for t in (q, kt, v, mask) if t is not None]
+    order = list(dict.fromkeys(a.index for a in operands))
+    bases = {a.index: a for a in operands}
+    op = lib_reduce.strided_attention(
+        [bases[i].base.ir_shape for i in order], b, m, n, k, d, lq, lk, lv, lm,
+        out=call.out.shape, inputs=tuple(order.index(a.index) for a in operands), perm=perm,
+    )  # fmt: skip
+    params = {"alpha": call.kw("alpha", 1.0), "divisor": call.kw("divisor", 1.0)}
+    return op.name, params, [_whole_arg(bases[i]) for i in order]
+
+
 _LIBRARY: dict[str, _Rule] = {
     # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
     "aten.relu.default": _unary("relu_nan"),
@@ -1291,8 +1523,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.bitwise_not.default": _bitwise_not,
     "aten.clone.default": _clone,
     "aten.copy.default": _copy,
-    "aten._softmax.default": _row("softmax", 1, _softmax_extra),
-    "aten.sum.dim_IntList": _row("sum", 1, _sum_extra),
+    "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
+    "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
+    "aten.sum.dim_IntList": _any_axes("sum_dims", "sum", _sum_extra),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
@@ -1307,7 +1540,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.mean.dim": _mean_dims,
-    "aten.amax.default": _row("amax", 1),
+    "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
@@ -1315,6 +1548,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
     "aten.cumsum.default": _cumsum,
+    "attention": _attention,  # eager attention, matched over several nodes
 }
 
 # Multi-output ops whose rules decide themselves which outputs the library computes.
@@ -1370,6 +1604,9 @@ class _Converter:
     strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
     user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
     mutated: list[str] = field(default_factory=list)  # user inputs written in place
+    # eager attentions (_match_attention): result node -> match; the other nodes of each
+    attention: dict[Any, _AttentionMatch] = field(default_factory=dict)
+    absorbed: set[Any] = field(default_factory=set)
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1421,6 +1658,11 @@ class _Converter:
 
     def call(self, node: Any) -> None:
         torch = _torch()
+        if node in self.absorbed:
+            return  # computed by the attention kernel at its result node (attend)
+        if node in self.attention:
+            self.attend(self.attention[node])
+            return
         target = node.target
         if target is operator.getitem:
             self.getitem(node)
@@ -1459,7 +1701,65 @@ class _Converter:
         if isinstance(val, (list, tuple)):
             self.env[node] = _Pending(node)
             return
+        if _op_name(target) == _CLONE:
+            in_place = self._clone_in_place(node)
+            if in_place is not None:
+                self.env[node] = in_place
+                return
         self.env[node] = self.kernel(node, None)
+
+    def _clone_in_place(self, node: Any) -> _Tensor | None:
+        """``clone`` of a view read only by matmuls (through reshapes), each operand an
+        affine map over the view's base: the view itself, which the matmuls read in place
+        as strided GEMMs (so no copy kernel); else None. (torch's decomposition clones an
+        expanded, permuted head before the ``view`` to ``(batch * heads, s, d)``.)"""
+        torch = _torch()
+        src = self.env.get(node.args[0])
+        if not isinstance(src, _Tensor) or src.list_views or not src.chain or len(node.args) != 1:
+            return None
+        if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+            return None
+        val = node.meta.get("val")
+        step = (node.target, (), tuple((k, _cpu(v)) for k, v in node.kwargs.items()))
+        made = _Tensor(src.buffer, src.base, (*src.chain, step), False)
+        made = replace(made, shape=tuple(val.shape))
+        stack = [(node, made.chain)]
+        while stack:
+            n, chain = stack.pop()
+            users = _users(n)
+            if not users:
+                return None
+            for u in users:
+                if _target(u) in _RESHAPES:
+                    step = (u.target, tuple(_cpu(a) for a in u.args[1:]), tuple(u.kwargs.items()))
+                    stack.append((u, (*chain, step)))
+                elif (
+                    _target(u) not in _GEMM_TARGETS
+                    or n in u.kwargs.values()
+                    or _chain_layout(replace(made, chain=chain)) is None
+                ):
+                    return None
+        return replace(made, layout=_chain_layout(made))
+
+    def attend(self, match: _AttentionMatch) -> None:
+        """One attention kernel for the nodes of ``match``; if no library op takes it,
+        the nodes are converted one by one as any others."""
+        sm, last = match.softmax, match.nodes[-1]
+        call = SimpleNamespace(
+            target=_EagerAttention(match.post, tuple(sm.meta["val"].shape)),
+            args=(match.q, match.kt, match.v, match.mask),
+            kwargs={"alpha": match.alpha, "divisor": match.divisor},
+            name=last.name,
+            meta={"val": last.meta["val"], "nn_module_stack": sm.meta.get("nn_module_stack")},
+        )
+        made = self.kernel(call, None, library_only=True)
+        if made is not None:
+            self.env[last] = made
+            return
+        del self.attention[last]
+        self.absorbed.difference_update(match.nodes)
+        for n in match.nodes:
+            self.call(n)
 
     def _alias(
         self, v: _Tensor, pending: dict[tuple[str, str], Any], reshapes: bool = False
@@ -1553,6 +1853,11 @@ class _Converter:
         shape = None if lists else tuple(val.shape)
         # a list of views (split) keeps its base's layout: each item's comes from getitem
         lay = src.layout if lists else _layout(val, src.layout, True)
+        if not lists and any(
+            t is not operator.getitem and _op_name(t) == _CLONE for t, _, _ in src.chain
+        ):
+            # a clone read in place (_clone_in_place): torch's strides are the copy's
+            lay = _chain_layout(_Tensor(src.buffer, src.base, (*src.chain, step), False, shape))
         self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape, lay)
 
     def pad_into_convolutions(self, node: Any) -> None:
@@ -1607,8 +1912,11 @@ class _Converter:
         path = list(stack.values())[-1][0]
         return re.sub(r"@\d+$", "", str(path))
 
-    def kernel(self, node: Any, index: int | None, *, contiguous: bool = False) -> _Tensor:
-        """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
+    def kernel(
+        self, node: Any, index: int | None, *, contiguous: bool = False, library_only: bool = False
+    ) -> Any:
+        """One kernel computing ``node`` (its output ``index`` for multi-output ops); with
+        ``library_only``, None instead of an opaque kernel."""
         inputs: list[str] = []
         metas: list[_Meta] = []
         pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
@@ -1669,6 +1977,9 @@ class _Converter:
             else:
                 self._commit(pending)
                 lib = again
+        if isinstance(lib, str) and library_only:
+            self.kernel_names.discard(name)
+            return None
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
@@ -1827,6 +2138,11 @@ def from_exported_program(
     )
     state = {**ep.state_dict, **ep.constants}
     conv = _Converter(ep)
+    for node in ep.graph.nodes:
+        match = _match_attention(node)
+        if match is not None and not conv.absorbed.intersection(match.nodes):
+            conv.attention[match.nodes[-1]] = match
+            conv.absorbed.update(match.nodes[:-1])
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     user_names: list[str] = []
     for node, spec in zip(placeholders, sig.input_specs, strict=True):
@@ -1966,4 +2282,25 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    return from_exported_program(ep, name=label, progress=progress)
+    model = from_exported_program(ep, name=label, progress=progress)
+    return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+
+
+def _eager_outputs(
+    module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None, count: int
+) -> tuple[np.ndarray, ...] | None:
+    """``module``'s eager outputs on copies of the example call (a module that writes
+    into its inputs must not change the values :attr:`ImportedModel.inputs` holds), or
+    ``None`` when its tensor leaves are not the program's ``count`` user outputs."""
+    torch = _torch()
+    tree = torch.utils._pytree
+
+    def copy(v: Any) -> Any:
+        return v.detach().clone() if isinstance(v, torch.Tensor) else v
+
+    with torch.no_grad():
+        out = module(*tree.tree_map(copy, tuple(args)), **tree.tree_map(copy, dict(kwargs or {})))
+    leaves = [t for t in tree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if len(leaves) != count:
+        return None
+    return tuple(_to_numpy(t.detach().cpu().contiguous()) for t in leaves)

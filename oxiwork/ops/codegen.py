@@ -53,7 +53,7 @@ from oxiwork.ops.strided import (
     view_scalars,
     writes_strided,
 )
-from oxiwork.ops.table import INT_DTYPES, Shape, broadcast_terms
+from oxiwork.ops.table import INT_DTYPES, Shape, broadcast_terms, reduction_terms
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -463,9 +463,18 @@ class _Gen:
         red: BoundStep = steps[r]
         pre = list(range(r))
         post = list(range(r + 1, len(steps)))
-        cols = red.in_shapes[0][-1]
-        full = math.prod(red.in_shapes[0])
+        # The reduced axes may be any (sum over dims 0 and 2, softmax over dim 1): the input
+        # is read in place through index terms (reduction_terms), not permuted first by a
+        # transpose kernel, so prologues and epilogues still fuse into the one kernel and
+        # no buffer or pass over memory is added; the price, a few divisions per element
+        # and uncoalesced loads when the reduced axes are not innermost, is what a
+        # transpose would pay too. Reducing the last axis is row * cols + col, as before.
+        in_shape = red.in_shapes[0]
+        kept, reduced = reduction_terms(in_shape, red.op.reduced_axes(in_shape, red.params))
+        full = math.prod(in_shape)
+        cols = math.prod(m for _, m, _ in reduced)
         rows = full // cols
+        index, index_sizes = _row_index(kept, reduced, rows, cols)
         out_space = math.prod(red.shape)
         self.check_space(pre, full, f"prologue of {red.op.name}")
         self.check_space(post, out_space, f"epilogue of {red.op.name}")
@@ -508,8 +517,8 @@ class _Gen:
             extra.append(self.arg(kind, i, "col", cols))
         # every recipe defines t{r} right before the tail: round it there (half dtypes)
         tail = self.rounding(r) + post_lines + writes
-        body = recipe(_RowParts(r, pre_lines, value, tail, params, extra))
-        sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols)])
+        body = recipe(_RowParts(r, pre_lines, value, tail, params, extra, index))
+        sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols), *index_sizes])
         src = (
             self.prelude()
             + _BLOCK_REDUCE
@@ -534,12 +543,45 @@ class _RowParts:
     tail: list[str]
     params: dict[str, str]
     extra: list[str]  # the reduction's further inputs at column ``col`` (weight, bias)
+    index: str = "row * cols + col"  # the input's flat index of (row, col)
+
+
+def _row_index(
+    kept: tuple[tuple[int, int, int], ...],
+    reduced: tuple[tuple[int, int, int], ...],
+    rows: int,
+    cols: int,
+) -> tuple[str, list[tuple[str, int]]]:
+    """The C expression of the input's flat index of column ``col`` of row ``row`` from
+    :func:`~oxiwork.ops.table.reduction_terms`, and the ``size_t`` arguments it uses.
+
+    As in broadcast indexing, operations are left out by structure (innermost term: no
+    division, outermost: no modulo, unit stride: no product), never by a size's value.
+    """
+    if kept in ((), ((1, rows, cols),)) and reduced in ((), ((1, cols, 1),)):
+        return "row * cols + col", []
+    parts: list[str] = []
+    sizes: list[tuple[str, int]] = []
+    for var, terms, total, pre in (("row", kept, rows, "rk"), ("col", reduced, cols, "rc")):
+        for t, (div, mod, stride) in enumerate(terms):
+            e = var
+            if div != 1:
+                e = f"({e} / {pre}{t}d)"
+                sizes.append((f"{pre}{t}d", div))
+            if mod * div != total:
+                e = f"({e} % {pre}{t}m)"
+                sizes.append((f"{pre}{t}m", mod))
+            if stride != 1:
+                e = f"{e} * {pre}{t}s"
+                sizes.append((f"{pre}{t}s", stride))
+            parts.append(e)
+    return " + ".join(parts) or "0", sizes
 
 
 def _row_loop(parts: _RowParts, inner: list[str]) -> list[str]:
     lines = [
         "for (size_t col = threadIdx.x; col < cols; col += blockDim.x) {",
-        "    size_t i = row * cols + col;",
+        f"    size_t i = {parts.index};",
     ]
     lines += [f"    {x}" for x in (*parts.pre, *inner)]
     return [*lines, "}"]
@@ -565,6 +607,17 @@ def _softmax_recipe(p: _RowParts) -> list[str]:
     lines += _row_loop(p, [f"sm += expf({p.value} - mx);"])
     lines += ["sm = ox_block_reduce(sm, red, 0);"]
     lines += _row_loop(p, [f"float t{p.r} = expf({p.value} - mx) / sm;", *p.tail])
+    return lines
+
+
+def _log_softmax_recipe(p: _RowParts) -> list[str]:
+    # x - max - log(sum(exp(x - max))), torch's log_softmax (no division, no log of 0)
+    lines = [f"float mx = {_NEG_INF};"]
+    lines += _row_loop(p, [f"mx = fmaxf(mx, {p.value});"])
+    lines += ["mx = ox_block_reduce(mx, red, 1);", "float sm = 0.0f;"]
+    lines += _row_loop(p, [f"sm += expf({p.value} - mx);"])
+    lines += ["sm = logf(ox_block_reduce(sm, red, 0));"]
+    lines += _row_loop(p, [f"float t{p.r} = ({p.value} - mx) - sm;", *p.tail])
     return lines
 
 
@@ -604,6 +657,7 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "sum": (_reduce_recipe("0.0f", "{acc} + {v}", 0), True),
     "max": (_reduce_recipe(_NEG_INF, "fmaxf({acc}, {v})", 1), True),
     "softmax": (_softmax_recipe, False),
+    "log_softmax": (_log_softmax_recipe, False),
     "layer_norm": (_layer_norm_recipe, False),
     "mean": (_reduce_recipe("0.0f", "{acc} + {v}", 0, "acc / (float)cols"), True),
     "amax": (

@@ -72,6 +72,7 @@ __all__ = [
     "infer_shape",
     "numeric_dtype",
     "output_dtype",
+    "reduction_terms",
     "register",
     "typed_scalar",
     "widen",
@@ -359,6 +360,53 @@ def broadcast_terms(in_shape: Shape, out_shape: Shape) -> tuple[tuple[int, int, 
     return tuple(reversed(terms))
 
 
+def reduction_terms(
+    shape: Shape, axes: Sequence[int]
+) -> tuple[tuple[tuple[int, int, int], ...], tuple[tuple[int, int, int], ...]]:
+    """How a reduction over ``axes`` of a row-major ``shape`` finds its input elements:
+    ``(kept, reduced)`` terms, the flat input index of element ``col`` of row ``row``
+    being the sum of ``((row / div) % mod) * stride`` over ``kept`` plus that of
+    ``((col / div) % mod) * stride`` over ``reduced``.
+
+    Rows enumerate the kept axes row-major (so row ``r``'s result is element ``r`` of the
+    reduced array, keepdim or not) and columns the reduced axes row-major. Neighbouring
+    axes of one kind coalesce into one term and size-1 axes vanish (as in
+    :func:`broadcast_terms`), so reducing the last axis is one term each way, ``row *
+    cols + col``, and the rows' and columns' counts are the products of the ``mod``.
+
+    >>> reduction_terms((2, 3, 4), [2])                 # the last axis: row * 4 + col
+    (((1, 6, 4),), ((1, 4, 1),))
+    >>> reduction_terms((2, 3, 4, 5), [1, 2])           # the middle: ((row / 5) * 60 ...
+    (((5, 2, 60), (1, 5, 1)), ((1, 12, 5),))
+    >>> reduction_terms((1, 3, 1), [0, 2])              # size-1 axes: nothing to reduce
+    (((1, 3, 1),), ())
+
+    References
+    ----------
+    PyTorch's ``TensorIterator`` (``coalesce_dimensions``) and its reduction kernels
+    (``Reduce.cuh``), which split the input's axes into output and reduced ones likewise.
+    """
+    red = set(axes)
+    runs: list[list[Any]] = []  # [size, reduced, stride] from the innermost axis out
+    step = 1
+    for d in reversed(range(len(shape))):
+        size = shape[d]
+        if size == 1:
+            continue
+        if runs and runs[-1][1] == (d in red):
+            runs[-1][0] *= size
+        else:
+            runs.append([size, d in red, step])
+        step *= size
+    kept: list[tuple[int, int, int]] = []
+    reduced: list[tuple[int, int, int]] = []
+    div = {False: 1, True: 1}
+    for size, r, stride in runs:
+        (reduced if r else kept).append((div[r], size, stride))
+        div[r] *= size
+    return tuple(reversed(kept)), tuple(reversed(reduced))
+
+
 def _bias_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
     x, b = shapes
     if _numel(b) != x[-1]:
@@ -527,6 +575,10 @@ class OpDef:
         (``dtype=any_dtype``) pointers of its buffers' type. Without it those kernels
         are generated for float32 only (other dtypes: :class:`UnsupportedOp`); ops with
         ``expr`` or ``row`` need nothing: the generator converts their loads and stores.
+    axes
+        For reductions (``row``): ``axes(in_shape, params) -> axes``, the axes of input 0
+        the row recipe reduces (sorted, non-negative). Default: the last axis. The
+        generated C reads the input through :func:`reduction_terms` of them.
 
     Examples
     --------
@@ -559,6 +611,9 @@ class OpDef:
     dtype: DtypeRule = field(default=float_dtype, repr=False)
     widen: bool = field(default=True, repr=False)
     typed_pointers: bool = field(default=False, repr=False)
+    axes: Callable[[Shape, Mapping[str, float]], tuple[int, ...]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -626,6 +681,16 @@ class OpDef:
         return any(
             x is not None for x in (self.expr, self.row, self.kernel, self.element, self.source)
         )
+
+    def reduced_axes(self, in_shape: Shape, params: Mapping[str, float]) -> tuple[int, ...]:
+        """The axes of ``in_shape`` a reduction reduces (see ``axes``; default the last).
+
+        >>> get("sum").reduced_axes((2, 3, 4), {})
+        (2,)
+        """
+        if self.axes is None:
+            return (len(in_shape) - 1,)
+        return tuple(self.axes(in_shape, params))
 
     def read_shapes(self, in_shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
         """The shape each input is read as, broadcast against the output (see ``align``).

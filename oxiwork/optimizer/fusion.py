@@ -73,16 +73,18 @@ _FUSIBLE_CLASSES = {
     FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
+# Tests set it: every merge the group summaries accept is checked member-wise too.
+CHECK_MERGES = False
 MAX_NAME = 200  # a fused kernel's "a+b+..." name; longer ones are shortened (<= 180)
 assert MAX_NAME <= validate.MAX_NAME_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
 class _Info:
-    """What fusion needs to know about one fusible kernel."""
+    """What fusion needs to know about one fusible kernel (its output aside): the same for
+    every kernel of one bind key, so shared by them."""
 
     cls: str  # "E" element-wise/broadcast, "R" reduction, "M" out-element-wise (matmul)
-    out: BufferId
     out_numel: int
     in_numel: tuple[int, ...]
     rows: int  # a reduction's rows (its input's elements over the last axis), else 0
@@ -106,6 +108,28 @@ class _Adjacency(dict[NodeId, list[NodeId]]):
         return out
 
 
+@dataclass(slots=True)
+class _Group:
+    """What the legality checks need to know about one group that formed (or one kernel
+    alone), so that a merge is checked from its groups' summaries instead of member by
+    member: a merge of legal groups is legal exactly when the conditions below hold on the
+    union of their summaries (see :meth:`_Fuser.merged`)."""
+
+    mset: set[NodeId]  # the members
+    written: set[BufferId]  # their outputs
+    internal: set[BufferId]  # outputs read inside the group (all their readers are in it)
+    open: list[NodeId]  # members whose output has readers, all outside the group
+    ext_in: set[BufferId]  # buffers members read that no member writes
+    vbases: set[BufferId]  # bases of the views members read
+    red: NodeId | None  # the reduction, if any
+    head: NodeId | None  # the out-element-wise head (matmul), if any
+    numel: int  # elements every member produces (a group without a reduction)
+    bcast: bool  # every input broadcasts over ``numel`` (a group without a reduction)
+    hi: int  # the last member's topological position
+    outsucc: set[NodeId]  # successors of members outside the group
+    stream: Any  # the members' stream pin
+
+
 class _Fuser:
     def __init__(
         self,
@@ -121,12 +145,17 @@ class _Fuser:
         # A node keeps its id, buffers and op across rounds, so its classification can
         # be reused (``known``): later rounds only classify the nodes they have not seen.
         known = {} if known is None else known
+        memo: dict[Any, _Info | str] = {}  # the classification of each bind key
+        keys = _BindKeys()
+        info = self.info
+        candidates = []
         for n in graph.nodes:
-            if n.id not in known:
-                known[n.id] = _classify(graph, n)
-            inf = known[n.id]
-            if isinstance(inf, _Info):
-                self.info[n.id] = inf
+            inf = known.get(n.id)
+            if inf is None:
+                inf = known[n.id] = _classify(graph, n, memo, keys)
+            if inf.__class__ is _Info:
+                info[n.id] = inf  # type: ignore[assignment]
+                candidates.append(n)
         # Neighbours, readers of each candidate's output, its first writer, inputs and
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
@@ -135,13 +164,27 @@ class _Fuser:
         # neighbourhoods of the groups they try.
         self.succ = _Adjacency(d.ids, d.pos, d.succ)
         self.pred = _Adjacency(d.ids, d.pos, d.pred)
-        self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
-        self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
-        self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
-        self.bases = frozenset(graph.views().values())
-        self.stream = {nid: graph.node(nid).stream for nid in self.info}
+        # The graph's own reader and writer lists (topological order), read, never changed:
+        # copying them for each of 100k candidates costs more than the sweep that reads them.
+        readers_of, writers_of = graph._accesses()
+        self.bases = bases = frozenset(graph.views().values())
+        self.out = out = {n.id: n.outputs[0] for n in candidates}
+        self.inputs = {n.id: n.inputs for n in candidates}
+        self.stream = {n.id: n.stream for n in candidates}
+        self.readers = {nid: readers_of[bid] for nid, bid in out.items()}
+        self.first_writer = {bid: writers_of[bid][0] for bid in out.values()}
+        buffer = graph.buffer
         # can each candidate's output live only inside a fused kernel (if all readers join)?
-        self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
+        self._internalisable = {
+            nid: (
+                not buffer(bid).external
+                and bid not in bases  # a view of it reads its bytes outside the group
+                and len(writers_of[bid]) == 1
+                and bool(readers_of[bid])
+                and all(r in info for r in readers_of[bid])
+            )
+            for nid, bid in out.items()
+        }
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
@@ -149,6 +192,8 @@ class _Fuser:
         # words (formatted only for the edges that end up unfused: most never are)
         self.why: dict[NodeId, tuple[Any, ...]] = {}
         self._pdom: dict[NodeId, NodeId | None] | None = None
+        self.summary: dict[NodeId, _Group] = {}  # root -> its group's summary, made on use
+        self.views = graph.views()
 
     # ---------------------------------------------------------------- union-find
     def find(self, nid: NodeId) -> NodeId:
@@ -159,26 +204,19 @@ class _Fuser:
             self.group[nid], nid = root, self.group[nid]
         return root
 
-    def union(self, members: Iterable[NodeId]) -> None:
+    def union(self, members: Iterable[NodeId], summary: _Group | None) -> None:
         roots = sorted({self.find(m) for m in members}, key=self.pos.__getitem__)
         keep = roots[0]
         for r in roots[1:]:
             self.group[r] = keep
             self.members[keep].extend(self.members.pop(r))
+            self.summary.pop(r, None)
+        if summary is None:
+            self.summary.pop(keep, None)  # made again from the members when next needed
+        else:
+            self.summary[keep] = summary
 
     # ---------------------------------------------------------------- buffers
-    def _can_internalise(self, nid: NodeId) -> bool:
-        bid = self.info[nid].out
-        buf = self.g.buffer(bid)
-        readers = self.readers[nid]
-        return (
-            not buf.external
-            and bid not in self.bases  # a view of it reads its bytes outside the group
-            and self.g.writers(bid) == (nid,)
-            and bool(readers)
-            and all(r in self.info for r in readers)
-        )
-
     def post_dom(self, nid: NodeId) -> NodeId | None:
         if self._pdom is None:
             self._pdom = post_dominators(self.g).idom
@@ -216,11 +254,11 @@ class _Fuser:
         streams = {stream[m] for m in group}
         if len(streams) > 1:
             return "members are pinned to different streams"
-        info, readers_of, can = self.info, self.readers, self._internalisable
+        outs, readers_of, can = self.out, self.readers, self._internalisable
         written: set[BufferId] = set()
         internal: set[BufferId] = set()  # outputs read inside the group
         for m in group:
-            out = info[m].out
+            out = outs[m]
             if out in written:
                 return "two members write the same buffer"
             written.add(out)
@@ -250,7 +288,8 @@ class _Fuser:
         """None if ``group`` (in topological order; ``internal``: the outputs it reads
         itself) forms one element-wise, reduction or matmul-epilogue kernel, else why not."""
         info = self.info
-        inner = {info[m].out: m for m in group if info[m].out in internal}
+        outs = self.out
+        inner = {outs[m]: m for m in group if outs[m] in internal}
         reds = [m for m in group if info[m].cls == "R"]
         heads = [m for m in group if info[m].cls == "M"]
         if len(reds) + len(heads) > 1:
@@ -276,7 +315,7 @@ class _Fuser:
             return "the reduction's input comes from a member that is not its prologue"
         for m in group[:rpos]:
             inf = info[m]
-            if inf.out not in inner or inf.out_numel != full:
+            if outs[m] not in inner or inf.out_numel != full:
                 # a prologue result must feed the kernel, not leave it
                 return "a step before the reduction must only feed it, on its input's shape"
             if any(full % k for k in inf.in_numel):
@@ -294,7 +333,13 @@ class _Fuser:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
         hi = max(self.pos[m] for m in gset)
         pos = self.pos
-        stack = [s for m in gset for s in self.succ[m] if s not in gset and pos[s] < hi]
+        start = [s for m in gset for s in self.succ[m] if s not in gset and pos[s] < hi]
+        return self.reenters(gset, start, hi)
+
+    def reenters(self, gset: set[NodeId], stack: list[NodeId], hi: int) -> bool:
+        """True if a path from ``stack`` (successors of ``gset`` outside it, before its
+        last member ``hi``) reaches ``gset``: nodes after ``hi`` cannot lead back."""
+        pos = self.pos
         seen = set(stack)
         while stack:
             v = stack.pop()
@@ -311,18 +356,149 @@ class _Fuser:
         roots = {self.find(m) for m in nodes}
         if len(roots) < 2:
             return
+        merged = self.merged(roots)
+        if merged.__class__ is _Group:
+            if CHECK_MERGES:  # tests: the summaries must agree with the member-wise rules
+                assert self.legal([m for r in roots for m in self.members[r]]) is None
+            self.union(roots, merged)  # type: ignore[arg-type]
+            return
         group = [m for r in roots for m in self.members[r]]
-        why = self.legal(group)
-        if why is None:
-            self.union(roots)
+        why = merged
+        if why is None or CHECK_MERGES:
+            # the member-wise rules say which rule comes first where the summaries check
+            # several at once
+            why = self.legal(group)
+            assert merged is None or why == merged, (why, merged)
+        if why is None:  # unreachable while merged() is exact; the rules decide
+            assert not CHECK_MERGES, "the group summaries refused a legal merge"
+            self.union(roots, None)
         else:
             self.rejected[why] += 1
             self.why[producer] = ("merge", why, group)
 
+    def single(self, m: NodeId) -> _Group:
+        """The summary of kernel ``m`` alone."""
+        inf = self.info[m]
+        out = self.out[m]
+        inputs = self.inputs[m]
+        views = self.views
+        vbases = {views[b] for b in inputs if b in views} if views else set()
+        return _Group(
+            {m},
+            {out},
+            set(),
+            [m] if self.readers[m] else [],
+            set(inputs),  # never its own output: in-place kernels do not fuse
+            vbases,
+            m if inf.cls == "R" else None,
+            m if inf.cls == "M" else None,
+            inf.out_numel,
+            inf.cls == "M" or not any(inf.out_numel % k for k in inf.in_numel),
+            self.pos[m],
+            set(self.succ[m]),
+            self.stream[m],
+        )
+
+    def merged(self, roots: set[NodeId]) -> _Group | str | None:
+        """The summary of the union of the groups of ``roots`` if :meth:`legal` accepts it,
+        else the reason :meth:`legal` gives, or None where it checks several rules at once
+        (it then says which comes first).
+
+        Each group is legal on its own (or one kernel), so only what the merge adds is
+        checked, in :meth:`legal`'s order: size and pins; outputs written twice and
+        members whose readers the merge takes in part; buffers read in one group and
+        written first outside the union, views of written buffers; the one reduction or
+        matmul (a group with a reduction goes through :meth:`structure_ok`); a path
+        leaving the union and coming back."""
+        summary, members = self.summary, self.members
+        gs = []
+        size = 0
+        for r in roots:
+            g = summary.get(r)
+            if g is None:
+                g = summary[r] = self.single(r)
+            gs.append(g)
+            size += len(members[r])
+        if size > self.max:
+            return "group would exceed max_group_size"
+        # One sweep over the groups gathers the unions and what the rules compare; the
+        # rules are then checked in legal()'s order.
+        a = gs[0]
+        stream, numel, hi = a.stream, a.numel, a.hi
+        written, mset, internal = set(a.written), set(a.mset), set(a.internal)
+        ext_in, vbases, outsucc = set(a.ext_in), set(a.vbases), set(a.outsucc)
+        pinned = True  # one stream pin
+        flat = True  # every group without a reduction, on one number of elements
+        specials = 0  # reductions and matmuls
+        red = head = None
+        for g in gs:
+            if g is not a:
+                pinned = pinned and g.stream == stream
+                written |= g.written
+                mset |= g.mset
+                internal |= g.internal
+                ext_in |= g.ext_in
+                vbases |= g.vbases
+                outsucc |= g.outsucc
+                hi = max(hi, g.hi)
+            if g.red is not None:
+                red = g.red
+                specials += 1
+            elif g.head is not None:
+                head = g.head
+                specials += 1
+            flat = flat and g.numel == numel and g.bcast
+        if not pinned:
+            return "members are pinned to different streams"
+        if len(written) != size:  # one output per member
+            return None
+        readers, can, outs = self.readers, self._internalisable, self.out
+        still_open = []
+        for g in gs:
+            for m in g.open:
+                rs = readers[m]
+                inside = 0
+                for r in rs:
+                    if r in mset:
+                        inside += 1
+                if not inside:
+                    still_open.append(m)
+                elif not can[m] or inside != len(rs):
+                    return None
+                else:
+                    internal.add(outs[m])
+        first_writer = self.first_writer
+        for bid in ext_in & written:  # read in one group, written in another
+            if first_writer[bid] not in mset:
+                return None
+        ext_in -= written
+        if vbases and not vbases.isdisjoint(written):
+            return None
+        if specials > 1:
+            return "a fused kernel holds at most one reduction or matmul"
+        if head is not None and not written.isdisjoint(self.inputs[head]):
+            return "a matmul reads whole buffers, so it can only start a fused kernel"
+        if red is None:
+            if not flat:
+                return None
+        else:
+            why = self.structure_ok(sorted(mset, key=self.pos.__getitem__), internal)
+            if why is not None:
+                return why
+        outsucc -= mset
+        pos = self.pos
+        start = [v for v in outsucc if pos[v] < hi]
+        if start and self.reenters(mset, start, hi):
+            return "merging would create a cycle"
+        return _Group(
+            mset, written, internal, still_open, ext_in, vbases, red, head, numel, True, hi,
+            outsucc, stream,
+        )  # fmt: skip
+
     def not_internal(self, nid: NodeId) -> tuple[str, str]:
         """Why ``nid``'s output cannot become a value inside a fused kernel: the rule and
         the words naming the buffer and reader."""
-        bid = self.info[nid].out
+        bid = self.out[nid]
         buf = self.g.buffer(bid)
         if buf.external:
             return "its output is external", (
@@ -372,8 +548,20 @@ class _Fuser:
         return groups
 
 
-def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
-    """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words)."""
+def _classify(
+    graph: ComputeGraph,
+    n: GraphNode,
+    memo: dict[Any, _Info | str] | None = None,
+    keys: _BindKeys | None = None,
+) -> _Info | str:
+    """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words).
+
+    With ``memo`` (bind key -> classification, filled as it goes) and ``keys``, kernels
+    with one bind key are classified once: beyond the node's own flags, the rules and
+    binding read only the op, its parameters and the buffers' specs (in place and views
+    included), so they decide the same. A failed binding is not remembered: its message
+    names the node.
+    """
     if not n.is_kernel:
         return f"it is a {n.kind.value}, not a kernel"
     if n.fused is not None:
@@ -382,39 +570,84 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
         return "it is not marked fusible (KernelBuilder.fusible(True))"
     if len(n.outputs) != 1:
         return f"it writes {len(n.outputs)} buffers; a fusible kernel writes exactly one"
+    if memo is None or keys is None:
+        return _classify_op(graph, n)[0]
+    key = keys.key(graph, n)
+    try:
+        hit = memo.get(key)
+    except TypeError:  # an unhashable parameter: classified on its own
+        return _classify_op(graph, n)[0]
+    if hit is None:
+        hit, same_for_all = _classify_op(graph, n)
+        if not same_for_all:
+            return hit
+        memo[key] = hit
+    return hit
+
+
+def _classify_op(graph: ComputeGraph, n: GraphNode) -> tuple[_Info | str, bool]:
+    """:func:`_classify` of a fusible kernel writing one buffer, and whether every kernel
+    with its bind key gets the same (not when binding failed: the message names it)."""
     op = get(n.op)
     if op is None:
-        return "it has no op from the op library (an opaque kernel)"
+        return "it has no op from the op library (an opaque kernel)", True
     if op.fusion_class not in _FUSIBLE_CLASSES:
-        return f"its op {op.name!r} is {op.fusion_class.value}, which never fuses"
+        return f"its op {op.name!r} is {op.fusion_class.value}, which never fuses", True
     if op.expr is None and op.row is None and op.element is None:
-        return f"its op {op.name!r} has no CUDA C expression to inline"
+        return f"its op {op.name!r} has no CUDA C expression to inline", True
     if set(n.inputs) & set(n.outputs):
         # in place: reads and writes would race inside one kernel
-        return "it reads and writes the same buffer (in place)"
+        return "it reads and writes the same buffer (in place)", True
     views = graph.views()
     if views and any(b in views for b in n.outputs):
         # A fused kernel may keep an output in registers; a view is another buffer's bytes.
-        return "it writes a view of another buffer (a fused kernel writes whole buffers)"
+        return "it writes a view of another buffer (a fused kernel writes whole buffers)", True
     if views and op.element is not None and any(b in views for b in n.inputs):
         # An out-element-wise head (matmul) reads its operands whole, row-major.
-        return f"its op {op.name!r} reads a view of another buffer whole"
+        return f"its op {op.name!r} reads a view of another buffer whole", True
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone
-        return f"its buffers do not fit its op: {e}"
+        return f"its buffers do not fit its op: {e}", False
     step = bound.steps[0]
     rows = 0
     if step.op.row is not None:
         full = step.in_shapes[0]
-        rows = math.prod(full) // full[-1]
-    return _Info(
+        cols = math.prod(full[a] for a in step.op.reduced_axes(full, step.params))
+        rows = math.prod(full) // cols
+    info = _Info(
         _FUSIBLE_CLASSES[op.fusion_class],
-        n.outputs[0],
         math.prod(step.shape),
         tuple(math.prod(s) for s in bound.in_shapes),
         rows,
     )
+    return info, True
+
+
+class _BindKeys:
+    """What binding a kernel reads, as :func:`oxiwork.ops.program.signature` holds it, with
+    each buffer's spec replaced by a number given once per buffer (not once per access):
+    kernels with equal keys bind to the same shapes."""
+
+    __slots__ = ("by_buffer", "numbers")
+
+    def __init__(self) -> None:
+        self.by_buffer: dict[BufferId, int] = {}
+        self.numbers: dict[Any, int] = {}
+
+    def key(self, graph: ComputeGraph, n: GraphNode) -> Any:
+        ids = (*n.inputs, *n.outputs)
+        by_buffer, numbers = self.by_buffer, self.numbers
+        nums = []
+        for b in ids:
+            k = by_buffer.get(b)
+            if k is None:
+                k = numbers.setdefault(_BUFFER_KEY(graph.buffer(b)), len(numbers))
+                by_buffer[b] = k
+            nums.append(k)
+        # repeated inputs: which positions name the same buffer (as signature says it)
+        alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
+        return (n.op, n.params, len(n.inputs), tuple(nums), alias)
 
 
 def _fused_node(

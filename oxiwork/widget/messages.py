@@ -13,7 +13,7 @@ Example
 ...     validate({"type": "teleport"})
 ... except MessageError as e:
 ...     print(e)
-unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config, sweep
+unknown message type 'teleport'; expected one of: add_buffer, add_dependency, add_kernel, add_memcpy, compare_eager, delete, inspect, load_passes, pin, plan_memory, rename, select, set_memory_mode, set_options, set_pass, set_stream_mode, sim, sim_config, sweep
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ SCHEMAS: dict[str, dict[str, Field]] = {
     "plan_memory": {},
     # Plan every combination of stream caps and fusion (oxiwork.explore.sweep) for the Sweep tab.
     "sweep": {},
+    # An imported model's plan run against PyTorch eager (Workbench.compare_eager).
+    "compare_eager": {},
     # Sent by the frontend after its first draw: run the pass pipeline, fill its views.
     "load_passes": {},
     "add_buffer": {

@@ -181,6 +181,11 @@ class Session:
     budget
         The :class:`~oxiwork.budget.Budget` the simulator and the reference run allocate
         under (``None``: the one in force, see :func:`oxiwork.budget.current`).
+    inputs
+        Values of input buffers by name (an imported model's
+        :attr:`~oxiwork.importers.torch.ImportedModel.inputs`): the simulator and the
+        reference run start from those the plan touches; inputs not given are generated
+        from the seed.
 
     Attributes
     ----------
@@ -206,8 +211,8 @@ class Session:
     """
 
     __slots__ = ("_dropped", "_events", "_loaded", "_notes", "_plan", "_policy", "_reference",
-                 "_sim", "_sim_plan", "_stages", "_to_plan", "budget", "fusion", "graph",
-                 "max_group_size", "max_streams", "memory_mode", "seconds")  # fmt: skip
+                 "_sim", "_sim_plan", "_stages", "_to_plan", "_used_inputs", "budget", "fusion", "graph",
+                 "inputs", "max_group_size", "max_streams", "memory_mode", "seconds")  # fmt: skip
 
     def __init__(
         self,
@@ -219,6 +224,7 @@ class Session:
         max_group_size: int = 16,
         lazy: bool = False,
         budget: Budget | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         # Checked here, not in the pipeline: a bad option is the caller's mistake, to raise,
         # while the pipeline's errors are about the graph and end up in notes.
@@ -228,6 +234,9 @@ class Session:
         self.graph = graph
         #: The work budget the simulators run under (oxiwork.budget; None: the default).
         self.budget = budget
+        #: The input values the simulator starts from (None: all generated from the seed).
+        self.inputs = inputs
+        self._used_inputs: dict[str, np.ndarray] | None = None  # those the plan touches
         self.memory_mode = memory_mode
         self.seconds = 0.0
         self._stages: list[Stage] = [Stage("input", graph)]
@@ -354,15 +363,25 @@ class Session:
                       tuple(sorted(before_ids - after_ids)))
             )  # fmt: skip
         try:
-            # Inputs are generated from a seed (the simulator warns about it; the widget
-            # shows it in the simulator panel instead).
+            # Inputs not given are generated from a seed (the simulator warns about it; the
+            # widget shows it in the simulator panel instead).
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 with using(self.budget):
-                    self._sim = Simulator(plan)
+                    self._sim = Simulator(plan, inputs=self._plan_inputs())
             self._sim_plan = plan
         except Exception as e:  # GraphError or an engine bug: the panel shows it
             self._notes["sim"] = f"the simulator could not start: {type(e).__name__}: {e}"
+
+    def _plan_inputs(self) -> dict[str, np.ndarray] | None:
+        """:attr:`inputs` of the buffers the plan's steps touch (an edit may leave a value
+        of the model no step reads, which a simulator refuses as an unknown input)."""
+        if self.inputs is None or self._plan is None:
+            return None
+        if self._used_inputs is None:
+            touched = {a.name for st in self._plan.steps for a in (*st.inputs, *st.outputs)}
+            self._used_inputs = {k: v for k, v in self.inputs.items() if k in touched}
+        return self._used_inputs
 
     # ------------------------------------------------------------------ simulator settings
     @property
@@ -496,8 +515,9 @@ class Session:
             # A dropped event breaks the plan on purpose: step through it anyway.
             with using(self.budget):
                 sim = Simulator(
-                    sim_plan, policy=new_policy, seed=self._sim.seed, verify=sim_plan is plan
-                )
+                    sim_plan, inputs=self._plan_inputs(), policy=new_policy, seed=self._sim.seed,
+                    verify=sim_plan is plan,
+                )  # fmt: skip
         to_plan = None
         if sim_plan is not plan:
             index = {st.node: st.index for st in plan.steps}
@@ -523,7 +543,8 @@ class Session:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # generated inputs
                     with using(self.budget):
-                        ref = SequentialExecutor(self.plan).run(seed=self._sim.seed).outputs
+                        run = SequentialExecutor(self.plan).run
+                        ref = run(self._plan_inputs(), seed=self._sim.seed).outputs
             except Exception as e:  # GraphError or an engine bug: no reference to compare
                 self._reference = f"{type(e).__name__}: {e}"
                 return None

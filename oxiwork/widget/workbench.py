@@ -52,7 +52,7 @@ import json
 import pathlib
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anywidget
@@ -81,6 +81,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.importers.torch import ImportedModel
 from oxiwork.node import BufferId, NodeId, NodeKind
 from oxiwork.optimizer.memory import MODES as MEMORY_MODES
+from oxiwork.widget import eager
 from oxiwork.widget import viewmodel as vm
 from oxiwork.widget.edits import EDITS, apply_edit
 from oxiwork.widget.messages import validate
@@ -111,7 +112,8 @@ _SYNCED_STATE = ("view", "dag", "selection", "details", "pass_index", "sim_posit
                  "sim_state", "inspector", "inspector_values", "saved_stages",
                  "sweep_table")  # fmt: skip
 _CACHES = ("_dag_cache", "_memory_cache", "_streams_cache", "_summary_cache", "_topo_cache")
-_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache")
+_PLAIN_STATE = ("_sim_message", "_sim_verdict", "_view_pending", "_fusion_cache", "_model",
+                "_expected", "_values", "_binding_note", "_eager_verdict")  # fmt: skip
 
 
 def _sendable_text(text: str) -> bool:
@@ -188,6 +190,22 @@ class Workbench(anywidget.AnyWidget):
         The :class:`~oxiwork.budget.Budget` of this workbench's requests: how many bytes the
         simulator may allocate, how many nodes and buffers edits may grow the graph to
         (``None``: :func:`oxiwork.budget.current`).
+    expected
+        For an :class:`~oxiwork.importers.torch.ImportedModel`: the outputs to compare the
+        simulation with (a tuple of arrays or tensors in torch's order, or a dict by output
+        buffer name); default: the model's
+        :attr:`~oxiwork.importers.torch.ImportedModel.eager_outputs`, which
+        :func:`~oxiwork.importers.torch.from_module` computes (a model from
+        ``from_exported_program`` has none: pass them here).
+    tolerance
+        ``(rtol, atol)`` of that comparison for every output; default: per output dtype,
+        :data:`oxiwork.widget.eager.TOLERANCES` (``torch.testing.assert_close``'s).
+
+    An imported model is *bound*: the simulator starts from its real input and weight
+    values (:attr:`~oxiwork.importers.torch.ImportedModel.inputs`), and a run to the end
+    (or :meth:`compare_eager`) shows, per output, the max |Δ| against eager and whether it
+    is allclose. An edit in the UI, or assigning another graph, drops the binding (the
+    simulator panel says so): the edited graph is no longer the module.
 
     Attributes
     ----------
@@ -201,7 +219,8 @@ class Workbench(anywidget.AnyWidget):
     Raises
     ------
     InvalidOption
-        A pipeline option is of the wrong type or out of range.
+        A pipeline option is of the wrong type or out of range, or ``expected`` /
+        ``tolerance`` is given without an imported model or is malformed.
     """
 
     _esm = STATIC / "widget.js"
@@ -245,6 +264,8 @@ class Workbench(anywidget.AnyWidget):
         memory_mode: str = "auto",
         progressive: bool = True,
         budget: Budget | None = None,
+        expected: Any = None,
+        tolerance: tuple[float, float] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -264,6 +285,11 @@ class Workbench(anywidget.AnyWidget):
             )
         self.memory_mode = memory_mode
         self._graph = self._coerce(graph_or_builder)
+        self._tolerance = _check_tolerance(tolerance)
+        self._model, self._expected = _binding(graph_or_builder, expected)
+        #: The input values the simulator starts from: the bound model's; after an edit, those
+        #: of its buffers the edited graph still has alike (None: generated from the seed).
+        self._values = self._model.inputs if self._model is not None else None
         t0 = time.perf_counter()
         self.session = self._new_session(self._graph, lazy=progressive)
         t1 = time.perf_counter()
@@ -353,7 +379,106 @@ class Workbench(anywidget.AnyWidget):
 
     @graph.setter
     def graph(self, value: ComputeGraph | GraphBuilder | ImportedModel) -> None:
-        self._set_graph(self._coerce(value))
+        graph = self._coerce(value)
+        model, expected = _binding(value, None)
+        note = ""
+        if model is None and self._model is not None:
+            note = (
+                f"model binding dropped: w.graph was set to another graph, so the simulator's "
+                f"inputs are generated and nothing is compared with {self._model.name}'s "
+                "PyTorch eager outputs"
+            )
+        values = model.inputs if model is not None else None
+        self._set_graph(graph, model=model, expected=expected, values=values, note=note)
+
+    @property
+    def model(self) -> ImportedModel | None:
+        """The imported model this workbench simulates (its values, its eager outputs), or
+        ``None``: a plain graph, or the binding was dropped by an edit (the simulator panel
+        says why, as does :attr:`binding_note`)."""
+        return self._model
+
+    @property
+    def binding_note(self) -> str:
+        """Why the workbench no longer simulates the imported model's values (``""`` while
+        it does, or if it never did)."""
+        return self._binding_note
+
+    _binding_note = ""
+
+    def compare_eager(self) -> dict[str, Any]:
+        """Run the plan in plan order on the model's values and compare its outputs with
+        PyTorch eager; show the verdict in the simulator panel and return it.
+
+        The verdict (``sim_state["eager"]``): ``match``, a line of ``text``, and per output
+        its name, shape, dtype, ``max_abs_diff``, the ``rtol`` / ``atol`` used and
+        ``allclose``. A simulation run to the end sets it too, from its own outputs (so a
+        dropped event that changes the model's result shows as a mismatch).
+
+        Raises
+        ------
+        InvalidArgument
+            No imported model is bound (a plain graph, or an edit dropped the binding), or
+            it has no eager outputs to compare with (pass ``expected=``).
+        InvalidPlan
+            The pipeline failed on the graph.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from oxiwork.importers.torch import from_module
+        >>> net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+        >>> w = Workbench(from_module(net, (torch.randn(2, 4),)))
+        >>> v = w.compare_eager()
+        >>> v["match"], v["outputs"][0]["shape"], v["outputs"][0]["rtol"]
+        (True, [2, 3], 1.3e-06)
+        """
+        self._check_comparable()
+        self.load_passes()
+        s = self.session
+        if s.plan is None:
+            raise InvalidPlan(f"nothing to compare: {s.notes['plan']}; fix the graph")
+        verdict = self._eager_check(s.expected_outputs(), "plan run in order")
+        with self.hold_sync():
+            self._eager_verdict = verdict
+            self.sim_state = self._sim_state()
+        return verdict
+
+    def _check_comparable(self) -> None:
+        if self._model is None:
+            why = self._binding_note or "this workbench shows a plain graph, not an imported model"
+            raise InvalidArgument(f"nothing to compare with PyTorch eager: {why}")
+        if self._expected is None:
+            raise InvalidArgument(
+                f"{self._model.name} carries no eager outputs (imported with "
+                "from_exported_program?): pass them as Workbench(model, expected=(y,))"
+            )
+
+    def _eager_check(self, outputs: dict[str, np.ndarray] | None, source: str) -> dict[str, Any]:
+        """The bound model's ``outputs`` (a run's buffer values) against its eager ones."""
+        model, expected = self._model, self._expected
+        assert model is not None and expected is not None  # _check_comparable / callers
+        if outputs is None:
+            text = "not compared with PyTorch eager: the run computed no values"
+            return {"match": None, "text": text, "source": source, "outputs": []}
+        got = model.outputs_from(outputs)
+        matches = eager.compare(model.outputs, got, expected, self._tolerance)
+        return eager.eager_section(matches, source)
+
+    def _model_section(self) -> dict[str, Any] | None:
+        """What the simulator panel says about the imported model (``None``: never one)."""
+        if self._model is None:
+            if not self._binding_note:
+                return None
+            kept = len(self._values) if self._values is not None else 0
+            return {"bound": False, "name": "", "note": self._binding_note, "eager": False,
+                    "values": kept}  # fmt: skip
+        m = self._model
+        return {
+            "bound": True, "name": m.name, "note": "", "eager": self._expected is not None,
+            "values": len(m.inputs), "user_inputs": list(m.user_inputs),
+            "outputs": len(m.outputs),
+        }  # fmt: skip
 
     @property
     def plan(self) -> ExecutionPlan | None:
@@ -701,7 +826,12 @@ class Workbench(anywidget.AnyWidget):
         head = f"{rec[0].name} s{int(rec[0].stream)}" if rec else "no record"
         return f"e{event}: {head} → wait {', '.join(waits) or 'nowhere'}"
 
-    def _new_session(self, graph: ComputeGraph, *, lazy: bool) -> Session:
+    def _new_session(
+        self, graph: ComputeGraph, *, lazy: bool, values: Mapping[str, Any] | _Keep | None = KEEP
+    ) -> Session:
+        """A session of ``graph`` with the option traits, simulating with input ``values``
+        (:data:`KEEP`: the workbench's)."""
+        values = self._values if isinstance(values, _Keep) else values
         return Session(
             graph,
             self.max_streams,
@@ -710,19 +840,32 @@ class Workbench(anywidget.AnyWidget):
             max_group_size=self.max_group_size,
             lazy=lazy,
             budget=self.budget,
+            inputs=values,
         )
 
-    def _set_graph(self, graph: ComputeGraph) -> None:
+    def _set_graph(
+        self,
+        graph: ComputeGraph,
+        *,
+        model: ImportedModel | None = None,
+        expected: tuple[np.ndarray, ...] | None = None,
+        values: Mapping[str, Any] | None = None,
+        note: str = "",
+    ) -> None:
+        """Show ``graph``, bound to ``model`` (``expected`` its eager outputs) or to nothing,
+        simulated from input ``values``; ``note`` says why a binding was dropped."""
         # Past the input on the slider, the stages must exist to stay there (as before an
         # edit); at the input, the new graph is drawn first and its passes follow.
         lazy = self._progressive and self.pass_index == 0
-        session = self._new_session(graph, lazy=lazy)
+        session = self._new_session(graph, lazy=lazy, values=values)
         # Commit only after the engine accepted the graph, and all or nothing: if drawing
         # the new views or sending them fails, the workbench goes back to the old graph.
         saved = self._snapshot()
         try:
             with self.hold_sync():
                 self._graph = graph
+                self._model, self._expected, self._binding_note = model, expected, note
+                self._values = values
                 self.sweep_table = {}  # a sweep of the old graph
                 self._install(session)
                 _check_sendable({k: getattr(self, k) for k in _SYNCED_STATE})
@@ -992,11 +1135,17 @@ class Workbench(anywidget.AnyWidget):
             "drop_event": e,
             "dropped_steps": list(s.events.get(e, ())) if e is not None else [],
             "verdict": self._sim_verdict,
+            "eager": self._eager_verdict,
+            # Inputs the simulator made up (none for a bound model: all are its values).
+            "generated": len(sim.generated_inputs),
+            "touched": _touched(s, state),
         }
 
     _sim_message = ""
     #: Whether the finished run's outputs match the real plan's (see _verdict); None before.
     _sim_verdict: dict[str, Any] | None = None
+    #: The last comparison with PyTorch eager (see compare_eager); None before one.
+    _eager_verdict: dict[str, Any] | None = None
     # Whether the synced view still shows the pending sections (see load_passes).
     _view_pending = True
 
@@ -1017,6 +1166,7 @@ class Workbench(anywidget.AnyWidget):
             self.sim_position = -1
             self._sim_message = ""
             self._sim_verdict = None
+            self._eager_verdict = None  # of the old plan (or graph)
             self.inspector = {}
             self.inspector_values = b""
             self.saved_stages = {}  # views of the graph and options before
@@ -1030,6 +1180,8 @@ class Workbench(anywidget.AnyWidget):
             "sim": self._sim(),
             "buffers": vm.buffers_section(self._graph),
             "ops": vm.ops_section(),
+            # The imported model the simulator computes, or why it no longer does.
+            "model": self._model_section(),
             # The current plan's figures, for the Compare tab (None until the passes ran).
             "figures": self._figures(),
         }  # fmt: skip
@@ -1198,10 +1350,26 @@ class Workbench(anywidget.AnyWidget):
             warnings.simplefilter("always", GraphWarning)
             with using(self.budget):  # how far an edit may grow the graph
                 new = apply_edit(self._graph, m)
-        self._set_graph(new)
+        # The edited graph is no longer the module: its eager outputs (and, for a changed
+        # buffer, its values) would be compared against something else.
+        note, dropped = self._binding_note, self._model is not None
+        if dropped:
+            note = (
+                f"model binding dropped: the graph was edited, so it is no longer "
+                f"{self._model.name} as imported and nothing is compared with its PyTorch "
+                "eager outputs; buffers the edit left alike keep the model's values, others "
+                "are generated (w.graph = model binds the module again)"
+            )
+        self._set_graph(new, values=_kept_values(self._values, new), note=note)
         notes = "; ".join(str(c.message) for c in caught if issubclass(c.category, GraphWarning))
         done = f"{m['type'].replace('_', ' ')}: done"
+        if dropped:
+            done = f"{done}; {note}"
         return f"{done} (warning: {notes})" if notes else done
+
+    def _h_compare_eager(self, m: dict[str, Any]) -> str:
+        v = self.compare_eager()
+        return str(v["text"])
 
     def _h_sim(self, m: dict[str, Any]) -> str:
         s = self.session
@@ -1240,13 +1408,22 @@ class Workbench(anywidget.AnyWidget):
 
     def _after_sim(self) -> None:
         s = self.session
-        state = s.sim.state
+        sim = s.sim
+        state = sim.state
         executed = state.executed
         self.sim_position = s.plan_step(executed[-1]) if executed else -1
         self._sim_verdict = self._verdict() if state.finished else None
+        if state.finished and self._model is not None and self._expected is not None:
+            self._eager_verdict = self._eager_check(sim.outputs, self._sim_source())
         self.sim_state = self._sim_state()
         if self.inspector.get("buffer") is not None:
             self._inspect(int(self.inspector["buffer"]))
+
+    def _sim_source(self) -> str:
+        """What the simulator ran, for the eager verdict's text."""
+        s = self.session
+        e = s.dropped_event
+        return f"simulation, {s.policy} policy" + (f", event {e} dropped" if e is not None else "")
 
     def _verdict(self) -> dict[str, Any] | None:
         """Whether the finished run's outputs are the real plan's (run in plan order).
@@ -1333,6 +1510,7 @@ _HANDLERS: dict[str, Callable[[Workbench, dict[str, Any]], str]] = {
     "sim_config": Workbench._h_sim_config,
     "inspect": Workbench._h_inspect,
     "pin": Workbench._h_pin,
+    "compare_eager": Workbench._h_compare_eager,
     **dict.fromkeys(EDITS, Workbench._h_edit),
 }
 
@@ -1404,6 +1582,88 @@ _SIM_ACTIONS: dict[str, Callable[[Session, int | None], str]] = {
     "reset": _sim_reset,
     "run": _sim_run,
 }
+
+
+#: Most buffers of one step the simulator panel summarises (a fused kernel can touch many).
+MAX_TOUCHED = 8
+
+
+def _touched(s: Session, state: Any) -> list[dict[str, Any]]:
+    """The buffers the step on screen read and wrote, with their values now
+    (:func:`viewmodel.value_summary`): what a step-through of a real model shows."""
+    sim = s.sim
+    if state.failed_step is not None:
+        index = state.failed_step
+    elif state.executed:
+        index = state.executed[-1]
+    else:
+        return []
+    step = s.sim_plan.steps[index]
+    roles: dict[str, tuple[int, str]] = {}
+    for role, args in (("read", step.inputs), ("write", step.outputs)):
+        for a in args:
+            was = roles.get(a.name)
+            roles[a.name] = (int(a.buffer), "read+write" if was and was[1] != role else role)
+    rows = []
+    for name, (bid, role) in list(roles.items())[:MAX_TOUCHED]:
+        try:
+            value = sim.buffer(name)
+        except GraphError:  # a buffer the simulator does not hold (values=False)
+            continue
+        rows.append(vm.value_summary(name, bid, role, value))
+    return rows
+
+
+def _kept_values(
+    values: Mapping[str, Any] | None, graph: ComputeGraph
+) -> dict[str, np.ndarray] | None:
+    """The ``values`` whose buffer ``graph`` still has with the same dtype and size."""
+    if not values:
+        return None
+    by_name = {b.name: b for b in graph.buffers}
+    kept = {}
+    for name, v in values.items():
+        b = by_name.get(name)
+        arr = np.asarray(v)
+        if b is not None and b.dtype == arr.dtype.name and b.size_bytes == arr.nbytes:
+            kept[name] = v
+    return kept or None
+
+
+def _binding(obj: Any, expected: Any) -> tuple[ImportedModel | None, tuple[np.ndarray, ...] | None]:
+    """The model ``obj`` binds a workbench to, and the outputs to compare with: ``expected``
+    checked (:func:`eager.check_expected`), else the model's eager outputs."""
+    if not isinstance(obj, ImportedModel):
+        if expected is not None:
+            raise InvalidOption(
+                "Workbench expected= compares an imported model's outputs with PyTorch "
+                f"eager; {type(obj).__name__} is not one (open "
+                "Workbench(oxiwork.importers.torch.from_module(module, (x,))))"
+            )
+        return None, None
+    if expected is None:
+        return obj, obj.eager_outputs
+    try:
+        return obj, eager.check_expected(expected, obj.outputs)
+    except InvalidArgument as e:
+        raise InvalidOption(f"Workbench {e}") from None
+
+
+def _check_tolerance(tol: Any) -> tuple[float, float] | None:
+    """``tol`` as ``(rtol, atol)``: two finite numbers >= 0, or ``None``."""
+    if tol is None:
+        return None
+    ok = (
+        isinstance(tol, (tuple, list))
+        and len(tol) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in tol)
+        and all(np.isfinite(v) and v >= 0 for v in tol)
+    )
+    if not ok:
+        raise InvalidOption(
+            f"Workbench tolerance must be (rtol, atol), two finite numbers >= 0, got {tol!r:.60}"
+        )
+    return float(tol[0]), float(tol[1])
 
 
 def _sim_value(sim: Any, buf: Any) -> np.ndarray | None:

@@ -5,41 +5,10 @@
 // slider switches to the last stage saved with the notebook (its title and memory chart). Started by test_notebook_html_browser.py.
 // Usage: node notebook_offline.mjs <notebook.html> <shot.png>
 
-import { createRequire } from "node:module";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-const here = dirname(fileURLToPath(import.meta.url));
-const require = createRequire(resolve(here, "../../widget_js/package.json"));
-const { chromium } = require("playwright-core");
+import { runOffline } from "./offline_page.mjs";
 
 const [file, shot] = process.argv.slice(2);
-const url = pathToFileURL(resolve(file)).href;
-const browser = await chromium.launch({
-  executablePath: process.env.OXIWORK_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
-});
-const out = { console_errors: [], requests: [], page_errors: [] };
-try {
-  const context = await browser.newContext({ offline: true, viewport: { width: 1280, height: 800 } });
-  // Any request but the page itself is recorded and refused (blob: modules never reach here).
-  await context.route("**/*", (route) => {
-    const u = route.request().url();
-    if (u === url) return route.continue();
-    out.requests.push(u);
-    return route.abort();
-  });
-  const page = await context.newPage();
-  page.on("console", (m) => {
-    if (m.type() === "error") out.console_errors.push(m.text());
-  });
-  page.on("pageerror", (e) => out.page_errors.push(String(e)));
-  page.on("request", (r) => {
-    const u = r.url();
-    if (u !== url && !u.startsWith("blob:") && !u.startsWith("data:") && !out.requests.includes(u)) out.requests.push(u);
-  });
-  await page.goto(url, { waitUntil: "load" });
+await runOffline(file, async (page, out) => {
   await page.waitForFunction(() => document.documentElement.dataset.owSavedWidgets !== undefined && Number(document.querySelector(".ow-dag")?.dataset.drawn ?? 0) > 0, null, { timeout: 60000 });
   out.saved_widgets = Number(await page.evaluate(() => document.documentElement.dataset.owSavedWidgets));
   out.dag = await page.$eval(".ow-dag", (el) => ({ drawn: Number(el.dataset.drawn), nodes: Number(el.dataset.nodes) }));
@@ -79,7 +48,4 @@ try {
   }));
   if (shot) await page.screenshot({ path: shot });
   out.status = await page.evaluate(() => document.querySelector(".ow-status")?.textContent ?? "");
-} finally {
-  await browser.close();
-}
-process.stdout.write(JSON.stringify(out) + "\n");
+});

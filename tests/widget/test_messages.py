@@ -25,6 +25,7 @@ VALID: dict[str, dict[str, Any]] = {
     "set_options": {"max_streams": 2, "fusion": False, "max_group_size": 8},
     "plan_memory": {},
     "sweep": {},
+    "compare_eager": {},
     "load_passes": {},
     "add_buffer": {"name": "b", "size_bytes": 64, "dtype": "float32"},
     "add_kernel": {

@@ -284,6 +284,9 @@ export class App {
       drop_event: null,
       dropped_steps: [],
       verdict: null,
+      eager: null,
+      generated: 0,
+      touched: [],
     };
     return { ...defaults, finished: false, races: [], message: "", highlight: [], live_buffers: [], ...s, ...dyn };
   }
@@ -496,6 +499,7 @@ export class App {
         simPanel(
           sim,
           sim ? "" : (this.vm.sim as { reason: string }).reason,
+          this.vm.model ?? null,
           ins && "buffer" in ins ? (ins as InspectorSection) : null,
           values,
           this.vm.buffers,

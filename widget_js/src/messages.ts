@@ -62,6 +62,7 @@ export type Request =
   | { type: "set_options"; max_streams?: number; fusion?: boolean; max_group_size?: Typed }
   | { type: "plan_memory" }
   | { type: "sweep" }
+  | { type: "compare_eager" }
   | { type: "load_passes" }
   | { type: "add_buffer"; name: string; size_bytes: number; dtype?: string }
   | {

@@ -4,7 +4,17 @@
 
 import { formatBytes, formatTime } from "./charts";
 import { clear, fitCanvas, h } from "./dom";
-import type { InspectorSection, NodeDetails, PipelineOptions, SimSection, ViewModel } from "./types";
+import type {
+  EagerOutput,
+  EagerVerdict,
+  InspectorSection,
+  ModelBinding,
+  NodeDetails,
+  PipelineOptions,
+  SimSection,
+  TouchedBuffer,
+  ViewModel,
+} from "./types";
 import { isAvailable } from "./types";
 
 import type { Send } from "./messages";
@@ -260,6 +270,7 @@ export function buildPanel(vm: ViewModel, send: Send): HTMLElement {
 export function simPanel(
   sim: SimSection | null,
   reason: string,
+  model: ModelBinding | null,
   inspector: InspectorSection | null,
   values: Float64Array,
   buffers: ViewModel["buffers"],
@@ -267,7 +278,13 @@ export function simPanel(
   send: Send,
   onPickNode: (id: number) => void,
 ): HTMLElement {
-  if (!sim) return h("div", { class: "ow-panel ow-sim" }, h("p", { class: "ow-hint", text: reason || "no simulator" }));
+  if (!sim)
+    return h(
+      "div",
+      { class: "ow-panel ow-sim" },
+      modelLine(model, null, send),
+      h("p", { class: "ow-hint", text: reason || "no simulator" }),
+    );
   const cur = sim.position >= 0 && sim.position < sim.steps.length ? sim.steps[sim.position] : null;
   // Positions index the real plan's steps; with an event dropped fewer of them run.
   const done = new Set(sim.executed_steps);
@@ -346,7 +363,10 @@ export function simPanel(
     simConfig(sim, send),
     controls,
     status,
+    modelLine(model, sim, send),
+    eagerBlock(model, sim.eager),
     msg,
+    touchedBlock(sim, send),
     list,
     races,
     inspectorPanel(inspector, values, buffers, send),
@@ -375,6 +395,98 @@ function simConfig(sim: SimSection, send: Send): HTMLElement {
     h("label", { class: "ow-sim-field" }, h("span", { text: "policy" }), policy),
     h("label", { class: "ow-sim-field" }, h("span", { text: "drop event" }), drop),
   );
+}
+
+/** Whose values the simulator computes: the imported model's, generated ones, or why the
+ * model's binding was dropped (an edit: the graph is no longer the module). */
+function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Send): HTMLElement | null {
+  if (model && !model.bound) return h("div", { class: "ow-model ow-model-dropped", "data-bound": "false", text: `⚠ ${model.note}` });
+  if (model) {
+    const users = model.user_inputs ?? [];
+    const weights = Math.max(0, (model.values ?? 0) - users.length);
+    const parts = [...(users.length ? [users.join(", ")] : []), `${weights} weight and buffer value${weights === 1 ? "" : "s"}`];
+    return h(
+      "div",
+      { class: "ow-model", "data-bound": "true" },
+      h("span", { text: `values: ${model.name}'s own: ${parts.join(" and ")}` }),
+      model.eager && sim
+        ? h("button", { class: "ow-btn ow-eager-compare", text: "Compare with eager", onclick: () => send("compare_eager", {}) })
+        : null,
+    );
+  }
+  if (sim && sim.generated > 0)
+    return h("div", { class: "ow-model ow-muted", text: `values: ${sim.generated} input buffer(s) generated from the seed` });
+  return null;
+}
+
+const num = (v: number | null) => (v === null ? "—" : +v.toPrecision(4) + "");
+/** A tolerance as Python writes it: 1.3e-6, not 0.0000013. */
+export const sci = (v: number) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+
+/** One output's row against eager: its mark, class and the parts of its figures line (pure,
+ * so a failure's ✗ and red are unit-tested). */
+export function eagerRow(o: EagerOutput): { mark: string; cls: string; parts: string[] } {
+  const diff = o.max_abs_diff === null ? o.reason || "—" : `max |Δ| ${o.max_abs_diff.toExponential(2)}`;
+  return {
+    mark: o.allclose ? "✓" : "✗",
+    cls: o.allclose ? "ow-good" : "ow-bad",
+    parts: [diff, `rtol ${sci(o.rtol)}`, `atol ${sci(o.atol)}`],
+  };
+}
+
+/** The imported model's outputs against PyTorch eager: a verdict and one row per output. */
+function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLElement | null {
+  if (!model?.bound || !model.eager) return null;
+  if (!v)
+    return h("div", {
+      class: "ow-eager ow-muted",
+      "data-match": "pending",
+      text: "Run to the end, or Compare with eager, to check the outputs against PyTorch eager.",
+    });
+  const cls = v.match === true ? "ow-good" : v.match === false ? "ow-bad" : "ow-muted";
+  const box = h(
+    "div",
+    { class: `ow-eager ${cls}`, "data-match": v.match === null ? "unknown" : String(v.match) },
+    h("div", { class: `ow-verdict ${cls}`, text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text }),
+  );
+  if (!v.outputs.length) return box;
+  // One compact row per output: the side panel is narrow.
+  for (const o of v.outputs) {
+    const r = eagerRow(o);
+    box.append(
+      h(
+        "div",
+        { class: `ow-eager-row ${r.cls}`, "data-allclose": String(o.allclose) },
+        h("b", { text: `${r.mark} ${o.name}` }),
+        h("span", { class: "ow-muted", text: ` [${o.shape.join(", ")}] ${o.dtype}` }),
+        h("div", { class: "ow-eager-diff" }, ...r.parts.map((t, i) => h("span", { text: i ? ` · ${t}` : t }))),
+      ),
+    );
+  }
+  return box;
+}
+
+/** The buffers the step on screen read and wrote, with their values: shape, dtype,
+ * min/max/mean and the first values; a click opens one in the inspector below. */
+function touchedBlock(sim: SimSection, send: Send): HTMLElement | null {
+  if (!sim.touched.length) return null;
+  const rows = sim.touched.map((b: TouchedBuffer) => {
+    const head = b.head.map((v) => (typeof v === "number" ? +v.toPrecision(4) + "" : v)).join(", ");
+    const row = h(
+      "div",
+      { class: "ow-touched-row", "data-buffer": b.buffer, "data-role": b.role },
+      h("span", { class: "ow-touched-name", text: b.name }),
+      h("span", { class: "ow-muted", text: ` ${b.role} · [${b.shape.join(", ")}] ${b.dtype}` }),
+      h("div", {
+        class: "ow-touched-stats",
+        text: `min ${num(b.min)} · max ${num(b.max)} · mean ${num(b.mean)}${b.nan_count ? ` · ${b.nan_count} NaN` : ""}`,
+      }),
+      h("div", { class: "ow-touched-head", text: `${head}${b.count > b.head.length ? ", …" : ""}` }),
+    );
+    row.addEventListener("click", () => send("inspect", { buffer: b.buffer }));
+    return row;
+  });
+  return h("div", { class: "ow-touched" }, h("h4", { text: "Buffers of this step" }), ...rows);
 }
 
 /** "outputs differ from the correct plan: y (max |Δ| 1.3)", once a run has finished. */

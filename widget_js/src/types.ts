@@ -204,6 +204,58 @@ export interface SimVerdict {
   buffers: { name: string; max_abs_diff: number | null }[];
 }
 
+/** One output of an imported model against PyTorch eager (oxiwork/widget/eager.py). */
+export interface EagerOutput {
+  name: string;
+  shape: number[];
+  dtype: string;
+  /** null: no size (shapes differ, or NaN/Inf against a number; `reason` says which). */
+  max_abs_diff: number | null;
+  rtol: number;
+  atol: number;
+  allclose: boolean;
+  reason: string;
+}
+
+/** The last comparison with PyTorch eager: a run to the end, or Workbench.compare_eager. */
+export interface EagerVerdict {
+  /** null: not compared (`text` says why). */
+  match: boolean | null;
+  text: string;
+  /** What ran: "simulation, in_order policy", "plan run in order". */
+  source: string;
+  outputs: EagerOutput[];
+}
+
+/** The imported model the simulator computes (`bound`), or why it no longer does (`note`). */
+export interface ModelBinding {
+  bound: boolean;
+  name: string;
+  note: string;
+  /** The model carries outputs to compare with (eager's, or `expected=`). */
+  eager: boolean;
+  /** How many buffers take the model's values, its user inputs' names, its outputs. */
+  values?: number;
+  user_inputs?: string[];
+  outputs?: number;
+}
+
+/** A buffer the step on screen read or wrote, with its values now. */
+export interface TouchedBuffer {
+  buffer: number;
+  name: string;
+  role: "read" | "write" | "read+write";
+  dtype: string;
+  shape: number[];
+  count: number;
+  min: number | null;
+  max: number | null;
+  mean: number | null;
+  nan_count: number;
+  /** The first values; a non-finite one as "nan", "inf" or "-inf". */
+  head: (number | string)[];
+}
+
 /** The simulator's static part, in the view-model (the `sim_state` trait has the rest). */
 export interface SimStatic {
   available: true;
@@ -231,6 +283,12 @@ export interface SimSection {
   /** Indices in plan.steps of that event's record and waits (they never run). */
   dropped_steps: number[];
   verdict: SimVerdict | null;
+  /** Against PyTorch eager, for an imported model (null before a comparison). */
+  eager: EagerVerdict | null;
+  /** Inputs the simulator generated from its seed (0 when all are the model's values). */
+  generated: number;
+  /** The buffers of the step on screen (at most 8). */
+  touched: TouchedBuffer[];
   finished: boolean;
   /** At most 200 races (observed first); races_total counts them all. */
   races: RaceReport[];
@@ -330,6 +388,8 @@ export interface ViewModel {
   sim: Section<SimStatic>;
   buffers: BufferInfo[];
   ops: OpInfo[];
+  /** The imported model the simulator computes, or why it stopped; null for a plain graph. */
+  model?: ModelBinding | null;
   editable: boolean;
   edit_reason: string;
   /** The current plan's figures (null until the passes ran), compared with `pinned`. */

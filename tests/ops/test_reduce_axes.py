@@ -1,0 +1,189 @@
+"""Reductions over any axes (``sum_dims``, ``mean_dims``, ``amax_dims``) and softmax /
+log_softmax over any dim (``softmax_dim``, ``log_softmax_dim``) of ``oxiwork.ops.lib_reduce``.
+
+On random shapes (rank 1-4) and random axis subsets: the reference equals numpy's own
+formula, the generated CUDA C run on the CPU (the emulated launcher of ``tests/executor``)
+equals the reference, alone and with a broadcasting prologue and an epilogue fused into it
+(which read the input through the same index terms), and NVRTC compiles it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oxiwork import GraphBuilder, ops
+from oxiwork.error import InvalidArgument
+from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.node import DTYPES
+from oxiwork.ops import kernel_source
+from oxiwork.ops.lib_reduce import axes_mask
+from oxiwork.ops.program import bind
+from oxiwork.ops.table import reduction_terms
+from oxiwork.reference import evaluate
+from tests.executor.emulated_driver import CXX, run_kernel
+
+F32 = np.float32
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NP = {"float32": np.dtype(F32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}  # fmt: skip
+TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}  # one rounding of the result
+
+
+def _softmax(x: np.ndarray, d: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=d, keepdims=True))
+    return e / e.sum(axis=d, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray, d: int) -> np.ndarray:
+    s = x - x.max(axis=d, keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=d, keepdims=True))
+
+
+@st.composite
+def cases(draw):
+    """(op, input shape, params, numpy's formula of the result on a float64 input)."""
+    # sizes of 1 are rarer: they coalesce away, and the strided cases need two sizes > 1
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
+    rank = len(shape)
+    name = draw(st.sampled_from(["sum_dims", "mean_dims", "amax_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
+    if name.endswith("_dim"):
+        d = draw(st.integers(-rank, rank - 1))
+        f = _softmax if name == "softmax_dim" else _log_softmax
+        return name, shape, {"dim": float(d)}, lambda x: f(x, d)
+    axes = draw(st.lists(st.integers(-rank, rank - 1), max_size=rank, unique_by=lambda a: a % rank))  # fmt: skip
+    keep = draw(st.booleans())
+    params = {"axes": axes_mask(axes or None, rank), "keepdim": float(keep)}
+    ax = tuple(a % rank for a in axes) or None
+    np_fn = {"sum_dims": np.sum, "mean_dims": np.mean, "amax_dims": np.max}[name]
+    return name, shape, params, lambda x: np_fn(x, axis=ax, keepdims=keep)
+
+
+def _graph(name, shape, params, dtype="float32", fused=False):
+    """``name`` on external ``x`` (in ``fused``: of ``tanh(x + b)``, b broadcast over axis 0,
+    and then ``scale``), one kernel per op, every buffer of ``dtype``."""
+    it = DTYPES[dtype]
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", it * math.prod(shape), dtype=dtype, shape=shape)
+    ins = [x]
+    out_shape = ops.infer_shape(ops.get(name), [shape], params, "t")
+
+    def kernel(op, inputs, out_name, out_shape, **p):
+        out = b.alloc_buffer(out_name, it * math.prod(out_shape), dtype=dtype, shape=out_shape)
+        kb = b.add_kernel(out_name, 2, 32).op(op).inputs(inputs).outputs([out]).fusible(True)
+        if p:
+            kb.params(**p)
+        kb.finish()
+        return out
+
+    if fused:
+        bshape = shape[1:] or (1,)
+        bias = b.alloc_external_buffer("b", it * math.prod(bshape), dtype=dtype, shape=bshape)
+        ins.append(bias)
+        s = kernel("add", [x, bias], "s", shape)
+        x = kernel("tanh", [s], "t", shape)
+    r = kernel(name, [x], "r" if fused else "out", out_shape, **params)
+    if fused:
+        kernel("scale", [r], "out", out_shape, alpha=-3.0)
+    return b.build(), out_shape
+
+
+def _run_c(graph, node, arrays, so_dir):
+    ks = kernel_source(graph, node)
+    bound = bind(graph, node)
+    return run_kernel(
+        ks.source, ks.function_name, arrays, list(bound.out_shapes), ks.scalar_args, so_dir,
+        out_dtypes=[NP[d] for d in bound.out_dtypes],
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def so_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("reduce_axes_kernels")
+
+
+class TestReduceAxes:
+    def test_raises_on_axes_outside_the_input(self) -> None:
+        with pytest.raises(InvalidArgument, match="not a bit mask of the 2 axes"):
+            ops.infer_shape(ops.get("sum_dims"), [(2, 3)], {"axes": 4.0, "keepdim": 0.0}, "k")
+        with pytest.raises(InvalidArgument, match="not an axis of shape"):
+            ops.infer_shape(ops.get("softmax_dim"), [(2, 3)], {"dim": 2.0}, "k")
+        with pytest.raises(InvalidArgument, match="out of range"):
+            axes_mask([-3], 2)
+
+    @SETTINGS
+    @given(shape=st.lists(st.integers(1, 4), min_size=1, max_size=4), data=st.data())
+    def test_terms_visit_every_element_once_in_row_order(self, shape, data) -> None:
+        # the index terms are a bijection (rows, cols) -> flat input index, rows in the
+        # result's row-major order and columns in the reduced axes' row-major order
+        rank = len(shape)
+        axes = data.draw(st.sets(st.integers(0, rank - 1)))
+        kept, reduced = reduction_terms(tuple(shape), sorted(axes))
+        rows = math.prod(m for _, m, _ in kept)
+        cols = math.prod(m for _, m, _ in reduced)
+
+        def at(v, terms):
+            return sum(((v // d) % m) * s for d, m, s in terms)
+
+        got = np.array([[at(r, kept) + at(c, reduced) for c in range(cols)] for r in range(rows)])
+        flat = np.arange(math.prod(shape)).reshape(shape)
+        order = [a for a in range(rank) if a not in axes] + sorted(axes)
+        want = np.transpose(flat, order).reshape(rows, cols)
+        assert np.array_equal(got, want)
+
+    @SETTINGS
+    @given(case=cases(), seed=st.integers(0, 2**16))
+    def test_reference_is_numpys(self, case, seed) -> None:
+        name, shape, params, formula = case
+        x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(F32)
+        got = ops.get(name).reference([x], **params)
+        want = formula(x.astype(np.float64))
+        assert got.dtype == F32
+        assert got.shape == ops.infer_shape(ops.get(name), [shape], params, "t")
+        np.testing.assert_allclose(got.reshape(-1), np.reshape(want, -1), rtol=1e-5, atol=1e-5)
+
+    @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+    @SETTINGS
+    @given(
+        case=cases(),
+        seed=st.integers(0, 2**16),
+        fused=st.booleans(),
+        dtype=st.sampled_from(["float32", "float32", "float16", "bfloat16"]),
+    )
+    def test_generated_c_equals_reference(self, case, seed, fused, dtype, so_dir) -> None:
+        name, shape, params, _ = case
+        rng = np.random.default_rng(seed)
+        g, _ = _graph(name, shape, params, dtype, fused)
+        inputs = {"x": rng.uniform(-3, 3, shape).astype(NP[dtype])}
+        if fused:
+            bshape = g.buffer_by_name("b").array_shape
+            inputs["b"] = rng.uniform(-1, 1, bshape).astype(NP[dtype])
+        want = evaluate(g, inputs)["out"].astype(F32)
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=fused)
+        (node,) = plan.graph.kernels() if fused else [g.kernels()[0]]
+        arrays = [inputs[plan.graph.buffer(b).name] for b in node.inputs]
+        (got,) = _run_c(plan.graph if fused else g, node, arrays, so_dir)
+        tol = TOL[dtype] * (4 if fused else 1)  # fused: tanh and scale rounded in C too
+        np.testing.assert_allclose(
+            got.astype(F32).reshape(-1), want.reshape(-1), rtol=tol, atol=tol, err_msg=f"{name} {shape} {params}"
+        )  # fmt: skip
+
+    @pytest.mark.parametrize("name", ["sum_dims", "mean_dims", "amax_dims", "softmax_dim", "log_softmax_dim"])  # fmt: skip
+    def test_compiles_with_nvrtc_alone_and_fused(self, name, nvrtc_compile) -> None:
+        shape = (2, 3, 4, 5)
+        if name.endswith("_dim"):
+            params = {"dim": 1.0}
+        else:
+            params = {"axes": axes_mask([0, 2], 4), "keepdim": 0.0}
+        for dtype, fused in (("float32", False), ("bfloat16", True)):
+            g, _ = _graph(name, shape, params, dtype, fused)
+            g = ExecutionPlan.build(g, max_streams=1, fusion=fused).graph
+            for node in g.kernels():
+                ks = kernel_source(g, node)
+                if node.fused is not None or node.op == name:
+                    assert "rk0d" in ks.source or "rc0d" in ks.source  # read by index terms
+                nvrtc_compile(ks.source, f"{name}_{dtype}")
