@@ -259,11 +259,13 @@ def _gemm_element(
             f"size_t {bi} = {var} / {s}mn;",
             f"size_t {mi} = ({var} % {s}mn) / {s}n;",
             f"size_t {ni} = {var} % {s}n;",
-            f"const float* pa{j} = {a} + {s}aoffset + {bi} * {s}abatch + {mi} * {s}arow;",
-            f"const float* pb{j} = {b} + {s}boffset + {bi} * {s}bbatch + {ni} * {s}bcol;",
+            # element offsets, not pointers: the operands are indexed only (typed_pointers),
+            # so half-precision buffers are read through the code generator's ox_wide
+            f"size_t pa{j} = {s}aoffset + {bi} * {s}abatch + {mi} * {s}arow;",
+            f"size_t pb{j} = {s}boffset + {bi} * {s}bbatch + {ni} * {s}bcol;",
             f"float t{j} = 0.0f;",
             f"for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
-            f"    t{j} += pa{j}[q{j} * {s}acol] * pb{j}[q{j} * {s}brow];",
+            f"    t{j} += {a}[pa{j} + q{j} * {s}acol] * {b}[pb{j} + q{j} * {s}brow];",
             "}",
         ]
         if g.c is not None:
@@ -327,6 +329,7 @@ def _gemm_op(name: str, layout: LayoutFn, arity: int, scaled: bool) -> OpDef:
         element=_gemm_element(checked, scaled),
         shape=lambda shapes, params: checked(shapes).out,
         cost=_gemm_cost(checked),
+        typed_pointers=True,
     )
 
 
