@@ -484,6 +484,7 @@ class ComputeGraph:
         buffers: Iterable[Buffer] | None = None,
         edges: Iterable[tuple[NodeId, NodeId]] | None = None,
         checked_nodes: Iterable[GraphNode] = (),
+        checked_buffers: Iterable[Buffer] = (),
     ) -> ComputeGraph:
         """A new, validated graph with the given parts replaced.
 
@@ -491,6 +492,8 @@ class ComputeGraph:
         already checked (a node of this graph with a stream the pass checked, an event
         named after a node): they skip the per-field value rules (:func:`check_node`),
         never the structural checks (ids, buffers, events, cycles, ordering).
+        ``checked_buffers`` likewise: buffers among ``buffers`` a pass made from this
+        graph's buffers with values it checked (the memory pass's aligned offsets).
 
         The new graph must order its conflicting accesses by its edges
         (:meth:`check_ordering`), or the change is refused with
@@ -514,7 +517,7 @@ class ComputeGraph:
             {
                 _TRUSTED: (
                     (*self.nodes, *checked_nodes) if checked_nodes else self.nodes,
-                    self.buffers,
+                    (*self.buffers, *checked_buffers) if checked_buffers else self.buffers,
                     self.edges,
                     self._cache.get("dense"),
                 )

@@ -1233,6 +1233,201 @@ def _gather(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("gather", {"dim": float(dim)}, [x, index])
 
 
+# ----------------------------------------------------------------------------- attention
+# Eager attention (transformers' "eager" implementation, what torch.export sees) is
+# bmm(q, k^T) -> views -> [mul|div by a number] -> [add mask] -> _softmax(-1) -> [clone]
+# -> views -> bmm(., v) -> [views, permute -> clone]: imported as one kernel of
+# lib_reduce.strided_attention (Inductor's SDPA pattern replacement does the same before
+# it fuses), so no score or probability buffer exists and the heads are written permuted.
+_SCORE_SCALES = {
+    "aten.mul.Tensor": "alpha",
+    "aten.mul.Scalar": "alpha",
+    "aten.div.Tensor": "divisor",
+    "aten.div.Scalar": "divisor",
+}
+_PASSIVE = frozenset({"aten._assert_tensor_metadata.default"})  # users that read nothing
+
+
+class _EagerAttention:
+    """The target of an attention kernel's call: the views its result goes through before
+    the final clone (``post``) and the scores' shape (``scores``, for the mask's layout)."""
+
+    __name__ = "attention"
+
+    def __init__(self, post: tuple[Any, ...], scores: tuple[int, ...]) -> None:
+        self.post, self.scores = post, scores
+
+    def __repr__(self) -> str:
+        return f"attention(post={self.post!r}, scores={self.scores})"
+
+    def __str__(self) -> str:  # the kernel's name (_base_name)
+        return "attention"
+
+
+@dataclass(frozen=True, slots=True)
+class _AttentionMatch:
+    nodes: tuple[Any, ...]  # the FX nodes the kernel computes, in graph order (last: its result)
+    q: Any
+    kt: Any
+    v: Any
+    mask: Any
+    alpha: float
+    divisor: float
+    softmax: Any
+    post: tuple[Any, ...]
+
+
+def _users(node: Any) -> list[Any]:
+    return [u for u in node.users if _op_name(u.target) not in _PASSIVE]
+
+
+def _only_user(node: Any) -> Any:
+    """The one node reading ``node``'s value, or None."""
+    users = _users(node)
+    return users[0] if len(users) == 1 else None
+
+
+def _target(node: Any) -> str:
+    return _op_name(node.target) if getattr(node, "op", None) == "call_function" else ""
+
+
+def _shape_of(node: Any) -> tuple[int, ...] | None:
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return tuple(val.shape) if hasattr(val, "shape") else None
+
+
+def _match_attention(sm: Any) -> _AttentionMatch | None:
+    """The eager attention whose softmax is ``sm``, or None (see the section comment)."""
+    if _target(sm) != "aten._softmax.default" or len(sm.args) < 3 or sm.args[2]:
+        return None
+    scores = _shape_of(sm)
+    if not scores or len(scores) < 3 or sm.args[1] % len(scores) != len(scores) - 1:
+        return None
+    chain, cur, mask, scale = [sm], sm.args[0], None, {"alpha": 1.0, "divisor": 1.0}
+    if _target(cur) == "aten.add.Tensor" and _only_user(cur) is sm and len(cur.args) == 2:
+        if cur.kwargs.get("alpha", 1) != 1:
+            return None
+        a, b = cur.args
+        pick = [x for x in (a, b) if _target(x) in (*_SCORE_SCALES, "aten.bmm.default")]
+        if len(pick) != 1 or not hasattr(a if pick[0] is b else b, "meta"):
+            return None
+        chain.append(cur)
+        mask = a if pick[0] is b else b
+        cur = pick[0]
+    if _target(cur) in _SCORE_SCALES and _only_user(cur) is chain[-1]:
+        if len(cur.args) != 2 or not _number(cur.args[1]) or cur.args[1] == 0:
+            return None
+        scale[_SCORE_SCALES[_target(cur)]] = float(cur.args[1])
+        chain.append(cur)
+        cur = cur.args[0]
+    while _target(cur) in _RESHAPES and _only_user(cur) is chain[-1]:
+        chain.append(cur)
+        cur = cur.args[0]
+    bmm1 = cur
+    if _target(bmm1) != "aten.bmm.default" or _only_user(bmm1) is not chain[-1]:
+        return None
+    b, m, n = _shape_of(bmm1) or (0, 0, 0)
+    if scores[-2:] != (m, n) or math.prod(scores[:-2]) != b:
+        return None
+    chain.append(bmm1)
+    cur, prev = _only_user(sm), sm
+    if cur is not None and _target(cur) == "aten.clone.default" and len(cur.args) == 1:
+        chain.append(cur)
+        prev, cur = cur, _only_user(cur)
+    while cur is not None and (
+        _target(cur) in _RESHAPES
+        or (_target(cur) == "aten.expand.default" and _shape_of(cur) == _shape_of(prev))
+    ):
+        chain.append(cur)
+        prev, cur = cur, _only_user(cur)
+    if cur is None or _target(cur) != "aten.bmm.default" or cur.args[0] is not prev:
+        return None
+    bmm2 = cur
+    if cur.args[1] in chain or (mask is not None and mask in chain):
+        return None
+    chain.append(bmm2)
+    post: list[Any] = []
+    cur = _only_user(bmm2)
+    while cur is not None and _target(cur) in (*_RESHAPES, "aten.permute.default"):
+        post.append(cur)
+        cur = _only_user(cur)
+    if post and cur is not None and _target(cur) == "aten.clone.default":
+        chain += [*post, cur]
+    else:
+        post = []
+    steps = tuple((p.target, tuple(_cpu(a) for a in p.args[1:]), ()) for p in post)
+    order = {n: k for k, n in enumerate(sm.graph.nodes)}
+    return _AttentionMatch(
+        tuple(sorted(chain, key=order.__getitem__)),
+        bmm1.args[0], bmm1.args[1], bmm2.args[1], mask,
+        scale["alpha"], scale["divisor"], sm, steps,
+    )  # fmt: skip
+
+
+def _mask_layout(c: _Arg, scores: tuple[int, ...]) -> Strided | str:
+    """The mask ``c`` read broadcast to ``scores`` (``(*batch, m, n)``), its batch axes
+    folded into one stride, or why it cannot be."""
+    if c.layout is None or c.base.dtype != "float32":
+        return "its mask is not a float32 tensor read in place"
+    off, st = c.layout
+    shape = tuple(c.shape)
+    if len(shape) > len(scores) or any(
+        d not in (1, t) for d, t in zip(reversed(shape), reversed(scores), strict=False)
+    ):
+        return f"its mask of shape {shape} does not broadcast to the scores {scores}"
+    full = [0] * (len(scores) - len(shape)) + [
+        0 if d == 1 else s for d, s in zip(shape, st, strict=True)
+    ]
+    lead = [(d, s) for d, s in zip(scores[:-2], full[:-2], strict=True) if d > 1]
+    batch = lead[-1][1] if lead else 0
+    step = batch
+    for d, s in reversed(lead):  # the batch index runs row-major over these axes
+        if s != step:
+            return f"its mask's batch axes (strides {full[:-2]}) are not one stride"
+        step *= d
+    return Strided(off, batch, full[-2], full[-1])
+
+
+def _attention(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Eager attention (:func:`_match_attention`) as one ``strided_attention`` op."""
+    q, kt, v, mask = call.args
+    target = call.target
+    got = [_strided(t, 3) for t in (q, kt, v)]
+    for g in got:
+        if isinstance(g, str):
+            return g
+    (lq, sq), (lk, sk), (lv, sv) = got  # type: ignore[misc]
+    b, m, k = sq
+    n, d = sk[2], sv[2]
+    if sk != (b, k, n) or sv != (b, n, d):
+        return f"its operands' shapes {sq}, {sk}, {sv} are no attention"
+    lm = None
+    if mask is not None:
+        if not isinstance(mask, _Arg):
+            return f"its mask is a Python {type(mask).__name__}, not a tensor"
+        lm = _mask_layout(mask, target.scores)
+        if isinstance(lm, str):
+            return lm
+    perm = None
+    if target.post:
+        lay = _view_layout(_Tensor("result", _Meta((b, m, d), None, "float32"), target.post))
+        if lay is None or lay[0] != call.out.shape:
+            return "its result is not a strided view of the attention's rows"
+        shape, strides, offset = lay
+        perm = (offset, tuple(zip(shape, strides, strict=True)))
+    elif math.prod(call.out.shape) != b * m * d:
+        return f"its result {call.out.shape} does not hold {b}x{m}x{d} elements"
+    operands = [t for t in (q, kt, v, mask) if t is not None]
+    order = list(dict.fromkeys(a.index for a in operands))
+    bases = {a.index: a for a in operands}
+    op = lib_reduce.strided_attention(
+        [bases[i].base.ir_shape for i in order], b, m, n, k, d, lq, lk, lv, lm,
+        out=call.out.shape, inputs=tuple(order.index(a.index) for a in operands), perm=perm,
+    )  # fmt: skip
+    params = {"alpha": call.kw("alpha", 1.0), "divisor": call.kw("divisor", 1.0)}
+    return op.name, params, [_whole_arg(bases[i]) for i in order]
+
+
 _LIBRARY: dict[str, _Rule] = {
     # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
     "aten.relu.default": _unary("relu_nan"),
@@ -1286,6 +1481,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._to_copy.default": _to_copy,
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
+    "attention": _attention,  # eager attention, matched over several nodes
 }
 
 # Multi-output ops whose rules decide themselves which outputs the library computes.
@@ -1341,6 +1537,9 @@ class _Converter:
     strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
     user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
     mutated: list[str] = field(default_factory=list)  # user inputs written in place
+    # eager attentions (_match_attention): result node -> match; the other nodes of each
+    attention: dict[Any, _AttentionMatch] = field(default_factory=dict)
+    absorbed: set[Any] = field(default_factory=set)
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1392,6 +1591,11 @@ class _Converter:
 
     def call(self, node: Any) -> None:
         torch = _torch()
+        if node in self.absorbed:
+            return  # computed by the attention kernel at its result node (attend)
+        if node in self.attention:
+            self.attend(self.attention[node])
+            return
         target = node.target
         if target is operator.getitem:
             self.getitem(node)
@@ -1431,6 +1635,26 @@ class _Converter:
             self.env[node] = _Pending(node)
             return
         self.env[node] = self.kernel(node, None)
+
+    def attend(self, match: _AttentionMatch) -> None:
+        """One attention kernel for the nodes of ``match``; if no library op takes it,
+        the nodes are converted one by one as any others."""
+        sm, last = match.softmax, match.nodes[-1]
+        call = SimpleNamespace(
+            target=_EagerAttention(match.post, tuple(sm.meta["val"].shape)),
+            args=(match.q, match.kt, match.v, match.mask),
+            kwargs={"alpha": match.alpha, "divisor": match.divisor},
+            name=last.name,
+            meta={"val": last.meta["val"], "nn_module_stack": sm.meta.get("nn_module_stack")},
+        )
+        made = self.kernel(call, None, library_only=True)
+        if made is not None:
+            self.env[last] = made
+            return
+        del self.attention[last]
+        self.absorbed.difference_update(match.nodes)
+        for n in match.nodes:
+            self.call(n)
 
     def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
         """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
@@ -1571,8 +1795,11 @@ class _Converter:
         path = list(stack.values())[-1][0]
         return re.sub(r"@\d+$", "", str(path))
 
-    def kernel(self, node: Any, index: int | None, *, contiguous: bool = False) -> _Tensor:
-        """One kernel computing ``node`` (its output ``index`` for multi-output ops)."""
+    def kernel(
+        self, node: Any, index: int | None, *, contiguous: bool = False, library_only: bool = False
+    ) -> Any:
+        """One kernel computing ``node`` (its output ``index`` for multi-output ops); with
+        ``library_only``, None instead of an opaque kernel."""
         inputs: list[str] = []
         metas: list[_Meta] = []
         pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
@@ -1626,6 +1853,9 @@ class _Converter:
             else:
                 self._commit(pending)
                 lib = again
+        if isinstance(lib, str) and library_only:
+            self.kernel_names.discard(name)
+            return None
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
@@ -1784,6 +2014,11 @@ def from_exported_program(
     )
     state = {**ep.state_dict, **ep.constants}
     conv = _Converter(ep)
+    for node in ep.graph.nodes:
+        match = _match_attention(node)
+        if match is not None and not conv.absorbed.intersection(match.nodes):
+            conv.attention[match.nodes[-1]] = match
+            conv.absorbed.update(match.nodes[:-1])
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     user_names: list[str] = []
     for node, spec in zip(placeholders, sig.input_specs, strict=True):

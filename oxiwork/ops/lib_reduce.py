@@ -44,6 +44,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from oxiwork.error import InvalidArgument
+from oxiwork.ops.codegen import _NEG_INF  # -inf as the row kernels write it
 from oxiwork.ops.table import (
     FusionClass,
     OpDef,
@@ -58,7 +59,15 @@ from oxiwork.ops.table import (
     register,
 )
 
-__all__ = ["Gemm", "Strided", "axes_mask", "gemm_of", "strided_gemm"]
+__all__ = [
+    "Attention",
+    "Gemm",
+    "Strided",
+    "axes_mask",
+    "gemm_of",
+    "strided_attention",
+    "strided_gemm",
+]
 
 F32 = np.float32
 
@@ -397,6 +406,235 @@ def strided_gemm(
         return g
 
     return register(_gemm_op(name, layout, len(shapes), scaled=c is not None))
+
+
+# ----------------------------------------------------------------------------- attention
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """One attention call, ``softmax(q @ kt * alpha / divisor + mask) @ v`` per batch, with
+    each operand's :class:`Strided` layout (q: ``(batch, m, k)``, kt: ``(batch, k, n)``,
+    v: ``(batch, n, d)``, mask: ``(batch, m, n)`` or ``None``), the output shape and, in
+    ``perm``, where output element ``i`` finds its result: ``None`` when the output is the
+    row-major ``(batch, m, d)`` result, else ``(offset, ((size, stride), ...))`` over the
+    output's axes (element ``i`` of the output, ``i`` split row-major over the sizes, is
+    result element ``offset + sum(i_k * stride_k)``: a permuted write such as the heads'
+    ``permute(0, 2, 1, 3)`` before the output projection)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    d: int
+    q: Strided
+    kt: Strided
+    v: Strided
+    mask: Strided | None
+    out: Shape
+    inputs: tuple[int, ...]
+    perm: tuple[int, tuple[tuple[int, int], ...]] | None = None
+
+    def result_index(self) -> np.ndarray:
+        """For each output element (row-major), the flat index of its result element."""
+        total = self.batch * self.m * self.d
+        if self.perm is None:
+            return np.arange(total)
+        offset, axes = self.perm
+        idx = np.full((1,) * len(axes), offset, dtype=np.int64)
+        for k, (size, stride) in enumerate(axes):
+            shape = [1] * len(axes)
+            shape[k] = size
+            idx = idx + (np.arange(size) * stride).reshape(shape)
+        return idx.reshape(-1)
+
+
+def _attention_reference(a: Attention) -> Callable[..., np.ndarray]:
+    softmax = get("softmax")
+    assert softmax is not None and softmax.reference is not None
+
+    def reference(xs: Sequence[np.ndarray], alpha: float = 1.0, divisor: float = 1.0) -> np.ndarray:
+        # the unfused chain's steps, each rounded to float32 as its kernel rounds it
+        q = _take(xs[a.inputs[0]], a.q, (a.batch, a.m, a.k))
+        kt = _take(xs[a.inputs[1]], a.kt, (a.batch, a.k, a.n))
+        v = _take(xs[a.inputs[2]], a.v, (a.batch, a.n, a.d))
+        s = np.matmul(q, kt).astype(F32, copy=False) * F32(alpha) / F32(divisor)
+        if a.mask is not None:
+            s = s + _take(xs[a.inputs[3]], a.mask, (a.batch, a.m, a.n))
+        p = softmax.reference([s.astype(F32, copy=False)]).astype(F32, copy=False)
+        r = np.matmul(p, v).astype(F32, copy=False).reshape(-1)
+        return r[a.result_index()].reshape(a.out)
+
+    return reference
+
+
+def _attention_element(a: Attention) -> Callable[..., tuple[list[str], list[tuple[str, int]]]]:
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float] | None = None,
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        # One output element per thread: the scores of its row are computed three times
+        # (row maximum, sum of exponentials, weighted sum of v), each as the unfused GEMM
+        # computes them (products summed in k order), then the softmax as the row kernel
+        # computes it: expf(s - max) / sum.
+        s = f"s{j}_"
+        sizes = [(f"{s}md", a.m * a.d), (f"{s}d", a.d), (f"{s}n", a.n), (f"{s}k", a.k)]
+        lays = [("q", a.q), ("k", a.kt), ("v", a.v)] + ([("m", a.mask)] if a.mask else [])
+        for name, lay in lays:
+            sizes += [(f"{s}{name}{f}", getattr(lay, f)) for f in ("offset", "batch", "row", "col")]
+        g = f"g{j}"
+        lines = []
+        if a.perm is None:
+            lines.append(f"size_t {g} = {var};")
+        else:
+            offset, axes = a.perm
+            sizes.append((f"{s}po", offset))
+            terms, div = [], 1
+            for k in range(len(axes) - 1, -1, -1):
+                size, stride = axes[k]
+                sizes += [(f"{s}pd{k}", div), (f"{s}pm{k}", size), (f"{s}ps{k}", stride)]
+                terms.append(f"(({var} / {s}pd{k}) % {s}pm{k}) * {s}ps{k}")
+                div *= size
+            lines.append(f"size_t {g} = {s}po + {' + '.join(terms)};")
+        q, kt, v = (ptrs[i] for i in a.inputs[:3])
+        lines += [
+            f"size_t b{j} = {g} / {s}md;",
+            f"size_t m{j} = ({g} % {s}md) / {s}d;",
+            f"size_t e{j} = {g} % {s}d;",
+            f"const float* pq{j} = {q} + {s}qoffset + b{j} * {s}qbatch + m{j} * {s}qrow;",
+            f"const float* pk{j} = {kt} + {s}koffset + b{j} * {s}kbatch;",
+            f"const float* pv{j} = {v} + {s}voffset + b{j} * {s}vbatch + e{j} * {s}vcol;",
+        ]
+        if a.mask is not None:
+            mk = ptrs[a.inputs[3]]
+            lines.append(
+                f"const float* pm{j} = {mk} + {s}moffset + b{j} * {s}mbatch + m{j} * {s}mrow;"
+            )
+        mask = f" + pm{j}[c{j} * {s}mcol]" if a.mask is not None else ""
+
+        def score(body: list[str]) -> list[str]:
+            return [
+                f"for (size_t c{j} = 0; c{j} < {s}n; ++c{j}) {{",
+                f"    float x{j} = 0.0f;",
+                f"    for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
+                f"        x{j} += pq{j}[q{j} * {s}qcol] * pk{j}[q{j} * {s}krow + c{j} * {s}kcol];",
+                "    }",
+                f"    x{j} = ((x{j} * {{alpha}}) / {{divisor}}){mask};",
+                *(f"    {ln}" for ln in body),
+                "}",
+            ]
+
+        lines += [f"float mx{j} = {_NEG_INF};", *score([f"mx{j} = fmaxf(mx{j}, x{j});"])]
+        lines += [f"float sm{j} = 0.0f;", *score([f"sm{j} += expf(x{j} - mx{j});"])]
+        lines += [
+            f"float t{j} = 0.0f;",
+            *score([f"t{j} += (expf(x{j} - mx{j}) / sm{j}) * pv{j}[c{j} * {s}vrow];"]),
+        ]
+        return lines, sizes
+
+    return element
+
+
+def strided_attention(
+    in_shapes: Sequence[Shape],
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    d: int,
+    q: Strided,
+    kt: Strided,
+    v: Strided,
+    mask: Strided | None = None,
+    *,
+    out: Shape | None = None,
+    inputs: tuple[int, ...] | None = None,
+    perm: tuple[int, tuple[tuple[int, int], ...]] | None = None,
+) -> OpDef:
+    """The registered attention op ``softmax(q @ kt * alpha / divisor + mask) @ v`` reading
+    operands laid out as given from buffers of ``in_shapes`` (see :class:`Attention`).
+
+    Eager attention (matmul, scale, mask add, softmax over the last axis, matmul) as one
+    out-element-wise head: each output element computes its row of scores itself, so no
+    score or probability buffer exists, and ``perm`` writes the result permuted (the
+    heads' transpose before the output projection). ``inputs`` says which kernel input
+    holds q, kt, v (and the mask); default ``(0, 1, 2[, 3])``. Parameters ``alpha`` and
+    ``divisor`` (both 1.0 by default) scale the scores as ``scale`` and ``div_scalar`` do.
+    The op is named ``attn_<12 hex digits>`` after its layout; equal calls share it.
+
+    >>> import numpy as np
+    >>> op = strided_attention([(2, 3), (3, 4), (4, 5)], 1, 2, 4, 3, 5,
+    ...     Strided.dense(2, 3), Strided.dense(3, 4), Strided.dense(4, 5))
+    >>> q, kt, v = (np.ones(s, np.float32) for s in [(2, 3), (3, 4), (4, 5)])
+    >>> op.reference([q, kt, v], alpha=0.5).tolist()[0]
+    [1.0, 1.0, 1.0, 1.0, 1.0]
+
+    References
+    ----------
+    A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (scaled dot-product
+    attention); T. Dao et al., "FlashAttention", NeurIPS 2022 (attention as one kernel that
+    never writes the score matrix).
+    """
+    shapes = tuple(tuple(int(x) for x in s) for s in in_shapes)
+    n_ops = 3 if mask is None else 4
+    if inputs is None:
+        inputs = tuple(range(n_ops))
+    shape_out = tuple(out or ((batch, m, d) if batch > 1 else (m, d)))
+    a = Attention(batch, m, n, k, d, q, kt, v, mask, shape_out, tuple(inputs), perm)
+    if len(inputs) != n_ops or any(not 0 <= i < len(shapes) for i in inputs):
+        raise InvalidArgument(
+            f"strided_attention: inputs {inputs} do not name {n_ops} of {len(shapes)} buffers"
+        )
+    if math.prod(shape_out) != batch * m * d:
+        raise InvalidArgument(
+            f"strided_attention: out {shape_out} does not hold {batch}x{m}x{d} elements"
+        )
+    idx = a.result_index()
+    if idx.size != batch * m * d or idx.min() < 0 or idx.max() >= batch * m * d:
+        raise InvalidArgument(f"strided_attention: perm {perm} reads outside the result")
+    dims = [(batch, m, k), (batch, k, n), (batch, n, d), (batch, m, n)]
+    for name, lay, i, dm in zip(
+        ("q", "kt", "v", "mask"), (q, kt, v, mask), inputs, dims, strict=False
+    ):
+        assert lay is not None
+        size = math.prod(shapes[i])
+        if lay.offset < 0 or min(lay.batch, lay.row, lay.col) < 0 or lay.last(dm) >= size:
+            raise InvalidArgument(
+                f"strided_attention: operand {name} ({dm} at {lay}) reads past its buffer of "
+                f"shape {shapes[i]}"
+            )
+    name = "attn_" + hashlib.sha1(repr((shapes, a)).encode()).hexdigest()[:12]
+    op = get(name)
+    if op is not None:
+        return op
+
+    def shape(got: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+        if tuple(tuple(s) for s in got) != shapes:
+            raise _ShapeProblem(
+                f"this attention op reads buffers of shapes {shapes}, got {tuple(got)}; it was "
+                "registered for one layout and computes nothing else"
+            )
+        return a.out
+
+    def cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+        moved = sum(math.prod(s) for s in ins) + math.prod(out)
+        # per output element: its scores three times (2k flops each) and the softmax
+        return float(batch * m * d) * n * (6.0 * k + 6.0), 4.0 * moved
+
+    return register(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            len(shapes),
+            reference=_attention_reference(a),
+            params=(("alpha", 1.0), ("divisor", 1.0)),
+            element=_attention_element(a),
+            shape=shape,
+            cost=cost,
+        )
+    )
 
 
 # ----------------------------------------------------------------------------- reductions

@@ -235,13 +235,15 @@ def _relabel(template: BoundProgram, node: GraphNode) -> BoundProgram:
     )
 
 
-def share_bound(src: ComputeGraph, dst: ComputeGraph) -> None:
+def share_bound(src: ComputeGraph, dst: ComputeGraph, *, offsets_only: bool = False) -> None:
     """Let ``dst`` reuse ``src``'s bound programs for the nodes a pass left unchanged.
 
     An entry moves when ``dst`` has a node with that id, the same program and name, and
     each of its buffers is the same in both graphs: binding it in ``dst`` would give an
     equal result. Passes that rebuild a graph around unchanged kernels (fusion, streams)
-    call it so the cost model does not bind every kernel again.
+    call it so the cost model does not bind every kernel again. ``offsets_only``: the
+    caller vouches that ``dst`` holds ``src``'s very nodes and its buffers but for their
+    arena offsets (the memory pass), so every entry moves without a comparison.
 
     >>> from oxiwork.examples import quick_start
     >>> g = quick_start()
@@ -257,6 +259,10 @@ def share_bound(src: ComputeGraph, dst: ComputeGraph) -> None:
     out = dst._cache.get(_BOUND)
     if out is None:
         out = dst._cache[_BOUND] = {}
+    if offsets_only and src.nodes is dst.nodes:  # binding never reads an offset
+        for nid, entry in cache.items():
+            out.setdefault(nid, entry)
+        return
     for nid, entry in cache.items():
         if nid in out or not dst.has_node(nid):
             continue

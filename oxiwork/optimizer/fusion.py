@@ -73,16 +73,18 @@ _FUSIBLE_CLASSES = {
     FusionClass.OUT_ELEMENTWISE: "M",
 }
 _THREADS = 256
+# Tests set it: every merge the group summaries accept is checked member-wise too.
+CHECK_MERGES = False
 MAX_NAME = 200  # a fused kernel's "a+b+..." name; longer ones are shortened (<= 180)
 assert MAX_NAME <= validate.MAX_NAME_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
 class _Info:
-    """What fusion needs to know about one fusible kernel."""
+    """What fusion needs to know about one fusible kernel (its output aside): the same for
+    every kernel of one bind key, so shared by them."""
 
     cls: str  # "E" element-wise/broadcast, "R" reduction, "M" out-element-wise (matmul)
-    out: BufferId
     out_numel: int
     in_numel: tuple[int, ...]
     rows: int  # a reduction's rows (its input's elements over the last axis), else 0
@@ -106,6 +108,28 @@ class _Adjacency(dict[NodeId, list[NodeId]]):
         return out
 
 
+@dataclass(slots=True)
+class _Group:
+    """What the legality checks need to know about one group that formed (or one kernel
+    alone), so that a merge is checked from its groups' summaries instead of member by
+    member: a merge of legal groups is legal exactly when the conditions below hold on the
+    union of their summaries (see :meth:`_Fuser.merged`)."""
+
+    mset: set[NodeId]  # the members
+    written: set[BufferId]  # their outputs
+    internal: set[BufferId]  # outputs read inside the group (all their readers are in it)
+    open: list[NodeId]  # members whose output has readers, all outside the group
+    ext_in: set[BufferId]  # buffers members read that no member writes
+    vbases: set[BufferId]  # bases of the views members read
+    red: NodeId | None  # the reduction, if any
+    head: NodeId | None  # the out-element-wise head (matmul), if any
+    numel: int  # elements every member produces (a group without a reduction)
+    bcast: bool  # every input broadcasts over ``numel`` (a group without a reduction)
+    hi: int  # the last member's topological position
+    outsucc: set[NodeId]  # successors of members outside the group
+    stream: Any  # the members' stream pin
+
+
 class _Fuser:
     def __init__(
         self,
@@ -118,15 +142,20 @@ class _Fuser:
         self.order = graph.topological_order()
         self.pos = {nid: i for i, nid in enumerate(self.order)}
         self.info: dict[NodeId, _Info] = {}
+        self.out: dict[NodeId, BufferId] = {}  # each candidate's one output
         # A node keeps its id, buffers and op across rounds, so its classification can
         # be reused (``known``): later rounds only classify the nodes they have not seen.
         known = {} if known is None else known
+        memo: dict[Any, _Info] = {}  # what binding told about kernels of one bind key
+        keys = _BindKeys()
+        info, out = self.info, self.out
         for n in graph.nodes:
-            if n.id not in known:
-                known[n.id] = _classify(graph, n)
-            inf = known[n.id]
-            if isinstance(inf, _Info):
-                self.info[n.id] = inf
+            inf = known.get(n.id)
+            if inf is None:
+                inf = known[n.id] = _classify(graph, n, memo, keys)
+            if inf.__class__ is _Info:
+                info[n.id] = inf  # type: ignore[assignment]
+                out[n.id] = n.outputs[0]
         # Neighbours, readers of each candidate's output, its first writer, inputs and
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
@@ -135,13 +164,32 @@ class _Fuser:
         # neighbourhoods of the groups they try.
         self.succ = _Adjacency(d.ids, d.pos, d.succ)
         self.pred = _Adjacency(d.ids, d.pos, d.pred)
-        self.readers = {nid: graph.readers(inf.out) for nid, inf in self.info.items()}
-        self.first_writer = {inf.out: graph.writers(inf.out)[0] for inf in self.info.values()}
-        self.inputs = {nid: graph.node(nid).inputs for nid in self.info}
+        # The graph's own reader and writer lists (topological order), read, never changed:
+        # copying them for each of 100k candidates costs more than the sweep that reads them.
+        readers_of, writers_of = graph._accesses()
         self.bases = frozenset(graph.views().values())
-        self.stream = {nid: graph.node(nid).stream for nid in self.info}
+        self.readers: dict[NodeId, list[NodeId]] = {}
+        self.first_writer: dict[BufferId, NodeId] = {}
+        self.inputs: dict[NodeId, tuple[BufferId, ...]] = {}
+        self.stream: dict[NodeId, Any] = {}
         # can each candidate's output live only inside a fused kernel (if all readers join)?
-        self._internalisable = {nid: self._can_internalise(nid) for nid in self.info}
+        self._internalisable: dict[NodeId, bool] = {}
+        node, buffer, bases = graph.node, graph.buffer, self.bases
+        for nid, bid in out.items():
+            n = node(nid)
+            readers = readers_of[bid]
+            writers = writers_of[bid]
+            self.readers[nid] = readers
+            self.first_writer[bid] = writers[0]
+            self.inputs[nid] = n.inputs
+            self.stream[nid] = n.stream
+            self._internalisable[nid] = (
+                not buffer(bid).external
+                and bid not in bases  # a view of it reads its bytes outside the group
+                and len(writers) == 1
+                and bool(readers)
+                and all(r in info for r in readers)
+            )
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
@@ -149,6 +197,8 @@ class _Fuser:
         # words (formatted only for the edges that end up unfused: most never are)
         self.why: dict[NodeId, tuple[Any, ...]] = {}
         self._pdom: dict[NodeId, NodeId | None] | None = None
+        self.summary: dict[NodeId, _Group] = {}  # root -> its group's summary, made on use
+        self.views = graph.views()
 
     # ---------------------------------------------------------------- union-find
     def find(self, nid: NodeId) -> NodeId:
@@ -159,26 +209,19 @@ class _Fuser:
             self.group[nid], nid = root, self.group[nid]
         return root
 
-    def union(self, members: Iterable[NodeId]) -> None:
+    def union(self, members: Iterable[NodeId], summary: _Group | None) -> None:
         roots = sorted({self.find(m) for m in members}, key=self.pos.__getitem__)
         keep = roots[0]
         for r in roots[1:]:
             self.group[r] = keep
             self.members[keep].extend(self.members.pop(r))
+            self.summary.pop(r, None)
+        if summary is None:
+            self.summary.pop(keep, None)  # made again from the members when next needed
+        else:
+            self.summary[keep] = summary
 
     # ---------------------------------------------------------------- buffers
-    def _can_internalise(self, nid: NodeId) -> bool:
-        bid = self.info[nid].out
-        buf = self.g.buffer(bid)
-        readers = self.readers[nid]
-        return (
-            not buf.external
-            and bid not in self.bases  # a view of it reads its bytes outside the group
-            and self.g.writers(bid) == (nid,)
-            and bool(readers)
-            and all(r in self.info for r in readers)
-        )
-
     def post_dom(self, nid: NodeId) -> NodeId | None:
         if self._pdom is None:
             self._pdom = post_dominators(self.g).idom
@@ -216,11 +259,11 @@ class _Fuser:
         streams = {stream[m] for m in group}
         if len(streams) > 1:
             return "members are pinned to different streams"
-        info, readers_of, can = self.info, self.readers, self._internalisable
+        outs, readers_of, can = self.out, self.readers, self._internalisable
         written: set[BufferId] = set()
         internal: set[BufferId] = set()  # outputs read inside the group
         for m in group:
-            out = info[m].out
+            out = outs[m]
             if out in written:
                 return "two members write the same buffer"
             written.add(out)
@@ -250,7 +293,8 @@ class _Fuser:
         """None if ``group`` (in topological order; ``internal``: the outputs it reads
         itself) forms one element-wise, reduction or matmul-epilogue kernel, else why not."""
         info = self.info
-        inner = {info[m].out: m for m in group if info[m].out in internal}
+        outs = self.out
+        inner = {outs[m]: m for m in group if outs[m] in internal}
         reds = [m for m in group if info[m].cls == "R"]
         heads = [m for m in group if info[m].cls == "M"]
         if len(reds) + len(heads) > 1:
@@ -276,7 +320,7 @@ class _Fuser:
             return "the reduction's input comes from a member that is not its prologue"
         for m in group[:rpos]:
             inf = info[m]
-            if inf.out not in inner or inf.out_numel != full:
+            if outs[m] not in inner or inf.out_numel != full:
                 # a prologue result must feed the kernel, not leave it
                 return "a step before the reduction must only feed it, on its input's shape"
             if any(full % k for k in inf.in_numel):
@@ -294,7 +338,13 @@ class _Fuser:
         """True if some path leaves ``gset`` and comes back (Kahn order bounds the search)."""
         hi = max(self.pos[m] for m in gset)
         pos = self.pos
-        stack = [s for m in gset for s in self.succ[m] if s not in gset and pos[s] < hi]
+        start = [s for m in gset for s in self.succ[m] if s not in gset and pos[s] < hi]
+        return self.reenters(gset, start, hi)
+
+    def reenters(self, gset: set[NodeId], stack: list[NodeId], hi: int) -> bool:
+        """True if a path from ``stack`` (successors of ``gset`` outside it, before its
+        last member ``hi``) reaches ``gset``: nodes after ``hi`` cannot lead back."""
+        pos = self.pos
         seen = set(stack)
         while stack:
             v = stack.pop()
@@ -311,18 +361,121 @@ class _Fuser:
         roots = {self.find(m) for m in nodes}
         if len(roots) < 2:
             return
+        merged = self.merged(roots)
+        if merged is not None:
+            if CHECK_MERGES:  # tests: the summaries must agree with the member-wise rules
+                assert self.legal([m for r in roots for m in self.members[r]]) is None
+            self.union(roots, merged)
+            return
+        # Refused: the member-wise rules say why (the first rule broken, in their order).
         group = [m for r in roots for m in self.members[r]]
         why = self.legal(group)
-        if why is None:
-            self.union(roots)
+        if why is None:  # unreachable while merged() is exact; the rules decide
+            assert not CHECK_MERGES, "the group summaries refused a legal merge"
+            self.union(roots, None)
         else:
             self.rejected[why] += 1
             self.why[producer] = ("merge", why, group)
 
+    def single(self, m: NodeId) -> _Group:
+        """The summary of kernel ``m`` alone."""
+        inf = self.info[m]
+        out = self.out[m]
+        inputs = self.inputs[m]
+        views = self.views
+        return _Group(
+            {m},
+            {out},
+            set(),
+            [m] if self.readers[m] else [],
+            set(inputs),  # never its own output: in-place kernels do not fuse
+            {views[b] for b in inputs if b in views} if views else set(),
+            m if inf.cls == "R" else None,
+            m if inf.cls == "M" else None,
+            inf.out_numel,
+            inf.cls == "M" or not any(inf.out_numel % k for k in inf.in_numel),
+            self.pos[m],
+            set(self.succ[m]),
+            self.stream[m],
+        )
+
+    def merged(self, roots: set[NodeId]) -> _Group | None:
+        """The summary of the union of the groups of ``roots`` if :meth:`legal` accepts it,
+        else None. Each group is legal on its own, so only what the merge adds is checked:
+        sizes and pins; outputs written twice; members whose readers the merge takes in
+        part; buffers read from one group and written in another before; views of written
+        buffers; the one reduction or matmul (a group with a reduction is checked by
+        :meth:`structure_ok`); and a path leaving the union and coming back."""
+        summary, members = self.summary, self.members
+        gs = []
+        size = 0
+        for r in roots:
+            g = summary.get(r)
+            if g is None:
+                g = summary[r] = self.single(r)
+            gs.append(g)
+            size += len(members[r])
+        if size > self.max:
+            return None
+        stream = gs[0].stream
+        if any(g.stream != stream for g in gs):
+            return None
+        written = gs[0].written.union(*[g.written for g in gs[1:]])
+        if len(written) != sum(len(g.written) for g in gs):
+            return None
+        mset = gs[0].mset.union(*[g.mset for g in gs[1:]])
+        readers, can, outs = self.readers, self._internalisable, self.out
+        internal = gs[0].internal.union(*[g.internal for g in gs[1:]])
+        still_open = []
+        for g in gs:
+            for m in g.open:
+                rs = readers[m]
+                inside = sum(1 for r in rs if r in mset)
+                if not inside:
+                    still_open.append(m)
+                elif not can[m] or inside != len(rs):
+                    return None
+                else:
+                    internal.add(outs[m])
+        ext_in = gs[0].ext_in.union(*[g.ext_in for g in gs[1:]])
+        first_writer = self.first_writer
+        for bid in ext_in & written:  # read in one group, written in another
+            if first_writer[bid] not in mset:
+                return None
+        ext_in -= written
+        vbases = gs[0].vbases.union(*[g.vbases for g in gs[1:]])
+        if vbases and not vbases.isdisjoint(written):
+            return None
+        reds = [g.red for g in gs if g.red is not None]
+        heads = [g.head for g in gs if g.head is not None]
+        if len(reds) + len(heads) > 1:
+            return None
+        head = heads[0] if heads else None
+        if head is not None and not written.isdisjoint(self.inputs[head]):
+            return None
+        red = reds[0] if reds else None
+        if red is None:
+            numel = gs[0].numel
+            if any(g.numel != numel or not g.bcast for g in gs):
+                return None
+        else:
+            order = sorted(mset, key=self.pos.__getitem__)
+            if self.structure_ok(order, internal) is not None:
+                return None
+        hi = max(g.hi for g in gs)
+        outsucc = gs[0].outsucc.union(*[g.outsucc for g in gs[1:]])
+        outsucc -= mset
+        if self.reenters(mset, [v for v in outsucc if self.pos[v] < hi], hi):
+            return None
+        return _Group(
+            mset, written, internal, still_open, ext_in, vbases, red, head, gs[0].numel, True,
+            hi, outsucc, stream,
+        )  # fmt: skip
+
     def not_internal(self, nid: NodeId) -> tuple[str, str]:
         """Why ``nid``'s output cannot become a value inside a fused kernel: the rule and
         the words naming the buffer and reader."""
-        bid = self.info[nid].out
+        bid = self.out[nid]
         buf = self.g.buffer(bid)
         if buf.external:
             return "its output is external", (
@@ -372,8 +525,19 @@ class _Fuser:
         return groups
 
 
-def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
-    """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words)."""
+def _classify(
+    graph: ComputeGraph,
+    n: GraphNode,
+    memo: dict[Any, _Info] | None = None,
+    keys: _BindKeys | None = None,
+) -> _Info | str:
+    """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words).
+
+    With ``memo`` (bind key -> info, filled as it goes) and ``keys``, kernels with one
+    bind key are bound once: binding reads only the op, its parameters and the buffers'
+    specs, so they get the same shapes. A failed binding is not remembered: its message
+    names the node.
+    """
     if not n.is_kernel:
         return f"it is a {n.kind.value}, not a kernel"
     if n.fused is not None:
@@ -399,6 +563,15 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
     if views and op.element is not None and any(b in views for b in n.inputs):
         # An out-element-wise head (matmul) reads its operands whole, row-major.
         return f"its op {op.name!r} reads a view of another buffer whole"
+    key = None
+    if memo is not None and keys is not None:
+        key = keys.key(graph, n)
+        try:
+            hit = memo.get(key)
+        except TypeError:  # an unhashable parameter: bound on its own
+            key = hit = None
+        if hit is not None:
+            return hit
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone
@@ -409,13 +582,41 @@ def _classify(graph: ComputeGraph, n: GraphNode) -> _Info | str:
         full = step.in_shapes[0]
         cols = math.prod(full[a] for a in step.op.reduced_axes(full, step.params))
         rows = math.prod(full) // cols
-    return _Info(
+    info = _Info(
         _FUSIBLE_CLASSES[op.fusion_class],
-        n.outputs[0],
         math.prod(step.shape),
         tuple(math.prod(s) for s in bound.in_shapes),
         rows,
     )
+    if key is not None and memo is not None:
+        memo[key] = info
+    return info
+
+
+class _BindKeys:
+    """What binding a kernel reads, as :func:`oxiwork.ops.program.signature` holds it, with
+    each buffer's spec replaced by a number given once per buffer (not once per access):
+    kernels with equal keys bind to the same shapes."""
+
+    __slots__ = ("by_buffer", "numbers")
+
+    def __init__(self) -> None:
+        self.by_buffer: dict[BufferId, int] = {}
+        self.numbers: dict[Any, int] = {}
+
+    def key(self, graph: ComputeGraph, n: GraphNode) -> Any:
+        ids = (*n.inputs, *n.outputs)
+        by_buffer, numbers = self.by_buffer, self.numbers
+        nums = []
+        for b in ids:
+            k = by_buffer.get(b)
+            if k is None:
+                k = numbers.setdefault(_BUFFER_KEY(graph.buffer(b)), len(numbers))
+                by_buffer[b] = k
+            nums.append(k)
+        # repeated inputs: which positions name the same buffer (as signature says it)
+        alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
+        return (n.op, n.params, len(n.inputs), tuple(nums), alias)
 
 
 def _fused_node(

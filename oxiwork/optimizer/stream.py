@@ -722,6 +722,7 @@ def _realize(
         nodes=new_nodes, edges=edges, checked_nodes=new_nodes if vouch else ()
     )
     share_bound(graph, new_graph)  # only streams changed: kernels bind as before
+    cost.restreamed_costs(graph, new_graph)  # and cost as before (events are new)
     return _Realized(
         new_graph,
         tuple(events),

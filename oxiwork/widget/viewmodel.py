@@ -912,7 +912,9 @@ def inspector_section(
             b"",
         )  # fmt: skip
     arr = np.asarray(value)
-    flat, finite, stats = _value_stats(arr)
+    flat = arr.astype(np.float64, copy=False).ravel()
+    finite = flat[np.isfinite(flat)]
+    stats = _value_stats(flat)
     if finite.size:
         lo, hi = stats["min"], stats["max"]
         # A constant buffer gets a window around its value, scaled to its magnitude so the
@@ -940,22 +942,26 @@ def inspector_section(
     return info, shown.astype("<f8").tobytes()
 
 
-def _value_stats(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """The flat float64 values, the finite ones, and min/max/mean (of the finite values;
-    ``None`` without any) and the NaN count: what the inspector and a step's buffer rows show."""
-    flat = arr.astype(np.float64, copy=False).ravel()
-    finite = flat[np.isfinite(flat)]
+def _value_stats(arr: np.ndarray) -> dict[str, Any]:
+    """Min/max/mean of the finite values (``None`` without any) and the NaN count: what
+    the inspector and a step's buffer rows show.
+
+    float32 and float64 are read in place when every value is finite (a step of a real
+    model touches weights of hundreds of MB: no float64 copy, no gather of the finite ones);
+    the mean accumulates in float64 either way."""
+    flat = arr.ravel()
+    if flat.dtype not in (np.float32, np.float64):
+        flat = flat.astype(np.float64)
+    ok = np.isfinite(flat)
+    every = bool(ok.all())
+    finite = flat if every else flat[ok]
     some = bool(finite.size)
-    return (
-        flat,
-        finite,
-        {
-            "min": float(finite.min()) if some else None,
-            "max": float(finite.max()) if some else None,
-            "mean": float(finite.mean()) if some else None,
-            "nan_count": int(np.isnan(flat).sum()),
-        },
-    )
+    return {
+        "min": float(finite.min()) if some else None,
+        "max": float(finite.max()) if some else None,
+        "mean": float(finite.mean(dtype=np.float64)) if some else None,
+        "nan_count": 0 if every else int(np.isnan(flat).sum()),
+    }
 
 
 #: Leading values a step's buffer row shows (the inspector shows up to INSPECT_VALUES).
@@ -973,11 +979,12 @@ def value_summary(name: str, buffer_id: int, role: str, value: np.ndarray) -> di
     ([2, 2], 'float32', -1.0, 3.0, [1.0, 'inf', 3.0, -1.0])
     """
     arr = np.asarray(value)
-    flat, _finite, stats = _value_stats(arr)
-    head = [float(v) if np.isfinite(v) else str(v) for v in flat[:HEAD_VALUES].tolist()]
+    stats = _value_stats(arr)
+    first = arr.ravel()[:HEAD_VALUES].astype(np.float64)
+    head = [float(v) if np.isfinite(v) else str(v) for v in first.tolist()]
     return {
         "buffer": int(buffer_id), "name": name, "role": role, "dtype": arr.dtype.name,
-        "shape": [int(s) for s in arr.shape], "count": int(flat.size), **stats, "head": head,
+        "shape": [int(s) for s in arr.shape], "count": int(arr.size), **stats, "head": head,
     }  # fmt: skip
 
 

@@ -34,6 +34,17 @@ HERE = Path(__file__).resolve().parent
 ARTIFACTS = HERE / "artifacts"
 CHROMIUM = os.environ.get("OXIWORK_CHROMIUM", "/usr/bin/chromium")
 NOTEBOOK = ROOT / "notebooks" / "workbench.ipynb"
+#: A notebook of one cell: a small PyTorch MLP imported and opened (imported_e2e.mjs).
+IMPORTED = "imported_model.ipynb"
+IMPORTED_CELL = """\
+import torch
+from oxiwork import Workbench
+from oxiwork.importers.torch import from_module
+
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).eval()
+w = Workbench(from_module(net, (torch.randn(4, 8),)))
+w"""
 
 
 def _missing() -> str | None:
@@ -74,6 +85,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     nbdir = tmp / "nb"
     nbdir.mkdir()
     shutil.copy(NOTEBOOK, nbdir / NOTEBOOK.name)
+    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": []}
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    notebook = {"metadata": {"kernelspec": kernel}, "nbformat": 4, "nbformat_minor": 5}
+    _write_json(nbdir / IMPORTED, {**notebook, "cells": [{**cell, "source": IMPORTED_CELL}]})
     settings = tmp / "settings"
     # No news toast, no autosave (the test notebook stays pristine), no cell windowing
     # (off-screen widgets keep their layout so their canvases have a size).
@@ -215,3 +230,25 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
         assert must in names
     for s in results["skipped"]:
         print(f"not checked: {s}")
+
+
+def test_imported_model_shows_its_match_against_eager(lab: str) -> None:
+    """Issue 10: an imported module's workbench simulates its values and shows the verdict."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["node", str(HERE / "imported_e2e.mjs"), f"{lab}/lab/tree/{IMPORTED}", str(ARTIFACTS)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"no results from the browser script:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    results = json.loads(lines[-1])
+    failed = [c for c in results["checks"] if not c["ok"]]
+    assert results["ok"], f"{results.get('error')}\nfailed: {failed}\nlog:\n{proc.stderr[-4000:]}"
+    assert {c["name"] for c in results["checks"]} >= {
+        "the simulator panel says it computes the model's own values",
+        "a step shows the real values of the buffers it touched",
+        "running to the end shows the match against PyTorch eager, per output",
+    }

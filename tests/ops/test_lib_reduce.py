@@ -275,3 +275,134 @@ class TestFusionAcrossReshapes:
             rtol=1e-5,
             atol=1e-5,
         )
+
+
+@st.composite
+def attention_cases(draw):
+    """A strided attention: sizes, one buffer per operand, layouts, output permutation."""
+    bt, m, n, k, d = (draw(st.integers(1, 3)) for _ in range(5))
+
+    def operand(rows: int, cols: int) -> tuple[Strided, int]:
+        off = draw(st.integers(0, 2))
+        if draw(st.booleans()):  # read transposed (k^T from a row-major k)
+            lay = Strided(off, rows * cols, 1, rows)
+        else:
+            lay = Strided(off, rows * cols, cols, 1)
+        if draw(st.integers(0, 3)) == 0:
+            lay = Strided(lay.offset, 0, lay.row, lay.col)  # one matrix for every batch
+        return lay, lay.last((bt, rows, cols)) + 1
+
+    ops_ = [operand(m, k), operand(k, n), operand(n, d)]
+    mask = draw(st.sampled_from([None, "full", "heads", "keys"]))
+    if mask == "full":
+        ops_.append((Strided(0, m * n, n, 1), bt * m * n))
+    elif mask == "heads":  # one (m, n) mask for every batch, as a (1, 1, m, n) mask
+        ops_.append((Strided(0, 0, n, 1), m * n))
+    elif mask == "keys":  # a padding mask over the keys only, as (b, 1, 1, n)
+        ops_.append((Strided(0, n, 0, 1), bt * n))
+    # the heads' permute(0, 2, 1, 3) before the output projection: out[m, b, d]
+    perm = (0, ((m, d), (bt, m * d), (d, 1))) if draw(st.booleans()) else None
+    alpha = draw(st.sampled_from([1.0, 0.125, -0.5]))
+    divisor = draw(st.sampled_from([1.0, 8.0, 3.0]))
+    return bt, m, n, k, d, ops_, perm, {"alpha": alpha, "divisor": divisor}
+
+
+def _attention_op(case):
+    bt, m, n, k, d, ops_, perm, _ = case
+    lays = [lay for lay, _ in ops_]
+    out = (m, bt, d) if perm else (bt, m, d)
+    return lib_reduce.strided_attention(
+        [(s,) for _, s in ops_], bt, m, n, k, d, *lays[:3], *lays[3:], out=out, perm=perm
+    )
+
+
+def _unfused_attention(case, bufs):
+    """The same attention as library kernels one by one (GEMM, scale, divide, mask add,
+    softmax, GEMM), evaluated one by one: its (batch, m, d) result."""
+    bt, m, n, k, d, ops_, _, params = case
+    (lq, _), (lk, _), (lv, _) = ops_[:3]
+    b = GraphBuilder()
+
+    def buf(name, shape, external=False):
+        alloc = b.alloc_external_buffer if external else b.alloc_buffer
+        return alloc(name, 4 * math.prod(shape), shape=shape)
+
+    ins = [buf(f"in{j}", (s,), True) for j, (_, s) in enumerate(ops_[:3])]
+    inputs = {f"in{j}": x for j, x in enumerate(bufs[:3])}
+    s1 = strided_gemm([(ops_[0][1],), (ops_[1][1],)], bt, m, n, k, lq, lk, out=(bt, m, n))
+    steps = [(s1.name, [ins[0], ins[1]], {}), ("scale", None, {"alpha": params["alpha"]})]
+    steps.append(("div_scalar", None, {"other": params["divisor"]}))
+    if len(ops_) == 4:  # the mask, as the dense (b, m, n) array torch's add broadcasts
+        lm, _ = ops_[3]
+        dense = as_strided(bufs[3][lm.offset :], (bt, m, n), [4 * lm.batch, 4 * lm.row, 4 * lm.col])
+        inputs["maskd"] = np.ascontiguousarray(dense)
+        steps.append(("add", [None, buf("maskd", (bt, m, n), True)], {}))
+    steps.append(("softmax", None, {}))
+    s2 = strided_gemm([(bt, m, n), (ops_[2][1],)], bt, m, d, n, Strided.dense(m, n, True), lv)
+    steps.append((s2.name, [None, ins[2]], {}))
+    prev = None
+    for j, (op, reads, p) in enumerate(steps):
+        shape = (bt, m, d) if j == len(steps) - 1 else (bt, m, n)
+        out = buf("out" if j == len(steps) - 1 else f"t{j}", shape)
+        reads = [prev if r is None else r for r in (reads or [None])]
+        b.add_kernel(f"k{j}", 1, 32).op(op).params(**p).inputs(reads).outputs([out]).fusible(
+            True
+        ).finish()
+        prev = out
+    return evaluate(b.build(), inputs)["out"]
+
+
+class TestStridedAttention:
+    def test_raises_on_bad_layouts(self) -> None:
+        dense = Strided.dense(2, 2, True)
+        with pytest.raises(InvalidArgument, match="reads past its buffer"):
+            lib_reduce.strided_attention([(4,), (8,), (8,)], 2, 2, 2, 2, 2, dense, dense, dense)
+        with pytest.raises(InvalidArgument, match="do not name"):
+            lib_reduce.strided_attention([(8,)] * 3, 2, 2, 2, 2, 2, dense, dense, dense, dense)
+        with pytest.raises(InvalidArgument, match="reads outside the result"):
+            lib_reduce.strided_attention(
+                [(8,)] * 3, 2, 2, 2, 2, 2, dense, dense, dense, perm=(1, ((8, 1),))
+            )
+
+    @SETTINGS
+    @given(case=attention_cases(), seed=st.integers(0, 2**16))
+    def test_equals_the_unfused_kernels(self, case, seed) -> None:
+        # fused == unfused: one attention kernel gives the values of GEMM, scale, divide,
+        # mask add, softmax and GEMM run one by one (then permuted as perm says)
+        op = _attention_op(case)
+        rng = np.random.default_rng(seed)
+        bufs = [_rand(rng, (s,)) for _, s in case[5]]
+        want = _unfused_attention(case, bufs).reshape(-1)[
+            lib_reduce.Attention(*case[:5], None, None, None, None, (), (), case[6]).result_index()
+        ]
+        g, _ = _graph(op.name, [(s,) for _, s in case[5]], case[7])
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=True)
+        got = SequentialExecutor(plan).run({f"in{j}": x for j, x in enumerate(bufs)}).outputs
+        np.testing.assert_allclose(got["out"].reshape(-1), want, rtol=1e-5, atol=1e-6)
+        assert _attention_op(case) is op
+
+    @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+    @settings(SETTINGS, max_examples=6)  # each new source is a g++ build
+    @given(case=attention_cases(), seed=st.integers(0, 2**16))
+    def test_generated_c_equals_reference(self, case, seed, so_dir) -> None:
+        op = _attention_op(case)
+        rng = np.random.default_rng(seed)
+        bufs = [_rand(rng, (s,)) for _, s in case[5]]
+        g, _ = _graph(op.name, [(s,) for _, s in case[5]], case[7])
+        want = evaluate(g, {f"in{j}": x for j, x in enumerate(bufs)})["out"]
+        (got,) = _run_c(g, g.kernels()[0], bufs, so_dir)
+        np.testing.assert_allclose(got.reshape(-1), want.reshape(-1), rtol=1e-5, atol=1e-6)
+
+    def test_compiles_with_nvrtc_alone_and_fused(self, nvrtc_compile) -> None:
+        dense = Strided.dense(3, 3, True)
+        for mask, perm in ((None, None), (Strided(0, 0, 3, 1), (0, ((3, 3), (2, 9), (3, 1))))):
+            lays = [dense, dense, dense] + ([mask] if mask else [])
+            op = lib_reduce.strided_attention(
+                [(18,)] * 3 + ([(9,)] if mask else []), 2, 3, 3, 3, 3, *lays,
+                out=(3, 2, 3) if perm else (2, 3, 3), perm=perm,
+            )  # fmt: skip
+            for epilogue in (None, "gelu"):
+                g, _ = _graph(op.name, [(18,)] * 3 + ([(9,)] if mask else []), {}, epilogue)
+                g = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
+                assert len(g.kernels()) == 1  # the epilogue fuses into the attention head
+                nvrtc_compile(kernel_source(g, g.kernels()[0]).source, f"attn_{epilogue}")

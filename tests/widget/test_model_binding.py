@@ -59,6 +59,17 @@ def eager(net) -> tuple[np.ndarray, ...]:
         return tuple(t.numpy() for t in block(x))
 
 
+class Branches(nn.Module):
+    """Two branches that two streams run side by side, joined by an event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.out = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.a(x)) * torch.tanh(self.b(x)))
+
+
 def _run(w: Workbench) -> dict:
     reply = w.handle_message({"type": "sim", "request_id": "r", "action": "run"})
     assert reply["type"] == "ok", reply
@@ -111,6 +122,18 @@ class TestBinding:
         head, mean = verdict["outputs"]
         assert not head["allclose"] and head["max_abs_diff"] > head["atol"]
         assert mean["allclose"]  # the wrong weight is the head's only
+
+    def test_a_plan_missing_an_event_shows_a_mismatch(self) -> None:
+        torch.manual_seed(1)
+        m = from_module(Branches().eval(), (torch.randn(4, 8),))
+        w = Workbench(m, max_streams=2, fusion=False, progressive=False)
+        assert list(w.session.events) == [0]  # the join of the two branches
+        w.sim_config(policy="adversarial", drop_event=0)
+        raced = _run(w)
+        assert raced["match"] is False and "event 0 dropped" in raced["source"]
+        assert not raced["outputs"][0]["allclose"]
+        # the plan itself, run in order, still computes the module
+        assert w.compare_eager()["match"] is True
 
     def test_wrong_expected_values_show_a_mismatch(self, model, eager) -> None:
         off = eager[0].copy()

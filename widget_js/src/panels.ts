@@ -5,6 +5,7 @@
 import { formatBytes, formatTime } from "./charts";
 import { clear, fitCanvas, h } from "./dom";
 import type {
+  EagerOutput,
   EagerVerdict,
   InspectorSection,
   ModelBinding,
@@ -360,10 +361,10 @@ export function simPanel(
     "div",
     { class: "ow-panel ow-sim" },
     simConfig(sim, send),
-    modelLine(model, sim, send),
-    eagerBlock(model, sim.eager),
     controls,
     status,
+    modelLine(model, sim, send),
+    eagerBlock(model, sim.eager),
     msg,
     touchedBlock(sim, send),
     list,
@@ -401,11 +402,13 @@ function simConfig(sim: SimSection, send: Send): HTMLElement {
 function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Send): HTMLElement | null {
   if (model && !model.bound) return h("div", { class: "ow-model ow-model-dropped", "data-bound": "false", text: `⚠ ${model.note}` });
   if (model) {
-    const inputs = model.user_inputs?.length ? ` (inputs ${model.user_inputs.join(", ")})` : "";
+    const users = model.user_inputs ?? [];
+    const weights = Math.max(0, (model.values ?? 0) - users.length);
+    const parts = [...(users.length ? [users.join(", ")] : []), `${weights} weight and buffer value${weights === 1 ? "" : "s"}`];
     return h(
       "div",
       { class: "ow-model", "data-bound": "true" },
-      h("span", { text: `values: ${model.name}'s own, ${model.values ?? 0} buffers${inputs}` }),
+      h("span", { text: `values: ${model.name}'s own: ${parts.join(" and ")}` }),
       model.eager && sim
         ? h("button", { class: "ow-btn ow-eager-compare", text: "Compare with eager", onclick: () => send("compare_eager", {}) })
         : null,
@@ -417,6 +420,19 @@ function modelLine(model: ModelBinding | null, sim: SimSection | null, send: Sen
 }
 
 const num = (v: number | null) => (v === null ? "—" : +v.toPrecision(4) + "");
+/** A tolerance as Python writes it: 1.3e-6, not 0.0000013. */
+export const sci = (v: number) => (v !== 0 && Math.abs(v) < 1e-3 ? v.toExponential() : String(v));
+
+/** One output's row against eager: its mark, class and the parts of its figures line (pure,
+ * so a failure's ✗ and red are unit-tested). */
+export function eagerRow(o: EagerOutput): { mark: string; cls: string; parts: string[] } {
+  const diff = o.max_abs_diff === null ? o.reason || "—" : `max |Δ| ${o.max_abs_diff.toExponential(2)}`;
+  return {
+    mark: o.allclose ? "✓" : "✗",
+    cls: o.allclose ? "ow-good" : "ow-bad",
+    parts: [diff, `rtol ${sci(o.rtol)}`, `atol ${sci(o.atol)}`],
+  };
+}
 
 /** The imported model's outputs against PyTorch eager: a verdict and one row per output. */
 function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLElement | null {
@@ -434,22 +450,19 @@ function eagerBlock(model: ModelBinding | null, v: EagerVerdict | null): HTMLEle
     h("div", { class: `ow-verdict ${cls}`, text: v.match === false ? `✗ ${v.text}` : v.match ? `✓ ${v.text}` : v.text }),
   );
   if (!v.outputs.length) return box;
-  const tbl = h("table", { class: "ow-table ow-eager-table" });
-  tbl.append(h("tr", {}, ...["output", "shape", "max |Δ|", "tolerance", "allclose"].map((t) => h("th", { text: t }))));
+  // One compact row per output: the side panel is narrow.
   for (const o of v.outputs) {
-    tbl.append(
+    const r = eagerRow(o);
+    box.append(
       h(
-        "tr",
-        { class: o.allclose ? "ow-good" : "ow-bad", "data-allclose": String(o.allclose) },
-        h("td", { text: o.name }),
-        h("td", { text: `[${o.shape.join(", ")}] ${o.dtype}` }),
-        h("td", { text: o.max_abs_diff === null ? o.reason || "—" : o.max_abs_diff.toExponential(2) }),
-        h("td", { text: `rtol ${o.rtol} · atol ${o.atol}` }),
-        h("td", { text: o.allclose ? "✓" : "✗" }),
+        "div",
+        { class: `ow-eager-row ${r.cls}`, "data-allclose": String(o.allclose) },
+        h("b", { text: `${r.mark} ${o.name}` }),
+        h("span", { class: "ow-muted", text: ` [${o.shape.join(", ")}] ${o.dtype}` }),
+        h("div", { class: "ow-eager-diff" }, ...r.parts.map((t, i) => h("span", { text: i ? ` · ${t}` : t }))),
       ),
     );
   }
-  box.append(tbl);
   return box;
 }
 

@@ -1,0 +1,107 @@
+"""Eager attention imports as one ``lib_reduce.strided_attention`` kernel.
+
+transformers' eager attention (GPT-2, BERT, ViT in bench/models.py) exports as bmm, a scale,
+a mask add, softmax, a clone (dropout), bmm and the heads' permute + clone; the importer
+makes that one kernel (as Inductor replaces it by one SDPA call) when a library op computes
+it, and converts the nodes one by one otherwise. Outputs match eager with fusion on and off.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from tests.importers._eager import import_with_eager
+from tests.importers.test_torch import _assert_matches
+
+
+class EagerAttention(nn.Module):
+    """Self-attention written as transformers' eager implementation writes it."""
+
+    def __init__(self, d: int = 16, heads: int = 2, divide: bool = False) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.drop = nn.Dropout(0.1)
+        self.heads, self.divide = heads, divide
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        h = d // self.heads
+        scores = scores / math.sqrt(h) if self.divide else scores * h**-0.5
+        if mask is not None:
+            scores = scores + mask
+        probs = self.drop(torch.softmax(scores, dim=-1))
+        out = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous().view(b, s, d)
+        return self.proj(out)
+
+
+def _run(module: nn.Module, args: tuple[torch.Tensor, ...]):
+    torch.manual_seed(0)
+    model, eager = import_with_eager(module, args)
+    for fusion in (False, True):
+        for streams in (1, 3):
+            plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+            verify(plan)
+            stats = SequentialExecutor(plan).run(model.inputs)
+            _assert_matches(model.outputs_from(stats.outputs), eager)
+    return model
+
+
+def _attention_kernels(model):
+    return [n for n in model.graph.kernels() if model.targets[n.name] == "attention"]
+
+
+class TestEagerAttention:
+    @pytest.mark.parametrize(
+        "divide, mask_shape",
+        [(False, None), (True, (1, 1, 5, 5)), (False, (1, 1, 1, 5)), (True, (1, 2, 5, 5))],
+    )
+    def test_one_kernel_equal_to_eager(self, divide, mask_shape) -> None:
+        # one sequence, as bench/models.py runs them (with more, torch's decomposition
+        # copies q, k and v before the bmms: clones of expanded views, kept as kernels)
+        torch.manual_seed(0)
+        x = torch.randn(1, 5, 16)
+        args = (x,) if mask_shape is None else (x, torch.randn(mask_shape))
+        model = _run(EagerAttention(divide=divide), args)
+        (att,) = _attention_kernels(model)
+        assert att.op.startswith("attn_") and att.fusible and model.opaque == ()
+        # no bmm, softmax, scale or clone of the heads is left: qkv, attention, proj and
+        # the copy of the output (a view of proj's result)
+        targets = [model.targets[n.name] for n in model.graph.kernels()]
+        assert sorted(targets) == [
+            "aten.addmm.default", "aten.addmm.default", "aten.clone.default", "attention",
+        ]  # fmt: skip
+        (copy,) = [n for n in model.graph.kernels() if n.op == "copy"]
+        assert copy.name.startswith("output.")
+        # the heads are written permuted, so the projection reads the result as it is
+        plan = ExecutionPlan.build(model.graph, max_streams=1, fusion=True)
+        assert plan.kernel_count_fused == 3  # qkv, attention, proj with the copy
+
+    def test_a_mask_no_layout_fits_is_converted_node_by_node(self) -> None:
+        # a (2, 1, 5, 5) mask over 2 batches x 2 heads: stride 25 across batches, 0 across
+        # heads, which no single batch stride of the folded (4, 5, 5) scores describes
+        torch.manual_seed(0)
+        x = torch.randn(2, 5, 16)
+        model = _run(EagerAttention(), (x, torch.randn(2, 1, 5, 5)))
+        assert not _attention_kernels(model) and model.opaque == ()
+        assert [model.targets[n.name] for n in model.graph.kernels()].count("aten.bmm.default") == 2
+
+    def test_softmax_read_elsewhere_is_not_absorbed(self) -> None:
+        class Both(EagerAttention):
+            def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                b, s, d = x.shape
+                q, k, v = (t.view(b, s, 2, -1).transpose(1, 2) for t in self.qkv(x).split(d, 2))
+                p = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
+                return p @ v, p  # the probabilities are an output too
+
+        torch.manual_seed(0)
+        model = _run(Both(), (torch.randn(1, 4, 16),))
+        assert not _attention_kernels(model)
