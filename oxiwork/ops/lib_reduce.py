@@ -503,23 +503,23 @@ def _attention_element(a: Attention) -> Callable[..., tuple[list[str], list[tupl
             f"size_t b{j} = {g} / {s}md;",
             f"size_t m{j} = ({g} % {s}md) / {s}d;",
             f"size_t e{j} = {g} % {s}d;",
-            f"const float* pq{j} = {q} + {s}qoffset + b{j} * {s}qbatch + m{j} * {s}qrow;",
-            f"const float* pk{j} = {kt} + {s}koffset + b{j} * {s}kbatch;",
-            f"const float* pv{j} = {v} + {s}voffset + b{j} * {s}vbatch + e{j} * {s}vcol;",
+            # element offsets, not pointers (typed_pointers: half operands via ox_wide)
+            f"size_t pq{j} = {s}qoffset + b{j} * {s}qbatch + m{j} * {s}qrow;",
+            f"size_t pk{j} = {s}koffset + b{j} * {s}kbatch;",
+            f"size_t pv{j} = {s}voffset + b{j} * {s}vbatch + e{j} * {s}vcol;",
         ]
         if a.mask is not None:
             mk = ptrs[a.inputs[3]]
-            lines.append(
-                f"const float* pm{j} = {mk} + {s}moffset + b{j} * {s}mbatch + m{j} * {s}mrow;"
-            )
-        mask = f" + pm{j}[c{j} * {s}mcol]" if a.mask is not None else ""
+            lines.append(f"size_t pm{j} = {s}moffset + b{j} * {s}mbatch + m{j} * {s}mrow;")
+        mask = f" + {mk}[pm{j} + c{j} * {s}mcol]" if a.mask is not None else ""
 
         def score(body: list[str]) -> list[str]:
             return [
                 f"for (size_t c{j} = 0; c{j} < {s}n; ++c{j}) {{",
                 f"    float x{j} = 0.0f;",
                 f"    for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
-                f"        x{j} += pq{j}[q{j} * {s}qcol] * pk{j}[q{j} * {s}krow + c{j} * {s}kcol];",
+                f"        x{j} += {q}[pq{j} + q{j} * {s}qcol] * "
+                f"{kt}[pk{j} + q{j} * {s}krow + c{j} * {s}kcol];",
                 "    }",
                 f"    x{j} = ((x{j} * {{alpha}}) / {{divisor}}){mask};",
                 *(f"    {ln}" for ln in body),
@@ -530,7 +530,7 @@ def _attention_element(a: Attention) -> Callable[..., tuple[list[str], list[tupl
         lines += [f"float sm{j} = 0.0f;", *score([f"sm{j} += expf(x{j} - mx{j});"])]
         lines += [
             f"float t{j} = 0.0f;",
-            *score([f"t{j} += (expf(x{j} - mx{j}) / sm{j}) * pv{j}[c{j} * {s}vrow];"]),
+            *score([f"t{j} += (expf(x{j} - mx{j}) / sm{j}) * {v}[pv{j} + c{j} * {s}vrow];"]),
         ]
         return lines, sizes
 
@@ -633,6 +633,7 @@ def strided_attention(
             element=_attention_element(a),
             shape=shape,
             cost=cost,
+            typed_pointers=True,
         )
     )
 

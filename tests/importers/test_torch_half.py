@@ -54,11 +54,13 @@ class AttentionBlock(nn.Module):
         self.proj = nn.Linear(d, d)
         self.heads = heads
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, s, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads) + mask
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        if mask is not None:
+            scores = scores + mask
         att = torch.softmax(scores, dim=-1)
         heads = (att @ v).transpose(1, 2).contiguous()
         return torch.tanh(self.proj(heads.view(b, s, d)))
@@ -75,12 +77,15 @@ def _module(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple[torch.Tenso
                 m.running_mean.uniform_(-0.5, 0.5)
                 m.running_var.uniform_(0.5, 2.0)
         return module.to(dtype), (torch.randn(2, 3, 8, 8).to(dtype),)
+    x = torch.randn(2, 6, 16).to(dtype)
+    if name == "sdpa":  # no mask: the whole attention is one strided_attention kernel
+        return AttentionBlock().to(dtype), (x,)
     mask = torch.triu(torch.full((6, 6), -1e4), diagonal=1)
-    return AttentionBlock().to(dtype), (torch.randn(2, 6, 16).to(dtype), mask.to(dtype))
+    return AttentionBlock().to(dtype), (x, mask.to(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("name", ["mlp", "conv", "attention"])
+@pytest.mark.parametrize("name", ["mlp", "conv", "attention", "sdpa"])
 def test_half_module_matches_eager_and_compiles(name: str, dtype: torch.dtype) -> None:
     module, args = _module(name, dtype)
     model = from_module(module.eval(), args)
@@ -90,8 +95,10 @@ def test_half_module_matches_eager_and_compiles(name: str, dtype: torch.dtype) -
     assert model.opaque == (), model.opaque
     assert {model.graph.buffer_by_name(n).dtype for n in model.outputs} == {dt}
     heads = {k.op for k in model.graph.kernels()}
-    want = {"mlp": {"linear"}, "conv": {"conv2d_bias", "conv2d"}, "attention": {"linear"}}[name]
+    want = {"mlp": {"linear"}, "conv": {"conv2d_bias", "conv2d"}}.get(name, {"linear"})
     assert want <= heads
+    if name == "sdpa":
+        assert sum(op.startswith("attn_") for op in heads) == 1
     if name == "attention":  # the heads' matmuls read views in place, the copy is strided
         assert sum(op.startswith("gemm_") for op in heads) >= 1
         assert any(model.graph.buffer(b).strides for k in model.graph.kernels() for b in k.inputs if k.op == "copy")  # fmt: skip
