@@ -132,7 +132,9 @@ by 'relu' (node 1), ...
 
 
 def verify_graph(g: ComputeGraph) -> None:
-    """Every invariant of a graph (what :func:`verify` checks for a graph, uncached).
+    """Every invariant of a graph (what :func:`verify` checks for a graph, uncached but for
+    the per-node rules, checked once per graph and carried over to a graph that only
+    differs in arena offsets).
 
     >>> from oxiwork.examples import quick_start
     >>> verify_graph(quick_start())
@@ -141,8 +143,8 @@ def verify_graph(g: ComputeGraph) -> None:
     # shapes, alignments, streams, bytes: oxiwork.validate) were checked when the graph was
     # made; what is left relates values to each other.
     for b in g.buffers:
-        where = f"buffer {b.name!r} (id {int(b.id)})"
         if b.offset is not None:
+            where = f"buffer {b.name!r} (id {int(b.id)})"
             if b.external:
                 raise InvalidArgument(f"{where}: external buffers are never placed in the arena")
             if b.offset < 0 or b.offset % b.alignment:
@@ -150,6 +152,18 @@ def verify_graph(g: ComputeGraph) -> None:
                     f"{where}: offset {b.offset} is not a non-negative multiple of its "
                     f"alignment {b.alignment}"
                 )
+    # The node rules read the nodes, the edges and the buffers but not their offsets: a
+    # graph that differs from a checked one only in offsets (the memory pass's) carries
+    # the verdict over (ComputeGraph.with_changes), so 100k kernels are not checked again.
+    if not g._cache.get("node_rules"):
+        _check_nodes(g)
+        g._cache["node_rules"] = True
+    # Use before def: every conflicting pair of accesses is ordered by the edges.
+    g.check_ordering()
+    _check_lifetimes(g)
+
+
+def _check_nodes(g: ComputeGraph) -> None:
     edge_set = set(g.edges)
     for n in g.nodes:
         _RULES[n.kind](g, n, edge_set)
@@ -163,9 +177,6 @@ def verify_graph(g: ComputeGraph) -> None:
             raise InvalidArgument(
                 f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
             )
-    # Use before def: every conflicting pair of accesses is ordered by the edges.
-    g.check_ordering()
-    _check_lifetimes(g)
 
 
 def body_depth(g: ComputeGraph) -> int:

@@ -492,6 +492,21 @@ def _row_major(shape: tuple[int, ...], strides: Sequence[int]) -> tuple[int, ...
     return tuple(reversed(out))
 
 
+_CLONE = "aten.clone.default"
+_GEMM_TARGETS = frozenset(
+    {"aten.bmm.default", "aten.mm.default", "aten.addmm.default", "aten.baddbmm.default"}
+)
+
+
+def _chain_layout(v: _Tensor) -> _Layout | None:
+    """:func:`_view_layout` of ``v`` as a :data:`_Layout` (None if it has none)."""
+    lay = _view_layout(v)
+    if lay is None:
+        return None
+    shape, strides, offset = lay
+    return offset, tuple(0 if d == 1 else st for d, st in zip(shape, strides, strict=False))
+
+
 def _apply_views(
     t: Any, chain: Sequence[tuple[Any, tuple[Any, ...], tuple[tuple[str, Any], ...]]]
 ) -> Any:
@@ -1634,7 +1649,45 @@ class _Converter:
         if isinstance(val, (list, tuple)):
             self.env[node] = _Pending(node)
             return
+        if _op_name(target) == _CLONE:
+            in_place = self._clone_in_place(node)
+            if in_place is not None:
+                self.env[node] = in_place
+                return
         self.env[node] = self.kernel(node, None)
+
+    def _clone_in_place(self, node: Any) -> _Tensor | None:
+        """``clone`` of a view read only by matmuls (through reshapes), each operand an
+        affine map over the view's base: the view itself, which the matmuls read in place
+        as strided GEMMs (so no copy kernel); else None. (torch's decomposition clones an
+        expanded, permuted head before the ``view`` to ``(batch * heads, s, d)``.)"""
+        torch = _torch()
+        src = self.env.get(node.args[0])
+        if not isinstance(src, _Tensor) or src.list_views or not src.chain or len(node.args) != 1:
+            return None
+        if node.kwargs.get("memory_format") not in (None, torch.contiguous_format):
+            return None
+        val = node.meta.get("val")
+        step = (node.target, (), tuple((k, _cpu(v)) for k, v in node.kwargs.items()))
+        made = _Tensor(src.buffer, src.base, (*src.chain, step), False)
+        made = replace(made, shape=tuple(val.shape))
+        stack = [(node, made.chain)]
+        while stack:
+            n, chain = stack.pop()
+            users = _users(n)
+            if not users:
+                return None
+            for u in users:
+                if _target(u) in _RESHAPES:
+                    step = (u.target, tuple(_cpu(a) for a in u.args[1:]), tuple(u.kwargs.items()))
+                    stack.append((u, (*chain, step)))
+                elif (
+                    _target(u) not in _GEMM_TARGETS
+                    or n in u.kwargs.values()
+                    or _chain_layout(replace(made, chain=chain)) is None
+                ):
+                    return None
+        return replace(made, layout=_chain_layout(made))
 
     def attend(self, match: _AttentionMatch) -> None:
         """One attention kernel for the nodes of ``match``; if no library op takes it,
@@ -1741,6 +1794,11 @@ class _Converter:
         shape = None if lists else tuple(val.shape)
         # a list of views (split) keeps its base's layout: each item's comes from getitem
         lay = src.layout if lists else _layout(val, src.layout, True)
+        if not lists and any(
+            t is not operator.getitem and _op_name(t) == _CLONE for t, _, _ in src.chain
+        ):
+            # a clone read in place (_clone_in_place): torch's strides are the copy's
+            lay = _chain_layout(_Tensor(src.buffer, src.base, (*src.chain, step), False, shape))
         self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), lists, shape, lay)
 
     def pad_into_convolutions(self, node: Any) -> None:

@@ -105,3 +105,38 @@ class TestEagerAttention:
         torch.manual_seed(0)
         model = _run(Both(), (torch.randn(1, 4, 16),))
         assert not _attention_kernels(model)
+
+
+class TestCloneReadInPlace:
+    def test_a_clone_only_matmuls_read_is_no_kernel(self) -> None:
+        # .contiguous() of a transposed operand: the matmuls read the transpose in place
+        # (strided GEMMs); the element-wise add reading one keeps its copy
+        class Clones(nn.Module):
+            def forward(self, a, b, c):
+                t = a.t()
+                return (
+                    t.contiguous() @ b,
+                    torch.bmm(c.transpose(1, 2).contiguous(), c),
+                    (t.contiguous() + 1),
+                )
+
+        torch.manual_seed(0)
+        args = (torch.randn(4, 3), torch.randn(4, 5), torch.randn(2, 3, 4))
+        model = _run(Clones(), args)
+        kernels = {model.targets[n.name]: n for n in model.graph.kernels()}
+        assert kernels["aten.mm.default"].op.startswith("gemm_")
+        assert kernels["aten.bmm.default"].op.startswith("gemm_")
+        g = model.graph
+        assert g.buffer(kernels["aten.mm.default"].inputs[0]).name == "a"
+        assert g.buffer(kernels["aten.bmm.default"].inputs[0]).name == "c"
+        assert [n.op for n in g.kernels()].count("copy") == 1 and model.opaque == ()
+
+    def test_a_clone_no_layout_fits_stays_a_copy(self) -> None:
+        # two sequences x two heads: the heads' batch axes are no single stride, so the
+        # clones torch puts before the bmms stay copies (EagerAttention with a 2-D mask
+        # converted node by node, above, computes eager's values with them)
+        torch.manual_seed(0)
+        model = _run(EagerAttention(), (torch.randn(2, 5, 16),))
+        copies = [n for n in model.graph.kernels() if n.op == "copy"]
+        assert len(copies) == 4  # q, k, v and the output's copy
+        assert len(_attention_kernels(model)) == 1

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from oxiwork.cost import node_costs
 from oxiwork.examples import synthetic
+from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
 from oxiwork.graph import ComputeGraph, check_buffer
+from oxiwork.node import NodeKind, StreamId
 from oxiwork.ops.program import _BOUND, bind, share_bound
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory_pass import plan_memory
@@ -78,3 +80,70 @@ def test_share_bound_offsets_only_moves_what_the_check_moves() -> None:
     assert len(vouched._cache[_BOUND]) == len(g.kernels())
     for nid, entry in checked._cache[_BOUND].items():
         assert vouched._cache[_BOUND][nid][1] is entry[1]
+
+
+def reference_steps(plan: ExecutionPlan) -> list[PlanStep]:
+    """The steps as the plain lowering makes them: one PlanStep per node of the memory
+    pass's issue order, by keyword, everything looked up through the graph's public API."""
+    g = plan.graph
+    order = plan.memory.order
+    index = {nid: i for i, nid in enumerate(order)}
+    args = {}
+    for b in g.buffers:
+        args[b.id] = BufferArg(
+            b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external
+        )
+    for b in g.buffers:
+        if b.base is not None:
+            args[b.id] = BufferArg(
+                b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external,
+                base=args[b.base], view_offset=b.view_offset, strides=b.strides,
+            )  # fmt: skip
+    records = [nid for nid in order if g.node(nid).kind is NodeKind.EventRecord]
+    event_of = {nid: k for k, nid in enumerate(records)}
+    count: dict[int, int] = {}
+    steps = []
+    for i, nid in enumerate(order):
+        n = g.node(nid)
+        s = int(n.stream or 0)
+        event = event_of.get(nid) if n.kind is NodeKind.EventRecord else None
+        if n.kind is NodeKind.EventWait:
+            event = event_of[n.event]
+        steps.append(
+            PlanStep(
+                index=i,
+                kind=n.kind,
+                node=nid,
+                name=n.name,
+                stream=StreamId(s),
+                position=count.get(s, 0),
+                fused_nodes=n.fused_from or (nid,),
+                function_name=n.function_name if n.is_kernel else None,
+                config=n.config,
+                inputs=tuple(args[b] for b in n.inputs),
+                outputs=tuple(args[b] for b in n.outputs),
+                size_bytes=n.size_bytes,
+                memcpy_dir=n.memcpy_dir,
+                memset_value=n.memset_value,
+                event=event,
+                label=n.label,
+                depends_on=tuple(sorted(index[p] for p in g.predecessors(nid))),
+            )
+        )
+        count[s] = count.get(s, 0) + 1
+    return steps
+
+
+@settings(max_examples=20, deadline=None)
+@given(any_dags(max_nodes=40), st.sampled_from([1, 2, 4]))
+def test_lowering_gives_the_plain_steps(g: ComputeGraph, cap: int) -> None:
+    pinned = [int(n.stream) for n in g.nodes if n.stream is not None]
+    plan = ExecutionPlan.build(g, max_streams=max([cap, *(s + 1 for s in pinned)]))
+    assert list(plan.steps) == reference_steps(plan)
+
+
+@pytest.mark.parametrize("shape", ["layered", "transformer"])
+def test_lowering_2k_gives_the_plain_steps(shape: str) -> None:
+    plan = ExecutionPlan.build(synthetic(2000, shape), max_streams=4)
+    assert plan.event_count > 0
+    assert list(plan.steps) == reference_steps(plan)
