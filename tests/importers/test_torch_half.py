@@ -62,8 +62,9 @@ class AttentionBlock(nn.Module):
         if mask is not None:
             scores = scores + mask
         att = torch.softmax(scores, dim=-1)
-        heads = (att @ v).transpose(1, 2).contiguous()
-        return torch.tanh(self.proj(heads.view(b, s, d)))
+        # a copy read by an element-wise op (a clone read only by matmuls is elided)
+        heads = torch.tanh((att @ v).transpose(1, 2).contiguous())
+        return self.proj(heads.view(b, s, d))
 
 
 def _module(name: str, dtype: torch.dtype) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
