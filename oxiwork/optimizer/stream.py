@@ -89,6 +89,7 @@ from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
+from oxiwork.verify import carry_node_rules
 
 __all__ = [
     "EXACT_CHAIN_LIMIT",
@@ -723,6 +724,7 @@ def _realize(
     )
     share_bound(graph, new_graph)  # only streams changed: kernels bind as before
     cost.restreamed_costs(graph, new_graph)  # and cost as before (events are new)
+    carry_node_rules(graph, new_graph)  # and pass the node rules as before
     return _Realized(
         new_graph,
         tuple(events),
