@@ -40,6 +40,7 @@ __all__ = [
     "KERNEL_CHECKS",
     "Verifiable",
     "body_depth",
+    "carry_node_rules",
     "context",
     "verify",
     "verify_graph",
@@ -163,9 +164,33 @@ def verify_graph(g: ComputeGraph) -> None:
     _check_lifetimes(g)
 
 
+def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
+    """Let :func:`verify_graph` of ``dst`` skip the node rules of the nodes ``src`` passed.
+
+    For a ``dst`` made from ``src`` by the stream pass: ``src``'s very buffers, its edges
+    and more, and every node of ``src`` (same id) at most moved to another stream. The node
+    rules read a node's fields but its stream, its buffers and, for a wait, whether an edge
+    joins it to its record, which more edges keep; so a node that passed in ``src`` passes
+    in ``dst``, and only the new nodes (events) are checked. Does nothing unless ``src``'s
+    node rules were checked and the buffers are the same tuple.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> verify_graph(g)
+    >>> h = g.with_changes(edges=g.edges)
+    >>> carry_node_rules(g, h)
+    >>> verify_graph(h)  # the node rules of g's nodes are not checked again
+    """
+    if src._cache.get("node_rules") and dst.buffers is src.buffers:
+        dst._cache["node_rules_of"] = frozenset(n.id for n in src.nodes)
+
+
 def _check_nodes(g: ComputeGraph) -> None:
     edge_set = set(g.edges)
+    passed = g._cache.get("node_rules_of", frozenset())
     for n in g.nodes:
+        if n.id in passed:
+            continue
         _RULES[n.kind](g, n, edge_set)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")

@@ -557,8 +557,8 @@ def _lower(
         steps=tuple(steps),
         num_streams=max(count, default=0) + 1,
         pool_bytes=int(memory.arena_bytes),
-        kernel_count_original=len(original.kernels()),
-        kernel_count_fused=len(graph.kernels()),
+        kernel_count_original=sum(n.kind is NodeKind.KernelLaunch for n in original.nodes),
+        kernel_count_fused=sum(n.kind is NodeKind.KernelLaunch for n in graph.nodes),
         event_count=len(event_of),
         graph=graph,
         original=original,
@@ -627,6 +627,55 @@ def verify_plan(plan: ExecutionPlan) -> None:
 
 
 def _check_structure(plan: ExecutionPlan) -> None:
+    # All steps at once first; the walk below, which names the first broken step, only
+    # runs when something is wrong.
+    if not _structure_holds(plan):
+        _find_structure_error(plan)
+
+
+_EVENT_KINDS = (NodeKind.EventRecord, NodeKind.EventWait)
+
+
+def _structure_holds(plan: ExecutionPlan) -> bool:
+    """Does every invariant :func:`_find_structure_error` checks hold? (numpy, no messages)"""
+    steps, graph = plan.steps, plan.graph
+    n = len(steps)
+    node_index = graph._cache["node_index"]
+    ids = [st.node for st in steps]
+    if len(set(ids)) != n or not all(map(node_index.__contains__, ids)):
+        return False
+    index = np.fromiter((st.index for st in steps), dtype=np.int64, count=n)
+    stream = np.fromiter((st.stream for st in steps), dtype=np.int64, count=n)
+    position = np.fromiter((st.position for st in steps), dtype=np.int64, count=n)
+    if not (index == np.arange(n)).all():
+        return False
+    if n and not ((stream >= 0).all() and (stream < plan.num_streams).all()):
+        return False
+    # positions count 0, 1, ... per stream in step order
+    by = np.argsort(stream, kind="stable")
+    s_by = stream[by]
+    start = np.r_[0, np.flatnonzero(s_by[1:] != s_by[:-1]) + 1] if n else np.zeros(0, int)
+    first = np.repeat(start, np.diff(np.r_[start, n]))
+    if not (position[by] == np.arange(n) - first).all():
+        return False
+    ev = [(k, st.kind is NodeKind.EventRecord, st.event) for k, st in enumerate(steps)
+          if st.kind in _EVENT_KINDS]  # fmt: skip
+    recorded: dict[int, int] = {}
+    for k, is_record, e in ev:
+        if e is None or not 0 <= e < plan.event_count:
+            return False
+        if is_record:
+            if e in recorded:
+                return False
+            recorded[e] = k
+        elif e not in recorded:
+            return False
+    # every node that is not an event has a step (the steps' nodes are distinct nodes)
+    plain = sum(1 for x in graph.nodes if x.kind not in _EVENT_KINDS)
+    return sum(1 for i in ids if node_index[i].kind not in _EVENT_KINDS) == plain
+
+
+def _find_structure_error(plan: ExecutionPlan) -> None:
     graph = plan.graph
     seen: dict[NodeId, int] = {}
     count: dict[int, int] = {}

@@ -5,19 +5,29 @@ from it are the same: the same streams, events, offsets and arena."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiwork.cost import node_costs
-from oxiwork.examples import synthetic
-from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
+from oxiwork.error import InvalidArgument, InvalidPlan
+from oxiwork.examples import quick_start, synthetic
+from oxiwork.executor.plan import (
+    BufferArg,
+    ExecutionPlan,
+    PlanStep,
+    _find_structure_error,
+    _structure_holds,
+)
 from oxiwork.graph import ComputeGraph, check_buffer
-from oxiwork.node import NodeKind, StreamId
+from oxiwork.node import GraphNode, NodeKind, StreamId
 from oxiwork.ops.program import _BOUND, bind, share_bound
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory_pass import plan_memory
 from oxiwork.optimizer.stream import assign_streams
+from oxiwork.verify import carry_node_rules, verify_graph
 from tests.strategies import any_dags
 
 
@@ -147,3 +157,70 @@ def test_lowering_2k_gives_the_plain_steps(shape: str) -> None:
     plan = ExecutionPlan.build(synthetic(2000, shape), max_streams=4)
     assert plan.event_count > 0
     assert list(plan.steps) == reference_steps(plan)
+
+
+def test_carried_node_rules_still_check_new_nodes() -> None:
+    g = quick_start()
+    verify_graph(g)
+    bad = GraphNode(g.next_node_id(), "bad", NodeKind.KernelLaunch)  # no launch config
+    h = g.with_changes(nodes=[*g.nodes, bad])
+    carry_node_rules(g, h)
+    with pytest.raises(InvalidArgument, match="needs a KernelConfig"):
+        verify_graph(h)
+
+
+@settings(max_examples=15, deadline=None)
+@given(any_dags(max_nodes=40), st.sampled_from([2, 4]))
+def test_streamed_graph_verifies_as_if_checked_from_scratch(g: ComputeGraph, cap: int) -> None:
+    pinned = [int(n.stream) for n in g.nodes if n.stream is not None]
+    fused = fuse(g).graph
+    verify_graph(fused)
+    streamed = assign_streams(fused, max_streams=max([cap, *(s + 1 for s in pinned)])).graph
+    assert streamed._cache.get("node_rules_of")  # the carried verdict is used
+    verify_graph(streamed)
+    verify_graph(fresh(streamed))  # every rule checked on every node: the same verdict
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.sampled_from(["layered", "transformer"]),
+    st.integers(0, 10**6),
+    st.sampled_from(["index", "stream", "position", "event", "drop", "swap", "node", "none"]),
+)
+def test_structure_sweep_agrees_with_the_walk(shape: str, seed: int, how: str) -> None:
+    """The vectorised structure check accepts exactly the plans the step-by-step walk
+    accepts (the walk names the first broken step, so it runs only on a rejection)."""
+    plan = ExecutionPlan.build(synthetic(120, shape, seed=seed % 7), max_streams=4)
+    steps = list(plan.steps)
+    k = seed % len(steps)
+    st_ = steps[k]
+    if how == "index":
+        steps[k] = dataclasses.replace(st_, index=st_.index + 1)
+    elif how == "stream":
+        steps[k] = dataclasses.replace(st_, stream=StreamId((int(st_.stream) + 1) % 5))
+    elif how == "position":
+        steps[k] = dataclasses.replace(st_, position=st_.position + 1)
+    elif how == "event":
+        evs = [i for i, s in enumerate(steps) if s.event is not None]
+        if evs:
+            i = evs[seed % len(evs)]
+            steps[i] = dataclasses.replace(
+                steps[i], event=(steps[i].event + 1) % (plan.event_count + 1)
+            )
+    elif how == "drop":
+        steps = [dataclasses.replace(s, index=i) for i, s in enumerate(steps[:k] + steps[k + 1 :])]
+    elif how == "swap" and k + 1 < len(steps):
+        a, b = steps[k], steps[k + 1]
+        steps[k], steps[k + 1] = (
+            dataclasses.replace(b, index=k),
+            dataclasses.replace(a, index=k + 1),
+        )
+    elif how == "node":
+        steps[k] = dataclasses.replace(st_, node=steps[(k + 1) % len(steps)].node)
+    bad = dataclasses.replace(plan, steps=tuple(steps))
+    try:
+        _find_structure_error(bad)
+        walk_ok = True
+    except InvalidPlan:
+        walk_ok = False
+    assert _structure_holds(bad) == walk_ok
