@@ -532,6 +532,8 @@ class ComputeGraph:
             # The same accesses and edges over the same buffers (a memory plan only sets
             # offsets): every conflicting pair is still ordered.
             graph._cache["ordered"] = True
+            if self._cache.get("node_rules"):  # verify_graph's node rules read no offset
+                graph._cache["node_rules"] = True
         graph.check_ordering()
         return graph
 

@@ -37,4 +37,6 @@ echo "== JS unit tests"
 (cd widget_js && npm test)
 
 echo "== Python tests"
-.venv/bin/python -m pytest "$@"
+# Two workers (pytest-xdist; CI machines have 2 cores); --dist loadgroup keeps the tests that
+# share one JupyterLab on one worker; the 25 slowest tests are listed to watch the budget.
+.venv/bin/python -m pytest -n 2 --dist loadgroup --durations=25 "$@"

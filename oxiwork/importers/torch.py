@@ -95,7 +95,7 @@ from oxiwork.node import DTYPES, MemcpyDir
 from oxiwork.ops import lib_dtype, lib_reduce
 from oxiwork.ops.lib_conv import cat_op
 from oxiwork.ops.lib_reduce import Strided
-from oxiwork.ops.table import COMPUTE_DTYPES, FusionClass, OpDef
+from oxiwork.ops.table import COMPUTE_DTYPES, FLOAT_COMPUTE, FusionClass, OpDef
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -858,8 +858,8 @@ def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
     and its shape, or why it cannot be read in place."""
     if not isinstance(a, _Arg):
         return f"an operand is a Python {type(a).__name__}, not a tensor"
-    if a.base.dtype != "float32":
-        return f"it reads {a.base.dtype} data; library ops compute float32"
+    if a.base.dtype not in FLOAT_COMPUTE:  # halves are widened (_library checks the rule)
+        return f"it reads {a.base.dtype} data; the library's matmuls compute on floats"
     if a.layout is None:
         return "it reads a tensor whose layout in its buffer is not known; library ops read row-major buffers"
     if len(a.shape) != rank:
@@ -893,8 +893,8 @@ def _gemm_rule(batched: bool, added: bool) -> _Rule:
         lc = None
         if added:
             c = tensors[0]
-            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype != "float32":
-                return "its added input is not a float32 tensor read in place"
+            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype not in FLOAT_COMPUTE:
+                return "its added input is not a floating-point tensor read in place"
             lc = _broadcast_layout(c, (bt, m, n) if batched else (m, n))
             if isinstance(lc, str):
                 return lc
@@ -994,11 +994,9 @@ def _linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     bias = call.args[2] if len(call.args) > 2 else call.kw("bias")
     for t in (x, w, bias):
         if t is not None and (
-            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype != "float32"
+            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype not in FLOAT_COMPUTE
         ):
-            return (
-                "it reads a view or a non-float32 tensor; the library's linear reads whole buffers"
-            )
+            return "it reads a view or a non-float tensor; the library's linear reads whole buffers"
     if len(w.shape) != 2 or (bias is not None and len(bias.shape) != 1):
         return f"its weight has shape {w.shape}; the library's linear takes a 2-D weight"
     if bias is not None:

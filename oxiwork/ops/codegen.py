@@ -46,6 +46,7 @@ from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.node import GraphNode, _c_ident
 from oxiwork.ops.program import BoundProgram, BoundStep, bind, describe
 from oxiwork.ops.strided import (
+    ValueTypes,
     needs_strides,
     strided_kernel,
     strided_view,
@@ -124,12 +125,8 @@ def kernel_source(graph: ComputeGraph, node: GraphNode) -> KernelSource:
         and node.fused is None
         and (bound.steps[0].op.kernel is not None or bound.steps[0].op.source is not None)
     ):  # written through a view, or an op whose own kernel reads whole buffers
-        if typed:
-            raise UnsupportedOp(
-                f"{bound.where} reads or writes a non-contiguous {typed} view; strided kernels "
-                "are float32 only: make the view contiguous (a copy) or compute it in float32"
-            )
-        return KernelSource(fname, *strided_kernel(graph, node, fname))
+        types = _value_types(bound) if typed else None
+        return KernelSource(fname, *strided_kernel(graph, node, fname, types))
     if len(bound.steps) == 1:
         op = bound.steps[0].op
         if op.kernel is not None and not (typed and op.element is not None):
@@ -238,6 +235,25 @@ def _typed(bound: BoundProgram) -> str:
 def _halves(bound: BoundProgram) -> bool:
     return any(
         d in _HALF for d in (*bound.in_dtypes, *bound.out_dtypes, *(s.dtype for s in bound.steps))
+    )
+
+
+def _value_types(bound: BoundProgram) -> ValueTypes:
+    """A strided kernel's typing: its buffers' C types, half loads widened to float, the
+    value rounded once to the output's dtype (a half) or converted to its type (an int,
+    bool), as the fused kernels' ``load``/``define``/``store`` do."""
+    out = bound.out_dtypes[0]
+    if out in _HALF:
+        store = _HALF[out][2]
+    elif out == "float32":
+        store = "{}"
+    else:
+        store = f"({CTYPES[out]})({{}})"
+    return ValueTypes(
+        tuple(CTYPES[d] for d in (*bound.in_dtypes, out)),
+        tuple(_HALF[d][0] if d in _HALF else "{}" for d in bound.in_dtypes),
+        store,
+        _HALF_PRELUDE if _halves(bound) else "",
     )
 
 

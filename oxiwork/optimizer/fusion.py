@@ -142,20 +142,20 @@ class _Fuser:
         self.order = graph.topological_order()
         self.pos = {nid: i for i, nid in enumerate(self.order)}
         self.info: dict[NodeId, _Info] = {}
-        self.out: dict[NodeId, BufferId] = {}  # each candidate's one output
         # A node keeps its id, buffers and op across rounds, so its classification can
         # be reused (``known``): later rounds only classify the nodes they have not seen.
         known = {} if known is None else known
-        memo: dict[Any, _Info] = {}  # what binding told about kernels of one bind key
+        memo: dict[Any, _Info | str] = {}  # the classification of each bind key
         keys = _BindKeys()
-        info, out = self.info, self.out
+        info = self.info
+        candidates = []
         for n in graph.nodes:
             inf = known.get(n.id)
             if inf is None:
                 inf = known[n.id] = _classify(graph, n, memo, keys)
             if inf.__class__ is _Info:
                 info[n.id] = inf  # type: ignore[assignment]
-                out[n.id] = n.outputs[0]
+                candidates.append(n)
         # Neighbours, readers of each candidate's output, its first writer, inputs and
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
@@ -167,29 +167,24 @@ class _Fuser:
         # The graph's own reader and writer lists (topological order), read, never changed:
         # copying them for each of 100k candidates costs more than the sweep that reads them.
         readers_of, writers_of = graph._accesses()
-        self.bases = frozenset(graph.views().values())
-        self.readers: dict[NodeId, list[NodeId]] = {}
-        self.first_writer: dict[BufferId, NodeId] = {}
-        self.inputs: dict[NodeId, tuple[BufferId, ...]] = {}
-        self.stream: dict[NodeId, Any] = {}
+        self.bases = bases = frozenset(graph.views().values())
+        self.out = out = {n.id: n.outputs[0] for n in candidates}
+        self.inputs = {n.id: n.inputs for n in candidates}
+        self.stream = {n.id: n.stream for n in candidates}
+        self.readers = {nid: readers_of[bid] for nid, bid in out.items()}
+        self.first_writer = {bid: writers_of[bid][0] for bid in out.values()}
+        buffer = graph.buffer
         # can each candidate's output live only inside a fused kernel (if all readers join)?
-        self._internalisable: dict[NodeId, bool] = {}
-        node, buffer, bases = graph.node, graph.buffer, self.bases
-        for nid, bid in out.items():
-            n = node(nid)
-            readers = readers_of[bid]
-            writers = writers_of[bid]
-            self.readers[nid] = readers
-            self.first_writer[bid] = writers[0]
-            self.inputs[nid] = n.inputs
-            self.stream[nid] = n.stream
-            self._internalisable[nid] = (
+        self._internalisable = {
+            nid: (
                 not buffer(bid).external
                 and bid not in bases  # a view of it reads its bytes outside the group
-                and len(writers) == 1
-                and bool(readers)
-                and all(r in info for r in readers)
+                and len(writers_of[bid]) == 1
+                and bool(readers_of[bid])
+                and all(r in info for r in readers_of[bid])
             )
+            for nid, bid in out.items()
+        }
         self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
         self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
         self.rejected: Counter[str] = Counter()
@@ -362,14 +357,18 @@ class _Fuser:
         if len(roots) < 2:
             return
         merged = self.merged(roots)
-        if merged is not None:
+        if merged.__class__ is _Group:
             if CHECK_MERGES:  # tests: the summaries must agree with the member-wise rules
                 assert self.legal([m for r in roots for m in self.members[r]]) is None
-            self.union(roots, merged)
+            self.union(roots, merged)  # type: ignore[arg-type]
             return
-        # Refused: the member-wise rules say why (the first rule broken, in their order).
         group = [m for r in roots for m in self.members[r]]
-        why = self.legal(group)
+        why = merged
+        if why is None or CHECK_MERGES:
+            # the member-wise rules say which rule comes first where the summaries check
+            # several at once
+            why = self.legal(group)
+            assert merged is None or why == merged, (why, merged)
         if why is None:  # unreachable while merged() is exact; the rules decide
             assert not CHECK_MERGES, "the group summaries refused a legal merge"
             self.union(roots, None)
@@ -383,13 +382,14 @@ class _Fuser:
         out = self.out[m]
         inputs = self.inputs[m]
         views = self.views
+        vbases = {views[b] for b in inputs if b in views} if views else set()
         return _Group(
             {m},
             {out},
             set(),
             [m] if self.readers[m] else [],
             set(inputs),  # never its own output: in-place kernels do not fuse
-            {views[b] for b in inputs if b in views} if views else set(),
+            vbases,
             m if inf.cls == "R" else None,
             m if inf.cls == "M" else None,
             inf.out_numel,
@@ -399,13 +399,17 @@ class _Fuser:
             self.stream[m],
         )
 
-    def merged(self, roots: set[NodeId]) -> _Group | None:
+    def merged(self, roots: set[NodeId]) -> _Group | str | None:
         """The summary of the union of the groups of ``roots`` if :meth:`legal` accepts it,
-        else None. Each group is legal on its own, so only what the merge adds is checked:
-        sizes and pins; outputs written twice; members whose readers the merge takes in
-        part; buffers read from one group and written in another before; views of written
-        buffers; the one reduction or matmul (a group with a reduction is checked by
-        :meth:`structure_ok`); and a path leaving the union and coming back."""
+        else the reason :meth:`legal` gives, or None where it checks several rules at once
+        (it then says which comes first).
+
+        Each group is legal on its own (or one kernel), so only what the merge adds is
+        checked, in :meth:`legal`'s order: size and pins; outputs written twice and
+        members whose readers the merge takes in part; buffers read in one group and
+        written first outside the union, views of written buffers; the one reduction or
+        matmul (a group with a reduction goes through :meth:`structure_ok`); a path
+        leaving the union and coming back."""
         summary, members = self.summary, self.members
         gs = []
         size = 0
@@ -416,60 +420,79 @@ class _Fuser:
             gs.append(g)
             size += len(members[r])
         if size > self.max:
+            return "group would exceed max_group_size"
+        # One sweep over the groups gathers the unions and what the rules compare; the
+        # rules are then checked in legal()'s order.
+        a = gs[0]
+        stream, numel, hi = a.stream, a.numel, a.hi
+        written, mset, internal = set(a.written), set(a.mset), set(a.internal)
+        ext_in, vbases, outsucc = set(a.ext_in), set(a.vbases), set(a.outsucc)
+        pinned = True  # one stream pin
+        flat = True  # every group without a reduction, on one number of elements
+        specials = 0  # reductions and matmuls
+        red = head = None
+        for g in gs:
+            if g is not a:
+                pinned = pinned and g.stream == stream
+                written |= g.written
+                mset |= g.mset
+                internal |= g.internal
+                ext_in |= g.ext_in
+                vbases |= g.vbases
+                outsucc |= g.outsucc
+                hi = max(hi, g.hi)
+            if g.red is not None:
+                red = g.red
+                specials += 1
+            elif g.head is not None:
+                head = g.head
+                specials += 1
+            flat = flat and g.numel == numel and g.bcast
+        if not pinned:
+            return "members are pinned to different streams"
+        if len(written) != size:  # one output per member
             return None
-        stream = gs[0].stream
-        if any(g.stream != stream for g in gs):
-            return None
-        written = gs[0].written.union(*[g.written for g in gs[1:]])
-        if len(written) != sum(len(g.written) for g in gs):
-            return None
-        mset = gs[0].mset.union(*[g.mset for g in gs[1:]])
         readers, can, outs = self.readers, self._internalisable, self.out
-        internal = gs[0].internal.union(*[g.internal for g in gs[1:]])
         still_open = []
         for g in gs:
             for m in g.open:
                 rs = readers[m]
-                inside = sum(1 for r in rs if r in mset)
+                inside = 0
+                for r in rs:
+                    if r in mset:
+                        inside += 1
                 if not inside:
                     still_open.append(m)
                 elif not can[m] or inside != len(rs):
                     return None
                 else:
                     internal.add(outs[m])
-        ext_in = gs[0].ext_in.union(*[g.ext_in for g in gs[1:]])
         first_writer = self.first_writer
         for bid in ext_in & written:  # read in one group, written in another
             if first_writer[bid] not in mset:
                 return None
         ext_in -= written
-        vbases = gs[0].vbases.union(*[g.vbases for g in gs[1:]])
         if vbases and not vbases.isdisjoint(written):
             return None
-        reds = [g.red for g in gs if g.red is not None]
-        heads = [g.head for g in gs if g.head is not None]
-        if len(reds) + len(heads) > 1:
-            return None
-        head = heads[0] if heads else None
+        if specials > 1:
+            return "a fused kernel holds at most one reduction or matmul"
         if head is not None and not written.isdisjoint(self.inputs[head]):
-            return None
-        red = reds[0] if reds else None
+            return "a matmul reads whole buffers, so it can only start a fused kernel"
         if red is None:
-            numel = gs[0].numel
-            if any(g.numel != numel or not g.bcast for g in gs):
+            if not flat:
                 return None
         else:
-            order = sorted(mset, key=self.pos.__getitem__)
-            if self.structure_ok(order, internal) is not None:
-                return None
-        hi = max(g.hi for g in gs)
-        outsucc = gs[0].outsucc.union(*[g.outsucc for g in gs[1:]])
+            why = self.structure_ok(sorted(mset, key=self.pos.__getitem__), internal)
+            if why is not None:
+                return why
         outsucc -= mset
-        if self.reenters(mset, [v for v in outsucc if self.pos[v] < hi], hi):
-            return None
+        pos = self.pos
+        start = [v for v in outsucc if pos[v] < hi]
+        if start and self.reenters(mset, start, hi):
+            return "merging would create a cycle"
         return _Group(
-            mset, written, internal, still_open, ext_in, vbases, red, head, gs[0].numel, True,
-            hi, outsucc, stream,
+            mset, written, internal, still_open, ext_in, vbases, red, head, numel, True, hi,
+            outsucc, stream,
         )  # fmt: skip
 
     def not_internal(self, nid: NodeId) -> tuple[str, str]:
@@ -528,14 +551,15 @@ class _Fuser:
 def _classify(
     graph: ComputeGraph,
     n: GraphNode,
-    memo: dict[Any, _Info] | None = None,
+    memo: dict[Any, _Info | str] | None = None,
     keys: _BindKeys | None = None,
 ) -> _Info | str:
     """An :class:`_Info` if ``n`` may join a fused kernel at all, else why not (in words).
 
-    With ``memo`` (bind key -> info, filled as it goes) and ``keys``, kernels with one
-    bind key are bound once: binding reads only the op, its parameters and the buffers'
-    specs, so they get the same shapes. A failed binding is not remembered: its message
+    With ``memo`` (bind key -> classification, filled as it goes) and ``keys``, kernels
+    with one bind key are classified once: beyond the node's own flags, the rules and
+    binding read only the op, its parameters and the buffers' specs (in place and views
+    included), so they decide the same. A failed binding is not remembered: its message
     names the node.
     """
     if not n.is_kernel:
@@ -546,36 +570,45 @@ def _classify(
         return "it is not marked fusible (KernelBuilder.fusible(True))"
     if len(n.outputs) != 1:
         return f"it writes {len(n.outputs)} buffers; a fusible kernel writes exactly one"
+    if memo is None or keys is None:
+        return _classify_op(graph, n)[0]
+    key = keys.key(graph, n)
+    try:
+        hit = memo.get(key)
+    except TypeError:  # an unhashable parameter: classified on its own
+        return _classify_op(graph, n)[0]
+    if hit is None:
+        hit, same_for_all = _classify_op(graph, n)
+        if not same_for_all:
+            return hit
+        memo[key] = hit
+    return hit
+
+
+def _classify_op(graph: ComputeGraph, n: GraphNode) -> tuple[_Info | str, bool]:
+    """:func:`_classify` of a fusible kernel writing one buffer, and whether every kernel
+    with its bind key gets the same (not when binding failed: the message names it)."""
     op = get(n.op)
     if op is None:
-        return "it has no op from the op library (an opaque kernel)"
+        return "it has no op from the op library (an opaque kernel)", True
     if op.fusion_class not in _FUSIBLE_CLASSES:
-        return f"its op {op.name!r} is {op.fusion_class.value}, which never fuses"
+        return f"its op {op.name!r} is {op.fusion_class.value}, which never fuses", True
     if op.expr is None and op.row is None and op.element is None:
-        return f"its op {op.name!r} has no CUDA C expression to inline"
+        return f"its op {op.name!r} has no CUDA C expression to inline", True
     if set(n.inputs) & set(n.outputs):
         # in place: reads and writes would race inside one kernel
-        return "it reads and writes the same buffer (in place)"
+        return "it reads and writes the same buffer (in place)", True
     views = graph.views()
     if views and any(b in views for b in n.outputs):
         # A fused kernel may keep an output in registers; a view is another buffer's bytes.
-        return "it writes a view of another buffer (a fused kernel writes whole buffers)"
+        return "it writes a view of another buffer (a fused kernel writes whole buffers)", True
     if views and op.element is not None and any(b in views for b in n.inputs):
         # An out-element-wise head (matmul) reads its operands whole, row-major.
-        return f"its op {op.name!r} reads a view of another buffer whole"
-    key = None
-    if memo is not None and keys is not None:
-        key = keys.key(graph, n)
-        try:
-            hit = memo.get(key)
-        except TypeError:  # an unhashable parameter: bound on its own
-            key = hit = None
-        if hit is not None:
-            return hit
+        return f"its op {op.name!r} reads a view of another buffer whole", True
     try:
         bound = bind(graph, n)
     except GraphError as e:  # the evaluator reports it; fusion just leaves it alone
-        return f"its buffers do not fit its op: {e}"
+        return f"its buffers do not fit its op: {e}", False
     step = bound.steps[0]
     rows = 0
     if step.op.row is not None:
@@ -588,9 +621,7 @@ def _classify(
         tuple(math.prod(s) for s in bound.in_shapes),
         rows,
     )
-    if key is not None and memo is not None:
-        memo[key] = info
-    return info
+    return info, True
 
 
 class _BindKeys:

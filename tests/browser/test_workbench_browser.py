@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.browser
+# One worker runs every test of this module (pytest -n with --dist loadgroup), so they share
+# one JupyterLab (the module-scoped `lab` fixture) instead of starting one per worker.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("jupyterlab")]
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
