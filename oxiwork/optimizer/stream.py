@@ -704,9 +704,13 @@ def _realize(
     count = [0] * k
     for x in full:
         s = sidx[stream_of[x]]
-        c = [-1] * k
-        for p in preds.get(x, ()):
-            c = list(map(max, c, clock[p]))
+        ps = preds.get(x)
+        if not ps:
+            c = [-1] * k
+        elif len(ps) == 1:
+            c = clock[ps[0]][:]
+        else:
+            c = list(map(max, *[clock[p] for p in ps]))
         prev = tail[s]
         if prev is not None and c[s] < count[s] - 1:
             edges.append((prev, x))
