@@ -1382,8 +1382,8 @@ def _match_attention(sm: Any) -> _AttentionMatch | None:
 def _mask_layout(c: _Arg, scores: tuple[int, ...]) -> Strided | str:
     """The mask ``c`` read broadcast to ``scores`` (``(*batch, m, n)``), its batch axes
     folded into one stride, or why it cannot be."""
-    if c.layout is None or c.base.dtype != "float32":
-        return "its mask is not a float32 tensor read in place"
+    if c.layout is None or c.base.dtype not in FLOAT_COMPUTE:
+        return "its mask is not a floating-point tensor read in place"
     off, st = c.layout
     shape = tuple(c.shape)
     if len(shape) > len(scores) or any(
