@@ -830,19 +830,59 @@ def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) 
         dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
         if last is not None and _last_axis(call, dims):
             return last, {}, [x]
-        if x.shape != x.base.ir_shape:
-            return (
-                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}); "
-                f"the library's {lib} reduces the axes of its buffer's shape"
-            )
         nd = len(x.shape)
+        want = [dims] if isinstance(dims, int) else list(dims or range(nd))
+        axes = _buffer_axes(x.base.ir_shape, x.shape, {d % nd for d in want})
+        if axes is None or (one and len(axes) != 1):
+            return (
+                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}) "
+                f"that are not {'one axis' if one else 'whole axes'} of its buffer; the "
+                f"library's {lib} reduces the axes of its buffer's shape"
+            )
         if one:
-            return lib, {"dim": float(int(dims) % nd)}, [x]
+            return lib, {"dim": float(axes[0])}, [x]
         keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
-        mask = lib_reduce.axes_mask(list(dims) if dims else None, nd)
+        mask = lib_reduce.axes_mask(axes, len(x.base.ir_shape))
         return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
 
     return rule
+
+
+def _buffer_axes(
+    held: tuple[int, ...], shape: tuple[int, ...], axes: set[int]
+) -> tuple[int, ...] | None:
+    """The axes of a row-major buffer of shape ``held`` that reducing ``axes`` of its
+    reshape to ``shape`` reduces, or None if those are not whole axes of the buffer.
+
+    Both shapes are merges of one finer shape (their axes split until they agree, size-1
+    axes aside); each buffer axis must be made of reduced parts only or kept parts only.
+    A reduction of size-1 axes only reduces nothing: None (the caller refuses it).
+
+    >>> _buffer_axes((2, 3, 4, 5), (6, 20), {0}), _buffer_axes((2, 3, 4, 5), (2, 3, 20), {2})
+    ((0, 1), (2, 3))
+    >>> _buffer_axes((2, 3, 4, 5), (4, 30), {0}) is None    # 4 = 2 x 2 splits axis 1
+    True
+    """
+    if held == shape:
+        return tuple(sorted(axes))
+    bs = [[d, k] for k, d in enumerate(held) if d != 1]
+    xs = [[d, k] for k, d in enumerate(shape) if d != 1]
+    kinds: dict[int, set[bool]] = {}  # buffer axis -> reduced?, per part
+    i = j = 0
+    while i < len(bs) and j < len(xs):
+        (rb, kb), (rx, kx) = bs[i], xs[j]
+        part = min(rb, rx)
+        if max(rb, rx) % part:
+            return None  # the axes interleave: no buffer axis is a whole part
+        kinds.setdefault(kb, set()).add(kx in axes)
+        bs[i][0] //= part
+        xs[j][0] //= part
+        i += bs[i][0] == 1
+        j += xs[j][0] == 1
+    if any(len(k) > 1 for k in kinds.values()):
+        return None
+    out = tuple(sorted(k for k, r in kinds.items() if r == {True}))
+    return out or None
 
 
 def _softmax_extra(call: _Call) -> str | None:
