@@ -806,6 +806,32 @@ def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
 
 
+def _compare(name: str) -> _Rule:
+    """``x <op> y`` of two tensors (broadcast) or of a tensor and a number (``name_scalar``,
+    the number its parameter ``other``: exact on integers, whose rule wants a whole one)."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, y = call.args[:2]
+        if isinstance(y, bool):
+            y = int(y)
+        if _number(y) and isinstance(x, _Arg):
+            if abs(float(y)) > float(np.finfo(np.float32).max):
+                return f"its scalar {y!r} is not a finite float32"
+            why = _plain(call, [x]) or _same(call, [x])
+            return why or (f"{name}_scalar", {"other": float(y)}, [x])
+        return _binary(name)(call)
+
+    return rule
+
+
+def _bitwise_not(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # ~ of a bool tensor is its logical negation (bitwise_not of the integer would flip
+    # every bit of the byte)
+    x = call.args[0]
+    lib = "logical_not" if isinstance(x, _Arg) and x.base.dtype == "bool" else "bitwise_not"
+    return _unary(lib)(call)
+
+
 def _last_axis(call: _Call, dims: Any) -> bool:
     x = call.args[0]
     if not isinstance(x, _Arg) or not _rows_kept(x):
@@ -1288,6 +1314,23 @@ def _gather(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("gather", {"dim": float(dim)}, [x, index])
 
 
+def _index(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # x[i0, i1, ...]: integer index tensors for the leading axes (no None, no bool mask)
+    x, indices = call.args[:2]
+    if any(i is None for i in indices):
+        return "it indexes with None (a kept axis) between index tensors; the library's index takes leading axes"
+    why = _plain(call, [x, *indices], reshape_ok=False)
+    return why or (lib_dtype.index_op(len(indices)).name, {}, [x, *indices])
+
+
+def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, dim = call.args[:2]
+    if call.kw("dtype") is not None:
+        return f"it accumulates in {call.kw('dtype')}"
+    why = _plain(call, [x], reshape_ok=False)
+    return why or ("cumsum", {"dim": float(dim)}, [x])
+
+
 # ----------------------------------------------------------------------------- attention
 # Eager attention (transformers' "eager" implementation, what torch.export sees) is
 # bmm(q, k^T) -> views -> [mul|div by a number] -> [add mask] -> _softmax(-1) -> [clone]
@@ -1508,9 +1551,14 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.hardtanh.default": _hardtanh,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
     "aten.where.self": _where,
-    # comparisons: torch's result is bool, which library ops do not write yet (they give
-    # float 0/1), so _library refuses them by their result's dtype until the table has bool
-    **{f"aten.{c}.Tensor": _binary(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # comparisons give bool (a tensor, or a number: the op's parameter ``other``)
+    **{f"aten.{c}.Tensor": _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{f"aten.{c}.Scalar": _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # bitwise ops on bool and integers, logical ops on anything (non-zero is true)
+    **{f"aten.{c}.Tensor": _binary(c) for c in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    **{f"aten.{c}.default": _binary(c) for c in ("logical_and", "logical_or", "logical_xor")},
+    "aten.logical_not.default": _unary("logical_not"),
+    "aten.bitwise_not.default": _bitwise_not,
     "aten.clone.default": _clone,
     "aten.copy.default": _copy,
     "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
@@ -1536,6 +1584,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._to_copy.default": _to_copy,
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
+    "aten.index.Tensor": _index,
+    "aten.cumsum.default": _cumsum,
     "attention": _attention,  # eager attention, matched over several nodes
 }
 
@@ -1749,7 +1799,9 @@ class _Converter:
         for n in match.nodes:
             self.call(n)
 
-    def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
+    def _alias(
+        self, v: _Tensor, pending: dict[tuple[str, str], Any], reshapes: bool = False
+    ) -> _Tensor:
         """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
         a row-major buffer (the same bytes in the same order), else a view buffer over
         ``v``'s base (one per base and chain; a new one is only noted in ``pending`` until
@@ -1758,8 +1810,13 @@ class _Converter:
         if not v.chain or v.list_views:
             return v
         names = [_op_name(t) for t, _, _ in v.chain]
-        if v.base.strides is None and all(n in _RESHAPES for n in names):
-            return v
+        if (
+            v.base.strides is None
+            and all(n in _RESHAPES for n in names)
+            and not (reshapes and v.shape is not None and tuple(v.shape) != v.base.shape)
+        ):
+            return v  # a reshape read whole is its buffer; with ``reshapes``, one of another
+            # shape is a contiguous view buffer of that shape (cat, gather, index read shapes)
         if "aten.view.dtype" in names:  # reinterprets bytes: not an index map
             return v
         key = (v.buffer, repr(v.chain))
@@ -1912,7 +1969,7 @@ class _Converter:
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
                 if pending is not None:
-                    v = self._alias(v, pending)
+                    v = self._alias(v, pending, reshapes)
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
@@ -1937,10 +1994,16 @@ class _Converter:
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         lib = _library(call)
-        if isinstance(lib, str) and any(a.chain for a in call.tensor_args):
+        first = (inputs, metas, call)
+        reshapes = False  # read by arg() (a closure), like pending
+        for mode in (False, True):
+            reshapes = mode
+            if not isinstance(lib, str) or not any(a.chain for a in first[2].tensor_args):
+                break
             # Refused reading views of its inputs: try again reading view buffers (aliases
-            # of the bases, read whole); keep that only if a library op takes it.
-            first = (inputs, metas, call)
+            # of the bases, read whole), then with reshapes as view buffers of their own
+            # shapes too (ops that read shapes: cat, gather, index); keep the first a
+            # library op takes.
             inputs, metas, pending = [], [], {}
             args = arg(tuple(node.args))
             kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
@@ -1948,6 +2011,7 @@ class _Converter:
             again = _library(call)
             if isinstance(again, str):
                 inputs, metas, call = first
+                pending = None
             else:
                 self._commit(pending)
                 lib = again
