@@ -173,14 +173,17 @@ class ComputeGraph:
             and self.edges is trusted[2]
             and tuple(n.id for n in self.nodes) == dense.ids
         )
-        seen_b = {id(b) for b in trusted[1]}
-        for b in self.buffers:
-            if id(b) not in seen_b:
-                check_buffer(b)
-        seen_n = {id(n) for n in trusted[0]}
-        for n in self.nodes:
-            if id(n) not in seen_n:
-                check_node(n)
+        # (a part that is the trusted tuple itself needs no look-up per item)
+        if self.buffers is not trusted[1]:
+            seen_b = {id(b) for b in trusted[1]}
+            for b in self.buffers:
+                if id(b) not in seen_b:
+                    check_buffer(b)
+        if self.nodes is not trusted[0]:
+            seen_n = {id(n) for n in trusted[0]}
+            for n in self.nodes:
+                if id(n) not in seen_n:
+                    check_node(n)
         node_index: dict[NodeId, GraphNode] = {}
         for n in self.nodes:
             if n.id in node_index:
@@ -532,6 +535,8 @@ class ComputeGraph:
             # The same accesses and edges over the same buffers (a memory plan only sets
             # offsets): every conflicting pair is still ordered.
             graph._cache["ordered"] = True
+            if self._cache.get("node_rules"):  # verify_graph's node rules read no offset
+                graph._cache["node_rules"] = True
         graph.check_ordering()
         return graph
 

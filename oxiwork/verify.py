@@ -40,6 +40,7 @@ __all__ = [
     "KERNEL_CHECKS",
     "Verifiable",
     "body_depth",
+    "carry_node_rules",
     "context",
     "verify",
     "verify_graph",
@@ -132,7 +133,9 @@ by 'relu' (node 1), ...
 
 
 def verify_graph(g: ComputeGraph) -> None:
-    """Every invariant of a graph (what :func:`verify` checks for a graph, uncached).
+    """Every invariant of a graph (what :func:`verify` checks for a graph, uncached but for
+    the per-node rules, checked once per graph and carried over to a graph that only
+    differs in arena offsets).
 
     >>> from oxiwork.examples import quick_start
     >>> verify_graph(quick_start())
@@ -141,8 +144,8 @@ def verify_graph(g: ComputeGraph) -> None:
     # shapes, alignments, streams, bytes: oxiwork.validate) were checked when the graph was
     # made; what is left relates values to each other.
     for b in g.buffers:
-        where = f"buffer {b.name!r} (id {int(b.id)})"
         if b.offset is not None:
+            where = f"buffer {b.name!r} (id {int(b.id)})"
             if b.external:
                 raise InvalidArgument(f"{where}: external buffers are never placed in the arena")
             if b.offset < 0 or b.offset % b.alignment:
@@ -150,8 +153,44 @@ def verify_graph(g: ComputeGraph) -> None:
                     f"{where}: offset {b.offset} is not a non-negative multiple of its "
                     f"alignment {b.alignment}"
                 )
+    # The node rules read the nodes, the edges and the buffers but not their offsets: a
+    # graph that differs from a checked one only in offsets (the memory pass's) carries
+    # the verdict over (ComputeGraph.with_changes), so 100k kernels are not checked again.
+    if not g._cache.get("node_rules"):
+        _check_nodes(g)
+        g._cache["node_rules"] = True
+    # Use before def: every conflicting pair of accesses is ordered by the edges.
+    g.check_ordering()
+    _check_lifetimes(g)
+
+
+def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
+    """Let :func:`verify_graph` of ``dst`` skip the node rules of the nodes ``src`` passed.
+
+    For a ``dst`` made from ``src`` by the stream pass: ``src``'s very buffers, its edges
+    and more, and every node of ``src`` (same id) at most moved to another stream. The node
+    rules read a node's fields but its stream, its buffers and, for a wait, whether an edge
+    joins it to its record, which more edges keep; so a node that passed in ``src`` passes
+    in ``dst``, and only the new nodes (events) are checked. Does nothing unless ``src``'s
+    node rules were checked and the buffers are the same tuple.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> verify_graph(g)
+    >>> h = g.with_changes(edges=g.edges)
+    >>> carry_node_rules(g, h)
+    >>> verify_graph(h)  # the node rules of g's nodes are not checked again
+    """
+    if src._cache.get("node_rules") and dst.buffers is src.buffers:
+        dst._cache["node_rules_of"] = frozenset(n.id for n in src.nodes)
+
+
+def _check_nodes(g: ComputeGraph) -> None:
     edge_set = set(g.edges)
+    passed = g._cache.get("node_rules_of", frozenset())
     for n in g.nodes:
+        if n.id in passed:
+            continue
         _RULES[n.kind](g, n, edge_set)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
@@ -163,9 +202,6 @@ def verify_graph(g: ComputeGraph) -> None:
             raise InvalidArgument(
                 f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
             )
-    # Use before def: every conflicting pair of accesses is ordered by the edges.
-    g.check_ordering()
-    _check_lifetimes(g)
 
 
 def body_depth(g: ComputeGraph) -> int:

@@ -496,7 +496,6 @@ def _lower(
     options: dict[str, Any],
 ) -> ExecutionPlan:
     """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams)."""
-    index = {nid: i for i, nid in enumerate(order)}
     args = {
         b.id: BufferArg(b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external)
         for b in graph.buffers
@@ -506,54 +505,60 @@ def _lower(
             args[b.id] = replace(
                 args[b.id], base=args[b.base], view_offset=b.view_offset, strides=b.strides
             )
-    node_of = {n.id: n for n in graph.nodes}
+    node_of = graph._cache["node_index"]  # id -> node (ComputeGraph.node without its checks)
+    nodes = [node_of[nid] for nid in order]
+    record, wait = NodeKind.EventRecord, NodeKind.EventWait
     event_of: dict[NodeId, int] = {}
-    for nid in order:
-        if node_of[nid].kind is NodeKind.EventRecord:
-            event_of[nid] = len(event_of)
+    for n in nodes:
+        if n.kind is record:
+            event_of[n.id] = len(event_of)
     # dependencies as step indices, straight from the dense view's positions
     d = graph.dense()
+    index = {nid: i for i, nid in enumerate(order)}
     step_at = [index[nid] for nid in d.ids]
     pos, pred = d.pos, d.pred
+    arg = args.__getitem__
     count: dict[int, int] = {}
     steps = []
-    for i, nid in enumerate(order):
-        n = node_of[nid]
+    # PlanStep positionally (its fields in order; one call per step of 100k-node plans)
+    for i, (nid, n) in enumerate(zip(order, nodes, strict=True)):
         s = int(n.stream or 0)
         position = count.get(s, 0)
         count[s] = position + 1
+        kind = n.kind
         event = None
-        if n.kind is NodeKind.EventRecord:
+        if kind is record:
             event = event_of[nid]
-        elif n.kind is NodeKind.EventWait and n.event is not None:
+        elif kind is wait and n.event is not None:
             event = event_of[n.event]
+        ps = pred[pos[nid]]
         steps.append(
             PlanStep(
-                index=i,
-                kind=n.kind,
-                node=nid,
-                name=n.name,
-                stream=StreamId(s),
-                position=position,
-                fused_nodes=n.fused_from or (nid,),
-                function_name=n.function_name if n.is_kernel else None,
-                config=n.config,
-                inputs=tuple(args[b] for b in n.inputs),
-                outputs=tuple(args[b] for b in n.outputs),
-                size_bytes=n.size_bytes,
-                memcpy_dir=n.memcpy_dir,
-                memset_value=n.memset_value,
-                event=event,
-                label=n.label,
-                depends_on=tuple(sorted([step_at[q] for q in pred[pos[nid]]])),
+                i,
+                kind,
+                nid,
+                n.name,
+                StreamId(s),
+                position,
+                n.fused_from or (nid,),
+                n.function_name if kind is NodeKind.KernelLaunch else None,
+                n.config,
+                tuple(map(arg, n.inputs)),
+                tuple(map(arg, n.outputs)),
+                n.size_bytes,
+                n.memcpy_dir,
+                n.memset_value,
+                event,
+                n.label,
+                tuple(sorted([step_at[q] for q in ps])) if ps else (),
             )
         )
     return ExecutionPlan(
         steps=tuple(steps),
         num_streams=max(count, default=0) + 1,
         pool_bytes=int(memory.arena_bytes),
-        kernel_count_original=len(original.kernels()),
-        kernel_count_fused=len(graph.kernels()),
+        kernel_count_original=sum(n.kind is NodeKind.KernelLaunch for n in original.nodes),
+        kernel_count_fused=sum(n.kind is NodeKind.KernelLaunch for n in graph.nodes),
         event_count=len(event_of),
         graph=graph,
         original=original,
@@ -622,6 +627,55 @@ def verify_plan(plan: ExecutionPlan) -> None:
 
 
 def _check_structure(plan: ExecutionPlan) -> None:
+    # All steps at once first; the walk below, which names the first broken step, only
+    # runs when something is wrong.
+    if not _structure_holds(plan):
+        _find_structure_error(plan)
+
+
+_EVENT_KINDS = (NodeKind.EventRecord, NodeKind.EventWait)
+
+
+def _structure_holds(plan: ExecutionPlan) -> bool:
+    """Does every invariant :func:`_find_structure_error` checks hold? (numpy, no messages)"""
+    steps, graph = plan.steps, plan.graph
+    n = len(steps)
+    node_index = graph._cache["node_index"]
+    ids = [st.node for st in steps]
+    if len(set(ids)) != n or not all(map(node_index.__contains__, ids)):
+        return False
+    index = np.fromiter((st.index for st in steps), dtype=np.int64, count=n)
+    stream = np.fromiter((st.stream for st in steps), dtype=np.int64, count=n)
+    position = np.fromiter((st.position for st in steps), dtype=np.int64, count=n)
+    if not (index == np.arange(n)).all():
+        return False
+    if n and not ((stream >= 0).all() and (stream < plan.num_streams).all()):
+        return False
+    # positions count 0, 1, ... per stream in step order
+    by = np.argsort(stream, kind="stable")
+    s_by = stream[by]
+    start = np.r_[0, np.flatnonzero(s_by[1:] != s_by[:-1]) + 1] if n else np.zeros(0, int)
+    first = np.repeat(start, np.diff(np.r_[start, n]))
+    if not (position[by] == np.arange(n) - first).all():
+        return False
+    ev = [(k, st.kind is NodeKind.EventRecord, st.event) for k, st in enumerate(steps)
+          if st.kind in _EVENT_KINDS]  # fmt: skip
+    recorded: dict[int, int] = {}
+    for k, is_record, e in ev:
+        if e is None or not 0 <= e < plan.event_count:
+            return False
+        if is_record:
+            if e in recorded:
+                return False
+            recorded[e] = k
+        elif e not in recorded:
+            return False
+    # every node that is not an event has a step (the steps' nodes are distinct nodes)
+    plain = sum(1 for x in graph.nodes if x.kind not in _EVENT_KINDS)
+    return sum(1 for i in ids if node_index[i].kind not in _EVENT_KINDS) == plain
+
+
+def _find_structure_error(plan: ExecutionPlan) -> None:
     graph = plan.graph
     seen: dict[NodeId, int] = {}
     count: dict[int, int] = {}

@@ -95,7 +95,7 @@ from oxiwork.node import DTYPES, MemcpyDir
 from oxiwork.ops import lib_dtype, lib_reduce
 from oxiwork.ops.lib_conv import cat_op
 from oxiwork.ops.lib_reduce import Strided
-from oxiwork.ops.table import COMPUTE_DTYPES, FusionClass, OpDef
+from oxiwork.ops.table import COMPUTE_DTYPES, FLOAT_COMPUTE, FusionClass, OpDef
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -806,6 +806,32 @@ def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
 
 
+def _compare(name: str) -> _Rule:
+    """``x <op> y`` of two tensors (broadcast) or of a tensor and a number (``name_scalar``,
+    the number its parameter ``other``: exact on integers, whose rule wants a whole one)."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, y = call.args[:2]
+        if isinstance(y, bool):
+            y = int(y)
+        if _number(y) and isinstance(x, _Arg):
+            if abs(float(y)) > float(np.finfo(np.float32).max):
+                return f"its scalar {y!r} is not a finite float32"
+            why = _plain(call, [x]) or _same(call, [x])
+            return why or (f"{name}_scalar", {"other": float(y)}, [x])
+        return _binary(name)(call)
+
+    return rule
+
+
+def _bitwise_not(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # ~ of a bool tensor is its logical negation (bitwise_not of the integer would flip
+    # every bit of the byte)
+    x = call.args[0]
+    lib = "logical_not" if isinstance(x, _Arg) and x.base.dtype == "bool" else "bitwise_not"
+    return _unary(lib)(call)
+
+
 def _last_axis(call: _Call, dims: Any) -> bool:
     x = call.args[0]
     if not isinstance(x, _Arg) or not _rows_kept(x):
@@ -830,19 +856,59 @@ def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) 
         dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
         if last is not None and _last_axis(call, dims):
             return last, {}, [x]
-        if x.shape != x.base.ir_shape:
-            return (
-                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}); "
-                f"the library's {lib} reduces the axes of its buffer's shape"
-            )
         nd = len(x.shape)
+        want = [dims] if isinstance(dims, int) else list(dims or range(nd))
+        axes = _buffer_axes(x.base.ir_shape, x.shape, {d % nd for d in want})
+        if axes is None or (one and len(axes) != 1):
+            return (
+                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}) "
+                f"that are not {'one axis' if one else 'whole axes'} of its buffer; the "
+                f"library's {lib} reduces the axes of its buffer's shape"
+            )
         if one:
-            return lib, {"dim": float(int(dims) % nd)}, [x]
+            return lib, {"dim": float(axes[0])}, [x]
         keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
-        mask = lib_reduce.axes_mask(list(dims) if dims else None, nd)
+        mask = lib_reduce.axes_mask(axes, len(x.base.ir_shape))
         return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
 
     return rule
+
+
+def _buffer_axes(
+    held: tuple[int, ...], shape: tuple[int, ...], axes: set[int]
+) -> tuple[int, ...] | None:
+    """The axes of a row-major buffer of shape ``held`` that reducing ``axes`` of its
+    reshape to ``shape`` reduces, or None if those are not whole axes of the buffer.
+
+    Both shapes are merges of one finer shape (their axes split until they agree, size-1
+    axes aside); each buffer axis must be made of reduced parts only or kept parts only.
+    A reduction of size-1 axes only reduces nothing: None (the caller refuses it).
+
+    >>> _buffer_axes((2, 3, 4, 5), (6, 20), {0}), _buffer_axes((2, 3, 4, 5), (2, 3, 20), {2})
+    ((0, 1), (2, 3))
+    >>> _buffer_axes((2, 3, 4, 5), (4, 30), {0}) is None    # 4 = 2 x 2 splits axis 1
+    True
+    """
+    if held == shape:
+        return tuple(sorted(axes))
+    bs = [[d, k] for k, d in enumerate(held) if d != 1]
+    xs = [[d, k] for k, d in enumerate(shape) if d != 1]
+    kinds: dict[int, set[bool]] = {}  # buffer axis -> reduced?, per part
+    i = j = 0
+    while i < len(bs) and j < len(xs):
+        (rb, kb), (rx, kx) = bs[i], xs[j]
+        part = min(rb, rx)
+        if max(rb, rx) % part:
+            return None  # the axes interleave: no buffer axis is a whole part
+        kinds.setdefault(kb, set()).add(kx in axes)
+        bs[i][0] //= part
+        xs[j][0] //= part
+        i += bs[i][0] == 1
+        j += xs[j][0] == 1
+    if any(len(k) > 1 for k in kinds.values()):
+        return None
+    out = tuple(sorted(k for k, r in kinds.items() if r == {True}))
+    return out or None
 
 
 def _softmax_extra(call: _Call) -> str | None:
@@ -858,8 +924,8 @@ def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
     and its shape, or why it cannot be read in place."""
     if not isinstance(a, _Arg):
         return f"an operand is a Python {type(a).__name__}, not a tensor"
-    if a.base.dtype != "float32":
-        return f"it reads {a.base.dtype} data; library ops compute float32"
+    if a.base.dtype not in FLOAT_COMPUTE:  # halves are widened (_library checks the rule)
+        return f"it reads {a.base.dtype} data; the library's matmuls compute on floats"
     if a.layout is None:
         return "it reads a tensor whose layout in its buffer is not known; library ops read row-major buffers"
     if len(a.shape) != rank:
@@ -893,8 +959,8 @@ def _gemm_rule(batched: bool, added: bool) -> _Rule:
         lc = None
         if added:
             c = tensors[0]
-            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype != "float32":
-                return "its added input is not a float32 tensor read in place"
+            if not isinstance(c, _Arg) or c.layout is None or c.base.dtype not in FLOAT_COMPUTE:
+                return "its added input is not a floating-point tensor read in place"
             lc = _broadcast_layout(c, (bt, m, n) if batched else (m, n))
             if isinstance(lc, str):
                 return lc
@@ -994,11 +1060,9 @@ def _linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     bias = call.args[2] if len(call.args) > 2 else call.kw("bias")
     for t in (x, w, bias):
         if t is not None and (
-            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype != "float32"
+            not isinstance(t, _Arg) or not _whole(t) or t.base.dtype not in FLOAT_COMPUTE
         ):
-            return (
-                "it reads a view or a non-float32 tensor; the library's linear reads whole buffers"
-            )
+            return "it reads a view or a non-float tensor; the library's linear reads whole buffers"
     if len(w.shape) != 2 or (bias is not None and len(bias.shape) != 1):
         return f"its weight has shape {w.shape}; the library's linear takes a 2-D weight"
     if bias is not None:
@@ -1250,6 +1314,23 @@ def _gather(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("gather", {"dim": float(dim)}, [x, index])
 
 
+def _index(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # x[i0, i1, ...]: integer index tensors for the leading axes (no None, no bool mask)
+    x, indices = call.args[:2]
+    if any(i is None for i in indices):
+        return "it indexes with None (a kept axis) between index tensors; the library's index takes leading axes"
+    why = _plain(call, [x, *indices], reshape_ok=False)
+    return why or (lib_dtype.index_op(len(indices)).name, {}, [x, *indices])
+
+
+def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, dim = call.args[:2]
+    if call.kw("dtype") is not None:
+        return f"it accumulates in {call.kw('dtype')}"
+    why = _plain(call, [x], reshape_ok=False)
+    return why or ("cumsum", {"dim": float(dim)}, [x])
+
+
 # ----------------------------------------------------------------------------- attention
 # Eager attention (transformers' "eager" implementation, what torch.export sees) is
 # bmm(q, k^T) -> views -> [mul|div by a number] -> [add mask] -> _softmax(-1) -> [clone]
@@ -1384,8 +1465,8 @@ def _match_attention(sm: Any) -> _AttentionMatch | None:
 def _mask_layout(c: _Arg, scores: tuple[int, ...]) -> Strided | str:
     """The mask ``c`` read broadcast to ``scores`` (``(*batch, m, n)``), its batch axes
     folded into one stride, or why it cannot be."""
-    if c.layout is None or c.base.dtype != "float32":
-        return "its mask is not a float32 tensor read in place"
+    if c.layout is None or c.base.dtype not in FLOAT_COMPUTE:
+        return "its mask is not a floating-point tensor read in place"
     off, st = c.layout
     shape = tuple(c.shape)
     if len(shape) > len(scores) or any(
@@ -1470,9 +1551,14 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.hardtanh.default": _hardtanh,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
     "aten.where.self": _where,
-    # comparisons: torch's result is bool, which library ops do not write yet (they give
-    # float 0/1), so _library refuses them by their result's dtype until the table has bool
-    **{f"aten.{c}.Tensor": _binary(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # comparisons give bool (a tensor, or a number: the op's parameter ``other``)
+    **{f"aten.{c}.Tensor": _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    **{f"aten.{c}.Scalar": _compare(c) for c in ("eq", "ne", "lt", "le", "gt", "ge")},
+    # bitwise ops on bool and integers, logical ops on anything (non-zero is true)
+    **{f"aten.{c}.Tensor": _binary(c) for c in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    **{f"aten.{c}.default": _binary(c) for c in ("logical_and", "logical_or", "logical_xor")},
+    "aten.logical_not.default": _unary("logical_not"),
+    "aten.bitwise_not.default": _bitwise_not,
     "aten.clone.default": _clone,
     "aten.copy.default": _copy,
     "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
@@ -1498,6 +1584,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._to_copy.default": _to_copy,
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
+    "aten.index.Tensor": _index,
+    "aten.cumsum.default": _cumsum,
     "attention": _attention,  # eager attention, matched over several nodes
 }
 
@@ -1711,7 +1799,9 @@ class _Converter:
         for n in match.nodes:
             self.call(n)
 
-    def _alias(self, v: _Tensor, pending: dict[tuple[str, str], Any]) -> _Tensor:
+    def _alias(
+        self, v: _Tensor, pending: dict[tuple[str, str], Any], reshapes: bool = False
+    ) -> _Tensor:
         """``v`` as a tensor a consumer reads whole: ``v`` itself for a chain of reshapes of
         a row-major buffer (the same bytes in the same order), else a view buffer over
         ``v``'s base (one per base and chain; a new one is only noted in ``pending`` until
@@ -1720,8 +1810,13 @@ class _Converter:
         if not v.chain or v.list_views:
             return v
         names = [_op_name(t) for t, _, _ in v.chain]
-        if v.base.strides is None and all(n in _RESHAPES for n in names):
-            return v
+        if (
+            v.base.strides is None
+            and all(n in _RESHAPES for n in names)
+            and not (reshapes and v.shape is not None and tuple(v.shape) != v.base.shape)
+        ):
+            return v  # a reshape read whole is its buffer; with ``reshapes``, one of another
+            # shape is a contiguous view buffer of that shape (cat, gather, index read shapes)
         if "aten.view.dtype" in names:  # reinterprets bytes: not an index map
             return v
         key = (v.buffer, repr(v.chain))
@@ -1874,7 +1969,7 @@ class _Converter:
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
                 if pending is not None:
-                    v = self._alias(v, pending)
+                    v = self._alias(v, pending, reshapes)
                 if v.buffer not in inputs:
                     inputs.append(v.buffer)
                     metas.append(v.base)
@@ -1899,10 +1994,16 @@ class _Converter:
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         lib = _library(call)
-        if isinstance(lib, str) and any(a.chain for a in call.tensor_args):
+        first = (inputs, metas, call)
+        reshapes = False  # read by arg() (a closure), like pending
+        for mode in (False, True):
+            reshapes = mode
+            if not isinstance(lib, str) or not any(a.chain for a in first[2].tensor_args):
+                break
             # Refused reading views of its inputs: try again reading view buffers (aliases
-            # of the bases, read whole); keep that only if a library op takes it.
-            first = (inputs, metas, call)
+            # of the bases, read whole), then with reshapes as view buffers of their own
+            # shapes too (ops that read shapes: cat, gather, index); keep the first a
+            # library op takes.
             inputs, metas, pending = [], [], {}
             args = arg(tuple(node.args))
             kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
@@ -1910,6 +2011,7 @@ class _Converter:
             again = _library(call)
             if isinstance(again, str):
                 inputs, metas, call = first
+                pending = None
             else:
                 self._commit(pending)
                 lib = again

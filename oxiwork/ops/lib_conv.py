@@ -61,7 +61,17 @@ import numpy as np
 
 from oxiwork.error import InvalidArgument
 from oxiwork.ops import cnames
-from oxiwork.ops.table import FusionClass, OpDef, Shape, _ShapeProblem, get, register
+from oxiwork.ops.table import (
+    FLOAT_COMPUTE,
+    FusionClass,
+    OpDef,
+    Shape,
+    _ShapeProblem,
+    any_dtype,
+    float_dtype,
+    get,
+    register,
+)
 
 __all__ = ["CONV_OPS", "cat_op"]
 
@@ -219,9 +229,10 @@ def _conv_element(
         f"size_t {v}g = {v}k / {z['Kg']};",
         f"float t{j} = 0.0f;",
         f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
-        f"    const float* {v}x = {ptrs[0]} + (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * "
-        f"{z['H']} * {z['W']};",
-        f"    const float* {v}w = {ptrs[1]} + ({v}k * {z['Cg']} + {v}c) * {z['R']} * {z['S']};",
+        # element offsets, not pointers: the inputs are indexed only (typed_pointers), so
+        # float16/bfloat16 buffers are read as floats through the generator's ox_wide
+        f"    size_t {v}x = (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * {z['H']} * {z['W']};",
+        f"    size_t {v}w = ({v}k * {z['Cg']} + {v}c) * {z['R']} * {z['S']};",
         f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
         f"        long long {v}h = (long long)({v}p * {z['sh']} + {v}r * {z['dh']}) - "
         f"(long long){z['pt']};",
@@ -230,8 +241,8 @@ def _conv_element(
         f"            long long {v}c2 = (long long)({v}q * {z['sw']} + {v}s * {z['dw']}) - "
         f"(long long){z['pl']};",
         f"            if ({v}c2 < 0 || {v}c2 >= (long long){z['W']}) continue;",
-        f"            t{j} += {v}x[(size_t){v}h * {z['W']} + (size_t){v}c2] * "
-        f"{v}w[{v}r * {z['S']} + {v}s];",
+        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
+        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
         "        }",
         "    }",
         "}",
@@ -328,8 +339,9 @@ def _max_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray
     return out
 
 
-def _window_loops(j: int, g: Mapping[str, str], body: list[str]) -> list[str]:
-    """C loops over a pooling window at output ``(v{j}_p, v{j}_q)``, skipping padding."""
+def _window_loops(j: int, ptr: str, g: Mapping[str, str], body: list[str]) -> list[str]:
+    """C loops over a pooling window at output ``(v{j}_p, v{j}_q)`` of input ``ptr``,
+    skipping padding."""
     v = f"v{j}_"
     return [
         f"for (size_t {v}r = 0; {v}r < {g['R']}; ++{v}r) {{",
@@ -340,7 +352,7 @@ def _window_loops(j: int, g: Mapping[str, str], body: list[str]) -> list[str]:
         f"        long long {v}c2 = (long long)({v}q * {g['sw']} + {v}s * {g['dw']}) - "
         f"(long long){g['pw']};",
         f"        if ({v}c2 < 0 || {v}c2 >= (long long){g['W']}) continue;",
-        f"        float {v}val = {v}x[(size_t){v}h * {g['W']} + (size_t){v}c2];",
+        f"        float {v}val = {ptr}[{v}x + (size_t){v}h * {g['W']} + (size_t){v}c2];",
         *[f"        {line}" for line in body],
         "    }",
         "}",
@@ -350,10 +362,11 @@ def _window_loops(j: int, g: Mapping[str, str], body: list[str]) -> list[str]:
 _POOL_SIZES = ("C", "H", "W", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
 
 
-def _pool_head(j: int, ptr: str, var: str, z: Mapping[str, str]) -> list[str]:
+def _pool_head(j: int, var: str, z: Mapping[str, str]) -> list[str]:
+    # the (n, c) plane's element offset (inputs are indexed only: typed_pointers)
     v = f"v{j}_"
     lines = _decompose(j, var, [(f"{v}nc", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
-    return [*lines, f"const float* {v}x = {ptr} + {v}nc * {z['H']} * {z['W']};"]
+    return [*lines, f"size_t {v}x = {v}nc * {z['H']} * {z['W']};"]
 
 
 def _max_pool_element(
@@ -367,10 +380,12 @@ def _max_pool_element(
     g = _pool_geometry(ins, params, "max_pool2d")
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, ptrs[0], var, z)
+    lines = _pool_head(j, var, z)
     lines += [f"float t{j} = __int_as_float(0xff800000u);"]
     # NaN wins and stays (v != v), as in PyTorch and the reference.
-    lines += _window_loops(j, z, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"])
+    lines += _window_loops(
+        j, ptrs[0], z, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"]
+    )
     return lines, [(z[name], g[name]) for name in _POOL_SIZES]
 
 
@@ -423,9 +438,9 @@ def _avg_pool_element(
     override = _int(params, "divisor_override", 0)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, ptrs[0], var, z)
+    lines = _pool_head(j, var, z)
     lines += [f"float t{j} = 0.0f;"]
-    lines += _window_loops(j, z, [f"t{j} += {v}val;"])
+    lines += _window_loops(j, ptrs[0], z, [f"t{j} += {v}val;"])
     if override:
         lines.append(f"t{j} /= (float){override};")
     else:
@@ -485,7 +500,7 @@ def _adaptive_element(
     g = {"H": h, "W": w, "P": oh, "Q": ow}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, ptrs[0], var, z)
+    lines = _pool_head(j, var, z)
     lines += [
         f"size_t {v}h0 = {v}p * {z['H']} / {z['P']};",
         f"size_t {v}h1 = (({v}p + 1) * {z['H']} + {z['P']} - 1) / {z['P']};",
@@ -494,7 +509,7 @@ def _adaptive_element(
         f"float t{j} = 0.0f;",
         f"for (size_t {v}h = {v}h0; {v}h < {v}h1; ++{v}h) {{",
         f"    for (size_t {v}c2 = {v}w0; {v}c2 < {v}w1; ++{v}c2) {{",
-        f"        t{j} += {v}x[{v}h * {z['W']} + {v}c2];",
+        f"        t{j} += {ptrs[0]}[{v}x + {v}h * {z['W']} + {v}c2];",
         "    }",
         "}",
         f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));",
@@ -600,8 +615,16 @@ def _cat_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
 
 
 def _cat_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # values are moved, not computed: every dtype as it is (int64 position ids too)
     a = _cat_axis([x.shape for x in xs], params)
-    return np.concatenate([np.asarray(x, F32) for x in xs], axis=a)
+    return np.concatenate(list(xs), axis=a)
+
+
+def _cat_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    # floats promote as element-wise ops do; other dtypes are moved as they are, one dtype
+    if all(d in FLOAT_COMPUTE for d in dtypes):
+        return float_dtype(dtypes, params)
+    return any_dtype(dtypes, params)
 
 
 def _cat_element(
@@ -617,7 +640,8 @@ def _cat_element(
     v = f"v{j}_"
     sizes = [(f"s{j}_inner", inner), (f"s{j}_D", out[a])]
     lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}c", f"s{j}_D"), (f"{v}i", f"s{j}_inner")])
-    lines.append(f"float t{j};")
+    # in the type the inputs compute in (float for float and half arrays, else theirs)
+    lines += [f"typedef decltype(+{ptrs[0]}[0]) T{j};", f"T{j} t{j};"]
     start = 0
     for k, (ptr, s) in enumerate(zip(ptrs, ins, strict=True)):
         d = f"s{j}_d{k}"
@@ -660,6 +684,9 @@ def cat_op(arity: int) -> OpDef:
                 element=_cat_element,
                 shape=_cat_shape,
                 flops_per_element=0.0,
+                dtype=_cat_dtype,
+                widen=False,
+                typed_pointers=True,
             )
         )
     return op
@@ -684,6 +711,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_conv_element,
         shape=_conv_shape,
         cost=_conv_cost,
+        typed_pointers=True,
     ),
     # the same convolution plus a bias per output channel (one OpDef per arity)
     OpDef(
@@ -695,6 +723,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_conv_element,
         shape=_conv_shape,
         cost=_conv_cost,
+        typed_pointers=True,
     ),
     OpDef(
         "max_pool2d",
@@ -705,6 +734,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_max_pool_element,
         shape=_max_pool_shape,
         cost=_pool_cost,
+        typed_pointers=True,
     ),
     OpDef(
         "avg_pool2d",
@@ -715,6 +745,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_avg_pool_element,
         shape=_avg_pool_shape,
         cost=_pool_cost,
+        typed_pointers=True,
     ),
     OpDef(
         "adaptive_avg_pool2d",
@@ -725,6 +756,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_adaptive_element,
         shape=_adaptive_shape,
         cost=_adaptive_cost,
+        typed_pointers=True,
     ),
     OpDef(
         "constant_pad",
@@ -735,6 +767,7 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_pad_element,
         shape=_pad_shape,
         flops_per_element=0.0,
+        typed_pointers=True,
     ),
 )
 

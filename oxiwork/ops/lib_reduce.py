@@ -268,11 +268,13 @@ def _gemm_element(
             f"size_t {bi} = {var} / {s}mn;",
             f"size_t {mi} = ({var} % {s}mn) / {s}n;",
             f"size_t {ni} = {var} % {s}n;",
-            f"const float* pa{j} = {a} + {s}aoffset + {bi} * {s}abatch + {mi} * {s}arow;",
-            f"const float* pb{j} = {b} + {s}boffset + {bi} * {s}bbatch + {ni} * {s}bcol;",
+            # element offsets, not pointers: the operands are indexed only (typed_pointers),
+            # so half-precision buffers are read through the code generator's ox_wide
+            f"size_t pa{j} = {s}aoffset + {bi} * {s}abatch + {mi} * {s}arow;",
+            f"size_t pb{j} = {s}boffset + {bi} * {s}bbatch + {ni} * {s}bcol;",
             f"float t{j} = 0.0f;",
             f"for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
-            f"    t{j} += pa{j}[q{j} * {s}acol] * pb{j}[q{j} * {s}brow];",
+            f"    t{j} += {a}[pa{j} + q{j} * {s}acol] * {b}[pb{j} + q{j} * {s}brow];",
             "}",
         ]
         if g.c is not None:
@@ -336,6 +338,7 @@ def _gemm_op(name: str, layout: LayoutFn, arity: int, scaled: bool) -> OpDef:
         element=_gemm_element(checked, scaled),
         shape=lambda shapes, params: checked(shapes).out,
         cost=_gemm_cost(checked),
+        typed_pointers=True,
     )
 
 
@@ -500,23 +503,23 @@ def _attention_element(a: Attention) -> Callable[..., tuple[list[str], list[tupl
             f"size_t b{j} = {g} / {s}md;",
             f"size_t m{j} = ({g} % {s}md) / {s}d;",
             f"size_t e{j} = {g} % {s}d;",
-            f"const float* pq{j} = {q} + {s}qoffset + b{j} * {s}qbatch + m{j} * {s}qrow;",
-            f"const float* pk{j} = {kt} + {s}koffset + b{j} * {s}kbatch;",
-            f"const float* pv{j} = {v} + {s}voffset + b{j} * {s}vbatch + e{j} * {s}vcol;",
+            # element offsets, not pointers (typed_pointers: half operands via ox_wide)
+            f"size_t pq{j} = {s}qoffset + b{j} * {s}qbatch + m{j} * {s}qrow;",
+            f"size_t pk{j} = {s}koffset + b{j} * {s}kbatch;",
+            f"size_t pv{j} = {s}voffset + b{j} * {s}vbatch + e{j} * {s}vcol;",
         ]
         if a.mask is not None:
             mk = ptrs[a.inputs[3]]
-            lines.append(
-                f"const float* pm{j} = {mk} + {s}moffset + b{j} * {s}mbatch + m{j} * {s}mrow;"
-            )
-        mask = f" + pm{j}[c{j} * {s}mcol]" if a.mask is not None else ""
+            lines.append(f"size_t pm{j} = {s}moffset + b{j} * {s}mbatch + m{j} * {s}mrow;")
+        mask = f" + {mk}[pm{j} + c{j} * {s}mcol]" if a.mask is not None else ""
 
         def score(body: list[str]) -> list[str]:
             return [
                 f"for (size_t c{j} = 0; c{j} < {s}n; ++c{j}) {{",
                 f"    float x{j} = 0.0f;",
                 f"    for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
-                f"        x{j} += pq{j}[q{j} * {s}qcol] * pk{j}[q{j} * {s}krow + c{j} * {s}kcol];",
+                f"        x{j} += {q}[pq{j} + q{j} * {s}qcol] * "
+                f"{kt}[pk{j} + q{j} * {s}krow + c{j} * {s}kcol];",
                 "    }",
                 f"    x{j} = ((x{j} * {{alpha}}) / {{divisor}}){mask};",
                 *(f"    {ln}" for ln in body),
@@ -527,7 +530,7 @@ def _attention_element(a: Attention) -> Callable[..., tuple[list[str], list[tupl
         lines += [f"float sm{j} = 0.0f;", *score([f"sm{j} += expf(x{j} - mx{j});"])]
         lines += [
             f"float t{j} = 0.0f;",
-            *score([f"t{j} += (expf(x{j} - mx{j}) / sm{j}) * pv{j}[c{j} * {s}vrow];"]),
+            *score([f"t{j} += (expf(x{j} - mx{j}) / sm{j}) * {v}[pv{j} + c{j} * {s}vrow];"]),
         ]
         return lines, sizes
 
@@ -630,6 +633,7 @@ def strided_attention(
             element=_attention_element(a),
             shape=shape,
             cost=cost,
+            typed_pointers=True,
         )
     )
 

@@ -89,6 +89,7 @@ from oxiwork.graph import ComputeGraph, DenseGraph
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
+from oxiwork.verify import carry_node_rules
 
 __all__ = [
     "EXACT_CHAIN_LIMIT",
@@ -703,9 +704,13 @@ def _realize(
     count = [0] * k
     for x in full:
         s = sidx[stream_of[x]]
-        c = [-1] * k
-        for p in preds.get(x, ()):
-            c = list(map(max, c, clock[p]))
+        ps = preds.get(x)
+        if not ps:
+            c = [-1] * k
+        elif len(ps) == 1:
+            c = clock[ps[0]][:]
+        else:
+            c = list(map(max, *[clock[p] for p in ps]))
         prev = tail[s]
         if prev is not None and c[s] < count[s] - 1:
             edges.append((prev, x))
@@ -723,6 +728,7 @@ def _realize(
     )
     share_bound(graph, new_graph)  # only streams changed: kernels bind as before
     cost.restreamed_costs(graph, new_graph)  # and cost as before (events are new)
+    carry_node_rules(graph, new_graph)  # and pass the node rules as before
     return _Realized(
         new_graph,
         tuple(events),
@@ -940,11 +946,16 @@ def _assign_streams(
         ("list_schedule", _list_schedule(d, cost, prio, pins, max_streams)),
         ("merged_chains", _merge_chains(merged_from, asap, alap, cost, pins, max_streams)),
     ):
-        makespan = _simulate(d, cost, stream, prio)
-        need = _needed_events(d, stream, prio, free)
-        candidates.append((makespan, len(need), method, stream, need))
+        candidates.append((_simulate(d, cost, stream, prio), method, stream))
     best = min(candidates, key=lambda c: c[0])
-    close = [c for c in candidates if c[0] <= best[0] * 1.001]
+    # Only the candidates within 0.1% of the best makespan compete on events, so only
+    # theirs are counted (an O(E x streams) walk each).
+    close = [
+        (makespan, len(need), method, stream, need)
+        for makespan, method, stream in candidates
+        if makespan <= best[0] * 1.001
+        for need in (_needed_events(d, stream, prio, free),)
+    ]
     _, _, method, stream, need = min(close, key=lambda c: (c[1], c[0]))
     return _finish(
         graph,
