@@ -110,6 +110,8 @@ CTYPES: dict[str, tuple[type, int, Any]] = {
     "float": (np.float32, 4, ctypes.c_float),
     "size_t": (np.uint64, 8, ctypes.c_uint64),
     "int": (np.int32, 4, ctypes.c_int32),
+    # an int64 op's scalar parameter (``ids + 1`` computed exactly)
+    "long long": (np.int64, 8, ctypes.c_int64),
     # a cudaGraphConditionalHandle (unsigned long long); its value is a ("handle", k) Ref
     "handle": (np.uint64, 8, ctypes.c_uint64),
 }
@@ -440,7 +442,7 @@ def pack_args(args: Sequence[KernelArg], resolve: Callable[[Ref], int]) -> Packe
             )
         dtype = spec[0]
         raw = resolve(a.value) if a.ctype in ("ptr", "handle") else a.value
-        if a.ctype in ("size_t", "int", "ptr", "handle"):
+        if a.ctype in ("size_t", "int", "long long", "ptr", "handle"):
             info = np.iinfo(dtype)
             if isinstance(raw, float) and not float(raw).is_integer():
                 raise InvalidArgument(f"kernel argument {a.name!r} must be an integer, got {raw!r}")

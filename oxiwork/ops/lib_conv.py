@@ -61,7 +61,17 @@ import numpy as np
 
 from oxiwork.error import InvalidArgument
 from oxiwork.ops import cnames
-from oxiwork.ops.table import FusionClass, OpDef, Shape, _ShapeProblem, get, register
+from oxiwork.ops.table import (
+    FLOAT_COMPUTE,
+    FusionClass,
+    OpDef,
+    Shape,
+    _ShapeProblem,
+    any_dtype,
+    float_dtype,
+    get,
+    register,
+)
 
 __all__ = ["CONV_OPS", "cat_op"]
 
@@ -605,8 +615,16 @@ def _cat_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
 
 
 def _cat_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # values are moved, not computed: every dtype as it is (int64 position ids too)
     a = _cat_axis([x.shape for x in xs], params)
-    return np.concatenate([np.asarray(x, F32) for x in xs], axis=a)
+    return np.concatenate(list(xs), axis=a)
+
+
+def _cat_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    # floats promote as element-wise ops do; other dtypes are moved as they are, one dtype
+    if all(d in FLOAT_COMPUTE for d in dtypes):
+        return float_dtype(dtypes, params)
+    return any_dtype(dtypes, params)
 
 
 def _cat_element(
@@ -622,7 +640,8 @@ def _cat_element(
     v = f"v{j}_"
     sizes = [(f"s{j}_inner", inner), (f"s{j}_D", out[a])]
     lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}c", f"s{j}_D"), (f"{v}i", f"s{j}_inner")])
-    lines.append(f"float t{j};")
+    # in the type the inputs compute in (float for float and half arrays, else theirs)
+    lines += [f"typedef decltype(+{ptrs[0]}[0]) T{j};", f"T{j} t{j};"]
     start = 0
     for k, (ptr, s) in enumerate(zip(ptrs, ins, strict=True)):
         d = f"s{j}_d{k}"
@@ -665,6 +684,8 @@ def cat_op(arity: int) -> OpDef:
                 element=_cat_element,
                 shape=_cat_shape,
                 flops_per_element=0.0,
+                dtype=_cat_dtype,
+                widen=False,
                 typed_pointers=True,
             )
         )

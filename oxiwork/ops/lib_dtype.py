@@ -15,7 +15,14 @@
   fuse after it. The reference refuses an index outside ``[0, rows)`` (as torch does);
   the generated C, which cannot raise, writes NaN there.
 - ``gather`` (``torch.gather(x, dim, index)``): ``out[i] = x[i with i[dim] = index[i]]``,
-  the same dtypes and out-of-range rule as ``embedding``; ``dim`` is a parameter.
+  int64/int32 indices, an input of any dtype (BERT gathers its int64 token types); the
+  out-of-range rule of ``embedding`` (NaN for floats, 0 for integers in the C); ``dim`` is
+  a parameter.
+- ``index_<k>`` (:func:`index_op`, ``x[i0, ..., ik-1]``, ``aten.index.Tensor``): the
+  leading ``k`` axes indexed by integer tensors broadcast together (GPT-2's mask builder
+  reads position ids so), out-element-wise like ``gather``.
+- ``cumsum`` along parameter ``dim``: bool and integers sum exactly in int64, floats in
+  float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
 
 Example
 -------
@@ -31,10 +38,13 @@ array([[[4., 5.],
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from oxiwork.error import InvalidArgument
+from oxiwork.ops import cnames
 from oxiwork.ops.table import (
     COMPUTE_DTYPES,
     HALF_DTYPES,
@@ -43,10 +53,22 @@ from oxiwork.ops.table import (
     OpDef,
     Shape,
     _ShapeProblem,
+    broadcast_shape,
+    float_dtype,
+    get,
     register,
 )
 
-__all__ = ["CASTS", "DTYPE_OPS", "EMBEDDING", "GATHER", "cast_name"]
+__all__ = [
+    "CASTS",
+    "CUMSUM",
+    "DTYPE_OPS",
+    "EMBEDDING",
+    "GATHER",
+    "cast_name",
+    "index_op",
+    "typed_value",
+]
 
 _FLOATS = ("float32", "float16", "bfloat16")
 _INDEX = ("int64", "int32")
@@ -178,6 +200,35 @@ EMBEDDING = OpDef(
 
 
 # ----------------------------------------------------------------------------- gather
+def typed_value(j: int, ptr: str, ok: str, at: str) -> list[str]:
+    """C lines defining ``t{j}``, element ``at`` of ``ptr`` when ``ok`` holds, in the type
+    the pointer's elements compute in (``T{j}``: float for float and half arrays, the
+    integer type for integers, int for bool); otherwise NaN for floats and 0 for integers
+    (generated code cannot raise where the reference refuses an index).
+
+    >>> typed_value(0, "in0", "ok0", "o0")[1]
+    'T0 t0 = (ok0) ? (T0)in0[o0] : (T0)((T0)0.5f == (T0)0 ? 0.0f : __int_as_float(0x7fc00000));'
+    """
+    # (T)0.5f == (T)0 only for an integer T: the NaN branch is never taken for it
+    return [
+        f"typedef decltype(+{ptr}[0]) T{j};",
+        f"T{j} t{j} = ({ok}) ? (T{j}){ptr}[{at}] : "
+        f"(T{j})((T{j})0.5f == (T{j})0 ? 0.0f : __int_as_float(0x7fc00000));",
+    ]
+
+
+def _gather_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    x, idx = dtypes
+    if x not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
+    if idx not in _INDEX:
+        raise DtypeProblem(
+            f"the indices (input 1) are {idx}; gathers take int64 or int32 indices: cast "
+            "them first (op 'cast_int64')"
+        )
+    return x
+
+
 def _gather_axis(shapes: Sequence[Shape], params: Mapping[str, float]) -> int:
     x = shapes[0]
     d = params["dim"]
@@ -242,10 +293,7 @@ def _gather_element(
         coord = f"(size_t){r}" if k == axis else f"({rest} % {e})"
         lines += [f"{off} += {coord} * {t};", f"{rest} /= {e};"]
         sizes += [(e, out[k]), (t, strides[k])]
-    lines.append(
-        f"float t{j} = ({r} >= 0 && {r} < (long long)s{j}_n) ? {x}[{off}] : "
-        "__int_as_float(0x7fc00000);"
-    )
+    lines += typed_value(j, x, f"{r} >= 0 && {r} < (long long)s{j}_n", off)
     return lines, sizes
 
 
@@ -259,12 +307,212 @@ GATHER = OpDef(
     shape=_gather_shape,
     flops_per_element=0.0,
     cost=lambda ins, out: (0.0, 4.0 * 3 * int(np.prod(out))),
-    dtype=_embedding_dtype,
+    dtype=_gather_dtype,
     widen=False,
     typed_pointers=True,
 )
 
-DTYPE_OPS: tuple[OpDef, ...] = (*CASTS, EMBEDDING, GATHER)
+
+# ----------------------------------------------------------------------------- index
+def _index_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, *idx = shapes
+    if len(idx) > len(x):
+        raise _ShapeProblem(f"{len(idx)} index tensors index an input of {len(x)} axes {x}")
+    return (*broadcast_shape(idx), *x[len(idx) :])
+
+
+def _index(xs: Sequence[np.ndarray]) -> np.ndarray:
+    x, *idx = xs
+    for k, ix in enumerate(idx):
+        n = x.shape[k]
+        bad = (ix < -n) | (ix >= n)
+        if bad.any():
+            first = int(np.asarray(ix)[bad].reshape(-1)[0])
+            raise IndexError(
+                f"index {first} is out of range for axis {k} of extent {n}; indices must be "
+                f"in [-{n}, {n})"
+            )
+    # numpy's advanced indexing of the leading axes is torch's: the index tensors
+    # broadcast together, the axes left over follow, a negative index counts from the end
+    return x[tuple(ix.astype(np.int64) for ix in idx)]
+
+
+def _row_major(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return strides
+
+
+def _index_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # out = (broadcast index shape B) + (x's axes after the indexed ones): split the output
+    # index into coordinates; each index tensor is read at its broadcast position in B, and
+    # x at (the indices read, then the remaining coordinates)
+    x, *ix = ptrs
+    xshape, idx = ins[0], ins[1:]
+    nb = len(out) - (len(xshape) - len(idx))
+    xst = _row_major(xshape)
+    sizes: list[tuple[str, int]] = []
+    lines = [f"size_t q{j} = {var};"]
+    for a in range(len(out) - 1, -1, -1):
+        e = f"s{j}_e{a}"
+        sizes.append((e, out[a]))
+        lines += [f"size_t c{j}_{a} = q{j} % {e};", f"q{j} /= {e};"]
+    ok, off = f"ok{j}", f"o{j}"
+    lines += [f"bool {ok} = true;", f"size_t {off} = 0;"]
+    for p, (ptr, shape) in enumerate(zip(ix, idx, strict=True)):
+        pad = nb - len(shape)  # an index tensor aligns at the last axis of B
+        ist = _row_major(shape)
+        terms = []
+        for a, (d, st) in enumerate(zip(shape, ist, strict=True)):
+            if d != 1:
+                name = f"s{j}_i{p}s{a}"
+                sizes.append((name, st))
+                terms.append(f"c{j}_{pad + a} * {name}")
+        n = f"s{j}_n{p}"
+        sizes += [(n, xshape[p]), (f"s{j}_x{p}", xst[p])]
+        r = f"r{j}_{p}"
+        lines += [
+            f"long long {r} = (long long){ptr}[{' + '.join(terms) or '0'}];",
+            f"if ({r} < 0) {r} += (long long){n};",
+            f"{ok} = {ok} && {r} >= 0 && {r} < (long long){n};",
+            f"{off} += (size_t)({ok} ? {r} : 0) * s{j}_x{p};",
+        ]
+    for a in range(nb, len(out)):
+        k = len(idx) + a - nb
+        name = f"s{j}_x{k}"
+        sizes.append((name, xst[k]))
+        lines.append(f"{off} += c{j}_{a} * {name};")
+    lines += typed_value(j, x, ok, off)
+    return lines, sizes
+
+
+def _index_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    x, *idx = dtypes
+    if x not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
+    for k, d in enumerate(idx, start=1):
+        if d not in _INDEX:
+            raise DtypeProblem(
+                f"index {k} is {d}; advanced indexing here takes int64 or int32 index "
+                "tensors (a bool mask has a data-dependent shape): cast it first (op "
+                "'cast_int64')"
+            )
+    return x
+
+
+def index_op(count: int) -> OpDef:
+    """The op indexing the leading ``count`` axes of its input by ``count`` integer index
+    tensors (``x[i0, i1]``, ``aten.index.Tensor`` without ``None``), ``index_<count>``,
+    registered on first use (an op has a fixed number of inputs).
+
+    Out-element-wise, like :data:`GATHER`: the output element reads the index tensors at
+    its broadcast position and the input where they point; a negative index counts from
+    the end; the reference refuses one out of range (as torch does), the C gives NaN or 0.
+
+    >>> import numpy as np
+    >>> x = np.arange(6).reshape(2, 3)
+    >>> index_op(2).reference([x, np.array([[1], [0]]), np.array([0, -1])])
+    array([[3, 5],
+           [0, 2]])
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count < cnames.MAX_ARITY:
+        raise InvalidArgument(
+            f"index_op needs 1 to {cnames.MAX_ARITY - 1} index tensors, got {count!r}"
+        )
+    name = f"index_{count}"
+    op = get(name)
+    if op is None:
+        op = register(
+            OpDef(
+                name,
+                FusionClass.OUT_ELEMENTWISE,
+                count + 1,
+                reference=_index,
+                element=_index_element,
+                shape=_index_shape,
+                flops_per_element=0.0,
+                cost=lambda ins, out: (0.0, 4.0 * (1 + len(ins)) * int(np.prod(out))),
+                dtype=_index_dtype,
+                widen=False,
+                typed_pointers=True,
+            )
+        )
+    return op
+
+
+# ----------------------------------------------------------------------------- cumsum
+def _cumsum_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    # torch: bool and integers sum in int64, floats in their own dtype (float32 math)
+    if dtypes[0] in ("bool", *_INDEX):
+        return "int64"
+    return float_dtype(dtypes, params)
+
+
+def _cumsum_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    _gather_axis(shapes, params)  # dim must be an axis
+    return tuple(shapes[0])
+
+
+def _cumsum(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
+    x = xs[0]
+    out = np.int64 if x.dtype.kind in "biu" else np.float32
+    return np.cumsum(x, axis=int(dim) % max(1, x.ndim), dtype=out)
+
+
+def _cumsum_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # the output element at coordinate c along the axis sums the input from 0 to c, in
+    # order (numpy's cumsum order); integers in long long, floats in float
+    (x,) = ptrs
+    axis = _gather_axis(ins, params)
+    inner = math.prod(out[axis + 1 :])
+    n, sin = f"s{j}_n", f"s{j}_inner"
+    lines = [
+        f"typedef decltype({x}[0] + (long long)0) T{j};",
+        f"size_t c{j} = ({var} / {sin}) % {n};",
+        f"size_t b{j} = {var} - c{j} * {sin};",
+        f"T{j} t{j} = 0;",
+        f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
+        f"    t{j} += {x}[b{j} + q{j} * {sin}];",
+        "}",
+    ]
+    return lines, [(n, out[axis]), (sin, inner)]
+
+
+def _cumsum_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # each output element sums its prefix: (n + 1) / 2 additions on average along the axis
+    n = max(ins[0]) if ins[0] else 1
+    return float(np.prod(out)) * (n + 1) / 2, 4.0 * 2 * int(np.prod(out))
+
+
+CUMSUM = OpDef(
+    "cumsum",
+    FusionClass.OUT_ELEMENTWISE,
+    1,
+    reference=_cumsum,
+    params=(("dim", -1.0),),
+    element=_cumsum_element,
+    shape=_cumsum_shape,
+    cost=_cumsum_cost,
+    dtype=_cumsum_dtype,
+    typed_pointers=True,
+)
+
+DTYPE_OPS: tuple[OpDef, ...] = (*CASTS, EMBEDDING, GATHER, CUMSUM)
 
 for _op in DTYPE_OPS:
     register(_op)

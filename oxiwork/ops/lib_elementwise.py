@@ -11,9 +11,16 @@ so a batch norm after a convolution or a matmul fuses as the head's epilogue, re
 The ops compute what PyTorch computes, IEEE special values included (a NaN stays NaN
 through hardtanh, ``gelu(-0.0)`` is ``+0.0``, ``pow(x, 0.5)`` is ``sqrt`` as torch
 specialises it): the importer (:mod:`oxiwork.importers.torch`) maps ATen ops onto them,
-and the tests compare them with torch on special values. Every value is float32;
-comparisons give 1.0 or 0.0, and ``where`` takes a float condition (non-zero is true),
-until the op table carries bool.
+and the tests compare them with torch on special values.
+
+bool and integers (:data:`BOOL_OPS`, and the arithmetic of :mod:`oxiwork.ops.table`):
+comparisons (``eq``... ``ge``, and ``<name>_scalar`` against a number) give bool;
+``where`` selects by a bool condition (any value: non-zero is true) between branches of
+one dtype; ``bitwise_and/or/xor`` take bool or one integer dtype, ``bitwise_not``
+integers (the negation of a bool is ``logical_not``); ``logical_*`` take anything and give
+bool. Integer ``add``/``sub``/``mul`` and the scalar ops compute exactly in the
+integer's own C type: a scalar parameter of an integer op is a whole number, passed to
+the kernel as that type (``long long``), never through a float.
 
 Example
 -------
@@ -28,6 +35,8 @@ array([[0., 0.],
        [2., 2.]], dtype=float32)
 >>> ops.get("hardtanh").reference([np.array([-3, np.nan, 0.5], np.float32)], min_val=-1, max_val=1)
 array([-1. ,  nan,  0.5], dtype=float32)
+>>> ops.get("ge_scalar").reference([np.array([2**40, -1])], other=0)
+array([ True, False])
 
 References
 ----------
@@ -42,12 +51,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from oxiwork.ops.table import FusionClass, OpDef, Shape, _ew, _ShapeProblem, register
+from oxiwork.ops.table import (
+    COMPUTE_DTYPES,
+    FLOAT_COMPUTE,
+    INT_DTYPES,
+    DtypeProblem,
+    FusionClass,
+    OpDef,
+    Shape,
+    _ew,
+    _ShapeProblem,
+    float_dtype,
+    numeric_dtype,
+    register,
+    typed_scalar,
+)
 
-__all__ = ["ELEMENTWISE_OPS", "channel_align"]
+__all__ = ["BOOL_OPS", "ELEMENTWISE_OPS", "channel_align"]
 
 F32 = np.float32
 Arrays = Sequence[np.ndarray]
@@ -188,14 +212,62 @@ def _pow(xs: Arrays, *, exponent: float) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- where, compare
+def _value_dtype(dtypes: Sequence[str], params: Mapping[str, float], what: str) -> str:
+    """The one dtype ``dtypes`` (values compared or selected) compute in: floats promote
+    as :func:`float_dtype`; integers and bool must agree (torch would promote them: cast)."""
+    if all(d in FLOAT_COMPUTE for d in dtypes):
+        return float_dtype(dtypes, params)
+    first = dtypes[0]
+    for k, d in enumerate(dtypes):
+        if d not in COMPUTE_DTYPES:
+            raise DtypeProblem(f"input {k} is {d}, which kernels do not compute on")
+        if d != first:
+            to = "float32" if {first, d} & set(FLOAT_COMPUTE) else "int64"
+            raise DtypeProblem(
+                f"{what} {first} and {d} values; torch would promote them: cast them to one "
+                f"dtype first (op 'cast_{to}')"
+            )
+    if first in INT_DTYPES:
+        for p, v in params.items():
+            if not float(v).is_integer():
+                raise DtypeProblem(
+                    f"input 0 is {first} but the scalar {p}={v!r} is not a whole number; "
+                    "torch compares that in float: cast the input first (op 'cast_float32')"
+                )
+    return first
+
+
+def _where_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    # the condition: bool (or any value, non-zero is true); the branches: one dtype
+    if dtypes[0] not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the condition (input 0) is {dtypes[0]}; give it as bool")
+    return _value_dtype(dtypes[1:], params, "it selects between")
+
+
+def _compare_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    _value_dtype(dtypes, params, "it compares")
+    return "bool"
+
+
 def _where(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
     c, a, b = xs
-    return _into(np.where(c != 0, a, b), out)
+    r = np.where(c != 0, a, b)  # in the branches' dtype: integers stay exact
+    if out is None:
+        return r
+    np.copyto(out, r, casting="unsafe")
+    return out
 
 
 def _compare(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
-    def fn(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
-        return _into(ufunc(xs[0], xs[1]).astype(F32), out)
+    def fn(xs: Arrays) -> np.ndarray:
+        return ufunc(xs[0], xs[1])
+
+    return fn
+
+
+def _compare_scalar(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays, *, other: float) -> np.ndarray:
+        return ufunc(xs[0], typed_scalar(xs[0], other))
 
     return fn
 
@@ -211,14 +283,114 @@ _UFUNCS = {
 }
 
 
-def _scalar(name: str, ufunc: np.ufunc, expr: str, *, swap: bool = False) -> OpDef:
+# ----------------------------------------------------------------------------- bool, bits
+def _bits_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """bitwise and/or/xor: bool or one integer dtype, the result in it."""
+    first = dtypes[0]
+    for k, d in enumerate(dtypes):
+        if d not in ("bool", *sorted(INT_DTYPES)):
+            raise DtypeProblem(
+                f"input {k} is {d}; bitwise ops take bool or integers: compare it first "
+                "(op 'ne_scalar' with other=0), or cast it (op 'cast_bool')"
+            )
+        if d != first:
+            raise DtypeProblem(
+                f"input 0 is {first} but input {k} is {d}; bitwise ops take one dtype: cast "
+                "one of them first (op 'cast_int64')"
+            )
+    return first
+
+
+def _not_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] == "bool":
+        raise DtypeProblem("input 0 is bool; its negation is op 'logical_not' (~ of a bool)")
+    if dtypes[0] not in INT_DTYPES:
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; bitwise_not takes integers: cast it first (op 'cast_int64')"
+        )
+    return dtypes[0]
+
+
+def _logical_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    for k, d in enumerate(dtypes):
+        if d not in COMPUTE_DTYPES:
+            raise DtypeProblem(f"input {k} is {d}, which kernels do not compute on")
+    return "bool"
+
+
+def _bits(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays) -> np.ndarray:
+        return ufunc(*xs)
+
+    return fn
+
+
+def _truth(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x) != 0  # NaN is true, as in C and torch
+
+
+def _logical(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays) -> np.ndarray:
+        return ufunc(*(_truth(x) for x in xs))
+
+    return fn
+
+
+def _bool_op(
+    name: str, arity: int, fn: Callable[..., np.ndarray], expr: str, rule: Any, **kw: Any
+) -> OpDef:
+    # results in the rule's dtype (bool, or the integers'); half inputs widen exactly
+    return _ew(name, arity, fn, expr, dtype=rule, inplace=False, **kw)
+
+
+BOOL_OPS: tuple[OpDef, ...] = (
+    *(
+        _bool_op(name, 2, _compare(_UFUNCS[name]), f"(({{0}}) {sym} ({{1}}))", _compare_dtype)
+        for name, sym in _COMPARISONS.items()
+    ),
+    # a tensor against a number (``ids >= 0``); an integer input takes a whole number,
+    # passed to the kernel in the input's C type so the comparison is exact
+    *(
+        _bool_op(
+            f"{name}_scalar",
+            1,
+            _compare_scalar(_UFUNCS[name]),
+            f"(({{0}}) {sym} ({{other}}))",
+            _compare_dtype,
+            params=(("other", 0.0),),
+        )
+        for name, sym in _COMPARISONS.items()
+    ),
+    _bool_op("bitwise_and", 2, _bits(np.bitwise_and), "(({0}) & ({1}))", _bits_dtype),
+    _bool_op("bitwise_or", 2, _bits(np.bitwise_or), "(({0}) | ({1}))", _bits_dtype),
+    _bool_op("bitwise_xor", 2, _bits(np.bitwise_xor), "(({0}) ^ ({1}))", _bits_dtype),
+    _bool_op("bitwise_not", 1, _bits(np.invert), "(~({0}))", _not_dtype),
+    _bool_op(
+        "logical_and", 2, _logical(np.logical_and), "(({0}) != 0 && ({1}) != 0)", _logical_dtype
+    ),
+    _bool_op(
+        "logical_or", 2, _logical(np.logical_or), "(({0}) != 0 || ({1}) != 0)", _logical_dtype
+    ),
+    _bool_op(
+        "logical_xor", 2, _logical(np.logical_xor), "((({0}) != 0) != (({1}) != 0))", _logical_dtype
+    ),
+    _bool_op("logical_not", 1, _logical(np.logical_not), "(({0}) == 0)", _logical_dtype),
+)
+
+
+def _scalar(
+    name: str, ufunc: np.ufunc, expr: str, *, swap: bool = False, ints: bool = True
+) -> OpDef:
     # a tensor and a Python number: the number is the parameter ``other`` (a kernel
-    # argument), not lost and not a buffer
+    # argument), not lost and not a buffer; on integers it is a whole number in the
+    # input's type (the kernel takes it as that C type), so the result is exact
     def fn(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
-        o = F32(other)
+        o = typed_scalar(xs[0], other)
         return ufunc(o, xs[0], out=out) if swap else ufunc(xs[0], o, out=out)
 
-    return _ew(name, 1, fn, expr, params=(("other", 1.0),))
+    return _ew(
+        name, 1, fn, expr, params=(("other", 1.0),), dtype=numeric_dtype if ints else float_dtype
+    )
 
 
 ELEMENTWISE_OPS: tuple[OpDef, ...] = (
@@ -258,13 +430,11 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
     _scalar("add_scalar", np.add, "({0} + {other})"),
     _scalar("sub_scalar", np.subtract, "({0} - {other})"),
     _scalar("rsub_scalar", np.subtract, "({other} - {0})", swap=True),
-    _scalar("div_scalar", np.divide, "({0} / {other})"),
-    _ew("where", 3, _where, "(({0}) != 0.0f ? ({1}) : ({2}))"),
-    *(
-        _ew(name, 2, _compare(_UFUNCS[name]), f"(({{0}}) {sym} ({{1}}) ? 1.0f : 0.0f)")
-        for name, sym in _COMPARISONS.items()
-    ),
+    _scalar("div_scalar", np.divide, "({0} / {other})", ints=False),
+    # the condition is bool (any value: non-zero is true, NaN included); the branches of one
+    # dtype (floats promote), integers selected exactly
+    _ew("where", 3, _where, "(({0}) != 0 ? ({1}) : ({2}))", dtype=_where_dtype),
 )
 
-for _op in ELEMENTWISE_OPS:
+for _op in (*ELEMENTWISE_OPS, *BOOL_OPS):
     register(_op)

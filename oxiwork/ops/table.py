@@ -53,6 +53,7 @@ from oxiwork.validate import MAX_PARAMS
 __all__ = [
     "COMPUTE_DTYPES",
     "HALF_DTYPES",
+    "INT_DTYPES",
     "REGISTRY",
     "DtypeProblem",
     "DtypeRule",
@@ -69,9 +70,11 @@ __all__ = [
     "get",
     "infer_dtype",
     "infer_shape",
+    "numeric_dtype",
     "output_dtype",
     "reduction_terms",
     "register",
+    "typed_scalar",
     "widen",
 ]
 
@@ -120,6 +123,9 @@ FLOAT_COMPUTE = ("float32", "float16", "bfloat16")
 COMPUTE_DTYPES: frozenset[str] = frozenset({*FLOAT_COMPUTE, "int64", "int32", "bool"})
 # Stored in 2 bytes, computed in float32 (widened on load, rounded once per op).
 HALF_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16"})
+# Integers compute exactly in their own C type (no float round trip); overflow wraps, as
+# in numpy and torch (two's complement, what CUDA's integer units do).
+INT_DTYPES: frozenset[str] = frozenset({"int64", "int32"})
 
 DtypeRule = Callable[[Sequence[str], Mapping[str, float]], "str | None"]
 
@@ -145,6 +151,51 @@ def float_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
             )
     first = dtypes[0]
     return first if all(d == first for d in dtypes) else "float32"
+
+
+def numeric_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """Arithmetic (add, sub, mul and their scalar forms): floats by :func:`float_dtype`, or
+    every input the same integer dtype, computed exactly in it. A scalar parameter of an
+    integer op must be a whole number (torch computes ``int64 + 0.5`` in float: cast first).
+
+    >>> numeric_dtype(["int64", "int64"], {}), numeric_dtype(["bfloat16"], {"other": 0.5})
+    ('int64', 'bfloat16')
+    >>> numeric_dtype(["int64", "int32"], {})
+    Traceback (most recent call last):
+    ...
+    oxiwork.ops.table.DtypeProblem: input 0 is int64 but input 1 is int32; integer arithmetic takes one integer dtype: cast one of them first (op 'cast_int64')
+    >>> numeric_dtype(["int64"], {"other": 0.5})
+    Traceback (most recent call last):
+    ...
+    oxiwork.ops.table.DtypeProblem: input 0 is int64 but the scalar other=0.5 is not a whole number; torch computes that in float: cast the input first (op 'cast_float32')
+    """
+    if dtypes[0] not in INT_DTYPES:
+        return float_dtype(dtypes, params)
+    first = dtypes[0]
+    for k, d in enumerate(dtypes):
+        if d != first:
+            to = "int64" if {first, d} <= INT_DTYPES else "float32"
+            raise DtypeProblem(
+                f"input 0 is {first} but input {k} is {d}; integer arithmetic takes one "
+                f"integer dtype: cast one of them first (op 'cast_{to}')"
+            )
+    for p, v in params.items():
+        if not float(v).is_integer():
+            raise DtypeProblem(
+                f"input 0 is {first} but the scalar {p}={v!r} is not a whole number; torch "
+                "computes that in float: cast the input first (op 'cast_float32')"
+            )
+    return first
+
+
+def typed_scalar(x: np.ndarray, v: float) -> Any:
+    """The scalar parameter ``v`` in the type an op on ``x`` computes with: ``x``'s own
+    integer type (exact, as the generated C passes it), else float32.
+
+    >>> typed_scalar(np.arange(2), 3.0), typed_scalar(np.ones(1, np.float32), 0.1)
+    (np.int64(3), np.float32(0.1))
+    """
+    return x.dtype.type(v) if x.dtype.kind in "iu" else F32(v)
 
 
 def any_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
@@ -1085,13 +1136,33 @@ _BUILTINS: tuple[OpDef, ...] = (
     _ew(
         "scale",
         1,
-        lambda xs, out=None, *, alpha: np.multiply(xs[0], F32(alpha), out=out),
+        lambda xs, out=None, *, alpha: np.multiply(xs[0], typed_scalar(xs[0], alpha), out=out),
         "({0} * {alpha})",
         params=(("alpha", 2.0),),
+        dtype=numeric_dtype,
     ),
-    _ew("add", 2, lambda xs, out=None: np.add(xs[0], xs[1], out=out), "({0} + {1})"),
-    _ew("sub", 2, lambda xs, out=None: np.subtract(xs[0], xs[1], out=out), "({0} - {1})"),
-    _ew("mul", 2, lambda xs, out=None: np.multiply(xs[0], xs[1], out=out), "({0} * {1})"),
+    # integers too (exact, in their own type): position ids, index arithmetic
+    _ew(
+        "add",
+        2,
+        lambda xs, out=None: np.add(xs[0], xs[1], out=out),
+        "({0} + {1})",
+        dtype=numeric_dtype,
+    ),
+    _ew(
+        "sub",
+        2,
+        lambda xs, out=None: np.subtract(xs[0], xs[1], out=out),
+        "({0} - {1})",
+        dtype=numeric_dtype,
+    ),
+    _ew(
+        "mul",
+        2,
+        lambda xs, out=None: np.multiply(xs[0], xs[1], out=out),
+        "({0} * {1})",
+        dtype=numeric_dtype,
+    ),
     _ew("div", 2, lambda xs, out=None: np.divide(xs[0], xs[1], out=out), "({0} / {1})"),
     _ew("neg", 1, lambda xs, out=None: np.negative(xs[0], out=out), "(-{0})", flops=1.0),
     _ew("exp", 1, lambda xs, out=None: np.exp(xs[0], out=out), "expf({0})", flops=4.0),

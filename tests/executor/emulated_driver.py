@@ -441,6 +441,7 @@ _SCALAR_CTYPES: dict[str, Any] = {
     "size_t": ctypes.c_uint64,
     "float": ctypes.c_float,
     "int": ctypes.c_int32,
+    "long long": ctypes.c_int64,
 }
 
 

@@ -144,17 +144,19 @@ def test_silu_maps_when_not_decomposed() -> None:
     np.testing.assert_allclose(got, nn.SiLU()(x).numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_bool_results_stay_opaque_with_their_reason() -> None:
-    # comparisons give bool and where reads it: library ops write float32 0/1 until the
-    # op table carries bool, so these run through torch (and still compute eager's values)
+def test_comparisons_give_bool_and_where_reads_it() -> None:
+    # torch's bool results are bool buffers now (no float 0/1), and where selects by them
     class Where(nn.Module):
         def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return torch.where(x > y, x, y * 2.0)
+            return torch.where((x > y) & (x < 1.5), x, y * 2.0)
 
     x, y = torch.randn(3, 4), torch.randn(4)
     model = from_module(Where(), (x, y))
-    reasons = {o.target: o.reason for o in model.opaque}
-    assert "bool" in reasons["aten.gt.Tensor"] and "bool" in reasons["aten.where.self"]
+    assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
+    ops_ = [n.op for n in model.graph.nodes if n.is_kernel]
+    assert {"gt", "lt_scalar", "bitwise_and", "where"} <= set(ops_)
+    assert {model.graph.buffer_by_name(n.name).dtype for n in model.graph.nodes
+            if n.op in ("gt", "lt_scalar")} == {"bool"}  # fmt: skip
     (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
     np.testing.assert_array_equal(got, Where()(x, y).numpy())
 

@@ -64,7 +64,8 @@ def _float_ops() -> list[str]:
     return sorted(
         n
         for n in ops.BUILTIN_OPS
-        if ops.get(n).reference is not None and ops.get(n).dtype is ops.table.float_dtype
+        if ops.get(n).reference is not None
+        and ops.get(n).dtype in (ops.table.float_dtype, ops.table.numeric_dtype)
     )
 
 

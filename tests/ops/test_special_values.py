@@ -72,12 +72,6 @@ EXACT = {
     "rsub_scalar",
     "div_scalar",
     "where",
-    "eq",
-    "ne",
-    "lt",
-    "le",
-    "gt",
-    "ge",
     "amax",
 }
 # - LIBM: transcendental functions. numpy's float32 exp/log/tanh (SIMD implementations) and
@@ -311,6 +305,8 @@ def so_dir(tmp_path_factory):
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
 # Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py.
 OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
+# Comparisons, bitwise and logical ops give bool or take integers: tests/ops/test_bool_int.py.
+OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
 
 
 def _computable() -> list[str]:
