@@ -104,6 +104,7 @@ __all__ = [
     "ExportFailed",
     "ImportedModel",
     "OpaqueOp",
+    "PatternMatch",
     "TorchImportError",
     "UnsupportedModel",
     "from_exported_program",
@@ -145,6 +146,21 @@ class OpaqueOp:
 
 
 @dataclass(frozen=True, slots=True)
+class PatternMatch:
+    """ATen nodes the importer did not convert one kernel each (``patterns=True``).
+
+    ``pattern`` is ``"attention"`` (eager attention's chain as one ``strided_attention``
+    kernel, named ``kernel``), ``"clone read in place"`` (a clone its matmuls read as a
+    strided view: no kernel) or ``"pad into convolutions"`` (a zero pad the convolutions
+    reading it apply themselves: no kernel); ``nodes`` names the FX nodes it covers.
+    """
+
+    pattern: str
+    nodes: tuple[str, ...]
+    kernel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ImportedModel:
     """What :func:`from_exported_program` returns.
 
@@ -175,6 +191,9 @@ class ImportedModel:
         ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
         DeviceToDevice copy, after every read of the old value) and reads it at the end,
         so a run's outputs hold it under the input's name.
+    patterns
+        Where the importer replaced several ATen nodes by one kernel, or a node by none
+        (:class:`PatternMatch`), in graph order; empty with ``patterns=False``.
     eager_outputs
         The module's own outputs on the example call, in torch's order and shapes, as
         :func:`from_module` computed them once (eager PyTorch, ``torch.no_grad``, on copies
@@ -193,6 +212,7 @@ class ImportedModel:
     name: str
     mutated: tuple[str, ...] = ()
     eager_outputs: tuple[np.ndarray, ...] | None = None
+    patterns: tuple[PatternMatch, ...] = ()
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -856,19 +876,59 @@ def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) 
         dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
         if last is not None and _last_axis(call, dims):
             return last, {}, [x]
-        if x.shape != x.base.ir_shape:
-            return (
-                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}); "
-                f"the library's {lib} reduces the axes of its buffer's shape"
-            )
         nd = len(x.shape)
+        want = [dims] if isinstance(dims, int) else list(dims or range(nd))
+        axes = _buffer_axes(x.base.ir_shape, x.shape, {d % nd for d in want})
+        if axes is None or (one and len(axes) != 1):
+            return (
+                f"it reduces dims {dims!r} of a reshape ({x.base.ir_shape} read as {x.shape}) "
+                f"that are not {'one axis' if one else 'whole axes'} of its buffer; the "
+                f"library's {lib} reduces the axes of its buffer's shape"
+            )
         if one:
-            return lib, {"dim": float(int(dims) % nd)}, [x]
+            return lib, {"dim": float(axes[0])}, [x]
         keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
-        mask = lib_reduce.axes_mask(list(dims) if dims else None, nd)
+        mask = lib_reduce.axes_mask(axes, len(x.base.ir_shape))
         return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
 
     return rule
+
+
+def _buffer_axes(
+    held: tuple[int, ...], shape: tuple[int, ...], axes: set[int]
+) -> tuple[int, ...] | None:
+    """The axes of a row-major buffer of shape ``held`` that reducing ``axes`` of its
+    reshape to ``shape`` reduces, or None if those are not whole axes of the buffer.
+
+    Both shapes are merges of one finer shape (their axes split until they agree, size-1
+    axes aside); each buffer axis must be made of reduced parts only or kept parts only.
+    A reduction of size-1 axes only reduces nothing: None (the caller refuses it).
+
+    >>> _buffer_axes((2, 3, 4, 5), (6, 20), {0}), _buffer_axes((2, 3, 4, 5), (2, 3, 20), {2})
+    ((0, 1), (2, 3))
+    >>> _buffer_axes((2, 3, 4, 5), (4, 30), {0}) is None    # 4 = 2 x 2 splits axis 1
+    True
+    """
+    if held == shape:
+        return tuple(sorted(axes))
+    bs = [[d, k] for k, d in enumerate(held) if d != 1]
+    xs = [[d, k] for k, d in enumerate(shape) if d != 1]
+    kinds: dict[int, set[bool]] = {}  # buffer axis -> reduced?, per part
+    i = j = 0
+    while i < len(bs) and j < len(xs):
+        (rb, kb), (rx, kx) = bs[i], xs[j]
+        part = min(rb, rx)
+        if max(rb, rx) % part:
+            return None  # the axes interleave: no buffer axis is a whole part
+        kinds.setdefault(kb, set()).add(kx in axes)
+        bs[i][0] //= part
+        xs[j][0] //= part
+        i += bs[i][0] == 1
+        j += xs[j][0] == 1
+    if any(len(k) > 1 for k in kinds.values()):
+        return None
+    out = tuple(sorted(k for k, r in kinds.items() if r == {True}))
+    return out or None
 
 
 def _softmax_extra(call: _Call) -> str | None:
@@ -1605,6 +1665,8 @@ class _Converter:
     # eager attentions (_match_attention): result node -> match; the other nodes of each
     attention: dict[Any, _AttentionMatch] = field(default_factory=dict)
     absorbed: set[Any] = field(default_factory=set)
+    patterns: bool = True  # from_exported_program(patterns=...): the rewrites below on
+    matched: list[PatternMatch] = field(default_factory=list)
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1687,8 +1749,9 @@ class _Converter:
         if _is_view(target):
             self.view(node)
             return
-        if _pad_for_convolutions(node):
+        if self.patterns and _pad_for_convolutions(node):
             self.pad_into_convolutions(node)
+            self.matched.append(PatternMatch("pad into convolutions", (node.name,)))
             return
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
@@ -1699,10 +1762,11 @@ class _Converter:
         if isinstance(val, (list, tuple)):
             self.env[node] = _Pending(node)
             return
-        if _op_name(target) == _CLONE:
+        if self.patterns and _op_name(target) == _CLONE:
             in_place = self._clone_in_place(node)
             if in_place is not None:
                 self.env[node] = in_place
+                self.matched.append(PatternMatch("clone read in place", (node.name,)))
                 return
         self.env[node] = self.kernel(node, None)
 
@@ -1753,6 +1817,9 @@ class _Converter:
         made = self.kernel(call, None, library_only=True)
         if made is not None:
             self.env[last] = made
+            names = tuple(n.name for n in match.nodes)
+            kernel = next(reversed(self.targets))  # the kernel kernel() just added
+            self.matched.append(PatternMatch("attention", names, kernel))
             return
         del self.attention[last]
         self.absorbed.difference_update(match.nodes)
@@ -2088,7 +2155,7 @@ def _hashable(a: Any) -> bool:
 
 
 def from_exported_program(
-    ep: Any, *, name: str | None = None, progress: bool | None = None
+    ep: Any, *, name: str | None = None, progress: bool | None = None, patterns: bool = True
 ) -> ImportedModel:
     """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
 
@@ -2105,6 +2172,12 @@ def from_exported_program(
     progress
         Show a progress bar over the program's nodes (``tqdm.auto``: a widget in a
         notebook); ``None``: only for programs of over 500 nodes.
+    patterns
+        Replace the patterns Inductor's pattern matcher also replaces before it fuses
+        (:class:`PatternMatch`: eager attention as one kernel, a clone its matmuls read in
+        place, a zero pad its convolutions apply); each is listed in
+        :attr:`ImportedModel.patterns`. ``False``: one kernel per non-view ATen op, the
+        graph as exported.
 
     Raises
     ------
@@ -2135,8 +2208,8 @@ def from_exported_program(
         else {}
     )
     state = {**ep.state_dict, **ep.constants}
-    conv = _Converter(ep)
-    for node in ep.graph.nodes:
+    conv = _Converter(ep, patterns=patterns)
+    for node in ep.graph.nodes if patterns else ():
         match = _match_attention(node)
         if match is not None and not conv.absorbed.intersection(match.nodes):
             conv.attention[match.nodes[-1]] = match
@@ -2180,6 +2253,7 @@ def from_exported_program(
         folded=tuple(conv.folded),
         name=name or "model",
         mutated=tuple(conv.mutated),
+        patterns=tuple(conv.matched),
     )
 
 
@@ -2212,6 +2286,7 @@ def from_module(
     *,
     name: str | None = None,
     progress: bool | None = None,
+    patterns: bool = True,
 ) -> ImportedModel:
     """Export ``module`` on ``args`` (and ``kwargs``) and import it.
 
@@ -2231,6 +2306,8 @@ def from_module(
     progress
         Show progress bars for the export and the conversion (``tqdm.auto``); ``None``:
         only for modules of over 10 million parameters (export takes seconds there).
+    patterns
+        As in :func:`from_exported_program`: ``False`` imports one kernel per non-view op.
 
     Raises
     ------
@@ -2280,7 +2357,7 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    model = from_exported_program(ep, name=label, progress=progress)
+    model = from_exported_program(ep, name=label, progress=progress, patterns=patterns)
     return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
 
 

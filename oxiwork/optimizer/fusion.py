@@ -28,6 +28,14 @@ the merged group is still legal:
 - merging keeps the graph acyclic: no path leaves the group and re-enters it;
 - at most ``max_group_size`` members.
 
+Each group keeps a summary (its members, outputs, outputs read inside, members read
+only from outside, inputs, bases of views read, its reduction or matmul, last position,
+successors outside), so a merge of groups is checked from their summaries in time of
+about their size, not by walking every member; the member-wise rules (``_Fuser.legal``)
+remain the definition, name the rule a refused merge breaks, and in the tests check every
+merge the summaries accept. Kernels are classified once per bind key (op, parameters,
+buffer specs), not bound one by one.
+
 After each round, peak live memory (a sweep over buffer lifetimes along
 :func:`program_order`) is compared with the input graph's; the latest groups are undone
 (1, 2, 4, ... of them, then bisecting) until fusion no longer raises it.
@@ -146,7 +154,7 @@ class _Fuser:
         # be reused (``known``): later rounds only classify the nodes they have not seen.
         known = {} if known is None else known
         memo: dict[Any, _Info | str] = {}  # the classification of each bind key
-        keys = _BindKeys()
+        keys = _BindKeys(graph)
         info = self.info
         candidates = []
         for n in graph.nodes:
@@ -167,6 +175,7 @@ class _Fuser:
         # The graph's own reader and writer lists (topological order), read, never changed:
         # copying them for each of 100k candidates costs more than the sweep that reads them.
         readers_of, writers_of = graph._accesses()
+        self.writers = writers_of
         self.bases = bases = frozenset(graph.views().values())
         self.out = out = {n.id: n.outputs[0] for n in candidates}
         self.inputs = {n.id: n.inputs for n in candidates}
@@ -508,7 +517,7 @@ class _Fuser:
             return "its output is viewed", (
                 f"its output {buf.name!r} is read through a view: the result must reach memory"
             )
-        if self.g.writers(bid) != (nid,):
+        if self.writers[bid] != [nid]:
             return "its output has other writers", f"its output {buf.name!r} has other writers"
         outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
         if outside:
@@ -572,7 +581,7 @@ def _classify(
         return f"it writes {len(n.outputs)} buffers; a fusible kernel writes exactly one"
     if memo is None or keys is None:
         return _classify_op(graph, n)[0]
-    key = keys.key(graph, n)
+    key = keys.key(n)
     try:
         hit = memo.get(key)
     except TypeError:  # an unhashable parameter: classified on its own
@@ -625,29 +634,28 @@ def _classify_op(graph: ComputeGraph, n: GraphNode) -> tuple[_Info | str, bool]:
 
 
 class _BindKeys:
-    """What binding a kernel reads, as :func:`oxiwork.ops.program.signature` holds it, with
-    each buffer's spec replaced by a number given once per buffer (not once per access):
-    kernels with equal keys bind to the same shapes."""
+    """What binding a kernel of ``graph`` reads, as :func:`oxiwork.ops.program.signature`
+    holds it, with each buffer's spec replaced by a number given once per buffer (not
+    once per access): kernels with equal keys bind to the same shapes."""
 
-    __slots__ = ("by_buffer", "numbers")
+    __slots__ = ("by_buffer", "graph")
 
-    def __init__(self) -> None:
-        self.by_buffer: dict[BufferId, int] = {}
-        self.numbers: dict[Any, int] = {}
+    def __init__(self, graph: ComputeGraph) -> None:
+        self.graph = graph
+        self.by_buffer: dict[BufferId, int] | None = None  # numbered on first use
 
-    def key(self, graph: ComputeGraph, n: GraphNode) -> Any:
-        ids = (*n.inputs, *n.outputs)
-        by_buffer, numbers = self.by_buffer, self.numbers
-        nums = []
-        for b in ids:
-            k = by_buffer.get(b)
-            if k is None:
-                k = numbers.setdefault(_BUFFER_KEY(graph.buffer(b)), len(numbers))
-                by_buffer[b] = k
-            nums.append(k)
+    def key(self, n: GraphNode) -> Any:
+        """The bind key of kernel ``n`` of the graph."""
+        by_buffer = self.by_buffer
+        if by_buffer is None:
+            numbers: dict[Any, int] = {}
+            by_buffer = self.by_buffer = {
+                b.id: numbers.setdefault(_BUFFER_KEY(b), len(numbers)) for b in self.graph.buffers
+            }
+        ids = n.inputs + n.outputs
         # repeated inputs: which positions name the same buffer (as signature says it)
         alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
-        return (n.op, n.params, len(n.inputs), tuple(nums), alias)
+        return (n.op, n.params, len(n.inputs), tuple(map(by_buffer.__getitem__, ids)), alias)
 
 
 def _fused_node(

@@ -30,6 +30,40 @@ class Reductions(nn.Module):
         )
 
 
+class ReshapedReductions(nn.Module):
+    """Reductions of reshapes of one buffer: over whole buffer axes (read from the buffer,
+    the dims mapped to its axes), and over a reshape that cuts a buffer axis (read through
+    a view of the reshape's shape)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.tanh(x)  # (2, 3, 4, 5), read below through reshapes
+        return (
+            y.view(6, 20).sum(dim=0),  # buffer axes 0 and 1
+            y.flatten(2).amax(dim=2, keepdim=True),  # buffer axes 2 and 3
+            torch.softmax(y.view(2, 3, 20), dim=1),  # buffer axis 1
+            y.view(4, 30).mean(dim=0),  # 4 = 2 x 2 cuts axis 1: a (4, 30) view
+        )
+
+
+def test_reductions_of_reshapes_read_the_buffer_axes() -> None:
+    torch.manual_seed(1)
+    model, eager = import_with_eager(ReshapedReductions(), (torch.randn(2, 3, 4, 5),))
+    got = {(n.op, n.params) for n in model.graph.kernels() if n.op.endswith(("_dims", "_dim"))}
+    assert got == {
+        ("sum_dims", (("axes", 3.0), ("keepdim", 0.0))),
+        ("amax_dims", (("axes", 12.0), ("keepdim", 1.0))),
+        ("softmax_dim", (("dim", 1.0),)),
+        ("mean_dims", (("axes", 1.0), ("keepdim", 0.0))),
+    }
+    assert model.opaque == ()
+    shapes = [model.graph.buffer(n.inputs[0]).array_shape for n in model.graph.kernels()]
+    assert shapes.count((2, 3, 4, 5)) == 4 and (4, 30) in shapes  # tanh's and 3 reductions
+    plan = ExecutionPlan.build(model.graph, max_streams=1, fusion=True)
+    got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    for g, w in zip(got, eager, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
 WANT = {
     "sum_dims": 1,
     "mean_dims": 2,

@@ -18,6 +18,7 @@ from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer import fusion
 from oxiwork.optimizer.fusion import fuse
 from tests.strategies import any_dags
+from tests.test_views import view_graphs
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def check_merges(monkeypatch: pytest.MonkeyPatch) -> None:
 def assert_classified_alone(graph: ComputeGraph) -> None:
     """Kernels classified with the bind-key memo get what each gets on its own."""
     memo: dict = {}
-    keys = fusion._BindKeys()
+    keys = fusion._BindKeys(graph)
     for n in graph.nodes:
         assert fusion._classify(graph, n, memo, keys) == fusion._classify(graph, n)
 
@@ -59,6 +60,11 @@ class TestSameDecisions:
     @settings(max_examples=20, deadline=None)
     @given(any_dags(max_nodes=30))
     def test_strategy_dags(self, g):
+        fuse_checked(g)
+
+    @settings(max_examples=40, deadline=None)
+    @given(view_graphs())
+    def test_view_graphs(self, g):
         fuse_checked(g)
 
     @pytest.mark.parametrize("shape", ["chain", "layered", "transformer"])
