@@ -125,13 +125,15 @@ def inductor_counts(model: Any, args: tuple[Any, ...], compile_cpp: bool) -> tup
     return kernels, externs, seconds
 
 
-def bench(name: str, seq: int, streams: int, inductor: bool, compile_cpp: bool) -> str:
+def bench(
+    name: str, seq: int, streams: int, inductor: bool, compile_cpp: bool, patterns: bool = True
+) -> str:
     torch.manual_seed(0)
     module, args = MODELS[name](seq)
     module.eval()
     with torch.no_grad():
         eager = [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*args))]
-    model, t_import = timed(from_module, module, args, name=name)
+    model, t_import = timed(from_module, module, args, name=name, patterns=patterns)
     g = model.graph
     kernels = sum(n.kind is NodeKind.KernelLaunch for n in g.nodes)
     top = ", ".join(
@@ -183,6 +185,12 @@ def main() -> None:
     ap.add_argument("--no-inductor", action="store_true")
     ap.add_argument("--compile-inductor", action="store_true")
     ap.add_argument(
+        "--no-patterns",
+        action="store_true",
+        help="import one kernel per ATen op (from_module(patterns=False): no attention kernel, "
+        "clones and zero pads kept)",
+    )
+    ap.add_argument(
         "--reasons", action="store_true", help="only import, and say why the opaque ops are"
     )
     opts = ap.parse_args()
@@ -200,7 +208,10 @@ def main() -> None:
     print("|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|---:|", flush=True)
     for name in opts.models.split(","):
         try:
-            row = bench(name, opts.seq, opts.streams, not opts.no_inductor, opts.compile_inductor)
+            row = bench(
+                name, opts.seq, opts.streams, not opts.no_inductor, opts.compile_inductor,
+                not opts.no_patterns,
+            )  # fmt: skip
         except Exception as e:  # one model's failure must not hide the others' rows
             row = f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:300]} |"
         print(row, flush=True)

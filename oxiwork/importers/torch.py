@@ -104,6 +104,7 @@ __all__ = [
     "ExportFailed",
     "ImportedModel",
     "OpaqueOp",
+    "PatternMatch",
     "TorchImportError",
     "UnsupportedModel",
     "from_exported_program",
@@ -145,6 +146,21 @@ class OpaqueOp:
 
 
 @dataclass(frozen=True, slots=True)
+class PatternMatch:
+    """ATen nodes the importer did not convert one kernel each (``patterns=True``).
+
+    ``pattern`` is ``"attention"`` (eager attention's chain as one ``strided_attention``
+    kernel, named ``kernel``), ``"clone read in place"`` (a clone its matmuls read as a
+    strided view: no kernel) or ``"pad into convolutions"`` (a zero pad the convolutions
+    reading it apply themselves: no kernel); ``nodes`` names the FX nodes it covers.
+    """
+
+    pattern: str
+    nodes: tuple[str, ...]
+    kernel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ImportedModel:
     """What :func:`from_exported_program` returns.
 
@@ -175,6 +191,9 @@ class ImportedModel:
         ``x[0] = ...``): the graph writes each new value into the input's own buffer (a
         DeviceToDevice copy, after every read of the old value) and reads it at the end,
         so a run's outputs hold it under the input's name.
+    patterns
+        Where the importer replaced several ATen nodes by one kernel, or a node by none
+        (:class:`PatternMatch`), in graph order; empty with ``patterns=False``.
     eager_outputs
         The module's own outputs on the example call, in torch's order and shapes, as
         :func:`from_module` computed them once (eager PyTorch, ``torch.no_grad``, on copies
@@ -193,6 +212,7 @@ class ImportedModel:
     name: str
     mutated: tuple[str, ...] = ()
     eager_outputs: tuple[np.ndarray, ...] | None = None
+    patterns: tuple[PatternMatch, ...] = ()
 
     def outputs_from(self, values: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         """The model's outputs, in torch's order and shapes, from a run's buffer values
@@ -1645,6 +1665,8 @@ class _Converter:
     # eager attentions (_match_attention): result node -> match; the other nodes of each
     attention: dict[Any, _AttentionMatch] = field(default_factory=dict)
     absorbed: set[Any] = field(default_factory=set)
+    patterns: bool = True  # from_exported_program(patterns=...): the rewrites below on
+    matched: list[PatternMatch] = field(default_factory=list)
 
     # -------------------------------------------------------------- names and buffers
     def _unique(self, name: str, taken: Mapping[str, Any] | set[str]) -> str:
@@ -1727,8 +1749,9 @@ class _Converter:
         if _is_view(target):
             self.view(node)
             return
-        if _pad_for_convolutions(node):
+        if self.patterns and _pad_for_convolutions(node):
             self.pad_into_convolutions(node)
+            self.matched.append(PatternMatch("pad into convolutions", (node.name,)))
             return
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
@@ -1739,10 +1762,11 @@ class _Converter:
         if isinstance(val, (list, tuple)):
             self.env[node] = _Pending(node)
             return
-        if _op_name(target) == _CLONE:
+        if self.patterns and _op_name(target) == _CLONE:
             in_place = self._clone_in_place(node)
             if in_place is not None:
                 self.env[node] = in_place
+                self.matched.append(PatternMatch("clone read in place", (node.name,)))
                 return
         self.env[node] = self.kernel(node, None)
 
@@ -1793,6 +1817,9 @@ class _Converter:
         made = self.kernel(call, None, library_only=True)
         if made is not None:
             self.env[last] = made
+            names = tuple(n.name for n in match.nodes)
+            kernel = next(reversed(self.targets))  # the kernel kernel() just added
+            self.matched.append(PatternMatch("attention", names, kernel))
             return
         del self.attention[last]
         self.absorbed.difference_update(match.nodes)
@@ -2128,7 +2155,7 @@ def _hashable(a: Any) -> bool:
 
 
 def from_exported_program(
-    ep: Any, *, name: str | None = None, progress: bool | None = None
+    ep: Any, *, name: str | None = None, progress: bool | None = None, patterns: bool = True
 ) -> ImportedModel:
     """Convert a ``torch.export.ExportedProgram`` into an :class:`ImportedModel`.
 
@@ -2145,6 +2172,12 @@ def from_exported_program(
     progress
         Show a progress bar over the program's nodes (``tqdm.auto``: a widget in a
         notebook); ``None``: only for programs of over 500 nodes.
+    patterns
+        Replace the patterns Inductor's pattern matcher also replaces before it fuses
+        (:class:`PatternMatch`: eager attention as one kernel, a clone its matmuls read in
+        place, a zero pad its convolutions apply); each is listed in
+        :attr:`ImportedModel.patterns`. ``False``: one kernel per non-view ATen op, the
+        graph as exported.
 
     Raises
     ------
@@ -2175,8 +2208,8 @@ def from_exported_program(
         else {}
     )
     state = {**ep.state_dict, **ep.constants}
-    conv = _Converter(ep)
-    for node in ep.graph.nodes:
+    conv = _Converter(ep, patterns=patterns)
+    for node in ep.graph.nodes if patterns else ():
         match = _match_attention(node)
         if match is not None and not conv.absorbed.intersection(match.nodes):
             conv.attention[match.nodes[-1]] = match
@@ -2220,6 +2253,7 @@ def from_exported_program(
         folded=tuple(conv.folded),
         name=name or "model",
         mutated=tuple(conv.mutated),
+        patterns=tuple(conv.matched),
     )
 
 
@@ -2252,6 +2286,7 @@ def from_module(
     *,
     name: str | None = None,
     progress: bool | None = None,
+    patterns: bool = True,
 ) -> ImportedModel:
     """Export ``module`` on ``args`` (and ``kwargs``) and import it.
 
@@ -2271,6 +2306,8 @@ def from_module(
     progress
         Show progress bars for the export and the conversion (``tqdm.auto``); ``None``:
         only for modules of over 10 million parameters (export takes seconds there).
+    patterns
+        As in :func:`from_exported_program`: ``False`` imports one kernel per non-view op.
 
     Raises
     ------
@@ -2320,7 +2357,7 @@ def from_module(
             "module) or see the torch.export documentation for the construct it names.",
             reason,
         ) from e
-    model = from_exported_program(ep, name=label, progress=progress)
+    model = from_exported_program(ep, name=label, progress=progress, patterns=patterns)
     return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
 
 

@@ -43,9 +43,9 @@ class EagerAttention(nn.Module):
         return self.proj(out)
 
 
-def _run(module: nn.Module, args: tuple[torch.Tensor, ...]):
+def _run(module: nn.Module, args: tuple[torch.Tensor, ...], **options: object):
     torch.manual_seed(0)
-    model, eager = import_with_eager(module, args)
+    model, eager = import_with_eager(module, args, **options)
     for fusion in (False, True):
         for streams in (1, 3):
             plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
@@ -140,3 +140,53 @@ class TestCloneReadInPlace:
         copies = [n for n in model.graph.kernels() if n.op == "copy"]
         assert len(copies) == 4  # q, k, v and the output's copy
         assert len(_attention_kernels(model)) == 1
+
+
+class TestPatternsSwitch:
+    """``patterns=True`` lists what it replaced; ``False`` keeps one kernel per ATen op."""
+
+    def test_attention_is_listed_and_can_be_turned_off(self) -> None:
+        torch.manual_seed(0)
+        args = (torch.randn(1, 5, 16), torch.randn(1, 1, 5, 5))
+        on = _run(EagerAttention(), args)
+        (att,) = _attention_kernels(on)
+        matches = {m.pattern: m for m in on.patterns}
+        assert matches["attention"].kernel == att.name
+        # the chain's bmms, scale, mask add and softmax are among the nodes it covers
+        covered = " ".join(matches["attention"].nodes)
+        assert covered.count("bmm") == 2 and "softmax" in covered
+        off = _run(EagerAttention(), args, patterns=False)
+        assert off.patterns == () and not _attention_kernels(off) and off.opaque == ()
+        ops = [off.targets[n.name] for n in off.graph.kernels()]
+        assert ops.count("aten.bmm.default") == 2 and "aten._softmax.default" in ops
+        assert len(off.graph.kernels()) > len(on.graph.kernels())
+
+    def test_clones_in_place_are_listed(self) -> None:
+        class Clone(nn.Module):
+            def forward(self, a, b):
+                return a.t().contiguous() @ b
+
+        torch.manual_seed(0)
+        on = _run(Clone(), (torch.randn(4, 3), torch.randn(4, 5)))
+        assert [m.pattern for m in on.patterns] == ["clone read in place"]
+        off = _run(Clone(), (torch.randn(4, 3), torch.randn(4, 5)), patterns=False)
+        assert off.patterns == ()
+        assert [off.targets[n.name] for n in off.graph.kernels()].count("aten.clone.default") == 1
+
+    def test_zero_pads_into_convolutions_are_listed(self) -> None:
+        class Padded(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.conv = nn.Conv2d(2, 3, 3)
+
+            def forward(self, x):
+                return self.conv(nn.functional.pad(x, (1, 1, 1, 1)))
+
+        torch.manual_seed(0)
+        x = torch.randn(1, 2, 6, 6)
+        on = _run(Padded(), (x,))
+        assert [m.pattern for m in on.patterns] == ["pad into convolutions"]
+        off = _run(Padded(), (x,), patterns=False)
+        targets = [off.targets[n.name] for n in off.graph.kernels()]
+        assert off.patterns == () and "aten.constant_pad_nd.default" in targets
+        assert len(off.graph.kernels()) == len(on.graph.kernels()) + 1
