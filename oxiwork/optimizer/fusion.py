@@ -681,7 +681,8 @@ def _fused_node(
                 if bid not in inputs:
                     inputs.append(bid)
                 args.append(("in", inputs.index(bid)))
-        steps.append(FusedStep(n.op or "", n.params, tuple(args), n.id))
+        wiring = tuple(args)
+        steps.append(FusedStep(n.op or "", n.params, _ARGS.setdefault(wiring, wiring), n.id))
         step_of[n.outputs[0]] = j
         if n.outputs[0] not in internal:
             outputs.append(n.outputs[0])
@@ -706,6 +707,9 @@ def _fused_node(
     return node, internal
 
 
+# A step's wiring, shared by the steps wired alike (few patterns, many steps: fewer
+# objects for the garbage collector to walk). Values are tuples of str and int.
+_ARGS: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
 _CONFIGS: dict[int, KernelConfig] = {}  # blocks -> launch (KernelConfig checks CUDA's limits)
 
 
@@ -738,8 +742,19 @@ def _apply(
         removed |= internal
         owner.update((m, node.id) for m in group)
     nodes = [n for n in graph.nodes if n.id not in owner] + fused
-    edges = {(owner.get(a, a), owner.get(b, b)) for a, b in graph.edges}
-    edges = {(a, b) for a, b in edges if a != b}
+    # An edge between two kept nodes stays the very tuple it was: the graph's objects are
+    # old to the garbage collector, while 100k new tuples would each be traversed again.
+    edges = set()
+    for e in graph.edges:
+        a, b = e
+        oa, ob = owner.get(a), owner.get(b)
+        if oa is None and ob is None:
+            edges.add(e)
+        else:
+            a = a if oa is None else oa
+            b = b if ob is None else ob
+            if a != b:
+                edges.add((a, b))
     buffers = [b for b in graph.buffers if b.id not in removed]
     # The fused kernels are made of their members' checked values (names, ops, params,
     # stream), ids and step indices, and a launch KernelConfig checked on construction:
