@@ -887,6 +887,9 @@ for _op in (*_MATMULS, *_REDUCTIONS, *_ANY_AXES):
     register(_op)
 
 REDUCTIONS: frozenset[str] = frozenset(op.name for op in (*_REDUCTIONS, *_ANY_AXES))
+#: The reductions over any axes (their ``axes``/``dim`` parameters are axis masks and
+#: indices, not free numbers; tests/ops/test_reduce_axes.py draws valid ones).
+ANY_AXES: frozenset[str] = frozenset(op.name for op in _ANY_AXES)
 
 MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
 """The matmul variants this module registers (strided ones, registered later, aside)."""

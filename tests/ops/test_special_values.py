@@ -307,6 +307,8 @@ OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1
 OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
 # Comparisons, bitwise and logical ops give bool or take integers: tests/ops/test_bool_int.py.
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
+# Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
+OWN_TESTS |= lib_reduce.ANY_AXES
 
 
 def _computable() -> list[str]:
