@@ -5,14 +5,10 @@
 //
 // Usage: node imported_e2e.mjs <lab url of the notebook> <artifacts dir>
 
-import { createRequire } from "node:module";
 import { mkdirSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const require = createRequire(resolve(here, "../../widget_js/package.json"));
-const { chromium } = require("playwright-core");
+import { checker, launch } from "./chromium.mjs";
 
 const [url, artifacts] = process.argv.slice(2);
 mkdirSync(artifacts, { recursive: true });
@@ -22,24 +18,9 @@ const log = (msg) =>
   process.stderr.write(
     `[imported ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`,
   );
-function check(name, ok, detail = "") {
-  results.checks.push({ name, ok: !!ok, detail: String(detail) });
-  if (!ok) throw new Error(`check failed: ${name}: ${detail}`);
-  log(`ok  ${name}${detail ? ` (${detail})` : ""}`);
-}
+const check = checker(results, log);
 
-const browser = await chromium.launch({
-  executablePath: process.env.OXIWORK_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-  ],
-});
+const browser = await launch();
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
 page.on(
   "console",
@@ -74,9 +55,27 @@ try {
     null,
     { timeout: 60000 },
   );
-  await page.evaluate(() =>
-    window.jupyterapp.commands.execute("notebook:run-all-cells"),
-  );
+  // Under load the first run-all can land before the notebook's context is ready and run
+  // nothing: run again until the cell's prompt shows it ran ([*] or a count).
+  for (let attempt = 0; ; attempt++) {
+    await page.evaluate(() =>
+      window.jupyterapp.commands.execute("notebook:run-all-cells"),
+    );
+    const ran = await page
+      .waitForFunction(
+        () =>
+          /\[(\*|\d+)\]/.test(
+            document.querySelector(".jp-Notebook .jp-InputPrompt")
+              ?.textContent ?? "",
+          ),
+        null,
+        { timeout: 30000 },
+      )
+      .then(() => true, () => false);
+    if (ran) break;
+    if (attempt >= 2) throw new Error("the notebook's cell never ran (3 run-all attempts)");
+    log("the cell did not run; run all again");
+  }
   const w = page.locator(".ow-root").first();
   await page
     .locator('.ow-root[data-passes="ready"]')

@@ -1,15 +1,12 @@
 // The one way the offline browser scripts (notebook_offline.mjs, report_offline.mjs,
-// bodies_offline.mjs) open a saved file: Debian's Chromium (never a downloaded browser),
-// offline, 1280x800, every request but the page itself recorded and refused, console and
-// page errors collected. Each script then reads what it checks from `page` and prints `out`.
+// bodies_offline.mjs) open a saved file: Chromium as chromium.mjs starts it, offline,
+// 1280x800, every request but the page itself recorded and refused, console and page errors
+// collected. Each script then reads what it checks from `page` and prints `out`.
 
-import { createRequire } from "node:module";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { resolve } from "node:path";
+import { pathToFileURL } from "node:url";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const require = createRequire(resolve(here, "../../widget_js/package.json"));
-const { chromium } = require("playwright-core");
+import { launch } from "./chromium.mjs";
 
 /**
  * Opens `file` (a path) offline and runs `check(page, out, url)`; then prints `out` as one
@@ -18,18 +15,7 @@ const { chromium } = require("playwright-core");
  */
 export async function runOffline(file, check) {
   const url = pathToFileURL(resolve(file)).href;
-  const browser = await chromium.launch({
-    executablePath: process.env.OXIWORK_CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-      "--no-first-run",
-    ],
-  });
+  const browser = await launch();
   const out = { console_errors: [], requests: [], page_errors: [] };
   const note = (u) => {
     if (u !== url && !u.startsWith("blob:") && !u.startsWith("data:") && !out.requests.includes(u)) out.requests.push(u);

@@ -6,15 +6,10 @@
 //
 // Usage: node workbench_e2e.mjs <lab url of the notebook> <artifacts dir> [<Notebook 7 url>]
 
-import { createRequire } from "node:module";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 
-const here = dirname(fileURLToPath(import.meta.url));
-// playwright-core is a dev dependency of the widget package.
-const require = createRequire(resolve(here, "../../widget_js/package.json"));
-const { chromium } = require("playwright-core");
+import { checker, launch } from "./chromium.mjs";
 
 const [url, artifacts, nb7url] = process.argv.slice(2);
 mkdirSync(artifacts, { recursive: true });
@@ -22,17 +17,9 @@ const results = { checks: [], console_errors: [], dialogs: 0, skipped: [] };
 const t0 = Date.now();
 const log = (msg) => process.stderr.write(`[e2e ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`);
 
-function check(name, ok, detail = "") {
-  results.checks.push({ name, ok: !!ok, detail: String(detail) });
-  if (!ok) throw new Error(`check failed: ${name}: ${detail}`);
-  log(`ok  ${name}${detail ? ` (${detail})` : ""}`);
-}
+const check = checker(results, log);
 
-const browser = await chromium.launch({
-  executablePath: process.env.OXIWORK_CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
-});
+const browser = await launch();
 async function newPage() {
   // A laptop screen (issue 15): every view must work, and is screenshot, at 1280x800.
   const p = await browser.newPage({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
