@@ -172,20 +172,31 @@ def _single_op_graphs():
             [(3,), (rows, cols), (cols, 3)],  # addmm
             [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
             [(rows, cols), (3, cols), (3,)],  # linear
+            [nchw, (rows,), (rows,), (rows,), (rows,)],  # batch_norm (x, mean, var, w, b)
         ]
         candidates = [c for c in candidates if len(c) == op.arity]
         candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity]
         shapes = next((c for c in candidates if _accepts(op, c)), None)
         if shapes is None:  # an importer's op for one call site (gemm_<hash>): its shapes only
             continue
-        # float32 inputs, but int64 indices for lookups (embedding, gather); the result in
-        # the dtype the op's rule gives (casts: their target)
-        dtypes = ["float32"] * op.arity
-        try:
-            ops.infer_dtype(op, dtypes, op.defaults, name)
-        except GraphError:
-            dtypes[-1] = "int64"
-        out_dt = ops.infer_dtype(op, dtypes, op.defaults, name) or "float32"
+        # float32 inputs if the op takes them, else the first of: int64 indices last
+        # (embedding, gather), a bool condition first (where), all bool or all int64
+        # (bitwise and logical ops); the result in the dtype the op's rule gives
+        n = op.arity
+        for dtypes in (
+            ["float32"] * n,
+            ["float32"] * (n - 1) + ["int64"],
+            ["bool"] + ["float32"] * (n - 1),
+            ["bool"] * n,
+            ["int64"] * n,
+        ):
+            try:
+                out_dt = ops.infer_dtype(op, dtypes, op.defaults, name) or "float32"
+                break
+            except GraphError:
+                continue
+        else:
+            raise AssertionError(f"op {name!r} takes none of the dtype lists tried here")
         ins = [
             b.alloc_external_buffer(f"in{k}", DTYPES[d] * math.prod(s), dtype=d, shape=s)
             for k, (s, d) in enumerate(zip(shapes, dtypes, strict=True))
@@ -221,7 +232,7 @@ class TestCompilesEveryGeneratedKernel:
     @pytest.mark.parametrize("arch", CI_ARCHS)
     def test_each_op_alone(self, arch):
         from oxiwork import ops
-        from oxiwork.ops import lib_conv, lib_dtype, lib_reduce
+        from oxiwork.ops import lib_conv, lib_dtype, lib_elementwise, lib_reduce
 
         sources, names = [], set()
         for name, g in _single_op_graphs():
@@ -232,6 +243,8 @@ class TestCompilesEveryGeneratedKernel:
         # site are skipped when no candidate shape fits them)
         shipped = set(ops.BUILTIN_OPS) | {op.name for op in lib_conv.CONV_OPS}
         shipped |= {op.name for op in lib_dtype.DTYPE_OPS}
+        shipped |= {op.name for op in lib_elementwise.ELEMENTWISE_OPS}
+        shipped |= {op.name for op in lib_elementwise.BOOL_OPS}
         assert shipped | set(lib_reduce.MATMULS) <= names
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")
