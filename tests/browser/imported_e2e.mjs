@@ -58,9 +58,11 @@ try {
   // Under load the first run-all can land before the notebook's context is ready and run
   // nothing: run again until the cell's prompt shows it ran ([*] or a count).
   for (let attempt = 0; ; attempt++) {
-    await page.evaluate(() =>
-      window.jupyterapp.commands.execute("notebook:run-all-cells"),
-    );
+    await page.evaluate(() => {
+      const app = window.jupyterapp;
+      app.shell.activateById(app.shell.currentWidget.id); // run-all runs the active notebook
+      return app.commands.execute("notebook:run-all-cells");
+    });
     const ran = await page
       .waitForFunction(
         () =>

@@ -238,7 +238,14 @@ def test_imported_model_shows_its_match_against_eager(lab: str) -> None:
     """Issue 10: an imported module's workbench simulates its values and shows the verdict."""
     ARTIFACTS.mkdir(exist_ok=True)
     proc = subprocess.run(
-        ["node", str(HERE / "imported_e2e.mjs"), f"{lab}/lab/tree/{IMPORTED}", str(ARTIFACTS)],
+        # a workspace of its own: the default one restores workbench.ipynb (the first test's
+        # notebook), and run-all would run whichever notebook JupyterLab made current
+        [
+            "node",
+            str(HERE / "imported_e2e.mjs"),
+            f"{lab}/lab/workspaces/imported/tree/{IMPORTED}",
+            str(ARTIFACTS),
+        ],
         capture_output=True,
         text=True,
         timeout=240,
