@@ -1751,7 +1751,6 @@ class _Converter:
             return
         if self.patterns and _pad_for_convolutions(node):
             self.pad_into_convolutions(node)
-            self.matched.append(PatternMatch("pad into convolutions", (node.name,)))
             return
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
@@ -1936,6 +1935,7 @@ class _Converter:
         step = (node.target, tuple(_cpu(a) for a in node.args[1:]), ())
         shape = tuple(node.meta["val"].shape)
         self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape)
+        self.matched.append(PatternMatch("pad into convolutions", (node.name,)))
 
     def getitem(self, node: Any) -> None:
         src, k = self.env.get(node.args[0]), node.args[1]
