@@ -74,6 +74,12 @@ _FLOATS = ("float32", "float16", "bfloat16")
 _INDEX = ("int64", "int32")
 
 
+def _require_index(dtype: str, says: str, what: str = "them") -> None:
+    """Refuse ``dtype`` for index tensors unless int64/int32; ``says`` opens the message."""
+    if dtype not in _INDEX:
+        raise DtypeProblem(f"{says}: cast {what} first (op 'cast_int64')")
+
+
 def cast_name(dtype: str) -> str:
     """The name of the op casting to ``dtype``.
 
@@ -133,11 +139,7 @@ def _embedding_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
             f"the table (input 0) is {weight}; lookups read a float32, float16 or bfloat16 "
             "table: cast it first"
         )
-    if idx not in _INDEX:
-        raise DtypeProblem(
-            f"the indices (input 1) are {idx}; lookups take int64 or int32 indices: cast "
-            "them first (op 'cast_int64')"
-        )
+    _require_index(idx, f"the indices (input 1) are {idx}; lookups take int64 or int32 indices")
     return weight
 
 
@@ -221,11 +223,7 @@ def _gather_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     x, idx = dtypes
     if x not in COMPUTE_DTYPES:
         raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
-    if idx not in _INDEX:
-        raise DtypeProblem(
-            f"the indices (input 1) are {idx}; gathers take int64 or int32 indices: cast "
-            "them first (op 'cast_int64')"
-        )
+    _require_index(idx, f"the indices (input 1) are {idx}; gathers take int64 or int32 indices")
     return x
 
 
@@ -399,12 +397,12 @@ def _index_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     if x not in COMPUTE_DTYPES:
         raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
     for k, d in enumerate(idx, start=1):
-        if d not in _INDEX:
-            raise DtypeProblem(
-                f"index {k} is {d}; advanced indexing here takes int64 or int32 index "
-                "tensors (a bool mask has a data-dependent shape): cast it first (op "
-                "'cast_int64')"
-            )
+        _require_index(
+            d,
+            f"index {k} is {d}; advanced indexing here takes int64 or int32 index tensors (a "
+            "bool mask has a data-dependent shape)",
+            "it",
+        )
     return x
 
 

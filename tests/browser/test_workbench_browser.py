@@ -155,24 +155,27 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
-def test_workbench_in_jupyterlab(lab: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    args = [f"{lab}/lab/tree/{NOTEBOOK.name}", str(ARTIFACTS)]
-    if importlib.util.find_spec("notebook") is not None:  # Notebook 7 serves /notebooks/
-        args.append(f"{lab}/notebooks/{NOTEBOOK.name}")
+def _run_script(script: str, args: list[str], *, timeout: int) -> dict:
+    """Run one of this folder's browser scripts; its JSON results, all checks passed."""
     proc = subprocess.run(
-        ["node", str(HERE / "workbench_e2e.mjs"), *args],
-        capture_output=True,
-        text=True,
-        timeout=420,
+        ["node", str(HERE / script), *args], capture_output=True, text=True, timeout=timeout,
         cwd=ROOT,
-    )
+    )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"no results from the browser script:\n{proc.stdout}\n{proc.stderr[-4000:]}"
     results = json.loads(lines[-1])
     failed = [c for c in results["checks"] if not c["ok"]]
     assert results["ok"], f"{results.get('error')}\nfailed: {failed}\nlog:\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0
+    return results
+
+
+def test_workbench_in_jupyterlab(lab: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    args = [f"{lab}/lab/tree/{NOTEBOOK.name}", str(ARTIFACTS)]
+    if importlib.util.find_spec("notebook") is not None:  # Notebook 7 serves /notebooks/
+        args.append(f"{lab}/notebooks/{NOTEBOOK.name}")
+    results = _run_script("workbench_e2e.mjs", args, timeout=420)
     names = {c["name"] for c in results["checks"]}
     for must in (
         "widget 1 drew its DAG before the passes were computed",
@@ -237,25 +240,10 @@ def test_workbench_in_jupyterlab(lab: str) -> None:
 def test_imported_model_shows_its_match_against_eager(lab: str) -> None:
     """Issue 10: an imported module's workbench simulates its values and shows the verdict."""
     ARTIFACTS.mkdir(exist_ok=True)
-    proc = subprocess.run(
-        # a workspace of its own: the default one restores workbench.ipynb (the first test's
-        # notebook), and run-all would run whichever notebook JupyterLab made current
-        [
-            "node",
-            str(HERE / "imported_e2e.mjs"),
-            f"{lab}/lab/workspaces/imported/tree/{IMPORTED}",
-            str(ARTIFACTS),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=ROOT,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no results from the browser script:\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    results = json.loads(lines[-1])
-    failed = [c for c in results["checks"] if not c["ok"]]
-    assert results["ok"], f"{results.get('error')}\nfailed: {failed}\nlog:\n{proc.stderr[-4000:]}"
+    # a workspace of its own: the default one restores workbench.ipynb (the first test's
+    # notebook), and run-all would run whichever notebook JupyterLab made current
+    url = f"{lab}/lab/workspaces/imported/tree/{IMPORTED}"
+    results = _run_script("imported_e2e.mjs", [url, str(ARTIFACTS)], timeout=240)
     assert {c["name"] for c in results["checks"]} >= {
         "the simulator panel says it computes the model's own values",
         "a step shows the real values of the buffers it touched",
