@@ -454,11 +454,15 @@ class TestMapping:
     def test_gelu_maps_in_both_forms(self) -> None:
         mlp, _ = _imported("mlp")  # nn.GELU(approximate="tanh")
         assert mlp.graph.node(next(iter(_ids(mlp, "act.gelu")))).op == "gelu"
-        x = torch.randn(3, 4)
+        # its own generator: on two pytest workers the global RNG's state depends on the
+        # tests that ran before on the same worker
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
         exact = from_module(nn.GELU(), (x,))  # the default, erf form
         assert exact.opaque == () and next(n.op for n in exact.graph.nodes) == "gelu_erf"
         (y,) = exact.outputs_from(evaluate(exact.graph, exact.inputs))
-        np.testing.assert_allclose(y, nn.GELU()(x).numpy(), rtol=1e-6, atol=1e-7)
+        # torch's vectorised erf and the reference's libm erf differ by a few float32 ulps of
+        # x (seen: 2.4e-7 where x * Phi(x) cancels to 0.039)
+        np.testing.assert_allclose(y, nn.GELU()(x).numpy(), rtol=1e-6, atol=5e-7)
 
     def test_library_ops_read_reshapes_of_buffers(self) -> None:
         # sigmoid reads fc's (10, 16) addmm result viewed as (2, 5, 16): a reshape keeps the
