@@ -176,30 +176,47 @@ class _Fuser:
         # neighbourhoods of the groups they try.
         self.succ = _Adjacency(d.ids, d.pos, d.succ)
         self.pred = _Adjacency(d.ids, d.pos, d.pred)
-        # The graph's own reader and writer lists (topological order), read, never changed:
-        # copying them for each of 100k candidates costs more than the sweep that reads them.
-        readers_of, writers_of = graph._accesses()
-        self.writers = writers_of
         self.bases = bases = frozenset(graph.views().values())
         self.out = out = {n.id: n.outputs[0] for n in candidates}
         self.inputs = {n.id: n.inputs for n in candidates}
         self.stream = {n.id: n.stream for n in candidates}
-        self.readers = {nid: readers_of[bid] for nid, bid in out.items()}
-        self.first_writer = {bid: writers_of[bid][0] for bid in out.values()}
-        buffer = graph.buffer
+        # Readers (in topological order, as graph.readers lists them) and writers of the
+        # candidates' outputs only, from one sweep in that order: the graph's own lists
+        # cover every buffer and stay cached on it.
+        readers_of: dict[BufferId, list[NodeId]] = {bid: [] for bid in out.values()}
+        self.writer_count = writer_count = dict.fromkeys(readers_of, 0)
+        self.first_writer = first_writer = {}
+        reading = readers_of.get
+        nodes = graph.nodes
+        for p in d.topo:
+            n = nodes[p]
+            for bid in n.inputs:
+                rs = reading(bid)
+                if rs is not None:
+                    rs.append(n.id)
+            for bid in n.outputs:
+                if bid in writer_count:
+                    if not writer_count[bid]:
+                        first_writer[bid] = n.id
+                    writer_count[bid] += 1
+        self.readers = readers = {nid: readers_of[bid] for nid, bid in out.items()}
+        external = {b.id for b in graph.buffers if b.external}
+        fusible = info.__contains__
         # can each candidate's output live only inside a fused kernel (if all readers join)?
         self._internalisable = {
             nid: (
-                not buffer(bid).external
+                bid not in external
                 and bid not in bases  # a view of it reads its bytes outside the group
-                and len(writers_of[bid]) == 1
-                and bool(readers_of[bid])
-                and all(r in info for r in readers_of[bid])
+                and writer_count[bid] == 1
+                and bool(readers[nid])
+                and all(map(fusible, readers[nid]))
             )
             for nid, bid in out.items()
         }
-        self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
-        self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
+        # union-find: ``group`` holds the parent of each node that is no longer a root,
+        # ``members`` the members of each root of more than one node
+        self.group: dict[NodeId, NodeId] = {}
+        self.members: dict[NodeId, list[NodeId]] = {}
         self.rejected: Counter[str] = Counter()
         # producer -> why this round merged it with none of its readers, as a recipe for the
         # words (formatted only for the edges that end up unfused: most never are)
@@ -210,19 +227,30 @@ class _Fuser:
 
     # ---------------------------------------------------------------- union-find
     def find(self, nid: NodeId) -> NodeId:
+        parent = self.group
         root = nid
-        while self.group[root] != root:
-            root = self.group[root]
-        while self.group[nid] != root:  # path compression
-            self.group[nid], nid = root, self.group[nid]
+        up = parent.get(root)
+        if up is None:
+            return root
+        while up is not None:
+            root, up = up, parent.get(up)
+        while nid != root:  # path compression
+            parent[nid], nid = root, parent[nid]
         return root
+
+    def members_of(self, root: NodeId) -> list[NodeId]:
+        """The members of the group whose root is ``root``."""
+        return self.members.get(root) or [root]
 
     def union(self, members: Iterable[NodeId], summary: _Group | None) -> None:
         roots = sorted({self.find(m) for m in members}, key=self.pos.__getitem__)
         keep = roots[0]
+        kept = self.members.get(keep)
+        if kept is None:
+            kept = self.members[keep] = [keep]
         for r in roots[1:]:
             self.group[r] = keep
-            self.members[keep].extend(self.members.pop(r))
+            kept.extend(self.members.pop(r, None) or (r,))
             self.summary.pop(r, None)
         if summary is None:
             self.summary.pop(keep, None)  # made again from the members when next needed
@@ -372,10 +400,10 @@ class _Fuser:
         merged = self.merged(roots)
         if merged.__class__ is _Group:
             if CHECK_MERGES:  # tests: the summaries must agree with the member-wise rules
-                assert self.legal([m for r in roots for m in self.members[r]]) is None
+                assert self.legal([m for r in roots for m in self.members_of(r)]) is None
             self.union(roots, merged)  # type: ignore[arg-type]
             return
-        group = [m for r in roots for m in self.members[r]]
+        group = [m for r in roots for m in self.members_of(r)]
         why = merged
         if why is None or CHECK_MERGES:
             # the member-wise rules say which rule comes first where the summaries check
@@ -431,7 +459,8 @@ class _Fuser:
             if g is None:
                 g = summary[r] = self.single(r)
             gs.append(g)
-            size += len(members[r])
+            ms = members.get(r)
+            size += 1 if ms is None else len(ms)
         if size > self.max:
             return "group would exceed max_group_size"
         # One sweep over the groups gathers the unions and what the rules compare; the
@@ -521,7 +550,7 @@ class _Fuser:
             return "its output is viewed", (
                 f"its output {buf.name!r} is read through a view: the result must reach memory"
             )
-        if self.writers[bid] != [nid]:
+        if self.writer_count[bid] != 1 or self.first_writer[bid] != nid:
             return "its output has other writers", f"its output {buf.name!r} has other writers"
         outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
         if outside:
