@@ -50,6 +50,7 @@ __all__ = [
     "arena_accesses",
     "dead_buffers",
     "max_live_bytes",
+    "max_live_bytes_merged",
     "positions_of",
 ]
 
@@ -431,6 +432,55 @@ def max_live_bytes(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         positions = _order_positions(graph, order)
         live = _live(graph, positions, order is None)[-1]
         return int(live.max()) if len(live) else 0
+
+
+def max_live_bytes_merged(
+    graph: ComputeGraph, step_of: np.ndarray, dropped: Iterable[BufferId] = ()
+) -> int:
+    """:func:`max_live_bytes` of the graph that merging nodes of ``graph`` gives, without
+    building it: the node at dense position ``p`` runs at step ``step_of[p]`` (nodes
+    given one step become one node accessing all their buffers), and the ``dropped``
+    buffers, accessed only by nodes merged into one, are gone.
+
+    The order is the caller's: ``step_of`` must give the steps of a topological order of
+    the merged graph, numbered from 0 without gaps (it is not checked here). Fusion asks
+    this for every prefix of groups it tries, on one set of access arrays.
+
+    >>> from oxiwork.examples import quick_start
+    >>> import numpy as np
+    >>> g = quick_start()  # upload, relu, scale, download
+    >>> max_live_bytes_merged(g, np.arange(4)) == max_live_bytes(g, g.node_ids)
+    True
+    >>> mid = g.buffer_by_name("mid").id  # relu -> scale: merged, their buffer dropped
+    >>> max_live_bytes_merged(g, np.array([0, 1, 1, 2]), [mid])  # input and output
+    8192
+    """
+    with paused_gc():
+        acc_pos, acc_buf, _ = _accesses(graph)
+        bids, external, size = _buffer_table(graph)
+        nb = len(bids)
+        acc_step = np.asarray(step_of, dtype=np.int64)[acc_pos]
+        steps = int(acc_step.max()) + 1 if len(acc_step) else 0
+        out = external.copy()  # not in the arena: external, views, and the dropped
+        dropped = list(dropped)
+        if dropped:
+            dense_ids = not nb or bids[-1] == nb - 1
+            if not dense_ids:
+                row = {b: i for i, b in enumerate(bids)}
+                dropped = [row[b] for b in dropped]
+            out[np.asarray(dropped, dtype=np.int64)] = True
+        keep = ~out[acc_buf]
+        buf, acc_step = acc_buf[keep], acc_step[keep]
+        first = np.full(nb, steps, dtype=np.int64)
+        np.minimum.at(first, buf, acc_step)
+        end = np.zeros(nb, dtype=np.int64)
+        np.maximum.at(end, buf, acc_step + 1)
+        placed = first < steps
+        delta = np.zeros(steps + 1, dtype=np.int64)
+        np.add.at(delta, first[placed], size[placed])
+        np.subtract.at(delta, end[placed], size[placed])
+        live = np.cumsum(delta[:steps])
+        return int(live.max()) if steps else 0
 
 
 def _live(
