@@ -31,6 +31,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -49,6 +50,8 @@ __all__ = [
     "arena_accesses",
     "dead_buffers",
     "max_live_bytes",
+    "max_live_bytes_merged",
+    "positions_of",
 ]
 
 
@@ -125,7 +128,9 @@ class ArenaAccesses:
     step: np.ndarray
 
 
-def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> list[int]:
+def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> Sequence[int]:
+    """The node positions of ``order`` (``graph.dense().topo`` for None), checked: every
+    node once, dependencies first (:class:`InvalidArgument` naming what is wrong)."""
     d = graph.dense()
     if order is None:
         return d.topo
@@ -134,35 +139,86 @@ def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> lis
         raise InvalidArgument(
             f"order must be a list of node ids, got {type(order).__name__}; pass every node once"
         )
-    out: list[int] = []
-    for nid in order:
-        try:
-            p = pos.get(nid)
-        except TypeError:  # unhashable: not an id
-            p = None
-        if p is None:
-            raise InvalidArgument(
-                f"order names {nid!r}, which is not a node of this graph; pass node ids of it"
-            )
-        out.append(p)
+    order = order if isinstance(order, Sequence) else list(order)
     n = len(d.ids)
-    if len(out) != n or len(set(out)) != n:
+    out = positions_of(graph, order)
+    if out is None:
+        for nid in order:
+            try:
+                p = pos.get(nid)
+            except TypeError:  # unhashable: not an id
+                p = None
+            if p is None:
+                raise InvalidArgument(
+                    f"order names {nid!r}, which is not a node of this graph; pass node ids of it"
+                )
+        raise AssertionError("unreachable: every entry is a node id")  # pragma: no cover
+    distinct = int(np.count_nonzero(np.bincount(out, minlength=n))) if len(out) else 0
+    if len(out) != n or distinct != n:
         raise InvalidArgument(
-            f"order has {len(out)} entries ({len(set(out))} distinct) but the graph has {n} "
+            f"order has {len(out)} entries ({distinct} distinct) but the graph has {n} "
             "nodes; pass every node exactly once"
         )
-    step = [0] * n
-    for i, p in enumerate(out):
-        step[p] = i
-    for a, succ in enumerate(d.succ):
-        for b in succ:
-            if step[b] < step[a]:
-                raise InvalidArgument(
-                    f"order runs {graph.nodes[b].name!r} (step {step[b]}) before its "
-                    f"dependency {graph.nodes[a].name!r} (step {step[a]}); pass a "
-                    "topological order"
-                )
+    step = np.empty(n, dtype=np.int64)
+    step[out] = np.arange(n, dtype=np.int64)
+    src, dst = _edge_positions(graph)
+    bad = np.flatnonzero(step[dst] < step[src])
+    if len(bad):  # the first in (position, successor) order, as a loop over d.succ meets it
+        a, b = int(src[bad[0]]), int(dst[bad[0]])
+        raise InvalidArgument(
+            f"order runs {graph.nodes[b].name!r} (step {step[b]}) before its "
+            f"dependency {graph.nodes[a].name!r} (step {step[a]}); pass a "
+            "topological order"
+        )
     return out
+
+
+def positions_of(graph: ComputeGraph, order: Sequence[NodeId]) -> np.ndarray | None:
+    """The node positions of the ids in ``order`` (read-only), or None if one is not a node
+    id of ``graph``; nothing else is checked. The last tuple asked for is cached per graph
+    (by identity, so only immutable orders: the memory pass asks for the issue order's
+    twice, once for the clocks and once for the accesses).
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> positions_of(g, g.topological_order()).tolist(), positions_of(g, [99])
+    ([0, 1, 2, 3], None)
+    """
+    cached = graph._cache.get("analysis.order_positions")
+    if cached is not None and cached[0] is order:
+        return cached[1]
+    pos = graph.dense().pos
+    try:
+        out = np.fromiter(map(pos.__getitem__, order), dtype=np.int64, count=len(order))
+    except (KeyError, TypeError):  # not a node id (or unhashable)
+        return None
+    out.setflags(write=False)
+    if isinstance(order, tuple):
+        graph._cache["analysis.order_positions"] = (order, out)
+    return out
+
+
+def _ids(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:
+    """The node ids at ``positions``."""
+    ids = graph.dense().ids
+    return tuple(map(ids.__getitem__, np.asarray(positions).tolist()))
+
+
+def _edge_positions(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Every dependency as (source, destination) node positions, by source position then
+    successor order (cached per graph)."""
+    edges = graph._cache.get("analysis.edge_positions")
+    if edges is None:
+        succ = graph.dense().succ
+        counts = np.fromiter(map(len, succ), dtype=np.int64, count=len(succ))
+        dst = np.fromiter(
+            itertools.chain.from_iterable(succ), dtype=np.int64, count=int(counts.sum())
+        )
+        src = np.repeat(np.arange(len(succ), dtype=np.int64), counts)
+        for arr in (src, dst):
+            arr.setflags(write=False)
+        edges = graph._cache["analysis.edge_positions"] = (src, dst)
+    return edges
 
 
 def analyze(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> LivenessInfo:
@@ -210,27 +266,38 @@ def _accesses(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     acc = graph._cache.get("analysis.accesses")
     if acc is None:
-        buffers = graph.buffers
+        buffers, nodes = graph.buffers, graph.nodes
         nb = len(buffers)
         dense_ids = not nb or buffers[-1].id == nb - 1  # sorted unique ids: 0..nb-1
         bindex = None if dense_ids else {b.id: i for i, b in enumerate(buffers)}
-        pos: list[int] = []
-        buf: list[int] = []
-        read: list[bool] = []
-        for p, node in enumerate(graph.nodes):
-            ins, outs = node.inputs, node.outputs
-            k = len(ins) + len(outs)
-            if k:
-                pos.extend([p] * k)
-                buf.extend(ins)
-                buf.extend(outs)
-                read.extend([True] * len(ins))
-                read.extend([False] * len(outs))
-        acc = (
-            np.array(pos, dtype=np.int64),
-            np.array(buf if bindex is None else [bindex[b] for b in buf], dtype=np.int64),
-            np.array(read, dtype=bool),
+        # Node by node, inputs then outputs: each node's inputs and outputs go to their
+        # slots of the flat arrays (a few C-level passes instead of a Python loop).
+        ins = [node.inputs for node in nodes]
+        outs = [node.outputs for node in nodes]
+        nin = np.fromiter(map(len, ins), dtype=np.int64, count=len(nodes))
+        nout = np.fromiter(map(len, outs), dtype=np.int64, count=len(nodes))
+        flat_in = itertools.chain.from_iterable(ins)
+        flat_out = itertools.chain.from_iterable(outs)
+        if bindex is not None:
+            flat_in, flat_out = map(bindex.__getitem__, flat_in), map(bindex.__getitem__, flat_out)
+        bin_ = np.fromiter(flat_in, dtype=np.int64, count=int(nin.sum()))
+        bout = np.fromiter(flat_out, dtype=np.int64, count=int(nout.sum()))
+        per = nin + nout
+        start = np.cumsum(per) - per  # each node's first slot
+        node_in = np.repeat(np.arange(len(nodes), dtype=np.int64), nin)
+        node_out = np.repeat(np.arange(len(nodes), dtype=np.int64), nout)
+        slot_in = start[node_in] + np.arange(len(bin_)) - np.repeat(np.cumsum(nin) - nin, nin)
+        slot_out = (
+            (start + nin)[node_out] + np.arange(len(bout)) - np.repeat(np.cumsum(nout) - nout, nout)
         )
+        total = len(bin_) + len(bout)
+        pos = np.empty(total, dtype=np.int64)
+        buf = np.empty(total, dtype=np.int64)
+        read = np.zeros(total, dtype=bool)
+        pos[slot_in], pos[slot_out] = node_in, node_out
+        buf[slot_in], buf[slot_out] = bin_, bout
+        read[slot_in] = True
+        acc = (pos, buf, read)
         views = graph.views()
         if views:
             # An access to a view is an access to its base too: the base lives while any
@@ -342,11 +409,8 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         np.maximum.at(last, row, step)
         for a in (first, last, row, step):
             a.setflags(write=False)
-        ids = graph.dense().ids
         return ArenaAccesses(
-            order=graph.topological_order()
-            if order is None
-            else tuple([ids[p] for p in positions]),
+            order=graph.topological_order() if order is None else _ids(graph, positions),
             buffers=tuple(map(bids.__getitem__, rows.tolist())),
             first=first,
             last=last,
@@ -368,6 +432,55 @@ def max_live_bytes(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         positions = _order_positions(graph, order)
         live = _live(graph, positions, order is None)[-1]
         return int(live.max()) if len(live) else 0
+
+
+def max_live_bytes_merged(
+    graph: ComputeGraph, step_of: np.ndarray, dropped: Iterable[BufferId] = ()
+) -> int:
+    """:func:`max_live_bytes` of the graph that merging nodes of ``graph`` gives, without
+    building it: the node at dense position ``p`` runs at step ``step_of[p]`` (nodes
+    given one step become one node accessing all their buffers), and the ``dropped``
+    buffers, accessed only by nodes merged into one, are gone.
+
+    The order is the caller's: ``step_of`` must give the steps of a topological order of
+    the merged graph, numbered from 0 without gaps (it is not checked here). Fusion asks
+    this for every prefix of groups it tries, on one set of access arrays.
+
+    >>> from oxiwork.examples import quick_start
+    >>> import numpy as np
+    >>> g = quick_start()  # upload, relu, scale, download
+    >>> max_live_bytes_merged(g, np.arange(4)) == max_live_bytes(g, g.node_ids)
+    True
+    >>> mid = g.buffer_by_name("mid").id  # relu -> scale: merged, their buffer dropped
+    >>> max_live_bytes_merged(g, np.array([0, 1, 1, 2]), [mid])  # input and output
+    8192
+    """
+    with paused_gc():
+        acc_pos, acc_buf, _ = _accesses(graph)
+        bids, external, size = _buffer_table(graph)
+        nb = len(bids)
+        acc_step = np.asarray(step_of, dtype=np.int64)[acc_pos]
+        steps = int(acc_step.max()) + 1 if len(acc_step) else 0
+        out = external.copy()  # not in the arena: external, views, and the dropped
+        dropped = list(dropped)
+        if dropped:
+            dense_ids = not nb or bids[-1] == nb - 1
+            if not dense_ids:
+                row = {b: i for i, b in enumerate(bids)}
+                dropped = [row[b] for b in dropped]
+            out[np.asarray(dropped, dtype=np.int64)] = True
+        keep = ~out[acc_buf]
+        buf, acc_step = acc_buf[keep], acc_step[keep]
+        first = np.full(nb, steps, dtype=np.int64)
+        np.minimum.at(first, buf, acc_step)
+        end = np.zeros(nb, dtype=np.int64)
+        np.maximum.at(end, buf, acc_step + 1)
+        placed = first < steps
+        delta = np.zeros(steps + 1, dtype=np.int64)
+        np.add.at(delta, first[placed], size[placed])
+        np.subtract.at(delta, end[placed], size[placed])
+        live = np.cumsum(delta[:steps])
+        return int(live.max()) if steps else 0
 
 
 def _live(
@@ -413,9 +526,7 @@ def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInf
     unused = map(bids.__getitem__, np.flatnonzero(~used).tolist())
     peak = max(live, default=0)
     return LivenessInfo(
-        order=graph.topological_order()
-        if order is None
-        else tuple([graph.dense().ids[p] for p in positions]),
+        order=graph.topological_order() if order is None else _ids(graph, positions),
         intervals=MappingProxyType(intervals),
         dead=dead_buffers(graph),  # the same set for every order
         unused=frozenset(unused),

@@ -62,8 +62,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from oxiwork import validate
 from oxiwork.analysis import liveness, paused_gc
+from oxiwork.analysis._util import positions_topological
 from oxiwork.analysis.dominance import post_dominators
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.graph import ComputeGraph
@@ -144,6 +147,7 @@ class _Fuser:
         graph: ComputeGraph,
         max_group_size: int,
         known: dict[NodeId, _Info | str] | None = None,
+        numbers: dict[Any, int] | None = None,
     ) -> None:
         self.g = graph
         self.max = max_group_size
@@ -154,7 +158,7 @@ class _Fuser:
         # be reused (``known``): later rounds only classify the nodes they have not seen.
         known = {} if known is None else known
         memo: dict[Any, _Info | str] = {}  # the classification of each bind key
-        keys = _BindKeys(graph)
+        keys = self.keys = _BindKeys(graph, numbers)
         info = self.info
         candidates = []
         for n in graph.nodes:
@@ -172,30 +176,47 @@ class _Fuser:
         # neighbourhoods of the groups they try.
         self.succ = _Adjacency(d.ids, d.pos, d.succ)
         self.pred = _Adjacency(d.ids, d.pos, d.pred)
-        # The graph's own reader and writer lists (topological order), read, never changed:
-        # copying them for each of 100k candidates costs more than the sweep that reads them.
-        readers_of, writers_of = graph._accesses()
-        self.writers = writers_of
         self.bases = bases = frozenset(graph.views().values())
         self.out = out = {n.id: n.outputs[0] for n in candidates}
         self.inputs = {n.id: n.inputs for n in candidates}
         self.stream = {n.id: n.stream for n in candidates}
-        self.readers = {nid: readers_of[bid] for nid, bid in out.items()}
-        self.first_writer = {bid: writers_of[bid][0] for bid in out.values()}
-        buffer = graph.buffer
+        # Readers (in topological order, as graph.readers lists them) and writers of the
+        # candidates' outputs only, from one sweep in that order: the graph's own lists
+        # cover every buffer and stay cached on it.
+        readers_of: dict[BufferId, list[NodeId]] = {bid: [] for bid in out.values()}
+        self.writer_count = writer_count = dict.fromkeys(readers_of, 0)
+        self.first_writer = first_writer = {}
+        reading = readers_of.get
+        nodes = graph.nodes
+        for p in d.topo:
+            n = nodes[p]
+            for bid in n.inputs:
+                rs = reading(bid)
+                if rs is not None:
+                    rs.append(n.id)
+            for bid in n.outputs:
+                if bid in writer_count:
+                    if not writer_count[bid]:
+                        first_writer[bid] = n.id
+                    writer_count[bid] += 1
+        self.readers = readers = {nid: readers_of[bid] for nid, bid in out.items()}
+        external = {b.id for b in graph.buffers if b.external}
+        fusible = info.__contains__
         # can each candidate's output live only inside a fused kernel (if all readers join)?
         self._internalisable = {
             nid: (
-                not buffer(bid).external
+                bid not in external
                 and bid not in bases  # a view of it reads its bytes outside the group
-                and len(writers_of[bid]) == 1
-                and bool(readers_of[bid])
-                and all(r in info for r in readers_of[bid])
+                and writer_count[bid] == 1
+                and bool(readers[nid])
+                and all(map(fusible, readers[nid]))
             )
             for nid, bid in out.items()
         }
-        self.group: dict[NodeId, NodeId] = {nid: nid for nid in self.info}  # union-find
-        self.members: dict[NodeId, list[NodeId]] = {nid: [nid] for nid in self.info}
+        # union-find: ``group`` holds the parent of each node that is no longer a root,
+        # ``members`` the members of each root of more than one node
+        self.group: dict[NodeId, NodeId] = {}
+        self.members: dict[NodeId, list[NodeId]] = {}
         self.rejected: Counter[str] = Counter()
         # producer -> why this round merged it with none of its readers, as a recipe for the
         # words (formatted only for the edges that end up unfused: most never are)
@@ -206,19 +227,30 @@ class _Fuser:
 
     # ---------------------------------------------------------------- union-find
     def find(self, nid: NodeId) -> NodeId:
+        parent = self.group
         root = nid
-        while self.group[root] != root:
-            root = self.group[root]
-        while self.group[nid] != root:  # path compression
-            self.group[nid], nid = root, self.group[nid]
+        up = parent.get(root)
+        if up is None:
+            return root
+        while up is not None:
+            root, up = up, parent.get(up)
+        while nid != root:  # path compression
+            parent[nid], nid = root, parent[nid]
         return root
+
+    def members_of(self, root: NodeId) -> list[NodeId]:
+        """The members of the group whose root is ``root``."""
+        return self.members.get(root) or [root]
 
     def union(self, members: Iterable[NodeId], summary: _Group | None) -> None:
         roots = sorted({self.find(m) for m in members}, key=self.pos.__getitem__)
         keep = roots[0]
+        kept = self.members.get(keep)
+        if kept is None:
+            kept = self.members[keep] = [keep]
         for r in roots[1:]:
             self.group[r] = keep
-            self.members[keep].extend(self.members.pop(r))
+            kept.extend(self.members.pop(r, None) or (r,))
             self.summary.pop(r, None)
         if summary is None:
             self.summary.pop(keep, None)  # made again from the members when next needed
@@ -368,10 +400,10 @@ class _Fuser:
         merged = self.merged(roots)
         if merged.__class__ is _Group:
             if CHECK_MERGES:  # tests: the summaries must agree with the member-wise rules
-                assert self.legal([m for r in roots for m in self.members[r]]) is None
+                assert self.legal([m for r in roots for m in self.members_of(r)]) is None
             self.union(roots, merged)  # type: ignore[arg-type]
             return
-        group = [m for r in roots for m in self.members[r]]
+        group = [m for r in roots for m in self.members_of(r)]
         why = merged
         if why is None or CHECK_MERGES:
             # the member-wise rules say which rule comes first where the summaries check
@@ -427,7 +459,8 @@ class _Fuser:
             if g is None:
                 g = summary[r] = self.single(r)
             gs.append(g)
-            size += len(members[r])
+            ms = members.get(r)
+            size += 1 if ms is None else len(ms)
         if size > self.max:
             return "group would exceed max_group_size"
         # One sweep over the groups gathers the unions and what the rules compare; the
@@ -517,7 +550,7 @@ class _Fuser:
             return "its output is viewed", (
                 f"its output {buf.name!r} is read through a view: the result must reach memory"
             )
-        if self.writers[bid] != [nid]:
+        if self.writer_count[bid] != 1 or self.first_writer[bid] != nid:
             return "its output has other writers", f"its output {buf.name!r} has other writers"
         outside = [self.g.node(r) for r in self.readers[nid] if r not in self.info]
         if outside:
@@ -636,26 +669,34 @@ def _classify_op(graph: ComputeGraph, n: GraphNode) -> tuple[_Info | str, bool]:
 class _BindKeys:
     """What binding a kernel of ``graph`` reads, as :func:`oxiwork.ops.program.signature`
     holds it, with each buffer's spec replaced by a number given once per buffer (not
-    once per access): kernels with equal keys bind to the same shapes."""
+    once per access): kernels with equal keys bind to the same shapes. ``numbers`` (spec
+    -> number) may be shared by the graphs of several rounds, so numbers of one spec
+    agree between them."""
 
-    __slots__ = ("by_buffer", "graph")
+    __slots__ = ("_by_buffer", "graph", "numbers")
 
-    def __init__(self, graph: ComputeGraph) -> None:
+    def __init__(self, graph: ComputeGraph, numbers: dict[Any, int] | None = None) -> None:
         self.graph = graph
-        self.by_buffer: dict[BufferId, int] | None = None  # numbered on first use
+        self.numbers = {} if numbers is None else numbers
+        self._by_buffer: dict[BufferId, int] | None = None  # numbered on first use
+
+    @property
+    def by_buffer(self) -> dict[BufferId, int]:
+        """``buffer id -> number of its spec`` (equal numbers: equal specs)."""
+        by_buffer = self._by_buffer
+        if by_buffer is None:
+            numbers = self.numbers
+            by_buffer = self._by_buffer = {
+                b.id: numbers.setdefault(_BUFFER_KEY(b), len(numbers)) for b in self.graph.buffers
+            }
+        return by_buffer
 
     def key(self, n: GraphNode) -> Any:
         """The bind key of kernel ``n`` of the graph."""
-        by_buffer = self.by_buffer
-        if by_buffer is None:
-            numbers: dict[Any, int] = {}
-            by_buffer = self.by_buffer = {
-                b.id: numbers.setdefault(_BUFFER_KEY(b), len(numbers)) for b in self.graph.buffers
-            }
         ids = n.inputs + n.outputs
         # repeated inputs: which positions name the same buffer (as signature says it)
         alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
-        return (n.op, n.params, len(n.inputs), tuple(map(by_buffer.__getitem__, ids)), alias)
+        return (n.op, n.params, len(n.inputs), tuple(map(self.by_buffer.__getitem__, ids)), alias)
 
 
 def _fused_node(
@@ -664,34 +705,42 @@ def _fused_node(
     """The kernel replacing ``group`` (members classified by ``fuser``) and the buffers
     that become internal to it."""
     gset = set(group)
-    nodes = [graph.node(m) for m in group]
+    node_of = graph.node
+    nodes = [node_of(m) for m in group]
     readers = fuser.readers
-    internal = {n.outputs[0] for n in nodes if any(r in gset for r in readers[n.id])}
+    # outputs read inside the group (the group is legal: all their readers are in it)
+    internal = {n.outputs[0] for n in nodes if not gset.isdisjoint(readers[n.id])}
     inputs: list[BufferId] = []
+    in_index: dict[BufferId, int] = {}
     step_of: dict[BufferId, int] = {}
     steps: list[FusedStep] = []
     outputs: list[BufferId] = []
     results: list[int] = []
+    wired = _ARGS.setdefault
     for j, n in enumerate(nodes):
         args = []
         for bid in n.inputs:
-            if bid in step_of:
-                args.append(("step", step_of[bid]))
+            k = step_of.get(bid)
+            if k is not None:
+                args.append(("step", k))
             else:
-                if bid not in inputs:
+                k = in_index.get(bid)
+                if k is None:
+                    k = in_index[bid] = len(inputs)
                     inputs.append(bid)
-                args.append(("in", inputs.index(bid)))
+                args.append(("in", k))
         wiring = tuple(args)
-        steps.append(FusedStep(n.op or "", n.params, _ARGS.setdefault(wiring, wiring), n.id))
-        step_of[n.outputs[0]] = j
-        if n.outputs[0] not in internal:
-            outputs.append(n.outputs[0])
+        steps.append(FusedStep(n.op or "", n.params, wired(wiring, wiring), n.id))
+        out = n.outputs[0]
+        step_of[out] = j
+        if out not in internal:
+            outputs.append(out)
             results.append(j)
-    name = "+".join(n.name for n in nodes)
+    name = "+".join([n.name for n in nodes])
     if len(name) > MAX_NAME:
         name = f"{nodes[0].name[:80]}+...+{nodes[-1].name[:80]} ({len(nodes)} kernels)"
     program = FusedProgram(tuple(steps), tuple(results))
-    info = [fuser.info[m] for m in group]
+    info = fuser.info
     node = GraphNode(
         nid,
         name,
@@ -699,7 +748,7 @@ def _fused_node(
         inputs=tuple(inputs),
         outputs=tuple(outputs),
         stream=nodes[0].stream,
-        config=_config(info, results[0]),
+        config=_config([info[m] for m in group], results[0]),
         fusible=True,
         fused=program,
         fused_from=tuple(group),
@@ -776,23 +825,39 @@ def program_order(graph: ComputeGraph) -> list[NodeId]:
     >>> [int(n) for n in program_order(quick_start())]
     [0, 1, 2, 3]
     """
-    # On positions of the dense view (nodes sorted by id); the heap pops the least
-    # (origin, id) among the ready nodes, so the order does not depend on edge order.
+    ids = graph.dense().ids
+    return [ids[p] for p in _program_positions(graph)]
+
+
+def _program_positions(graph: ComputeGraph) -> list[int]:
+    """:func:`program_order` as positions of the dense view (nodes sorted by id)."""
+    # The heap pops the least (origin, id) among the ready nodes, so the order does not
+    # depend on edge order; ids ascend with positions, so (origin, position) is that key.
     d = graph.dense()
-    ids = d.ids
     key = [min(n.fused_from) if n.fused_from else n.id for n in graph.nodes]
+    if positions_topological(graph) and all(map(operator.le, key, key[1:])):
+        # Positions in key order are a topological order: the least remaining node is
+        # then always ready, so Kahn's heap would release the nodes in just this order.
+        return list(range(len(key)))
     indeg = [len(p) for p in d.pred]
-    heap = [(key[p], ids[p], p) for p in range(len(ids)) if indeg[p] == 0]
+    heap = [(key[p], p) for p in range(len(key)) if indeg[p] == 0]
     heapq.heapify(heap)
-    out: list[NodeId] = []
+    out: list[int] = []
     while heap:
-        _, v, p = heapq.heappop(heap)
-        out.append(v)
+        p = heapq.heappop(heap)[1]
+        out.append(p)
         for q in d.succ[p]:
             indeg[q] -= 1
             if indeg[q] == 0:
-                heapq.heappush(heap, (key[q], ids[q], q))
+                heapq.heappush(heap, (key[q], q))
     return out
+
+
+def _steps(positions: list[int]) -> np.ndarray:
+    """``step_of[p]``: the step of dense position ``p`` in the order ``positions``."""
+    step_of = np.empty(len(positions), dtype=np.int64)
+    step_of[np.asarray(positions, dtype=np.int64)] = np.arange(len(positions), dtype=np.int64)
+    return step_of
 
 
 def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) -> int:
@@ -803,7 +868,38 @@ def peak_live_bytes(graph: ComputeGraph, order: Iterable[NodeId] | None = None) 
     >>> peak_live_bytes(quick_start())
     8192
     """
-    return liveness.max_live_bytes(graph, list(program_order(graph) if order is None else order))
+    if order is not None:
+        return liveness.max_live_bytes(graph, list(order))
+    # program_order is a topological order by construction: no need to check it again
+    return liveness.max_live_bytes_merged(graph, _steps(_program_positions(graph)))
+
+
+def _fused_peak(
+    graph: ComputeGraph,
+    new: ComputeGraph,
+    groups: list[list[NodeId]],
+    made: list[tuple[GraphNode, set[BufferId]]],
+    removed: list[BufferId],
+) -> int:
+    """:func:`peak_live_bytes` of ``new``, which :func:`_apply` made from ``graph`` by
+    replacing ``groups`` with the kernels ``made``, from ``graph``'s accesses: a fused
+    kernel accesses exactly its members' buffers but the ones removed, so the peak is the
+    one of ``graph`` with each group's members on the step of its kernel in ``new``'s
+    :func:`program_order` (and the removed buffers gone)."""
+    if new is graph:
+        return peak_live_bytes(graph)
+    d, nd = graph.dense(), new.dense()
+    target = list(d.ids)  # the id each original node has in the new graph
+    pos = d.pos
+    for group, (node, _) in zip(groups, made, strict=True):
+        for m in group:
+            target[pos[m]] = node.id
+    new_ids = np.fromiter(nd.ids, dtype=np.int64, count=len(nd.ids))
+    at = np.searchsorted(new_ids, np.fromiter(target, dtype=np.int64, count=len(target)))
+    peak = liveness.max_live_bytes_merged(graph, _steps(_program_positions(new))[at], removed)
+    if CHECK_MERGES:  # tests: the same as measuring the fused graph itself
+        assert peak == liveness.max_live_bytes(new, program_order(new)), "fused peak"
+    return peak
 
 
 _BUFFER_KEY = operator.attrgetter(
@@ -811,24 +907,31 @@ _BUFFER_KEY = operator.attrgetter(
 )
 
 
-def _check_source(graph: ComputeGraph, node: GraphNode, sources: dict[Any, bool]) -> None:
+def _check_source(
+    graph: ComputeGraph, node: GraphNode, sources: dict[Any, bool], keys: _BindKeys
+) -> None:
     """Generate ``node``'s CUDA C once per distinct program (raising the GraphError that
     generating it raises; a program that failed is generated again, for its message).
 
     The source is a function of the steps (ops, parameters, wiring), the buffers' types
     and shapes and whether an input is also an output; names only enter its identifiers.
-    Groups repeating one program (a model's layers) are so generated once per pass.
+    Groups repeating one program (a model's layers) are so generated once per pass. The
+    buffers enter the key as the numbers ``keys`` gives their specs (equal numbers for
+    equal specs, in every round).
     """
     fused = node.fused
     assert fused is not None
+    ins, outs = node.inputs, node.outputs
     key = (
-        tuple((st.op, st.params, st.args) for st in fused.steps),
+        tuple([(st.op, st.params, st.args) for st in fused.steps]),
         fused.outputs,
-        len(node.inputs),
-        tuple(_BUFFER_KEY(graph.buffer(b)) for b in (*node.inputs, *node.outputs)),
-        tuple(b in node.outputs for b in node.inputs),
+        len(ins),
+        tuple(map(keys.by_buffer.__getitem__, ins + outs)),
+        tuple([b in outs for b in ins]),
     )
-    if not sources.get(key, False):  # not yet generated, or it failed: say so for this node
+    # not yet generated, or it failed (say so for this node); the tests generate every one,
+    # so a key that let a failing program pass as one that built would show
+    if CHECK_MERGES or not sources.get(key, False):
         sources[key] = False
         kernel_source(graph, node)
         sources[key] = True
@@ -840,12 +943,13 @@ def _round(
     limit: int,
     known: dict[NodeId, _Info | str],
     sources: dict[Any, bool],
+    numbers: dict[Any, int],
 ) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], _Fuser]:
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
     buffers removed, the groups undone (they raised peak memory above ``limit``), the fuser
     (its refusals, counted and per producer) and the groups whose kernel failed to build,
     with the error."""
-    fuser = _Fuser(graph, max_group_size, known)
+    fuser = _Fuser(graph, max_group_size, known, numbers)
     groups = fuser.run()
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
     # group is dropped rather than producing a kernel nobody can compile.
@@ -856,7 +960,7 @@ def _round(
     for group in groups:
         try:
             node, internal = _fused_node(graph, NodeId(first + len(made)), group, fuser)
-            _check_source(graph, node, sources)
+            _check_source(graph, node, sources, fuser.keys)
         except GraphError as e:
             fuser.rejected["generated kernel failed to build"] += 1
             failed.append((group, f"the generated kernel for the group failed to build: {e}"))
@@ -875,7 +979,7 @@ def _round(
     def fits(k: int) -> bool:
         if k not in tried:
             new, removed = _apply(graph, groups[:k], made[:k])
-            tried[k] = (new, removed, peak_live_bytes(new))
+            tried[k] = (new, removed, _fused_peak(graph, new, groups[:k], made[:k], removed))
         return tried[k][2] <= limit
 
     keep = len(groups)
@@ -949,6 +1053,7 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     new, after, groups, removed = graph, before, [], []
     known: dict[NodeId, _Info | str] = {}
     sources: dict[Any, bool] = {}  # fused programs whose CUDA C was generated
+    numbers: dict[Any, int] = {}  # buffer spec -> its number in the keys of ``sources``
     fused_nodes: dict[NodeId, tuple[NodeId, ...]] = {}
     undone: dict[frozenset[NodeId], list[NodeId]] = {}
     rejected: Counter[str] = Counter()
@@ -961,7 +1066,7 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     while max_group_size > 1:
         first = int(new.next_node_id())
         new, peak, got, gone, dropped, fuser, failed = _round(
-            new, max_group_size, before, known, sources
+            new, max_group_size, before, known, sources, numbers
         )
         rounds += 1
         rejected = fuser.rejected

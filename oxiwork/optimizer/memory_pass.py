@@ -154,7 +154,7 @@ from typing import Any
 import numpy as np
 
 from oxiwork.analysis import liveness, paused_gc
-from oxiwork.analysis.happens_before import graph_clocks
+from oxiwork.analysis.happens_before import graph_clock_arrays
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import Buffer, BufferId, NodeId
 from oxiwork.ops.program import share_bound
@@ -377,7 +377,7 @@ class _Analysis:
     # length if none is) and the first position of an access (-1 if none)
     past: np.ndarray
     first_pos: np.ndarray
-    members: list[list[int]]  # per stream index, its items (indices into ``order``)
+    members: list[np.ndarray]  # per stream index, its items (indices into ``order``)
     stream_of: np.ndarray  # (len(order),) stream index of each item
 
     @property
@@ -398,13 +398,13 @@ class _Analysis:
 
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
-    vc, order = graph_clocks(graph, issue_order(graph))
+    arrays, order = graph_clock_arrays(graph, issue_order(graph))
+    members_of = arrays.members()
     # Plain liveness (first and last access of each arena buffer over the issue order) is
     # the liveness analysis's; the safe intervals below extend it by happens-before.
     acc = liveness.arena_accesses(graph, order)
     ids = list(acc.buffers)
     n = len(ids)
-    arrays = vc.arrays()
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
     rb, x, first, last = acc.row, acc.step, acc.first, acc.last
     # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
@@ -414,10 +414,9 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     first_pos = np.full((n, width), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_pos, (rb, arrays.stream_index[x]), arrays.position[x])
     first_pos[first_pos == np.iinfo(np.int64).max] = -1
-    for s, members in enumerate(vc.members):
-        if not members or not n:
+    for s, mem in enumerate(members_of):
+        if not len(mem) or not n:
             continue
-        mem = np.array(members, dtype=np.int64)
         col = clocks[mem]
         # First position on s strictly after the accesses: later than last_clock[:, s] and
         # dominating last_clock; each component's condition is monotone along the stream.
@@ -437,7 +436,7 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
         from_clock,
         past,
         first_pos,
-        vc.members,
+        members_of,
         arrays.stream_index,
     )
 
@@ -618,8 +617,8 @@ def _place_sweep(
     # Release events (item of the order where stream t passes buffer k, t, k), by item.
     rel_item = np.full((len(size), width), -1, dtype=np.int64)
     for t, members in enumerate(a.members):
-        if members:
-            mem = np.asarray([*members, -1], dtype=np.int64)
+        if len(members):
+            mem = np.append(members, -1)
             rel_item[:, t] = mem[a.past[:, t]]
     rk, rt = np.nonzero(rel_item >= 0)
     ri = rel_item[rk, rt]

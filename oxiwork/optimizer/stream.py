@@ -77,6 +77,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -437,27 +438,50 @@ def _from_chains(
 
 def _list_schedule(
     d: DenseGraph, cost: Sequence[float], prio: Sequence[int], pins: Mapping[int, int], k: int
-) -> list[int]:
-    """Stream per position by list scheduling in ``prio`` order on ``k`` streams."""
+) -> tuple[list[int], float]:
+    """Stream per position by list scheduling in ``prio`` order on ``k`` streams, and the
+    makespan (what :func:`_simulate` gives for it: each node started at
+    ``max(inputs ready, stream free)``, exactly as the simulation starts it).
+
+    Each node goes to the stream minimising ``(max(ready, free[t]), t != pref, t)``, with
+    ``pref`` the stream of its latest-finishing predecessor (the last of equals). That
+    minimum is read off without building the keys: a stream already free by ``ready``
+    starts the node at ``ready``, so ``pref`` wins if it is one, else the lowest such
+    stream; if none is, the earliest-free stream (``pref`` first on ties).
+    """
     n = len(d.ids)
+    pred = d.pred
     stream = [0] * n
     finish = [0.0] * n
     free = [0.0] * k
+    streams = range(k)
+    end = 0.0
     for v in prio:
         ready = 0.0
         pref = -1
-        for u in d.pred[v]:
+        for u in pred[v]:
             if finish[u] >= ready:
-                ready, pref = finish[u], stream[u]
-        if v in pins:
+                ready = finish[u]
+                pref = stream[u]
+        if pins and v in pins:
             s = pins[v]
+        elif pref >= 0 and free[pref] <= ready:
+            s = pref
         else:
-            s = min(range(k), key=lambda t: (max(ready, free[t]), t != pref, t))
-        start = max(ready, free[s])
+            m = min(free)
+            if m <= ready:
+                s = next(t for t in streams if free[t] <= ready)
+            elif pref >= 0 and free[pref] == m:
+                s = pref
+            else:
+                s = free.index(m)
+        f = free[s]
+        t = (ready if ready >= f else f) + cost[v]
         stream[v] = s
-        finish[v] = start + cost[v]
-        free[s] = finish[v]
-    return stream
+        finish[v] = free[s] = t
+        if t > end:
+            end = t
+    return stream, end
 
 
 def _merge_chains(
@@ -479,25 +503,29 @@ def _merge_chains(
     n = len(cost)
     stream = [0] * n
     free = [0.0] * k
-
-    def key(i: int) -> tuple[float, float, int]:
+    slack = [a - b for a, b in zip(alap, asap, strict=True)]
+    keys = [(alap[ch[0]], min(map(slack.__getitem__, ch)), ch[0]) for ch in chains]
+    for i in sorted(range(len(chains)), key=keys.__getitem__):
         ch = chains[i]
-        return (alap[ch[0]], min(alap[p] - asap[p] for p in ch), ch[0])
-
-    for i in sorted(range(len(chains)), key=key):
-        ch = chains[i]
-        work = sum(cost[p] for p in ch)
+        work = sum(map(cost.__getitem__, ch))
+        head = asap[ch[0]]
         votes: dict[int, int] = {}
-        for p in ch:
-            if p in pins:
-                votes[pins[p]] = votes.get(pins[p], 0) + 1
+        if pins:
+            for p in ch:
+                if p in pins:
+                    votes[pins[p]] = votes.get(pins[p], 0) + 1
         if votes:
             s = min(votes, key=lambda x: (-votes[x], x))
-        else:
-            s = min(range(k), key=lambda t: (max(free[t], asap[ch[0]]) + work, t))
-        free[s] = max(free[s], asap[ch[0]]) + work
+            free[s] = max(free[s], head) + work
+            for p in ch:
+                stream[p] = pins.get(p, s)
+            continue
+        # finish if appended to each stream; the first of the earliest (lowest on ties)
+        ends = [(f if f >= head else head) + work for f in free]
+        s = ends.index(min(ends))
+        free[s] = ends[s]
         for p in ch:
-            stream[p] = pins.get(p, s)
+            stream[p] = s
     return stream
 
 
@@ -546,58 +574,131 @@ class _Realized:
     graph: ComputeGraph
     events: tuple[tuple[NodeId, NodeId, NodeId, NodeId], ...]
     order: dict[StreamId, tuple[NodeId, ...]]
-    issue: tuple[NodeId, ...]
+    issue: list[int]  # positions of the new graph, in issue order
+    streams: list[int]  # stream per position
+    wait_of: list[int]  # per position: the record a wait waits for, else -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Needs:
+    """The events an assignment needs and where its stream-order edges go.
+
+    ``edges``: the (producer, consumer) positions of :func:`_needed_events`. Per position
+    ``v``: ``prev[v]``, the node before it on its stream in issue order (-1 if none);
+    whether the new graph needs a stream-order edge into v's first item (its first wait,
+    or v) from ``prev[v]`` itself (``from_node``, used when ``prev[v]`` gets no record) or
+    from the record issued right after ``prev[v]`` (``from_record``).
+    """
+
+    edges: list[tuple[int, int]]
+    prev: list[int]
+    from_node: list[bool]
+    from_record: list[bool]
 
 
 def _needed_events(
     d: DenseGraph, stream: Sequence[int], issue: Sequence[int], free: set[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """Cross-stream edges of TR(closure(edges + stream order)) that are not free events.
+) -> _Needs:
+    """Cross-stream edges of TR(closure(edges + stream order)) that are not free events,
+    and the stream-order edges the realised graph needs (:class:`_Needs`).
 
     Per node v (in issue order) the clock ``c[a]`` is the last position on stream ``a``
     below v. The node ``top_a`` there is an immediate predecessor of v in the reduction
     unless the top of another stream already has it below (its own clock covers
     ``c[a]``): any node strictly between ``top_a`` and v lies on some stream ``b`` and so
-    below ``top_b``.
+    below ``top_b``. A top the previous node of v's stream has below (``c[b]`` equal to
+    that node's clock) is no immediate predecessor, and covers nothing that node does not
+    cover, so only the other tops and that node are compared.
+
+    Stream-order edges: the realised graph orders its nodes exactly as R = closure(edges +
+    stream order) does (the events are edges of R, the stream edges consecutive nodes of a
+    stream), so whether an item is already ordered after the one before it on its stream
+    is read off these clocks instead of clocks over the new graph. v's first item is its
+    first wait (which follows only the record of ``u1``, the earliest-issued producer v
+    waits for) or, without waits, v itself (which follows its predecessors ``X``). The item
+    before it is ``p`` (the previous node of v's stream) or p's record. ``p`` is below the
+    item iff some ``x`` in ``X`` (or ``u1``) has ``p`` below it in R; p's record is below
+    it iff some consumer ``y`` of that record is below such an ``x``, i.e. for some stream
+    ``b``, ``clock[x][b]`` reaches the first consumer of p on ``b`` (``first[p][b]``; later
+    consumers were issued after v and cannot be below it). Consecutive waits of one node
+    are never ordered otherwise (a wait is followed only by its node) and a node always
+    follows its last wait by an edge, so neither needs a decision here.
     """
     ids_s = sorted(set(stream))
     sidx = {s: i for i, s in enumerate(ids_s)}
     k = len(ids_s)
+    n = len(stream)
     si = [sidx[s] for s in stream]
     members: list[list[int]] = [[] for _ in range(k)]
-    posn = [0] * len(stream)
-    clock: list[list[int]] = [[]] * len(stream)
+    clock: list[list[int]] = [[]] * n
     last: list[list[int]] = [[-1] * k for _ in range(k)]
     need: list[tuple[int, int]] = []
     pred = d.pred
-    for v in issue:
+    streams = range(k)
+    prev_of = [-1] * n
+    from_node = [True] * n
+    from_record = [True] * n
+    # first[p][b]: the position on stream b of p's first consumer there (none: n)
+    first: dict[int, list[int]] = {}
+    none = [n] * k
+    rank_of = [0] * n
+    for r, v in enumerate(issue):
+        rank_of[v] = r
         s = si[v]
         prev = last[s]
         ps = pred[v]
-        c = list(map(max, prev, *[clock[u] for u in ps])) if ps else prev[:]
+        if not ps:
+            c = prev[:]
+        elif len(ps) == 1:
+            c = list(map(max, prev, clock[ps[0]]))
+        else:
+            c = list(map(max, prev, *[clock[u] for u in ps]))
+        here = len(members[s])  # v's position on its stream
+        u1 = -1
         # Nothing new from another stream (the common case): every top is below the
         # previous node of v's stream, which covers it.
         if c != prev or prev[s] < 0:
-            tops = [(b, clock[members[b][cb]]) for b, cb in enumerate(c) if cb >= 0 and b != s]
+            tops = [(b, clock[members[b][c[b]]]) for b in streams if c[b] > prev[b] and b != s]
             if prev[s] >= 0:
                 tops.append((s, prev))
             for a, _ in tops:
                 if a == s:
                     continue
                 ca = c[a]
-                if (
-                    not any(b != a and tc[a] >= ca for b, tc in tops)
-                    and (
-                        (top := members[a][ca]),
-                        v,
-                    )
-                    not in free
-                ):
-                    need.append((top, v))
-        c[s] = posn[v] = len(members[s])
+                for b, tc in tops:
+                    if b != a and tc[a] >= ca:
+                        break
+                else:
+                    top = members[a][ca]
+                    if not free or (top, v) not in free:
+                        need.append((top, v))
+                        if u1 < 0 or rank_of[top] < rank_of[u1]:
+                            u1 = top
+                        f = first.get(top)
+                        if f is None:
+                            f = first[top] = none[:]
+                        if f[s] == n:
+                            f[s] = here
+        pp = prev[s]
+        if pp >= 0:
+            p = members[s][pp]
+            prev_of[v] = p
+            xs = (u1,) if u1 >= 0 else ps
+            for x in xs:
+                if clock[x][s] >= pp:
+                    from_node[v] = False
+                    break
+            f = first.get(p)
+            if f is not None:
+                for x in xs:
+                    cx = clock[x]
+                    if any(map(int.__ge__, cx, f)):
+                        from_record[v] = False
+                        break
+        c[s] = here
         members[s].append(v)
         clock[v] = last[s] = c
-    return need
+    return _Needs(need, prev_of, from_node, from_record)
 
 
 def _short(name: str, limit: int = 40) -> str:
@@ -608,121 +709,124 @@ def _realize(
     graph: ComputeGraph,
     stream: Sequence[int],
     issue: Sequence[int],
-    need: list[tuple[int, int]] | None = None,
+    needs: _Needs | None = None,
 ) -> _Realized:
     """The new graph: streams set, events inserted, stream-order edges added where needed
-    (``need``: :func:`_needed_events` of ``stream`` and ``issue``, when known)."""
+    (``needs``: :func:`_needed_events` of ``stream`` and ``issue``, when known).
+
+    Everything is indexed by position in the new graph: the input's nodes keep theirs and
+    the inserted events follow in id order (the new graph's node order), so per-node data
+    are lists, not dicts keyed by id.
+    """
     d = graph.dense()
     ids = d.ids
     nodes = graph.nodes
-    if need is None:
+    n = len(ids)
+    if needs is None:
         free = {
-            (d.pos[n.event], d.pos[n.id])
-            for n in nodes
-            if n.kind is NodeKind.EventWait and n.event is not None
+            (d.pos[x.event], d.pos[x.id])
+            for x in nodes
+            if x.kind is NodeKind.EventWait and x.event is not None
         }
-        need = _needed_events(d, stream, issue, free)
-    else:
-        need = list(need)
-    rank = {v: r for r, v in enumerate(issue)}
-    need.sort(key=lambda e: (rank[e[0]], rank[e[1]]))
+        needs = _needed_events(d, stream, issue, free)
+    rank = [0] * n
+    for r, v in enumerate(issue):
+        rank[v] = r
+    # by (rank of producer, rank of consumer): one int key, since ranks are below n
+    need = sorted(needs.edges, key=lambda e: rank[e[0]] * n + rank[e[1]])
 
-    next_id = int(graph.next_node_id())
-    after: dict[int, list[NodeId]] = {}  # position -> records issued right after it
-    before: dict[int, list[NodeId]] = {}  # position -> waits issued right before it
+    sid = {s: StreamId(s) for s in set(stream)}
     # Streams come from 0..max_streams-1 and the (checked) pins; the graph need not check
     # the nodes' other fields again when every one is a valid stream id (events likewise:
     # a stream and a name made from a checked one, at most 48 characters).
     new_nodes: list[GraphNode] = [
-        n if n.stream == stream[p] else n.replace(stream=StreamId(stream[p]))
-        for p, n in enumerate(nodes)
+        x if x.stream == s else x.replace(stream=sid[s]) for x, s in zip(nodes, stream, strict=True)
     ]
-    vouch = all(0 <= s <= validate.MAX_STREAM for s in set(stream))
-    new_stream: dict[NodeId, int] = {}
+    vouch = all(0 <= s <= validate.MAX_STREAM for s in sid)
+    new_ids = list(ids)
+    streams = list(stream)  # stream per new position
+    wait_of = [-1] * n  # the record position each wait waits for
+    for x in nodes:
+        if x.kind is NodeKind.EventWait and x.event is not None:
+            wait_of[d.pos[x.id]] = d.pos[x.event]
+    after = [-1] * n  # position -> the record issued right after it
+    before: list[list[int] | None] = [None] * n  # position -> waits issued right before it
     edges = list(graph.edges)
     events = []
+    next_id = int(graph.next_node_id())
     # One record per producer, however many streams wait for it: a CUDA event recorded
     # once can be waited on by any number of streams (cuStreamWaitEvent), so a record per
     # wait would add launches that order nothing more.
-    record_of: dict[int, NodeId] = {}
     for u, v in need:
         un = nodes[u]
-        rec = record_of.get(u)
-        if rec is None:
-            rec = record_of[u] = NodeId(next_id)
+        rec = after[u]
+        if rec < 0:
+            rec = after[u] = len(new_ids)
+            rid = NodeId(next_id)
             next_id += 1
             new_nodes.append(
                 GraphNode(
-                    rec,
-                    f"record({_short(un.name)})",
-                    NodeKind.EventRecord,
-                    stream=StreamId(stream[u]),
+                    rid, f"record({_short(un.name)})", NodeKind.EventRecord, stream=sid[stream[u]]
                 )
             )
-            new_stream[rec] = stream[u]
-            after.setdefault(u, []).append(rec)
-            edges.append((ids[u], rec))
-        wait = NodeId(next_id)
+            new_ids.append(rid)
+            streams.append(stream[u])
+            wait_of.append(-1)
+            edges.append((ids[u], rid))
+        rid = new_ids[rec]
+        wid = NodeId(next_id)
         next_id += 1
         new_nodes.append(
             GraphNode(
-                wait,
+                wid,
                 f"wait({_short(un.name)})",
                 NodeKind.EventWait,
-                stream=StreamId(stream[v]),
-                event=rec,
+                stream=sid[stream[v]],
+                event=rid,
             )
         )
-        new_stream[wait] = stream[v]
-        before.setdefault(v, []).append(wait)
-        edges += [(rec, wait), (wait, ids[v])]
-        events.append((rec, wait, ids[u], ids[v]))
-    for waits in before.values():  # waits before v in the order of their producers
-        waits.sort()
-
-    # Issue order of the new graph and the per-stream orders.
-    full: list[NodeId] = []
-    for v in issue:
-        full += before.get(v, ())
-        full.append(ids[v])
-        full += after.get(v, ())
-    stream_of = {ids[p]: stream[p] for p in range(len(ids))}
-    stream_of.update(new_stream)
-
-    # Stream-order edges: consecutive nodes of a stream get an edge unless the edges
-    # already order them. Walking the issue order with clocks over "edges + the stream
-    # edges added so far", each stream's prefix is a chain, so "the last node of my stream
-    # below me is my stream predecessor" is exactly "already ordered".
-    preds: dict[NodeId, list[NodeId]] = {}
-    for a, b in edges:
-        preds.setdefault(b, []).append(a)
-    ids_s = sorted(set(stream_of.values()))
-    sidx = {s: i for i, s in enumerate(ids_s)}
-    k = len(ids_s)
-    clock: dict[NodeId, list[int]] = {}
-    tail: list[NodeId | None] = [None] * k
-    count = [0] * k
-    for x in full:
-        s = sidx[stream_of[x]]
-        ps = preds.get(x)
-        if not ps:
-            c = [-1] * k
-        elif len(ps) == 1:
-            c = clock[ps[0]][:]
+        w = len(new_ids)
+        new_ids.append(wid)
+        streams.append(stream[v])
+        wait_of.append(rec)
+        ws = before[v]
+        if ws is None:
+            before[v] = [w]
         else:
-            c = list(map(max, *[clock[p] for p in ps]))
-        prev = tail[s]
-        if prev is not None and c[s] < count[s] - 1:
-            edges.append((prev, x))
-            c = list(map(max, c, clock[prev]))
-        c[s] = count[s]
-        count[s] += 1
-        tail[s] = x
-        clock[x] = c
+            ws.append(w)  # positions grow with ids: the waits stay in id order
+        edges += [(rid, wid), (wid, ids[v])]
+        events.append((rid, wid, ids[u], ids[v]))
 
-    order: dict[StreamId, list[NodeId]] = {StreamId(s): [] for s in ids_s}
+    # Stream-order edges (see _needed_events): into each node's first item from the item
+    # before it on its stream, where the edges do not order them already, and between
+    # consecutive waits of one node.
+    prev_of, from_node, from_record = needs.prev, needs.from_node, needs.from_record
+    for v in range(n):
+        ws = before[v]
+        p = prev_of[v]
+        if p >= 0:
+            rec = after[p]
+            if from_record[v] if rec >= 0 else from_node[v]:
+                edges.append((new_ids[p if rec < 0 else rec], new_ids[v if ws is None else ws[0]]))
+        if ws is not None:
+            edges += [(new_ids[a], new_ids[b]) for a, b in itertools.pairwise(ws)]
+
+    # Issue order of the new graph (positions): each node's waits, it, its record.
+    ids_s = sorted(sid)
+    sidx = {s: i for i, s in enumerate(ids_s)}
+    si = [sidx[s] for s in streams]
+    order: list[list[NodeId]] = [[] for _ in ids_s]
+    full: list[int] = []
+    for v in issue:
+        ws = before[v]
+        if ws is not None:
+            full += ws
+        full.append(v)
+        if after[v] >= 0:
+            full.append(after[v])
     for x in full:
-        order[StreamId(stream_of[x])].append(x)
+        order[si[x]].append(new_ids[x])
+
     new_graph = graph.with_changes(
         nodes=new_nodes, edges=edges, checked_nodes=new_nodes if vouch else ()
     )
@@ -732,25 +836,34 @@ def _realize(
     return _Realized(
         new_graph,
         tuple(events),
-        {s: tuple(v) for s, v in order.items()},
-        tuple(full),
+        {sid[s]: tuple(o) for s, o in zip(ids_s, order, strict=True)},
+        full,
+        streams,
+        wait_of,
     )
 
 
-def _makespan(graph: ComputeGraph, issue: Sequence[NodeId], cost: Mapping[NodeId, float]) -> float:
-    """Finish time when streams run in order and waits hold their stream (zero-cost events)."""
+def _makespan(real: _Realized, cost: Sequence[float]) -> float:
+    """Finish time when streams run in order and waits hold their stream (zero-cost events).
+
+    Over ``real``'s issue order by position: ``cost`` of the input's positions, 0 for the
+    inserted events; a wait starts no earlier than its record finishes.
+    """
     free: dict[int, float] = {}
-    finish: dict[NodeId, float] = {}
+    n = len(cost)
+    finish = [0.0] * len(real.streams)
+    streams, wait_of = real.streams, real.wait_of
     end = 0.0
-    for x in issue:
-        node = graph.node(x)
-        s = int(node.stream or 0)
+    for x in real.issue:
+        s = streams[x]
         start = free.get(s, 0.0)
-        if node.kind is NodeKind.EventWait and node.event is not None:
-            start = max(start, finish[node.event])
-        t = start + cost.get(x, 0.0)
+        e = wait_of[x]
+        if e >= 0 and finish[e] > start:
+            start = finish[e]
+        t = start + (cost[x] if x < n else 0.0)
         finish[x] = free[s] = t
-        end = max(end, t)
+        if t > end:
+            end = t
     return end
 
 
@@ -818,14 +931,15 @@ def _finish(
     chains: int,
     method: str,
     t0: float,
-    need: list[tuple[int, int]] | None = None,
+    need: _Needs | None = None,
 ) -> PassResult:
     real = _realize(graph, stream, issue, need)
     total = sum(info.cost.values())
     p = min(max_streams, width) if width_exact else max_streams
     lower = max(info.makespan, total / max(p, 1))
-    makespan = _makespan(real.graph, real.issue, info.cost)
-    stream_of = {n.id: StreamId(int(n.stream or 0)) for n in real.graph.nodes}
+    makespan = _makespan(real, list(map(info.cost.__getitem__, graph.dense().ids)))
+    sid = {s: StreamId(s) for s in set(real.streams)}
+    stream_of = dict(zip(real.graph.dense().ids, map(sid.__getitem__, real.streams), strict=True))
     sa = StreamAssignment(
         stream_of=stream_of,
         order=real.order,
@@ -931,27 +1045,27 @@ def _assign_streams(
     # the shorter simulated makespan wins; within 0.1% the one needing fewer events.
     pos = d.pos
     ids = d.ids
-    prio = [pos[nid] for nid in info.priority]
-    cost = [info.cost[nid] for nid in ids]
-    asap = [info.asap[nid] for nid in ids]
-    alap = [info.alap[nid] for nid in ids]
+    prio = list(map(pos.__getitem__, info.priority))
+    cost = list(map(info.cost.__getitem__, ids))
+    asap = list(map(info.asap.__getitem__, ids))
+    alap = list(map(info.alap.__getitem__, ids))
     merged_from = chains if chains is not None else _path_cover(d)
     free = {
         (pos[x.event], pos[x.id])
         for x in graph.nodes
         if x.kind is NodeKind.EventWait and x.event is not None
     }
-    candidates = []
-    for method, stream in (
-        ("list_schedule", _list_schedule(d, cost, prio, pins, max_streams)),
-        ("merged_chains", _merge_chains(merged_from, asap, alap, cost, pins, max_streams)),
-    ):
-        candidates.append((_simulate(d, cost, stream, prio), method, stream))
+    listed, listed_makespan = _list_schedule(d, cost, prio, pins, max_streams)
+    merged = _merge_chains(merged_from, asap, alap, cost, pins, max_streams)
+    candidates = [
+        (listed_makespan, "list_schedule", listed),
+        (_simulate(d, cost, merged, prio), "merged_chains", merged),
+    ]
     best = min(candidates, key=lambda c: c[0])
     # Only the candidates within 0.1% of the best makespan compete on events, so only
     # theirs are counted (an O(E x streams) walk each).
     close = [
-        (makespan, len(need), method, stream, need)
+        (makespan, len(need.edges), method, stream, need)
         for makespan, method, stream in candidates
         if makespan <= best[0] * 1.001
         for need in (_needed_events(d, stream, prio, free),)

@@ -9,14 +9,17 @@ refuse. The result must then be the graph and artefacts fusion gave before.
 
 from __future__ import annotations
 
+import heapq
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oxiwork.analysis import liveness
 from oxiwork.examples import random_op_dag, synthetic, transformer_block
 from oxiwork.graph import ComputeGraph
 from oxiwork.optimizer import fusion
-from oxiwork.optimizer.fusion import fuse
+from oxiwork.optimizer.fusion import fuse, peak_live_bytes, program_order
 from tests.strategies import any_dags
 from tests.test_views import view_graphs
 
@@ -88,3 +91,70 @@ def test_check_merges_catches_a_wrong_summary(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(fusion._Fuser, "merged", accept_all)
     with pytest.raises(AssertionError):
         fuse(synthetic(200, "chain"))
+
+
+def heap_program_order(graph: ComputeGraph) -> list:
+    """program_order as its docstring defines it: Kahn's algorithm releasing the ready
+    node of least (origin, id), by ids and edges only."""
+    origin = {n.id: min(n.fused_from) if n.fused_from else n.id for n in graph.nodes}
+    indeg = {n.id: 0 for n in graph.nodes}
+    succ: dict = {n.id: [] for n in graph.nodes}
+    for a, b in graph.edges:
+        indeg[b] += 1
+        succ[a].append(b)
+    heap = [(origin[v], v) for v, k in indeg.items() if k == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        out.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(heap, (origin[w], w))
+    return out
+
+
+def assert_peaks_as_defined(graph: ComputeGraph) -> None:
+    order = heap_program_order(graph)
+    assert program_order(graph) == order
+    assert peak_live_bytes(graph) == liveness.max_live_bytes(graph, order)
+
+
+class TestProgramOrderAndPeak:
+    """The order and peak fusion compares (fast paths: an id order that is already
+    topological, the fused graph's peak from the input graph's accesses) are the ones
+    the plain definitions give, before and after fusion."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(0, 1_000_000), st.integers(1, 60), st.booleans())
+    def test_random_op_dags(self, seed, n, reversed_ids):
+        g = random_op_dag(seed, n)
+        if reversed_ids:  # ids against the edges: the heap path
+            top = int(g.next_node_id())
+            g = ComputeGraph(
+                [n.replace(id=type(n.id)(top - n.id)) for n in g.nodes],
+                list(g.buffers),
+                [(type(a)(top - a), type(b)(top - b)) for a, b in g.edges],
+            )
+        assert_peaks_as_defined(g)
+        assert_peaks_as_defined(fuse(g).graph)
+
+    @settings(max_examples=20, deadline=None)
+    @given(view_graphs())
+    def test_view_graphs(self, g):
+        assert_peaks_as_defined(g)
+        assert_peaks_as_defined(fuse(g).graph)
+
+    @pytest.mark.usefixtures("check_merges")  # asserts the fused peak is the full one
+    @pytest.mark.parametrize("shape", ["layered", "transformer"])
+    def test_synthetic(self, shape):
+        g = synthetic(1500, shape)
+        res = fuse(g)
+        assert res.artefacts["peak_bytes_before"] == liveness.max_live_bytes(
+            g, heap_program_order(g)
+        )
+        new = res.graph
+        assert res.artefacts["peak_bytes_after"] == liveness.max_live_bytes(
+            new, heap_program_order(new)
+        )

@@ -253,10 +253,10 @@ class TestOverTheCapCandidates:
         alap = [info.alap[x] for x in ids]
         chains = stream_mod._exact_chains(d)
         spans = []
-        for stream in (
-            stream_mod._list_schedule(d, cost, prio, {}, cap),
-            stream_mod._merge_chains(chains, asap, alap, cost, {}, cap),
-        ):
+        listed, listed_makespan = stream_mod._list_schedule(d, cost, prio, {}, cap)
+        # the list scheduler's own makespan is the simulated one, exactly
+        assert listed_makespan == stream_mod._simulate(d, cost, listed, prio)
+        for stream in (listed, stream_mod._merge_chains(chains, asap, alap, cost, {}, cap)):
             res = stream_mod._finish(
                 graph,
                 stream,

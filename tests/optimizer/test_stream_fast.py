@@ -1,0 +1,89 @@
+"""The fast stream pass (issue 14) decides as the pass did before it.
+
+``tests/optimizer/stream_before.py`` keeps the functions the speed-up re-implemented as
+they were; on random graphs (with pins, existing events, costs and every path of the pass:
+chains, list scheduling, merged chains, the greedy cover above the exact limit) both must
+give the same graph, streams, events, issue order and makespan.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxiwork.cost import node_costs
+from oxiwork.examples import random_op_dag, synthetic
+from oxiwork.graph import ComputeGraph
+from oxiwork.optimizer import stream
+from oxiwork.optimizer.fusion import fuse
+from oxiwork.optimizer.stream import assign_streams, issue_order
+from tests.optimizer import stream_before
+from tests.strategies import any_dags, costs_for, rich_graphs
+
+
+def fresh(g: ComputeGraph) -> ComputeGraph:
+    return ComputeGraph(list(g.nodes), list(g.buffers), list(g.edges))
+
+
+def assert_same_pass(graph: ComputeGraph, cap: int, costs: dict | None = None) -> None:
+    pinned = [int(n.stream) for n in graph.nodes if n.stream is not None]
+    cap = max([cap, *(s + 1 for s in pinned)])  # a cap below a pin is refused
+    new = assign_streams(graph, max_streams=cap, costs=costs)
+    old = stream_before.assign_streams(fresh(graph), max_streams=cap, costs=costs)
+    assert new.graph == old.graph
+    a, b = new.artefacts["streams"], old.artefacts["streams"]
+    assert a.to_dict() | {"seconds": 0} == b.to_dict() | {"seconds": 0}
+    assert a.stream_of == b.stream_of
+    assert list(a.stream_of) == list(b.stream_of)  # in the same (id) order
+    assert (a.events, a.order, a.method, a.makespan) == (b.events, b.order, b.method, b.makespan)
+    assert issue_order(new.graph) == stream_before.issue_order(fresh(new.graph))
+    # costs handed on to the new graph, and the next pass's issue order, as before
+    assert node_costs(new.graph) == node_costs(old.graph)
+
+
+@settings(max_examples=60, deadline=None)
+@given(any_dags(max_nodes=50), st.integers(1, 5))
+def test_random_dags(graph: ComputeGraph, cap: int) -> None:
+    assert_same_pass(graph, cap)
+
+
+@settings(max_examples=30, deadline=None)
+@given(any_dags(max_nodes=40).flatmap(lambda g: st.tuples(st.just(g), costs_for(g))))
+def test_random_dags_with_costs(graph_costs: tuple) -> None:
+    graph, costs = graph_costs
+    for cap in (1, 2, 3):
+        assert_same_pass(graph, cap, costs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rich_graphs(), st.integers(1, 4))
+def test_pins_and_existing_events(graph: ComputeGraph, cap: int) -> None:
+    assert_same_pass(graph, cap)
+    # a second run sees the first's events and streams as pins
+    again = assign_streams(graph, max_streams=max(cap, 4)).graph
+    assert_same_pass(again, 4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 1_000_000), st.integers(2, 80), st.integers(1, 4))
+def test_fused_op_dags(seed: int, n: int, cap: int) -> None:
+    assert_same_pass(fuse(random_op_dag(seed, n)).graph, cap)
+
+
+@settings(max_examples=20, deadline=None)
+@given(any_dags(max_nodes=60), st.integers(1, 4))
+def test_greedy_cover_above_the_exact_limit(graph: ComputeGraph, cap: int) -> None:
+    old = stream.EXACT_CHAIN_LIMIT
+    stream.EXACT_CHAIN_LIMIT = 0  # the path taken by graphs over 20k nodes
+    try:
+        assert_same_pass(graph, cap)
+    finally:
+        stream.EXACT_CHAIN_LIMIT = old
+
+
+@pytest.mark.parametrize("shape", ["chain", "layered", "transformer"])
+def test_synthetic_3k(shape: str) -> None:
+    g = fuse(synthetic(3000, shape)).graph
+    assert_same_pass(g, 4)
+    assert_same_pass(g, 2)
