@@ -38,7 +38,10 @@ buffer specs), not bound one by one.
 
 After each round, peak live memory (a sweep over buffer lifetimes along
 :func:`program_order`) is compared with the input graph's; the latest groups are undone
-(1, 2, 4, ... of them, then bisecting) until fusion no longer raises it.
+(1, 2, 4, ... of them, then bisecting) until fusion no longer raises it. The fused graph's
+peak is computed from the input graph's access arrays with each group on its kernel's step
+(:func:`oxiwork.analysis.liveness.max_live_bytes_merged`), not by analysing the new graph
+again; the tests check it against the full analysis of the fused graph.
 
 Example
 -------
@@ -1098,7 +1101,8 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         said.update((p, (rounds, rec)) for p, rec in fuser.why.items())
         for k, group in enumerate(got):
             fused_nodes[NodeId(first + k)] = tuple(group)
-            undone.pop(frozenset(group), None)
+            if undone:  # a group undone in an earlier round formed now
+                undone.pop(frozenset(group), None)
         for group in dropped:
             undone[frozenset(group)] = group
         notes = [(g, f"raised peak live memory above the unfused graph's {before:,} B, so "
