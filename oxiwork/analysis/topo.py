@@ -40,7 +40,16 @@ from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import NodeId
 
-__all__ = ["TopoInfo", "analyze", "critical_path", "level_positions", "levels", "node_costs"]
+__all__ = [
+    "DenseTopo",
+    "TopoInfo",
+    "analyze",
+    "analyze_positions",
+    "critical_path",
+    "level_positions",
+    "levels",
+    "node_costs",
+]
 
 # Slack below this fraction of the makespan is rounding noise from summing the same costs
 # in a different order (forward for ASAP, backward for ALAP), so it is reported as 0.
@@ -96,6 +105,27 @@ class TopoInfo:
     def critical_nodes(self) -> frozenset[NodeId]:
         """Every node with zero slack (the union of all critical paths)."""
         return frozenset(n for n, s in self.slack.items() if s == 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DenseTopo:
+    """:func:`analyze_positions`: what :class:`TopoInfo` holds, by dense position
+    (``graph.dense()``), for passes that work on positions (no dicts keyed by id).
+
+    ``cost``, ``asap``, ``alap``, ``slack`` and ``level`` are per position;
+    ``critical_path`` and ``priority`` are positions; ``level_widths`` and ``makespan``
+    as in :class:`TopoInfo`.
+    """
+
+    cost: tuple[float, ...]
+    asap: tuple[float, ...]
+    alap: tuple[float, ...]
+    slack: tuple[float, ...]
+    level: tuple[int, ...]
+    level_widths: tuple[int, ...]
+    critical_path: tuple[int, ...]
+    makespan: float
+    priority: tuple[int, ...]
 
 
 def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) -> list[float]:
@@ -231,7 +261,43 @@ def analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) ->
         return _analyze(graph, costs)
 
 
+def analyze_positions(
+    graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None
+) -> DenseTopo:
+    """:func:`analyze` by dense position (:class:`DenseTopo`): the same numbers, without
+    the dicts keyed by id.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> a, c = b.add_barrier("a"), b.add_barrier("c")
+    >>> g = b.build()
+    >>> t = analyze_positions(g, costs={a: 2.0})
+    >>> t.makespan, t.slack, t.priority
+    (2.0, (0.0, 1.0), (0, 1))
+    """
+    with paused_gc():
+        return _positions(graph, costs)
+
+
 def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoInfo:
+    t = _positions(graph, costs)
+    ids = graph.dense().ids
+    order = graph.topological_order()
+    return TopoInfo(
+        order=order,
+        cost=MappingProxyType(dict(zip(ids, t.cost, strict=True))),
+        asap=MappingProxyType(dict(zip(ids, t.asap, strict=True))),
+        alap=MappingProxyType(dict(zip(ids, t.alap, strict=True))),
+        slack=MappingProxyType(dict(zip(ids, t.slack, strict=True))),
+        level=MappingProxyType(dict(zip(ids, t.level, strict=True))),  # levels: level_positions
+        level_widths=t.level_widths,
+        critical_path=tuple([ids[p] for p in t.critical_path]),
+        makespan=t.makespan,
+        priority=tuple(map(ids.__getitem__, t.priority)),
+    )
+
+
+def _positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> DenseTopo:
     d = graph.dense()
     ids, pred, succ, topo = d.ids, d.pred, d.succ, d.topo
     n = len(ids)
@@ -308,16 +374,14 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     # predecessor left 1e-18 above a snapped successor).
     prio = np.lexsort((level_a, raw_alap_a)).tolist()
 
-    order = graph.topological_order()
-    return TopoInfo(
-        order=order,
-        cost=MappingProxyType(dict(zip(ids, cost, strict=True))),
-        asap=MappingProxyType(dict(zip(ids, asap_a.tolist(), strict=True))),
-        alap=MappingProxyType(dict(zip(ids, alap_a.tolist(), strict=True))),
-        slack=MappingProxyType(dict(zip(ids, slack_a.tolist(), strict=True))),
-        level=MappingProxyType(dict(zip(ids, level, strict=True))),  # levels: level_positions
+    return DenseTopo(
+        cost=tuple(cost),
+        asap=tuple(asap_a.tolist()),
+        alap=tuple(alap_a.tolist()),
+        slack=tuple(slack_a.tolist()),
+        level=level,
         level_widths=tuple(widths),
-        critical_path=tuple([ids[p] for p in path]),
+        critical_path=tuple(path),
         makespan=makespan,
-        priority=tuple(map(ids.__getitem__, prio)),
+        priority=tuple(prio),
     )

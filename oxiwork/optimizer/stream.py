@@ -923,7 +923,7 @@ def _finish(
     graph: ComputeGraph,
     stream: list[int],
     issue: list[int],
-    info: topo.TopoInfo,
+    info: topo.DenseTopo,
     *,
     max_streams: int,
     width: int,
@@ -934,10 +934,10 @@ def _finish(
     need: _Needs | None = None,
 ) -> PassResult:
     real = _realize(graph, stream, issue, need)
-    total = sum(info.cost.values())
+    total = sum(info.cost)
     p = min(max_streams, width) if width_exact else max_streams
     lower = max(info.makespan, total / max(p, 1))
-    makespan = _makespan(real, list(map(info.cost.__getitem__, graph.dense().ids)))
+    makespan = _makespan(real, info.cost)
     sid = {s: StreamId(s) for s in set(real.streams)}
     stream_of = dict(zip(real.graph.dense().ids, map(sid.__getitem__, real.streams), strict=True))
     sa = StreamAssignment(
@@ -1013,7 +1013,7 @@ def _assign_streams(
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
     cost_map = _costs(graph, costs)
-    info = topo.analyze(graph, cost_map)
+    info = topo.analyze_positions(graph, cost_map)
     d = graph.dense()
     n = len(d.ids)
     lb_width = max(info.level_widths, default=0)
@@ -1044,11 +1044,7 @@ def _assign_streams(
     # Over the cap: two candidates on the same issue order (ALAP priority), the one with
     # the shorter simulated makespan wins; within 0.1% the one needing fewer events.
     pos = d.pos
-    ids = d.ids
-    prio = list(map(pos.__getitem__, info.priority))
-    cost = list(map(info.cost.__getitem__, ids))
-    asap = list(map(info.asap.__getitem__, ids))
-    alap = list(map(info.alap.__getitem__, ids))
+    prio, cost, asap, alap = info.priority, info.cost, info.asap, info.alap
     merged_from = chains if chains is not None else _path_cover(d)
     free = {
         (pos[x.event], pos[x.id])
@@ -1112,9 +1108,9 @@ def _round_robin_by_level(
     t0 = time.perf_counter()
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
-    info = topo.analyze(graph, _costs(graph, costs))
+    info = topo.analyze_positions(graph, _costs(graph, costs))
     d = graph.dense()
-    level = [info.level[nid] for nid in d.ids]
+    level = info.level
     issue = sorted(range(len(d.ids)), key=lambda p: (level[p], p))
     stream = [0] * len(d.ids)
     count: dict[int, int] = {}

@@ -233,3 +233,16 @@ class TestReadOnly:
             sorted(n for n, lv in info.level.items() if lv == k)
             for k in range(len(info.level_widths))
         ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_graph_and_costs(integral=False))
+def test_positions_are_the_analysis_by_position(g_costs) -> None:
+    g, costs = g_costs
+    info, t = topo.analyze(g, costs), topo.analyze_positions(g, costs)
+    ids = g.dense().ids
+    for field in ("cost", "asap", "alap", "slack", "level"):
+        assert getattr(t, field) == tuple(getattr(info, field)[v] for v in ids)
+    assert tuple(ids[p] for p in t.priority) == info.priority
+    assert tuple(ids[p] for p in t.critical_path) == info.critical_path
+    assert (t.makespan, t.level_widths) == (info.makespan, info.level_widths)
