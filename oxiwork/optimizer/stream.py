@@ -83,6 +83,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from oxiwork import cost, validate
 from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import InvalidArgument
@@ -885,23 +887,24 @@ def issue_order(
     """
     cost = _costs(graph, costs)
     d = graph.dense()
-    topo_ids = graph.topological_order()
+    ids, pred = d.ids, d.pred
+    streams = [int(n.stream or 0) for n in graph.nodes]
+    costs_p = [float(cost.get(nid, 0.0)) for nid in ids]
     free: dict[int, float] = {}
-    finish = [0.0] * len(d.ids)
-    start = [0.0] * len(d.ids)
-    pos = d.pos
-    for nid in topo_ids:
-        p = pos[nid]
-        node = graph.nodes[p]
-        s = int(node.stream or 0)
+    finish = [0.0] * len(ids)
+    start = []  # by topological rank
+    for p in d.topo:
+        s = streams[p]
         t = free.get(s, 0.0)
-        for u in d.pred[p]:
+        for u in pred[p]:
             if finish[u] > t:
                 t = finish[u]
-        start[p] = t
-        finish[p] = free[s] = t + float(cost.get(nid, 0.0))
-    ranked = sorted(range(len(topo_ids)), key=lambda r: (start[pos[topo_ids[r]]], r))
-    return tuple(topo_ids[r] for r in ranked)
+        start.append(t)
+        finish[p] = free[s] = t + costs_p[p]
+    # by (start, topological rank): a stable sort of the ranks by start
+    ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable").tolist()
+    topo_ids = graph.topological_order()
+    return tuple(map(topo_ids.__getitem__, ranked))
 
 
 # --------------------------------------------------------------------------------------------
