@@ -139,29 +139,50 @@ def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None)
     >>> node_costs(b.build(), {n: 2.5})
     [2.5]
     """
-    out = [1.0 if n.cost is None else float(n.cost) for n in graph.nodes]
     if costs is not None and not isinstance(costs, Mapping):
         raise InvalidArgument(
             f"costs must be a dict of node id -> cost, got {type(costs).__name__}"
         )
-    if costs:
-        pos = graph.dense().pos
-        for nid, c in costs.items():
-            p = pos.get(nid)
-            if p is None:
-                raise InvalidArgument(
-                    f"costs names node {nid!r}, which is not in this graph; "
-                    "key costs by the graph's node ids"
-                )
-            if isinstance(c, bool) or not isinstance(c, (int, float)):
-                raise InvalidArgument(f"cost of {graph.nodes[p].name!r} must be a number: {c!r}")
-            out[p] = float(c)
+    out: list[float] | None = None
+    if costs and len(costs) == len(graph.nodes):
+        # The cost of every node, in id order (the cost model's): taken whole when the keys
+        # are exactly the ids and the values plain numbers; anything else is checked one
+        # by one below (which raises for what is wrong).
+        keys, values = list(costs), list(costs.values())
+        if (
+            set(map(type, keys)) <= _ID_TYPES
+            and set(map(type, values)) <= _NUMBER_TYPES
+            and keys == list(graph.dense().ids)
+        ):
+            out = list(map(float, values))
+    if out is None:
+        out = [1.0 if n.cost is None else float(n.cost) for n in graph.nodes]
+        if costs:
+            pos = graph.dense().pos
+            for nid, c in costs.items():
+                p = pos.get(nid)
+                if p is None:
+                    raise InvalidArgument(
+                        f"costs names node {nid!r}, which is not in this graph; "
+                        "key costs by the graph's node ids"
+                    )
+                if isinstance(c, bool) or not isinstance(c, (int, float)):
+                    raise InvalidArgument(
+                        f"cost of {graph.nodes[p].name!r} must be a number: {c!r}"
+                    )
+                out[p] = float(c)
     if out and not (all(map(math.isfinite, out)) and min(out) >= 0.0):
         p = next(p for p, c in enumerate(out) if not (math.isfinite(c) and c >= 0.0))
         raise InvalidArgument(
             f"cost of node {graph.nodes[p].name!r} is {out[p]}; costs must be finite and >= 0"
         )
     return out
+
+
+# What node_costs takes whole: ids as node ids or plain ints, costs as plain numbers (a
+# bool is no cost, and numpy scalars take the checks one by one).
+_ID_TYPES = frozenset({NodeId, int})
+_NUMBER_TYPES = frozenset({float, int})
 
 
 def level_positions(graph: ComputeGraph) -> tuple[int, ...]:

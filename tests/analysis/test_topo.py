@@ -246,3 +246,24 @@ def test_positions_are_the_analysis_by_position(g_costs) -> None:
     assert tuple(ids[p] for p in t.priority) == info.priority
     assert tuple(ids[p] for p in t.critical_path) == info.critical_path
     assert (t.makespan, t.level_widths) == (info.makespan, info.level_widths)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_graph_and_costs(integral=False), st.booleans())
+def test_costs_of_every_node_taken_whole_as_one_by_one(g_costs, as_int) -> None:
+    # in id order the costs are taken whole; in any other order they are checked one by one
+    g, costs = g_costs
+    if as_int:
+        costs = {nid: int(c) for nid, c in costs.items()}
+    shuffled = dict(reversed(costs.items()))
+    assert topo.node_costs(g, costs) == topo.node_costs(g, shuffled)
+    assert all(type(c) is float for c in topo.node_costs(g, costs))
+
+
+@pytest.mark.parametrize("bad", [True, math.nan, -1.0, "1.0"])
+def test_costs_of_every_node_are_checked(bad) -> None:
+    g = build_dag(*dag_edges("chain", 3), data=False)
+    costs = {nid: 1.0 for nid in g.node_ids}
+    costs[g.node_ids[1]] = bad
+    with pytest.raises(InvalidArgument, match=r"must be a number|finite and >= 0"):
+        topo.node_costs(g, costs)
