@@ -9,6 +9,12 @@ random interval sets of 1k/10k/100k intervals, with and without 1% long-lived bu
 ``--repeat`` CPU seconds, and the heuristic's time as a multiple of greedy-by-size's (ratios and
 times measured in this one run; the machine may be shared, so compare within it).
 
+Then the stretch of issue 14 (``--stretch D,J``, ``--stretch-time 600``): the exact mode minimising
+each named instance's arena with no capacity (MiniMalloc's canonical search, then the
+large-neighbourhood descent on its best plan), with the arena, its ratio to the lower bound,
+the bound it proved, the seconds, and an independent check of the plan (every pair of buffers
+live at the same time compared by address, all pairs, sharing no code with the planner).
+
 ``--baseline REV`` also times the planner as it was at git revision ``REV`` (its
 ``oxiwork/optimizer/memory.py``, loaded as a separate module) on the same inputs, in the same
 run. ``--orderings`` prints, per input, every candidate ordering's arena relative to
@@ -28,6 +34,7 @@ Usage::
                                  [--sizes 1000,10000,100000] [--skip-exact] [--repeat 3]
                                  [--baseline HEAD~1] [--orderings]
                                  [--pass] [--pass-sizes 1000,10000] [--pass-only]
+                                 [--stretch D,J] [--stretch-time 600]
 """
 
 from __future__ import annotations
@@ -90,6 +97,48 @@ def overlap_pairs(intervals: list[tuple[int, int, int]]) -> int:
     starts = arr[order, 0]
     stop = np.searchsorted(starts, arr[order, 1], side="left")
     return int(np.maximum(stop - np.arange(1, len(arr) + 1), 0).sum())
+
+
+def overlapping_pairs(intervals: list[tuple[int, int, int]], offsets: list[int]) -> int:
+    """How many pairs of buffers overlap in both time and address (0 for a valid plan).
+
+    All pairs by numpy broadcasting, from the definition alone: half-open lifetimes and
+    address ranges ``[offset, offset + size)`` overlap when each starts before the other ends.
+    Also counts a negative offset as a fault.
+    """
+    arr = np.asarray(intervals, dtype=np.int64).reshape(-1, 3)
+    off = np.asarray(offsets, dtype=np.int64)
+    s, e, z = arr[:, 0], arr[:, 1], arr[:, 2]
+    time_ov = (s[:, None] < e[None, :]) & (s[None, :] < e[:, None])
+    addr_ov = (off[:, None] < (off + z)[None, :]) & (off[None, :] < (off + z)[:, None])
+    both = np.triu(time_ov & addr_ov, k=1)
+    return int(both.sum()) + int((off < 0).sum())
+
+
+def stretch_table(names: list[str], seconds: float) -> None:
+    """Issue 14's stretch: minimise each instance's arena in exact mode within ``seconds``."""
+    print(f"\n## Stretch: minimum arena, exact mode, {seconds:g} s per instance\n")
+    print(
+        "| instance | lower bound | arena | arena / 1024 | ratio | proved bound | strategy | "
+        "nodes | s | overlapping pairs (independent check) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
+    for name in names:
+        found = list(DATA.glob(f"{name}.*.csv"))
+        if not found:
+            print(f"| {name} | not in {DATA} | | | | | | | | |")
+            continue
+        iv = load(found[0])
+        e = plan_intervals(iv, mode="exact", time_limit=seconds)
+        bad = overlapping_pairs(iv, list(e.offsets))
+        top = max(o + z for o, (_, _, z) in zip(e.offsets, iv, strict=True))
+        assert top == e.arena_bytes, "arena is not the plan's top"
+        print(
+            f"| {name} | {e.lower_bound:,} | {e.arena_bytes:,} | {e.arena_bytes / 1024:.0f} | "
+            f"{e.ratio:.4f} | {e.proved_bound:,} | {e.strategy} | {e.nodes:,} | "
+            f"{e.seconds:.0f} | {bad} |",
+            flush=True,
+        )
 
 
 def baseline_module(rev: str, module: str = "memory") -> ModuleType:
@@ -241,6 +290,8 @@ def main() -> None:
     ap.add_argument("--pass", dest="pass_", action="store_true", help="print the pass table")
     ap.add_argument("--pass-sizes", default="1000,3000", help="synthetic graph sizes (--pass)")
     ap.add_argument("--pass-only", action="store_true", help="only the pass table")
+    ap.add_argument("--stretch", default="D,J", help="instances to minimise (issue 14)")
+    ap.add_argument("--stretch-time", type=float, default=600.0, help="seconds per instance")
     args = ap.parse_args()
     if args.pass_ or args.pass_only:
         sizes = [int(x) for x in args.pass_sizes.split(",") if x]
@@ -307,6 +358,9 @@ def main() -> None:
 
     if args.orderings:
         orderings_table(args.instances.split(","))
+
+    if not args.skip_exact and args.stretch:
+        stretch_table(args.stretch.split(","), args.stretch_time)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ Learning", ASPLOS 2023 (and google/minimalloc, whose solver this follows in outl
 
 from __future__ import annotations
 
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ import numpy as np
 
 from oxiwork.optimizer.memory import IntervalPlan, _live_profile, _overlaps, _Problem, _result
 
-__all__ = ["MAX_EXACT_INTERVALS", "Status", "improve", "search"]
+__all__ = ["MAX_EXACT_INTERVALS", "Status", "descend", "improve", "search"]
 
 MAX_EXACT_INTERVALS = 2000
 """Above this the exact mode keeps the heuristic plan: the search recurses once per buffer and
@@ -81,9 +82,16 @@ class _Abort(Exception):
 class _Solver:
     """Search state for one problem; :meth:`solve` answers one capacity."""
 
-    def __init__(self, p: _Problem) -> None:
+    def __init__(self, p: _Problem, base: Sequence[int] | None = None) -> None:
         n = p.n
         self.n = n
+        # Floors: the lowest offset each buffer may take (already placed buffers outside the
+        # problem lie below it; see :func:`descend`). Rounded up to each buffer's alignment.
+        al = p.align.tolist()
+        if base is None:
+            self.base = [0] * n
+        else:
+            self.base = [-(-int(b) // a) * a for b, a in zip(base, al, strict=True)]
         live, lo, hi = _live_profile(p)
         self.num_sections = len(live)
         self.lo = lo.tolist()
@@ -98,6 +106,7 @@ class _Solver:
         total = [int(live[a:b].max()) for a, b in zip(self.lo, self.hi, strict=True)]
         keys = {"W": width, "A": area, "T": total}
         self.width, self.area = width, area
+        self.keys = keys
         self.preorders = [
             sorted(range(n), key=lambda i, h=h: (*(-keys[c][i] for c in h), i)) for h in _PREORDERS
         ]
@@ -118,9 +127,19 @@ class _Solver:
     # ----------------------------------------------------------------------------------------
 
     def solve(
-        self, capacity: int, deadline: float, order: Sequence[int], node_limit: float
+        self,
+        capacity: int,
+        deadline: float,
+        order: Sequence[int],
+        node_limit: float,
+        heuristic: str | None = None,
     ) -> tuple[str, list[int] | None]:
-        """Search with one preorder; FOUND with offsets (original indices), or a failure."""
+        """Search with one preorder; FOUND with offsets (original indices), or a failure.
+
+        ``heuristic`` names the keys (of :data:`_PREORDERS`) that decomposed pieces are
+        re-ranked by; by default those ``order`` was sorted by (it must then be one of
+        :attr:`preorders`).
+        """
         n = self.n
         rank = [0] * n
         for r, i in enumerate(order):
@@ -135,14 +154,14 @@ class _Solver:
         self.shi = [self.hi[i] for i in order]
         self.nb = [[rank[j] for j in self.nbrs[i]] for i in order]
         self.order = list(order)
-        self.heuristic = _PREORDERS[self.preorders.index(list(order))]
+        self.heuristic = heuristic or _PREORDERS[self.preorders.index(list(order))]
         # Tie-break rank of each buffer inside its current partition (the preorder at first;
         # each decomposed piece re-ranks its buffers by the totals left at that point).
         self.rank = list(range(n))
         self.off = [-1] * n
         self.sol = [-1] * n
-        self.minoff = [0] * n
-        self.height = list(self.sz)  # minoff + size
+        self.minoff = [self.base[i] for i in order]
+        self.height = [m + z for m, z in zip(self.minoff, self.sz, strict=True)]  # minoff + size
         self.total = self.total0.copy()
         # Sections any neighbour of each buffer lives in: where its placement can raise F_s.
         self.hull_lo = [
@@ -167,14 +186,14 @@ class _Solver:
         ).tolist()
         self.V = np.full((n, max(self.num_sections, 1)), capacity, dtype=np.int64)
         for j in range(n):
-            self.V[self.row[j], self.slo[j] : self.shi[j]] = 0
+            self.V[self.row[j], self.slo[j] : self.shi[j]] = self.minoff[j]
         self.unit = all(a == 1 for a in self.al)
         # Failed residual problems stay failed for the same capacity and preorder (the keys
         # use preorder ranks), so round-robin rounds keep what the earlier rounds learned.
         tables = self.tables.setdefault(capacity, {})
         self.failed = tables.setdefault(tuple(order), set())
-        if max(self.sz, default=0) > capacity or (
-            self.num_sections and int(self.total.max()) > capacity
+        if max(self.height, default=0) > capacity or (
+            self.num_sections and int((self.V.min(axis=0) + self.total).max()) > capacity
         ):
             return Status.INFEASIBLE, None
         old_limit = sys.getrecursionlimit()
@@ -417,6 +436,112 @@ def search(
                 return status, offsets, s.nodes
 
 
+def _tops(lo: list[int], hi: list[int], tops: list[int], sections: int) -> list[int]:
+    """The plan's skyline, highest first: per section, the highest top of a buffer live there."""
+    sky = [0] * sections
+    for a, b, t in zip(lo, hi, tops, strict=True):
+        for s in range(a, b):
+            if t > sky[s]:
+                sky[s] = t
+    sky.sort(reverse=True)
+    return sky
+
+
+def descend(
+    p: _Problem,
+    off: Sequence[int],
+    deadline: float,
+    seed: int = 0,
+    node_factor: float = 5.0,
+    free_range: tuple[int, int] = (20, 80),
+    noise: float = 0.05,
+) -> tuple[list[int], int, int]:
+    """Large-neighbourhood search: lower a valid plan's arena by re-solving parts of it exactly.
+
+    Each step frees a set ``F`` of buffers that is *upward closed* (with a buffer, every
+    time-overlapping buffer resting above it is in ``F``): a time window's highest buffers,
+    seeded from the top down until the closure holds ``free_range`` buffers. Every other
+    buffer then lies below every time-neighbour of it in ``F``, so the buffers in ``F`` may be
+    re-placed anywhere above the *floor* (the highest top of their fixed time-neighbours)
+    without touching the rest; the current plan is one such placement, so the step can never
+    lose it. The canonical search (:class:`_Solver` with floors) re-places ``F`` within the
+    current arena, with a perturbed preorder and a node limit of ``node_factor * |F|``; the
+    new plan is kept when its skyline (each section's highest top, sorted highest first) is
+    no worse lexicographically, so plateaus are walked and the arena never grows. Returns the
+    offsets, the arena and the search nodes spent. Nothing is proved: an arena it reaches is a
+    plan, not a minimum.
+
+    References
+    ----------
+    P. Shaw, "Using constraint programming and local search methods to solve vehicle routing
+    problems", CP 1998 (large-neighbourhood search); Moffitt, "MiniMalloc", ASPLOS 2023 (the
+    search that re-solves each neighbourhood).
+
+    >>> import numpy as np, time
+    >>> from oxiwork.optimizer.memory import _make_problem
+    >>> p = _make_problem(np.array([(0, 2, 2), (1, 3, 2), (0, 1, 2), (2, 3, 2)]), 1)
+    >>> descend(p, [0, 4, 2, 0], time.perf_counter() + 0.2, free_range=(1, 4))[1]
+    4
+    """
+    n = p.n
+    size = p.size.tolist()
+    off = [int(o) for o in off]
+    if n == 0:
+        return off, 0, 0
+    ptr, cols = _overlaps(p)
+    nbrs = [cols[ptr[i] : ptr[i + 1]].tolist() for i in range(n)]
+    _, lo_a, hi_a = _live_profile(p)
+    lo, hi = lo_a.tolist(), hi_a.tolist()
+    sections = max(hi)
+    rng = random.Random(seed)
+    sky = _tops(lo, hi, [o + z for o, z in zip(off, size, strict=True)], sections)
+    nodes = 0
+    kmin, kmax = max(1, min(free_range[0], n)), max(1, min(free_range[1], n))
+    while time.perf_counter() < deadline:
+        want = rng.randint(kmin, kmax)
+        t = rng.randrange(sections)
+        w = rng.randint(1, max(1, sections // 3))
+        window = [i for i in range(n) if lo[i] < t + w and t < hi[i]]
+        window.sort(key=lambda i: -(off[i] + size[i]))
+        free: set[int] = set()
+        stack: list[int] = []
+        for i in window:
+            if i not in free:
+                free.add(i)
+                stack.append(i)
+            # Upward closure: whatever rests above a freed buffer must move with it.
+            while stack:
+                j = stack.pop()
+                top = off[j] + size[j]
+                for k in nbrs[j]:
+                    if k not in free and off[k] >= top:
+                        free.add(k)
+                        stack.append(k)
+            if len(free) >= want:
+                break
+        ids = sorted(free)
+        base = [max([0, *(off[k] + size[k] for k in nbrs[i] if k not in free)]) for i in ids]
+        sub = _Problem(p.start[ids], p.end[ids], p.size[ids], p.align[ids])
+        solver = _Solver(sub, base)
+        h = rng.choice(_PREORDERS)
+        jitter = [2.0 ** (noise * rng.gauss(0, 1)) for _ in ids]
+        order = sorted(
+            range(len(ids)), key=lambda i: (*(-solver.keys[c][i] * jitter[i] for c in h), i)
+        )
+        arena = sky[0]
+        status, sol = solver.solve(arena, deadline, order, node_factor * len(ids), h)
+        nodes += solver.nodes
+        if status != Status.FOUND or sol is None:
+            continue
+        new = list(off)
+        for i, o in zip(ids, sol, strict=True):
+            new[i] = o
+        new_sky = _tops(lo, hi, [o + z for o, z in zip(new, size, strict=True)], sections)
+        if new_sky <= sky:
+            off, sky = new, new_sky
+    return off, sky[0], nodes
+
+
 def improve(
     p: _Problem,
     off: Sequence[int],
@@ -425,13 +550,17 @@ def improve(
     capacity: int | None,
     t0: float,
     deadline: float,
+    lns: bool = False,
 ) -> IntervalPlan:
     """Exact mode: from the heuristic plan, search for a fit (or the minimum arena).
 
     With a ``capacity`` the first plan that fits is returned; without one the arena is
     tightened from the heuristic's toward the lower bound until the search proves it minimal
-    or ``deadline`` passes. :func:`oxiwork.optimizer.memory.plan_intervals` is the public way
-    in.
+    or ``deadline`` passes. With ``lns`` (the exact mode's minimisation) a tightening search
+    gets a quarter of the time left; when it runs out, :func:`descend` works on the best plan
+    for half of what is left, and tightening resumes below whatever it reached (large
+    instances stall in the search far above their minimum, but their plans still improve
+    locally). :func:`oxiwork.optimizer.memory.plan_intervals` is the public way in.
 
     References
     ----------
@@ -493,10 +622,15 @@ def improve(
     target = lb
     proved = False
     message = None
+    rounds = 0
     while True:
-        # The lower bound may be out of reach and slow to refute: give it a third of the time.
+        # The lower bound may be out of reach and slow to refute: give it a third of the time
+        # (a tenth with lns, whose rounds need the time more).
         now = time.perf_counter()
-        until = now + (deadline - now) / 3 if target == lb else deadline
+        if target == lb:
+            until = now + (deadline - now) / (10 if lns else 3)
+        else:
+            until = now + (deadline - now) / 4 if lns else deadline
         status, sol, n_nodes = search(p, target, until, solver)
         nodes += n_nodes
         if status == Status.FOUND and sol is not None:
@@ -507,6 +641,15 @@ def improve(
             lo = target + 1
         elif target == lb and time.perf_counter() < deadline:
             pass  # gave up on the lower bound; tighten from above instead
+        elif lns and deadline - time.perf_counter() > 0.01:
+            now = time.perf_counter()
+            new_off, new_best, n_nodes = descend(
+                p, best_off, now + (deadline - now) / 2, seed=rounds
+            )
+            rounds += 1
+            nodes += n_nodes
+            if new_best < best:
+                best_off, best, best_strategy = new_off, new_best, "minimalloc+lns"
         else:
             message = f"time limit reached; best arena {best} bytes, lower bound {lo} bytes"
             break

@@ -1165,7 +1165,8 @@ def _plan(
         limit = float(time_limit)
     else:
         limit = DEFAULT_TIME_LIMIT if mode == "exact" else auto_time_limit(p.n)
-    return _minimalloc.improve(p, off, arena, strategy, capacity, t0, t0 + limit)
+    lns = mode == "exact"  # auto keeps its plans: only the exact mode's minimisation
+    return _minimalloc.improve(p, off, arena, strategy, capacity, t0, t0 + limit, lns=lns)
 
 
 def plan_buffers(

@@ -588,6 +588,72 @@ class TestPlanBuffers:
         assert plan.sizes == {b: _round(sizes[b], aligns[b]) for b in ids}
 
 
+def brute_force_floors(intervals, base) -> int:
+    """Optimum when buffer ``i`` may not go below ``base[i]`` (unit alignment), by every order.
+
+    As in :func:`brute_force`: an optimal plan pushed down has each buffer resting on its floor
+    or on a buffer below it, and listing them by offset gives an order tried here.
+    """
+    n = len(intervals)
+    best = None
+    for perm in itertools.permutations(range(n)):
+        off: dict[int, int] = {}
+        for i in perm:
+            top = base[i]
+            for j, o in off.items():
+                if intervals[j][0] < intervals[i][1] and intervals[i][0] < intervals[j][1]:
+                    top = max(top, o + intervals[j][2])
+            off[i] = top
+        arena = max(off[i] + intervals[i][2] for i in range(n))
+        best = arena if best is None else min(best, arena)
+    return best
+
+
+class TestFloorsAndDescend:
+    """The search above per-buffer floors, and the large-neighbourhood descent built on it."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(
+        interval_lists(max_n=6, max_size=40).filter(bool),
+        st.lists(st.integers(0, 60), min_size=6, max_size=6),
+        st.integers(-3, 3),
+    )
+    def test_floors_search_matches_brute_force(self, intervals, base, slack):
+        import time
+
+        from oxiwork.optimizer import _minimalloc
+        from oxiwork.optimizer.memory import _make_problem
+
+        base = base[: len(intervals)]
+        best = brute_force_floors(intervals, base)
+        p = _make_problem(np.array(intervals, dtype=np.int64), 1)
+        capacity = max(best + slack, 1)
+        solver = _minimalloc._Solver(p, base)
+        status, off, _ = _minimalloc.search(p, capacity, time.perf_counter() + 30, solver)
+        assert status == ("found" if best <= capacity else "infeasible")
+        if off is not None:
+            assert all(o >= b for o, b in zip(off, base, strict=True))
+            arena = max(o + z for o, (_, _, z) in zip(off, intervals, strict=True))
+            assert_valid(intervals, off, [1] * len(intervals), arena)
+            assert arena <= capacity
+
+    @settings(max_examples=30, deadline=None)
+    @given(interval_lists(max_n=7, max_size=40).filter(bool), st.integers(0, 3))
+    def test_descend_keeps_valid_plans_and_never_worsens(self, intervals, seed):
+        import time
+
+        from oxiwork.optimizer import _minimalloc
+        from oxiwork.optimizer.memory import _make_problem
+
+        p = _make_problem(np.array(intervals, dtype=np.int64), 1)
+        start = greedy_by_size(intervals)
+        off, arena, _ = _minimalloc.descend(
+            p, start.offsets, time.perf_counter() + 0.05, seed=seed, free_range=(1, 7)
+        )
+        assert_valid(intervals, off, [1] * len(intervals), arena)
+        assert brute_force(intervals, [1] * len(intervals)) <= arena <= start.arena_bytes
+
+
 def _heuristic_misses_lower_bound() -> list[tuple[int, int, int]]:
     """A small fixed input on which the heuristic plan is above the lower bound."""
     import random
