@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import GraphError
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
-from oxiwork.ops.program import bind, signature
+from oxiwork.ops.program import bind, buffer_specs, signature
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -242,9 +242,10 @@ def _costs(graph: ComputeGraph, p: DeviceProfile) -> dict[NodeId, float]:
     # model, the blocks of a synthetic graph) are costed, and bound, once.
     memo: dict[Hashable, float] = {}
     costs: dict[NodeId, float] = {}
+    specs = buffer_specs(graph)
     for n in graph.nodes:
         if n.cost is None and n.kind is NodeKind.KernelLaunch and not _opaque(n):
-            sig = signature(graph, n)
+            sig = signature(graph, n, specs)
             if sig is not None:
                 t = memo.get(sig)
                 if t is None:

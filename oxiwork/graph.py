@@ -28,7 +28,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -137,20 +137,16 @@ class ComputeGraph:
         given = self._cache.get(_TRUSTED, ())
         nodes, buffers, edges = self.nodes, self.buffers, self.edges
         if len(given) < 3 or nodes is not given[0]:
-            nodes = tuple(sorted(_items(nodes, GraphNode, "nodes"), key=lambda n: n.id))
+            nodes = _sorted_by_id(nodes, GraphNode, "nodes")
         if len(given) < 3 or buffers is not given[1]:
-            buffers = tuple(sorted(_items(buffers, Buffer, "buffers"), key=lambda b: b.id))
+            buffers = _sorted_by_id(buffers, Buffer, "buffers")
+        ends = None  # the edges' ends as arrays, when the edges were sorted here
         if len(given) < 3 or edges is not given[2]:
-            try:
-                edges = tuple(sorted(set(_items(edges, tuple, "edges"))))
-            except TypeError:  # an unhashable or unorderable end: not a node id
-                raise InvalidArgument(
-                    "edges must be (NodeId, NodeId) pairs of this graph's ids"
-                ) from None
+            edges, ends = _sorted_edges(edges)
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "edges", edges)
-        self._validate()
+        self._validate(ends)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickle and copy rebuild the graph from its parts (validated again): the caches
@@ -159,11 +155,92 @@ class ComputeGraph:
         return (ComputeGraph, (self.nodes, self.buffers, self.edges))
 
     # ------------------------------------------------------------------ validation
-    def _validate(self) -> None:
+    def _validate(self, ends: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         # Values first (oxiwork.validate's rules), skipping the objects a caller vouches
         # for: with_changes passes the parts of the graph it came from, the builder what it
         # checked as it went. They are alive while this runs, so their id()s are unique.
         trusted = self._cache.pop(_TRUSTED, ((), ()))
+        # The fast path only says "valid" (whole-graph set and array operations, no
+        # message); anything it does not accept takes the full checks below, which raise
+        # the first problem in their order. So both accept exactly the same graphs.
+        if _FAST_VALIDATION and self._validate_fast(trusted, ends):
+            return
+        self._validate_full(trusted)
+
+    def _validate_fast(
+        self, trusted: tuple[Any, ...], ends: tuple[np.ndarray, np.ndarray] | None
+    ) -> bool:
+        """True if every check of :meth:`_validate_full` passes (then the caches it fills
+        are filled); False if one may fail (nothing is cached)."""
+        nodes, buffers = self.nodes, self.buffers
+        try:
+            # the value rules, for the objects no caller vouches for (usually none)
+            for part, given, rule in (
+                (buffers, trusted[1], check_buffer),
+                (nodes, trusted[0], check_node),
+            ):
+                if part is not given:
+                    new = set(map(id, part))
+                    new.difference_update(map(id, given))
+                    for x in part if new else ():
+                        if id(x) in new:
+                            rule(x)
+            nids = list(map(_ID, nodes))
+            node_index = dict(zip(nids, nodes, strict=True))
+            buf_index = dict(zip(map(_ID, buffers), buffers, strict=True))
+            names = dict(zip(map(_NAME, buffers), buffers, strict=True))
+            if not len(node_index) == len(nodes) == len(nids) or not (
+                len(buf_index) == len(names) == len(buffers)
+            ):
+                return False  # a repeated id or name
+            for b in itertools.compress(
+                buffers, map(operator.is_not, map(_BASE, buffers), itertools.repeat(None))
+            ):
+                check_view(b, buf_index.get(b.base))
+            used = set(itertools.chain.from_iterable(map(_INPUTS, nodes)))
+            used.update(itertools.chain.from_iterable(map(_OUTPUTS, nodes)))
+            used.update(map(_CONDITION, nodes))
+            used.discard(None)
+            waits = set(
+                itertools.compress(
+                    map(_EVENT, nodes),
+                    map(operator.is_, map(_KIND, nodes), itertools.repeat(NodeKind.EventWait)),
+                )
+            )
+            if not buf_index.keys() >= used or None in waits or not node_index.keys() >= waits:
+                return False
+            dense = trusted[3] if len(trusted) > 3 else None
+            arrays = trusted[4] if len(trusted) > 4 else None
+            if dense is not None and self.edges is trusted[2] and tuple(nids) == dense.ids:
+                pass  # the very edges over the same ids: ends, self-loops, cycle as before
+            else:
+                if ends is None:
+                    ends = _edge_arrays(self.edges)
+                    if ends is None:
+                        return False
+                ids = np.fromiter(nids, dtype=np.int64, count=len(nids))  # ascending
+                a, b = ends
+                pa = np.searchsorted(ids, a).clip(0, max(len(ids) - 1, 0))
+                pb = np.searchsorted(ids, b).clip(0, max(len(ids) - 1, 0))
+                if len(a) and (
+                    not len(ids) or (ids[pa] != a).any() or (ids[pb] != b).any() or (a == b).any()
+                ):
+                    return False  # an end that is no node, or a self-loop
+                dense = _dense_of(tuple(nids), pa, pb)
+                if dense is None:
+                    return False  # a cycle: the full checks name it
+                arrays = (a, b, pa, pb)
+        except Exception:  # whatever is wrong, the full checks say it in their words
+            return False
+        self._cache["node_index"] = node_index
+        self._cache["buf_index"] = buf_index
+        self._cache["buf_names"] = names
+        self._cache["dense"] = dense
+        if arrays is not None:
+            self._cache["edge_arrays"] = arrays
+        return True
+
+    def _validate_full(self, trusted: tuple[Any, ...]) -> None:
         # with_changes also passes its graph's edges and dense view: when the edges are that
         # very tuple and the node ids are the same, the edges' ends are known to be nodes,
         # no self-loops and no cycle, and the dense view (ids and edges only) carries over.
@@ -523,6 +600,7 @@ class ComputeGraph:
                     (*self.buffers, *checked_buffers) if checked_buffers else self.buffers,
                     self.edges,
                     self._cache.get("dense"),
+                    self._cache.get("edge_arrays"),
                 )
             },
         )
@@ -537,6 +615,8 @@ class ComputeGraph:
             graph._cache["ordered"] = True
             if self._cache.get("node_rules"):  # verify_graph's node rules read no offset
                 graph._cache["node_rules"] = True
+        elif self._cache.get("ordered") and _ordering_kept(self, graph):
+            graph._cache["ordered"] = True
         graph.check_ordering()
         return graph
 
@@ -634,6 +714,106 @@ def _same_but_offsets(a: tuple[Buffer, ...], b: tuple[Buffer, ...]) -> bool:
     )
 
 
+# Field getters for the whole-graph checks (one C-level pass per field).
+_ID = operator.attrgetter("id")
+_NAME = operator.attrgetter("name")
+_BASE = operator.attrgetter("base")
+_KIND = operator.attrgetter("kind")
+_EVENT = operator.attrgetter("event")
+_CONDITION = operator.attrgetter("condition")
+_INPUTS = operator.attrgetter("inputs")
+_OUTPUTS = operator.attrgetter("outputs")
+_ID_TYPES = frozenset({NodeId, int})
+#: False makes every graph take the full, message-giving checks (the fast path's oracle
+#: in tests/test_graph_fast_validation.py).
+_FAST_VALIDATION = True
+
+
+def _sorted_by_id(values: Any, cls: type, what: str) -> tuple[Any, ...]:
+    """``values`` as a tuple of ``cls`` sorted by id (:func:`_items` for junk).
+
+    Parts that are already in id order (what the passes build) are not sorted again;
+    ``sorted`` is stable, so the result is the same either way.
+    """
+    items = _items(values, cls, what)
+    ids = list(map(_ID, items))
+    try:
+        ascending = all(map(operator.lt, ids, itertools.islice(ids, 1, None)))
+    except Exception:  # incomparable ids: sorted raises as it always did
+        ascending = False
+    return tuple(items) if ascending else tuple(sorted(items, key=_ID))
+
+
+def _sorted_edges(values: Any) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None]:
+    """The edges sorted and without repeats, and (when every end is a node id in range)
+    their ends as two int64 arrays in the same order (else None)."""
+    items = _items(values, tuple, "edges")
+    ends = _edge_arrays(items)
+    if ends is None:
+        try:
+            return tuple(sorted(set(items))), None
+        except TypeError:  # an unhashable or unorderable end: not a node id
+            raise InvalidArgument(
+                "edges must be (NodeId, NodeId) pairs of this graph's ids"
+            ) from None
+    a, b = ends
+    # sorted by (a, b) and unique: one key per pair (ends are at most MAX_ID); the first
+    # of equal pairs is kept, as the set would (they are equal anyway)
+    _, first = np.unique(a * (validate.MAX_ID + 1) + b, return_index=True)
+    return tuple(map(items.__getitem__, first.tolist())), (a[first], b[first])
+
+
+def _edge_arrays(items: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ends of ``items`` (pairs) as int64 arrays, or None unless every end is an
+    ``int``/``NodeId`` in ``0..MAX_ID`` (anything else takes the checks that name it)."""
+    m = len(items)
+    if not set(map(type, itertools.chain.from_iterable(items))) <= _ID_TYPES:
+        return None
+    try:
+        flat = np.fromiter(itertools.chain.from_iterable(items), dtype=np.int64, count=2 * m)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    if m and (flat.min() < 0 or flat.max() > validate.MAX_ID):
+        return None
+    return flat[0::2], flat[1::2]
+
+
+def _dense_of(ids: tuple[NodeId, ...], pa: np.ndarray, pb: np.ndarray) -> DenseGraph | None:
+    """The :class:`DenseGraph` of nodes ``ids`` and edges ``pa[i] -> pb[i]`` (positions,
+    sorted by ``(pa, pb)``, no repeats), or None if they form a cycle.
+
+    The same view as :meth:`ComputeGraph._make_dense` builds edge by edge: successors in
+    ascending position, predecessors likewise, and the same FIFO Kahn order.
+    """
+    n = len(ids)
+    out_deg = np.bincount(pa, minlength=n)
+    in_deg = np.bincount(pb, minlength=n)
+    succ = _runs(pb.tolist(), out_deg)
+    by_dst = np.lexsort((pa, pb))
+    pred = _runs(pa[by_dst].tolist(), in_deg)
+    # Kahn's algorithm (Kahn, CACM 1962), FIFO seeded in position order: the list grows
+    # while it is walked, so the walk is the queue.
+    indeg = in_deg.tolist()
+    topo = np.flatnonzero(in_deg == 0).tolist()
+    for v in topo:
+        for w in succ[v]:
+            indeg[w] -= 1
+            if not indeg[w]:
+                topo.append(w)
+    if len(topo) != n:
+        return None
+    return DenseGraph(
+        ids, MappingProxyType(dict(zip(ids, range(n), strict=True))), succ, pred, tuple(topo)
+    )
+
+
+def _runs(values: list[int], counts: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """``values`` cut into consecutive tuples of ``counts[k]`` items."""
+    ends = np.cumsum(counts).tolist()
+    starts = [0, *ends[:-1]]
+    return tuple(map(tuple, map(values.__getitem__, map(slice, starts, ends))))
+
+
 def _items(values: Any, cls: type, what: str) -> list[Any]:
     """``values`` as a list of ``cls`` (edges: of ``(NodeId, NodeId)`` pairs), or
     :class:`InvalidArgument` saying what was passed instead."""
@@ -643,6 +823,8 @@ def _items(values: Any, cls: type, what: str) -> list[Any]:
         raise InvalidArgument(
             f"{what} must be a sequence of {cls.__name__}, got {type(values).__name__}"
         ) from None
+    if set(map(type, items)) <= {cls} and (cls is not tuple or set(map(len, items)) <= {2}):
+        return items  # exactly the class (a pair): the common case, without a loop
     for x in items:
         # An edge is a pair; its ends are checked against the nodes by _validate.
         if not isinstance(x, cls) or (cls is tuple and len(x) != 2):
@@ -653,6 +835,53 @@ def _items(values: Any, cls: type, what: str) -> list[Any]:
     return items
 
 
+def _edges_np(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The edges as int64 arrays ``(a, b, pa, pb)``: ends by id and by position, sorted
+    by ``(a, b)`` (the order of ``g.edges``); cached (made at construction when it can)."""
+    arrays = g._cache.get("edge_arrays")
+    if arrays is None:
+        d = g.dense()
+        n = len(d.ids)
+        lens = np.fromiter(map(len, d.succ), dtype=np.int64, count=n)
+        pa = np.repeat(np.arange(n, dtype=np.int64), lens)
+        pb = np.fromiter(itertools.chain.from_iterable(d.succ), dtype=np.int64, count=len(pa))
+        ids = np.fromiter(d.ids, dtype=np.int64, count=n)
+        arrays = (ids[pa], ids[pb], pa, pb)
+        g._cache["edge_arrays"] = arrays
+    return arrays
+
+
+# What a node that is not in a graph accesses, for _ordering_kept.
+_NO_ACCESS = SimpleNamespace(inputs=(), outputs=())
+
+
+def _ordering_kept(old: ComputeGraph, new: ComputeGraph) -> bool:
+    """Does ``old``'s ordering (checked) imply ``new``'s? True when ``new`` keeps every
+    edge of ``old``, maps views alike, and each of its nodes accesses exactly what the node
+    of the same id accessed in ``old`` (a new node: nothing). Every conflicting pair of
+    ``new`` is then a pair of ``old``, ordered there by a path of edges ``new`` still has.
+
+    The stream pass's graph is such a change (streams set, event nodes and edges added),
+    so its ordering is not searched again.
+    """
+    if new.buffers is not old.buffers and new.views() != old.views():
+        return False
+    index = old._cache["node_index"]
+    olds = list(map(index.get, map(_ID, new.nodes), itertools.repeat(_NO_ACCESS)))
+    if list(map(_INPUTS, olds)) != list(map(_INPUTS, new.nodes)) or list(
+        map(_OUTPUTS, olds)
+    ) != list(map(_OUTPUTS, new.nodes)):
+        return False
+    a0, b0, _, _ = _edges_np(old)
+    a1, b1, _, _ = _edges_np(new)
+    if len(a0) > len(a1):
+        return False
+    key0 = a0 * (validate.MAX_ID + 1) + b0  # both sorted: g.edges is
+    key1 = a1 * (validate.MAX_ID + 1) + b1
+    at = np.searchsorted(key1, key0).clip(0, max(len(key1) - 1, 0))
+    return bool(len(key0) == 0 or (len(key1) and (key1[at] == key0).all()))
+
+
 def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] | None:
     """The first conflicting pair of accesses no path orders, as ``(p, q, buffer,
     p_writes, q_writes)`` (positions, ``p`` earlier in topological order), or None."""
@@ -660,15 +889,15 @@ def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] |
     n = len(d.ids)
     succ = d.succ
     # Every access as (position, buffer, writes), in arrays.
-    bufs: list[BufferId] = []
-    counts: list[int] = []
-    for nd in g.nodes:
-        bufs += nd.outputs
-        bufs += nd.inputs
-        counts += (len(nd.outputs), len(nd.inputs))
-    m = len(bufs)
+    outs = list(map(_OUTPUTS, g.nodes))
+    ins = list(map(_INPUTS, g.nodes))
+    counts = np.empty(2 * n, dtype=np.int64)
+    counts[0::2] = np.fromiter(map(len, outs), dtype=np.int64, count=n)
+    counts[1::2] = np.fromiter(map(len, ins), dtype=np.int64, count=n)
+    m = int(counts.sum())
     if m < 2:
         return None
+    bufs = itertools.chain.from_iterable(itertools.chain.from_iterable(zip(outs, ins, strict=True)))
     pos = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
     write = np.repeat(np.tile(np.array([True, False]), n), counts)
     buf = np.fromiter(bufs, dtype=np.int64, count=m)
@@ -700,10 +929,8 @@ def _first_unordered(g: ComputeGraph) -> tuple[int, int, BufferId, bool, bool] |
     a = np.concatenate([last_w[r1], idx[r2], idx[ww] - 1])
     b = np.concatenate([idx[r1], first_w[r2], idx[ww]])
     # Answered by a direct edge (build() and every pass put one there), all at once.
-    lens = np.fromiter(map(len, succ), dtype=np.int64, count=n)
-    src = np.repeat(np.arange(n, dtype=np.int64), lens)
-    dst = np.fromiter(itertools.chain.from_iterable(succ), dtype=np.int64, count=len(src))
-    edge_keys = np.sort(src * n + dst)
+    _, _, src, dst = _edges_np(g)
+    edge_keys = src * n + dst  # sorted: the edges are sorted by (a, b), so by position
     keys = pos[a] * n + pos[b]
     at = np.searchsorted(edge_keys, keys).clip(0, max(len(edge_keys) - 1, 0))
     direct = (edge_keys[at] == keys) if len(edge_keys) else np.zeros(len(keys), dtype=bool)

@@ -14,7 +14,9 @@ from oxiwork.cost import DeviceProfile, kernel_work, node_costs, node_time
 from oxiwork.error import GraphWarning
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.node import NodeKind
+from oxiwork.ops.program import buffer_specs, signature
 from oxiwork.optimizer.fusion import fuse
+from tests.test_views import view_graphs
 
 
 def _copy_graph(size: int, direction: MemcpyDir):
@@ -117,6 +119,19 @@ class TestNodeTime:
         g = fuse(random_op_dag(seed, 40)).graph
         costs = node_costs(g)
         assert costs == {n.id: node_time(g, n) for n in g.nodes}
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        st.one_of(
+            st.integers(0, 10_000).map(lambda s: fuse(random_op_dag(s, 30)).graph), view_graphs()
+        )
+    )
+    def test_signature_from_buffer_specs_is_the_signature(self, g):
+        # node_costs takes signatures over the graph's cached buffer specs
+        specs = buffer_specs(g)
+        assert specs is buffer_specs(g)
+        for n in g.nodes:
+            assert signature(g, n, specs) == signature(g, n)
 
     def test_node_costs_keys(self):
         g = quick_start()

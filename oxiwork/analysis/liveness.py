@@ -31,6 +31,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -50,6 +51,7 @@ __all__ = [
     "dead_buffers",
     "max_live_bytes",
     "max_live_bytes_merged",
+    "positions_of",
 ]
 
 
@@ -126,7 +128,9 @@ class ArenaAccesses:
     step: np.ndarray
 
 
-def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> list[int]:
+def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> Sequence[int]:
+    """The node positions of ``order`` (``graph.dense().topo`` for None), checked: every
+    node once, dependencies first (:class:`InvalidArgument` naming what is wrong)."""
     d = graph.dense()
     if order is None:
         return d.topo
@@ -135,35 +139,86 @@ def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> lis
         raise InvalidArgument(
             f"order must be a list of node ids, got {type(order).__name__}; pass every node once"
         )
-    out: list[int] = []
-    for nid in order:
-        try:
-            p = pos.get(nid)
-        except TypeError:  # unhashable: not an id
-            p = None
-        if p is None:
-            raise InvalidArgument(
-                f"order names {nid!r}, which is not a node of this graph; pass node ids of it"
-            )
-        out.append(p)
+    order = order if isinstance(order, Sequence) else list(order)
     n = len(d.ids)
-    if len(out) != n or len(set(out)) != n:
+    out = positions_of(graph, order)
+    if out is None:
+        for nid in order:
+            try:
+                p = pos.get(nid)
+            except TypeError:  # unhashable: not an id
+                p = None
+            if p is None:
+                raise InvalidArgument(
+                    f"order names {nid!r}, which is not a node of this graph; pass node ids of it"
+                )
+        raise AssertionError("unreachable: every entry is a node id")  # pragma: no cover
+    distinct = int(np.count_nonzero(np.bincount(out, minlength=n))) if len(out) else 0
+    if len(out) != n or distinct != n:
         raise InvalidArgument(
-            f"order has {len(out)} entries ({len(set(out))} distinct) but the graph has {n} "
+            f"order has {len(out)} entries ({distinct} distinct) but the graph has {n} "
             "nodes; pass every node exactly once"
         )
-    step = [0] * n
-    for i, p in enumerate(out):
-        step[p] = i
-    for a, succ in enumerate(d.succ):
-        for b in succ:
-            if step[b] < step[a]:
-                raise InvalidArgument(
-                    f"order runs {graph.nodes[b].name!r} (step {step[b]}) before its "
-                    f"dependency {graph.nodes[a].name!r} (step {step[a]}); pass a "
-                    "topological order"
-                )
+    step = np.empty(n, dtype=np.int64)
+    step[out] = np.arange(n, dtype=np.int64)
+    src, dst = _edge_positions(graph)
+    bad = np.flatnonzero(step[dst] < step[src])
+    if len(bad):  # the first in (position, successor) order, as a loop over d.succ meets it
+        a, b = int(src[bad[0]]), int(dst[bad[0]])
+        raise InvalidArgument(
+            f"order runs {graph.nodes[b].name!r} (step {step[b]}) before its "
+            f"dependency {graph.nodes[a].name!r} (step {step[a]}); pass a "
+            "topological order"
+        )
     return out
+
+
+def positions_of(graph: ComputeGraph, order: Sequence[NodeId]) -> np.ndarray | None:
+    """The node positions of the ids in ``order`` (read-only), or None if one is not a node
+    id of ``graph``; nothing else is checked. The last tuple asked for is cached per graph
+    (by identity, so only immutable orders: the memory pass asks for the issue order's
+    twice, once for the clocks and once for the accesses).
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> positions_of(g, g.topological_order()).tolist(), positions_of(g, [99])
+    ([0, 1, 2, 3], None)
+    """
+    cached = graph._cache.get("analysis.order_positions")
+    if cached is not None and cached[0] is order:
+        return cached[1]
+    pos = graph.dense().pos
+    try:
+        out = np.fromiter(map(pos.__getitem__, order), dtype=np.int64, count=len(order))
+    except (KeyError, TypeError):  # not a node id (or unhashable)
+        return None
+    out.setflags(write=False)
+    if isinstance(order, tuple):
+        graph._cache["analysis.order_positions"] = (order, out)
+    return out
+
+
+def _ids(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:
+    """The node ids at ``positions``."""
+    ids = graph.dense().ids
+    return tuple(map(ids.__getitem__, np.asarray(positions).tolist()))
+
+
+def _edge_positions(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Every dependency as (source, destination) node positions, by source position then
+    successor order (cached per graph)."""
+    edges = graph._cache.get("analysis.edge_positions")
+    if edges is None:
+        succ = graph.dense().succ
+        counts = np.fromiter(map(len, succ), dtype=np.int64, count=len(succ))
+        dst = np.fromiter(
+            itertools.chain.from_iterable(succ), dtype=np.int64, count=int(counts.sum())
+        )
+        src = np.repeat(np.arange(len(succ), dtype=np.int64), counts)
+        for arr in (src, dst):
+            arr.setflags(write=False)
+        edges = graph._cache["analysis.edge_positions"] = (src, dst)
+    return edges
 
 
 def analyze(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> LivenessInfo:
@@ -211,27 +266,38 @@ def _accesses(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """
     acc = graph._cache.get("analysis.accesses")
     if acc is None:
-        buffers = graph.buffers
+        buffers, nodes = graph.buffers, graph.nodes
         nb = len(buffers)
         dense_ids = not nb or buffers[-1].id == nb - 1  # sorted unique ids: 0..nb-1
         bindex = None if dense_ids else {b.id: i for i, b in enumerate(buffers)}
-        pos: list[int] = []
-        buf: list[int] = []
-        read: list[bool] = []
-        for p, node in enumerate(graph.nodes):
-            ins, outs = node.inputs, node.outputs
-            k = len(ins) + len(outs)
-            if k:
-                pos.extend([p] * k)
-                buf.extend(ins)
-                buf.extend(outs)
-                read.extend([True] * len(ins))
-                read.extend([False] * len(outs))
-        acc = (
-            np.array(pos, dtype=np.int64),
-            np.array(buf if bindex is None else [bindex[b] for b in buf], dtype=np.int64),
-            np.array(read, dtype=bool),
+        # Node by node, inputs then outputs: each node's inputs and outputs go to their
+        # slots of the flat arrays (a few C-level passes instead of a Python loop).
+        ins = [node.inputs for node in nodes]
+        outs = [node.outputs for node in nodes]
+        nin = np.fromiter(map(len, ins), dtype=np.int64, count=len(nodes))
+        nout = np.fromiter(map(len, outs), dtype=np.int64, count=len(nodes))
+        flat_in = itertools.chain.from_iterable(ins)
+        flat_out = itertools.chain.from_iterable(outs)
+        if bindex is not None:
+            flat_in, flat_out = map(bindex.__getitem__, flat_in), map(bindex.__getitem__, flat_out)
+        bin_ = np.fromiter(flat_in, dtype=np.int64, count=int(nin.sum()))
+        bout = np.fromiter(flat_out, dtype=np.int64, count=int(nout.sum()))
+        per = nin + nout
+        start = np.cumsum(per) - per  # each node's first slot
+        node_in = np.repeat(np.arange(len(nodes), dtype=np.int64), nin)
+        node_out = np.repeat(np.arange(len(nodes), dtype=np.int64), nout)
+        slot_in = start[node_in] + np.arange(len(bin_)) - np.repeat(np.cumsum(nin) - nin, nin)
+        slot_out = (
+            (start + nin)[node_out] + np.arange(len(bout)) - np.repeat(np.cumsum(nout) - nout, nout)
         )
+        total = len(bin_) + len(bout)
+        pos = np.empty(total, dtype=np.int64)
+        buf = np.empty(total, dtype=np.int64)
+        read = np.zeros(total, dtype=bool)
+        pos[slot_in], pos[slot_out] = node_in, node_out
+        buf[slot_in], buf[slot_out] = bin_, bout
+        read[slot_in] = True
+        acc = (pos, buf, read)
         views = graph.views()
         if views:
             # An access to a view is an access to its base too: the base lives while any
@@ -343,11 +409,8 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         np.maximum.at(last, row, step)
         for a in (first, last, row, step):
             a.setflags(write=False)
-        ids = graph.dense().ids
         return ArenaAccesses(
-            order=graph.topological_order()
-            if order is None
-            else tuple([ids[p] for p in positions]),
+            order=graph.topological_order() if order is None else _ids(graph, positions),
             buffers=tuple(map(bids.__getitem__, rows.tolist())),
             first=first,
             last=last,
@@ -463,9 +526,7 @@ def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInf
     unused = map(bids.__getitem__, np.flatnonzero(~used).tolist())
     peak = max(live, default=0)
     return LivenessInfo(
-        order=graph.topological_order()
-        if order is None
-        else tuple([graph.dense().ids[p] for p in positions]),
+        order=graph.topological_order() if order is None else _ids(graph, positions),
         intervals=MappingProxyType(intervals),
         dead=dead_buffers(graph),  # the same set for every order
         unused=frozenset(unused),

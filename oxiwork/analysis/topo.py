@@ -40,7 +40,16 @@ from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import NodeId
 
-__all__ = ["TopoInfo", "analyze", "critical_path", "level_positions", "levels", "node_costs"]
+__all__ = [
+    "DenseTopo",
+    "TopoInfo",
+    "analyze",
+    "analyze_positions",
+    "critical_path",
+    "level_positions",
+    "levels",
+    "node_costs",
+]
 
 # Slack below this fraction of the makespan is rounding noise from summing the same costs
 # in a different order (forward for ASAP, backward for ALAP), so it is reported as 0.
@@ -98,6 +107,27 @@ class TopoInfo:
         return frozenset(n for n, s in self.slack.items() if s == 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class DenseTopo:
+    """:func:`analyze_positions`: what :class:`TopoInfo` holds, by dense position
+    (``graph.dense()``), for passes that work on positions (no dicts keyed by id).
+
+    ``cost``, ``asap``, ``alap``, ``slack`` and ``level`` are per position;
+    ``critical_path`` and ``priority`` are positions; ``level_widths`` and ``makespan``
+    as in :class:`TopoInfo`.
+    """
+
+    cost: tuple[float, ...]
+    asap: tuple[float, ...]
+    alap: tuple[float, ...]
+    slack: tuple[float, ...]
+    level: tuple[int, ...]
+    level_widths: tuple[int, ...]
+    critical_path: tuple[int, ...]
+    makespan: float
+    priority: tuple[int, ...]
+
+
 def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) -> list[float]:
     """Per-position costs: ``costs[id]`` if given, else ``node.cost or 1.0``.
 
@@ -109,29 +139,50 @@ def node_costs(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None)
     >>> node_costs(b.build(), {n: 2.5})
     [2.5]
     """
-    out = [1.0 if n.cost is None else float(n.cost) for n in graph.nodes]
     if costs is not None and not isinstance(costs, Mapping):
         raise InvalidArgument(
             f"costs must be a dict of node id -> cost, got {type(costs).__name__}"
         )
-    if costs:
-        pos = graph.dense().pos
-        for nid, c in costs.items():
-            p = pos.get(nid)
-            if p is None:
-                raise InvalidArgument(
-                    f"costs names node {nid!r}, which is not in this graph; "
-                    "key costs by the graph's node ids"
-                )
-            if isinstance(c, bool) or not isinstance(c, (int, float)):
-                raise InvalidArgument(f"cost of {graph.nodes[p].name!r} must be a number: {c!r}")
-            out[p] = float(c)
+    out: list[float] | None = None
+    if costs and len(costs) == len(graph.nodes):
+        # The cost of every node, in id order (the cost model's): taken whole when the keys
+        # are exactly the ids and the values plain numbers; anything else is checked one
+        # by one below (which raises for what is wrong).
+        keys, values = list(costs), list(costs.values())
+        if (
+            set(map(type, keys)) <= _ID_TYPES
+            and set(map(type, values)) <= _NUMBER_TYPES
+            and keys == list(graph.dense().ids)
+        ):
+            out = list(map(float, values))
+    if out is None:
+        out = [1.0 if n.cost is None else float(n.cost) for n in graph.nodes]
+        if costs:
+            pos = graph.dense().pos
+            for nid, c in costs.items():
+                p = pos.get(nid)
+                if p is None:
+                    raise InvalidArgument(
+                        f"costs names node {nid!r}, which is not in this graph; "
+                        "key costs by the graph's node ids"
+                    )
+                if isinstance(c, bool) or not isinstance(c, (int, float)):
+                    raise InvalidArgument(
+                        f"cost of {graph.nodes[p].name!r} must be a number: {c!r}"
+                    )
+                out[p] = float(c)
     if out and not (all(map(math.isfinite, out)) and min(out) >= 0.0):
         p = next(p for p, c in enumerate(out) if not (math.isfinite(c) and c >= 0.0))
         raise InvalidArgument(
             f"cost of node {graph.nodes[p].name!r} is {out[p]}; costs must be finite and >= 0"
         )
     return out
+
+
+# What node_costs takes whole: ids as node ids or plain ints, costs as plain numbers (a
+# bool is no cost, and numpy scalars take the checks one by one).
+_ID_TYPES = frozenset({NodeId, int})
+_NUMBER_TYPES = frozenset({float, int})
 
 
 def level_positions(graph: ComputeGraph) -> tuple[int, ...]:
@@ -231,7 +282,43 @@ def analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) ->
         return _analyze(graph, costs)
 
 
+def analyze_positions(
+    graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None
+) -> DenseTopo:
+    """:func:`analyze` by dense position (:class:`DenseTopo`): the same numbers, without
+    the dicts keyed by id.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> a, c = b.add_barrier("a"), b.add_barrier("c")
+    >>> g = b.build()
+    >>> t = analyze_positions(g, costs={a: 2.0})
+    >>> t.makespan, t.slack, t.priority
+    (2.0, (0.0, 1.0), (0, 1))
+    """
+    with paused_gc():
+        return _positions(graph, costs)
+
+
 def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoInfo:
+    t = _positions(graph, costs)
+    ids = graph.dense().ids
+    order = graph.topological_order()
+    return TopoInfo(
+        order=order,
+        cost=MappingProxyType(dict(zip(ids, t.cost, strict=True))),
+        asap=MappingProxyType(dict(zip(ids, t.asap, strict=True))),
+        alap=MappingProxyType(dict(zip(ids, t.alap, strict=True))),
+        slack=MappingProxyType(dict(zip(ids, t.slack, strict=True))),
+        level=MappingProxyType(dict(zip(ids, t.level, strict=True))),  # levels: level_positions
+        level_widths=t.level_widths,
+        critical_path=tuple([ids[p] for p in t.critical_path]),
+        makespan=t.makespan,
+        priority=tuple(map(ids.__getitem__, t.priority)),
+    )
+
+
+def _positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> DenseTopo:
     d = graph.dense()
     ids, pred, succ, topo = d.ids, d.pred, d.succ, d.topo
     n = len(ids)
@@ -308,16 +395,14 @@ def _analyze(graph: ComputeGraph, costs: Mapping[NodeId, float] | None) -> TopoI
     # predecessor left 1e-18 above a snapped successor).
     prio = np.lexsort((level_a, raw_alap_a)).tolist()
 
-    order = graph.topological_order()
-    return TopoInfo(
-        order=order,
-        cost=MappingProxyType(dict(zip(ids, cost, strict=True))),
-        asap=MappingProxyType(dict(zip(ids, asap_a.tolist(), strict=True))),
-        alap=MappingProxyType(dict(zip(ids, alap_a.tolist(), strict=True))),
-        slack=MappingProxyType(dict(zip(ids, slack_a.tolist(), strict=True))),
-        level=MappingProxyType(dict(zip(ids, level, strict=True))),  # levels: level_positions
+    return DenseTopo(
+        cost=tuple(cost),
+        asap=tuple(asap_a.tolist()),
+        alap=tuple(alap_a.tolist()),
+        slack=tuple(slack_a.tolist()),
+        level=level,
         level_widths=tuple(widths),
-        critical_path=tuple([ids[p] for p in path]),
+        critical_path=tuple(path),
         makespan=makespan,
-        priority=tuple(map(ids.__getitem__, prio)),
+        priority=tuple(prio),
     )

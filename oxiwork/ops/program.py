@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,6 +56,7 @@ __all__ = [
     "BoundProgram",
     "BoundStep",
     "bind",
+    "buffer_specs",
     "check_dtypes",
     "describe",
     "program_of",
@@ -66,6 +68,8 @@ __all__ = [
 
 # graph._cache key: node id -> (node, its BoundProgram, the op name each step looked up)
 _BOUND = "ops.bound"
+# graph._cache key: buffer id -> what it contributes to a signature (buffer_specs)
+_SPECS = "ops.buffer_specs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +184,30 @@ _TEMPLATES: dict[Hashable, BoundProgram] = {}
 _MAX_TEMPLATES = 1 << 16
 
 
-def signature(graph: ComputeGraph, node: GraphNode) -> Hashable | None:
+def buffer_specs(graph: ComputeGraph) -> Mapping[BufferId, tuple[Any, ...]]:
+    """What each buffer of ``graph`` contributes to a :func:`signature`, by id (cached).
+
+    For callers taking the signature of many kernels of one graph (the cost model): one
+    look-up per buffer access instead of a buffer look-up and a field read each.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> signature(g, g.nodes[1], buffer_specs(g)) == signature(g, g.nodes[1])
+    True
+    """
+    specs = graph._cache.get(_SPECS)
+    if specs is None:
+        specs = graph._cache[_SPECS] = MappingProxyType(
+            {b.id: _BUFFER_SPEC(b) for b in graph.buffers}
+        )
+    return specs
+
+
+def signature(
+    graph: ComputeGraph,
+    node: GraphNode,
+    specs: Mapping[BufferId, tuple[Any, ...]] | None = None,
+) -> Hashable | None:
     """What :func:`bind` reads of ``node`` and its buffers, but not its identity.
 
     Two kernels with equal signatures bind to the same steps, shapes and parameters (only
@@ -188,7 +215,8 @@ def signature(graph: ComputeGraph, node: GraphNode) -> Hashable | None:
     when a parameter is unhashable (such a kernel is bound on its own). The op names are
     part of it, the ops they resolve to are not (the registry can change: see
     :func:`bind`). Buffers enter by everything but their id, name and arena offset, and by
-    which of the kernel's inputs and outputs are the same buffer.
+    which of the kernel's inputs and outputs are the same buffer; ``specs``, when given,
+    is :func:`buffer_specs` of ``graph``.
 
     >>> from oxiwork.examples import quick_start
     >>> g = quick_start()
@@ -197,8 +225,11 @@ def signature(graph: ComputeGraph, node: GraphNode) -> Hashable | None:
     (True, False)
     """
     ids = (*node.inputs, *node.outputs)
-    buffer = graph.buffer
-    specs = tuple([_BUFFER_SPEC(buffer(b)) for b in ids])
+    if specs is None:
+        buffer = graph.buffer
+        spec = tuple([_BUFFER_SPEC(buffer(b)) for b in ids])
+    else:
+        spec = tuple(map(specs.__getitem__, ids))
     # in-place kernels and repeated inputs: which positions name the same buffer
     alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
     fused = node.fused
@@ -207,7 +238,7 @@ def signature(graph: ComputeGraph, node: GraphNode) -> Hashable | None:
         if fused is None
         else (tuple([(st.op, st.params, st.args) for st in fused.steps]), fused.outputs)
     )
-    key = (node.op, node.params, program, len(node.inputs), specs, alias)
+    key = (node.op, node.params, program, len(node.inputs), spec, alias)
     try:
         hash(key)
     except TypeError:

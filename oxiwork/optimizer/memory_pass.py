@@ -154,7 +154,7 @@ from typing import Any
 import numpy as np
 
 from oxiwork.analysis import liveness, paused_gc
-from oxiwork.analysis.happens_before import graph_clocks
+from oxiwork.analysis.happens_before import graph_clock_arrays
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import Buffer, BufferId, NodeId
 from oxiwork.ops.program import share_bound
@@ -377,7 +377,7 @@ class _Analysis:
     # length if none is) and the first position of an access (-1 if none)
     past: np.ndarray
     first_pos: np.ndarray
-    members: list[list[int]]  # per stream index, its items (indices into ``order``)
+    members: list[np.ndarray]  # per stream index, its items (indices into ``order``)
     stream_of: np.ndarray  # (len(order),) stream index of each item
 
     @property
@@ -398,13 +398,13 @@ class _Analysis:
 
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
-    vc, order = graph_clocks(graph, issue_order(graph))
+    arrays, order = graph_clock_arrays(graph, issue_order(graph))
+    members_of = arrays.members()
     # Plain liveness (first and last access of each arena buffer over the issue order) is
     # the liveness analysis's; the safe intervals below extend it by happens-before.
     acc = liveness.arena_accesses(graph, order)
     ids = list(acc.buffers)
     n = len(ids)
-    arrays = vc.arrays()
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
     rb, x, first, last = acc.row, acc.step, acc.first, acc.last
     # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
@@ -414,10 +414,9 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     first_pos = np.full((n, width), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_pos, (rb, arrays.stream_index[x]), arrays.position[x])
     first_pos[first_pos == np.iinfo(np.int64).max] = -1
-    for s, members in enumerate(vc.members):
-        if not members or not n:
+    for s, mem in enumerate(members_of):
+        if not len(mem) or not n:
             continue
-        mem = np.array(members, dtype=np.int64)
         col = clocks[mem]
         # First position on s strictly after the accesses: later than last_clock[:, s] and
         # dominating last_clock; each component's condition is monotone along the stream.
@@ -437,7 +436,7 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
         from_clock,
         past,
         first_pos,
-        vc.members,
+        members_of,
         arrays.stream_index,
     )
 
@@ -535,43 +534,79 @@ def _place_exact(
 class _FreeRuns:
     """The free byte runs of one stream during :func:`_place_sweep`, coalesced: parallel
     ``starts``/``ends`` sorted by start (the last run is the tail, ending at ``_TOP``) and
-    ``by_len``, the finite runs as ``(length, start)`` sorted, for best fit."""
+    ``by_len``, the finite runs as ``(length, start)`` sorted, for best fit, each pair as
+    the int ``length << shift | start`` (``2**shift`` bounds every address): one int
+    comparison instead of a tuple's in every bisection."""
 
-    __slots__ = ("by_len", "ends", "starts")
+    __slots__ = ("by_len", "ends", "shift", "starts")
 
-    def __init__(self) -> None:
+    def __init__(self, shift: int) -> None:
         self.starts: list[int] = [0]
         self.ends: list[int] = [_TOP]
-        self.by_len: list[tuple[int, int]] = []
+        self.by_len: list[int] = []
+        self.shift = shift
 
     def _drop(self, i: int) -> None:
         s, e = self.starts.pop(i), self.ends.pop(i)
         if e != _TOP:
-            del self.by_len[bisect_left(self.by_len, (e - s, s))]
+            del self.by_len[bisect_left(self.by_len, (e - s) << self.shift | s)]
 
     def _put(self, i: int, s: int, e: int) -> None:
         self.starts.insert(i, s)
         self.ends.insert(i, e)
         if e != _TOP:
-            insort(self.by_len, (e - s, s))
+            insort(self.by_len, (e - s) << self.shift | s)
 
     def add(self, s: int, e: int) -> None:
         """Mark ``[s, e)`` free (it is not): merge with the runs it touches."""
-        starts, ends = self.starts, self.ends
+        starts, ends, by_len, sh = self.starts, self.ends, self.by_len, self.shift
         i = bisect_left(starts, s)
-        if i < len(starts) and starts[i] == e:
-            e = ends[i]
-            self._drop(i)
-        if i and ends[i - 1] == s:
-            i -= 1
-            s = starts[i]
-            self._drop(i)
-        self._put(i, s, e)
+        right = i < len(starts) and starts[i] == e
+        if i and ends[i - 1] == s:  # grows the run on its left (and joins the right one)
+            ls = starts[i - 1]
+            del by_len[bisect_left(by_len, (s - ls) << sh | ls)]
+            if right:
+                re = ends[i]
+                del starts[i], ends[i]
+                if re != _TOP:
+                    del by_len[bisect_left(by_len, (re - e) << sh | e)]
+                e = re
+            ends[i - 1] = e
+            if e != _TOP:
+                insort(by_len, (e - ls) << sh | ls)
+        elif right:  # grows the run on its right downwards
+            re = ends[i]
+            starts[i] = s
+            if re != _TOP:
+                del by_len[bisect_left(by_len, (re - e) << sh | e)]
+                insort(by_len, (re - s) << sh | s)
+        else:
+            starts.insert(i, s)
+            ends.insert(i, e)
+            insort(by_len, (e - s) << sh | s)
 
     def take(self, s: int, e: int) -> None:
         """Mark ``[s, e)`` not free, whatever part of it is."""
         starts, ends = self.starts, self.ends
         i = bisect_right(starts, s) - 1
+        if i >= 0 and ends[i] >= e:  # inside one run (the usual case): shrink or split it
+            rs, re = starts[i], ends[i]
+            by_len, sh = self.by_len, self.shift
+            if re != _TOP:
+                del by_len[bisect_left(by_len, (re - rs) << sh | rs)]
+            if rs < s:
+                ends[i] = s
+                insort(by_len, (s - rs) << sh | rs)
+                if re > e:
+                    starts.insert(i + 1, e)
+                    ends.insert(i + 1, re)
+            elif re > e:
+                starts[i] = e
+            else:
+                del starts[i], ends[i]
+            if re > e and re != _TOP:
+                insort(by_len, (re - e) << sh | e)
+            return
         if i < 0 or ends[i] <= s:
             i += 1
         while i < len(starts) and starts[i] < e:
@@ -583,11 +618,6 @@ class _FreeRuns:
             if re > e:
                 self._put(i, e, re)
                 break
-
-    def holds(self, s: int, e: int) -> bool:
-        """Is all of ``[s, e)`` free?"""
-        i = bisect_right(self.starts, s) - 1
-        return i >= 0 and self.ends[i] >= e
 
 
 def _place_sweep(
@@ -610,6 +640,15 @@ def _place_sweep(
     on top; one accessed on several takes the best run of its first stream that is free on
     its other streams too as of now (conservative: those streams may free more bytes before
     it gets there), trying :data:`_SWEEP_TRIES` runs before going on top.
+
+    Bookkeeping (the same offsets as the plain version kept in
+    tests/optimizer/_sweep_reference.py, which the tests compare it with): each address
+    segment also carries the set of streams whose free runs hold it (a bit mask), so a
+    placement gives up its range only on those streams, without a search on every stream;
+    each row counts the segments it still owns, so a stream passing a buffer whose bytes
+    have all been taken over costs nothing; segment owners and masks are dicts by segment
+    start (one list to insert into, not three); free runs are keyed by one int each.
+    Sizes are positive (the graph refuses empty buffers), so a range is never empty.
     """
     n, width = len(perm), a.past.shape[1]
     out = np.zeros(len(size), dtype=np.int64)
@@ -618,49 +657,74 @@ def _place_sweep(
     # Release events (item of the order where stream t passes buffer k, t, k), by item.
     rel_item = np.full((len(size), width), -1, dtype=np.int64)
     for t, members in enumerate(a.members):
-        if members:
-            mem = np.asarray([*members, -1], dtype=np.int64)
+        if len(members):
+            mem = np.append(members, -1)
             rel_item[:, t] = mem[a.past[:, t]]
     rk, rt = np.nonzero(rel_item >= 0)
     ri = rel_item[rk, rt]
     o = np.argsort(ri, kind="stable")
     ev_item, ev_t, ev_k = ri[o].tolist(), rt[o].tolist(), rk[o].tolist()
-    n_ev = len(ev_item)
-    runs = [_FreeRuns() for _ in range(width)]
-    # address segments [seg_s[i], seg_s[i+1]) -> the row placed there last (-1: none)
+    ev_item.append(_TOP)  # a sentinel: no bound check in the loop
+    shift = int(size.sum() + align.sum()).bit_length() + 1
+    low = (1 << shift) - 1
+    runs = [_FreeRuns(shift) for _ in range(width)]
+    # address segments [seg_s[i], seg_s[i+1]) -> the row placed there last (-1: none), and
+    # the streams (bit t) whose free runs hold it; how many segments each row owns
     seg_s: list[int] = [0]
-    seg_o: list[int] = [-1]
+    seg_o: dict[int, int] = {0: -1}  # by segment start
+    seg_m: dict[int, int] = {0: (1 << width) - 1}
+    owned = [0] * len(size)
     offs = [0] * len(size)
     sz, al = size.tolist(), align.tolist()
     first = a.first.tolist()
     fpos = a.first_pos.tolist()
-    past = a.past.tolist()
+    past_of = a.past.T.tolist()  # per stream, per row
     stream_of = a.stream_of.tolist()
     # per row, the streams other than its first access's where it is accessed
     on = a.first_pos >= 0
-    multi = set(np.flatnonzero(on.sum(axis=1) > 1).tolist())
+    t_first = a.stream_of[a.first]
+    other_on = on.copy()
+    other_on[np.arange(len(size)), t_first] = False
+    if width <= 62:  # as bit masks, one tuple per distinct set
+        bits = (other_on.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1)
+        combos = {m: tuple(t for t in range(width) if m >> t & 1) for m in set(bits.tolist())}
+        others_of = [combos[m] for m in bits.tolist()]
+    else:
+        others_of = [tuple(np.flatnonzero(r).tolist()) for r in other_on]
     ev = 0
     arena = 0
     for k in perm.tolist():
         x = first[k]
-        while ev < n_ev and ev_item[ev] <= x:  # streams passing placed buffers: free bytes
-            i, t = ev_k[ev], ev_t[ev]
+        while ev_item[ev] <= x:  # streams passing placed buffers: free bytes
+            i = ev_k[ev]
+            if owned[i]:
+                t = ev_t[ev]
+                bit = 1 << t
+                free_t = runs[t]
+                hi = offs[i] + sz[i]
+                j = bisect_right(seg_s, offs[i]) - 1
+                left = owned[i]
+                # i's segments lie inside its range (k's range is one segment when placed,
+                # and later placements only split or overwrite it)
+                while (sj := seg_s[j]) < hi:
+                    if seg_o[sj] == i:
+                        free_t.add(sj, seg_s[j + 1])
+                        seg_m[sj] |= bit
+                        left -= 1
+                        if not left:
+                            break
+                    j += 1
             ev += 1
-            lo, hi = offs[i], offs[i] + sz[i]
-            j = bisect_right(seg_s, lo) - 1
-            free_t = runs[t]
-            while j < len(seg_s) and seg_s[j] < hi:
-                if seg_o[j] == i:
-                    free_t.add(max(seg_s[j], lo), min(seg_s[j + 1], hi))
-                j += 1
         s, g = sz[k], al[k]
         t0 = stream_of[x]
         free = runs[t0]
         by_len = free.by_len
         cand = -1
-        if k not in multi:
-            for r in range(bisect_left(by_len, (s, -1)), len(by_len)):
-                length, rs = by_len[r]
+        others = others_of[k]
+        if not others:
+            for r in range(bisect_left(by_len, s << shift), len(by_len)):
+                key = by_len[r]
+                length, rs = key >> shift, key & low
                 c = -(-rs // g) * g
                 if c + s <= rs + length:
                     cand = c
@@ -670,14 +734,25 @@ def _place_sweep(
         else:
             # bytes free on t0 whose owner is also before k's first access on the others
             fk = fpos[k]
-            others = [t for t, p in enumerate(fk) if p >= 0 and t != t0]
+            if len(others) == 1:
+                col, lim = past_of[others[0]], fk[others[0]]
+
+                def ok(i: int, col: list[int] = col, lim: int = lim) -> bool:
+                    return i < 0 or col[i] <= lim
+            else:
+                checks = [(past_of[t], fk[t]) for t in others]
+
+                def ok(i: int, checks: list[tuple[list[int], int]] = checks) -> bool:
+                    if i >= 0:
+                        for col, lim in checks:
+                            if col[i] > lim:
+                                return False
+                    return True
+
             budget = [_SWEEP_SCAN]
-
-            def ok(i: int, fk: list[int] = fk, others: list[int] = others) -> bool:
-                return i < 0 or all(past[i][t] <= fk[t] for t in others)
-
-            for r in range(bisect_left(by_len, (s, -1)), len(by_len)):
-                length, rs = by_len[r]
+            for r in range(bisect_left(by_len, s << shift), len(by_len)):
+                key = by_len[r]
+                length, rs = key >> shift, key & low
                 cand = _window(seg_s, seg_o, rs, rs + length, s, g, ok, budget)
                 if cand >= 0 or budget[0] <= 0:
                     break
@@ -691,32 +766,51 @@ def _place_sweep(
         end = cand + s
         if end > arena:
             arena = end
-        for fr in runs:
-            st = fr.starts
-            i = bisect_right(st, cand) - 1
-            # most streams hold none of the range: skip them without a call
-            if (i >= 0 and fr.ends[i] > cand) or (i + 1 < len(st) and st[i + 1] < end):
-                fr.take(cand, end)
-        # the range now belongs to k alone
+        # the range now belongs to k alone (sizes are positive: it is at least one byte)
         lo_i = bisect_right(seg_s, cand) - 1
-        if seg_s[lo_i] != cand:
+        if (prev := seg_s[lo_i]) != cand:
             lo_i += 1
             seg_s.insert(lo_i, cand)
-            seg_o.insert(lo_i, seg_o[lo_i - 1])
+            o = seg_o[cand] = seg_o[prev]
+            seg_m[cand] = seg_m[prev]
+            if o >= 0:
+                owned[o] += 1
         hi_i = bisect_right(seg_s, end) - 1
-        if seg_s[hi_i] != end:
+        if (prev := seg_s[hi_i]) != end:
             hi_i += 1
             seg_s.insert(hi_i, end)
-            seg_o.insert(hi_i, seg_o[hi_i - 1])
-        seg_s[lo_i:hi_i] = [cand]
-        seg_o[lo_i:hi_i] = [k]
+            o = seg_o[end] = seg_o[prev]
+            seg_m[end] = seg_m[prev]
+            if o >= 0:
+                owned[o] += 1
+        mask = 0
+        for j in range(lo_i, hi_i):
+            sj = seg_s[j]
+            mask |= seg_m[sj]
+            o = seg_o[sj]
+            if o >= 0:
+                owned[o] -= 1
+            if j > lo_i:
+                del seg_o[sj], seg_m[sj]
+        if hi_i - lo_i != 1:
+            seg_s[lo_i:hi_i] = [cand]
+        seg_o[cand] = k
+        seg_m[cand] = 0
+        owned[k] = 1
+        # the streams whose free runs held part of the range give it up
+        t = 0
+        while mask:
+            if mask & 1:
+                runs[t].take(cand, end)
+            mask >>= 1
+            t += 1
     out[:] = offs
     return out, arena
 
 
 def _window(
     seg_s: list[int],
-    seg_o: list[int],
+    seg_o: dict[int, int],
     lo: int,
     hi: int,
     size: int,
@@ -731,10 +825,9 @@ def _window(
     j = bisect_right(seg_s, c) - 1
     last = len(seg_s) - 1
     while c + size <= hi:
-        # segments j.. cover [c, c + size)? stop at the first whose owner fails
         while True:
             budget[0] -= 1
-            if not ok(seg_o[j]):
+            if not ok(seg_o[seg_s[j]]):
                 nxt = seg_s[j + 1]
                 c = -(-nxt // align) * align
                 j = bisect_right(seg_s, c) - 1

@@ -77,10 +77,13 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from oxiwork import cost, validate
 from oxiwork.analysis import paused_gc, topo
@@ -578,10 +581,28 @@ class _Realized:
     wait_of: list[int]  # per position: the record a wait waits for, else -1
 
 
+@dataclass(frozen=True, slots=True)
+class _Needs:
+    """The events an assignment needs and where its stream-order edges go.
+
+    ``edges``: the (producer, consumer) positions of :func:`_needed_events`. Per position
+    ``v``: ``prev[v]``, the node before it on its stream in issue order (-1 if none);
+    whether the new graph needs a stream-order edge into v's first item (its first wait,
+    or v) from ``prev[v]`` itself (``from_node``, used when ``prev[v]`` gets no record) or
+    from the record issued right after ``prev[v]`` (``from_record``).
+    """
+
+    edges: list[tuple[int, int]]
+    prev: list[int]
+    from_node: list[bool]
+    from_record: list[bool]
+
+
 def _needed_events(
     d: DenseGraph, stream: Sequence[int], issue: Sequence[int], free: set[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """Cross-stream edges of TR(closure(edges + stream order)) that are not free events.
+) -> _Needs:
+    """Cross-stream edges of TR(closure(edges + stream order)) that are not free events,
+    and the stream-order edges the realised graph needs (:class:`_Needs`).
 
     Per node v (in issue order) the clock ``c[a]`` is the last position on stream ``a``
     below v. The node ``top_a`` there is an immediate predecessor of v in the reduction
@@ -590,18 +611,41 @@ def _needed_events(
     below ``top_b``. A top the previous node of v's stream has below (``c[b]`` equal to
     that node's clock) is no immediate predecessor, and covers nothing that node does not
     cover, so only the other tops and that node are compared.
+
+    Stream-order edges: the realised graph orders its nodes exactly as R = closure(edges +
+    stream order) does (the events are edges of R, the stream edges consecutive nodes of a
+    stream), so whether an item is already ordered after the one before it on its stream
+    is read off these clocks instead of clocks over the new graph. v's first item is its
+    first wait (which follows only the record of ``u1``, the earliest-issued producer v
+    waits for) or, without waits, v itself (which follows its predecessors ``X``). The item
+    before it is ``p`` (the previous node of v's stream) or p's record. ``p`` is below the
+    item iff some ``x`` in ``X`` (or ``u1``) has ``p`` below it in R; p's record is below
+    it iff some consumer ``y`` of that record is below such an ``x``, i.e. for some stream
+    ``b``, ``clock[x][b]`` reaches the first consumer of p on ``b`` (``first[p][b]``; later
+    consumers were issued after v and cannot be below it). Consecutive waits of one node
+    are never ordered otherwise (a wait is followed only by its node) and a node always
+    follows its last wait by an edge, so neither needs a decision here.
     """
     ids_s = sorted(set(stream))
     sidx = {s: i for i, s in enumerate(ids_s)}
     k = len(ids_s)
+    n = len(stream)
     si = [sidx[s] for s in stream]
     members: list[list[int]] = [[] for _ in range(k)]
-    clock: list[list[int]] = [[]] * len(stream)
+    clock: list[list[int]] = [[]] * n
     last: list[list[int]] = [[-1] * k for _ in range(k)]
     need: list[tuple[int, int]] = []
     pred = d.pred
     streams = range(k)
-    for v in issue:
+    prev_of = [-1] * n
+    from_node = [True] * n
+    from_record = [True] * n
+    # first[p][b]: the position on stream b of p's first consumer there (none: n)
+    first: dict[int, list[int]] = {}
+    none = [n] * k
+    rank_of = [0] * n
+    for r, v in enumerate(issue):
+        rank_of[v] = r
         s = si[v]
         prev = last[s]
         ps = pred[v]
@@ -611,6 +655,8 @@ def _needed_events(
             c = list(map(max, prev, clock[ps[0]]))
         else:
             c = list(map(max, prev, *[clock[u] for u in ps]))
+        here = len(members[s])  # v's position on its stream
+        u1 = -1
         # Nothing new from another stream (the common case): every top is below the
         # previous node of v's stream, which covers it.
         if c != prev or prev[s] < 0:
@@ -628,10 +674,33 @@ def _needed_events(
                     top = members[a][ca]
                     if not free or (top, v) not in free:
                         need.append((top, v))
-        c[s] = len(members[s])
+                        if u1 < 0 or rank_of[top] < rank_of[u1]:
+                            u1 = top
+                        f = first.get(top)
+                        if f is None:
+                            f = first[top] = none[:]
+                        if f[s] == n:
+                            f[s] = here
+        pp = prev[s]
+        if pp >= 0:
+            p = members[s][pp]
+            prev_of[v] = p
+            xs = (u1,) if u1 >= 0 else ps
+            for x in xs:
+                if clock[x][s] >= pp:
+                    from_node[v] = False
+                    break
+            f = first.get(p)
+            if f is not None:
+                for x in xs:
+                    cx = clock[x]
+                    if any(map(int.__ge__, cx, f)):
+                        from_record[v] = False
+                        break
+        c[s] = here
         members[s].append(v)
         clock[v] = last[s] = c
-    return need
+    return _Needs(need, prev_of, from_node, from_record)
 
 
 def _short(name: str, limit: int = 40) -> str:
@@ -642,10 +711,10 @@ def _realize(
     graph: ComputeGraph,
     stream: Sequence[int],
     issue: Sequence[int],
-    need: list[tuple[int, int]] | None = None,
+    needs: _Needs | None = None,
 ) -> _Realized:
     """The new graph: streams set, events inserted, stream-order edges added where needed
-    (``need``: :func:`_needed_events` of ``stream`` and ``issue``, when known).
+    (``needs``: :func:`_needed_events` of ``stream`` and ``issue``, when known).
 
     Everything is indexed by position in the new graph: the input's nodes keep theirs and
     the inserted events follow in id order (the new graph's node order), so per-node data
@@ -655,18 +724,18 @@ def _realize(
     ids = d.ids
     nodes = graph.nodes
     n = len(ids)
-    if need is None:
+    if needs is None:
         free = {
             (d.pos[x.event], d.pos[x.id])
             for x in nodes
             if x.kind is NodeKind.EventWait and x.event is not None
         }
-        need = _needed_events(d, stream, issue, free)
+        needs = _needed_events(d, stream, issue, free)
     rank = [0] * n
     for r, v in enumerate(issue):
         rank[v] = r
     # by (rank of producer, rank of consumer): one int key, since ranks are below n
-    need = sorted(need, key=lambda e: rank[e[0]] * n + rank[e[1]])
+    need = sorted(needs.edges, key=lambda e: rank[e[0]] * n + rank[e[1]])
 
     sid = {s: StreamId(s) for s in set(stream)}
     # Streams come from 0..max_streams-1 and the (checked) pins; the graph need not check
@@ -678,7 +747,6 @@ def _realize(
     vouch = all(0 <= s <= validate.MAX_STREAM for s in sid)
     new_ids = list(ids)
     streams = list(stream)  # stream per new position
-    preds: list[tuple[int, ...]] = list(d.pred)  # edges into each new position
     wait_of = [-1] * n  # the record position each wait waits for
     for x in nodes:
         if x.kind is NodeKind.EventWait and x.event is not None:
@@ -705,7 +773,6 @@ def _realize(
             )
             new_ids.append(rid)
             streams.append(stream[u])
-            preds.append((u,))
             wait_of.append(-1)
             edges.append((ids[u], rid))
         rid = new_ids[rec]
@@ -723,7 +790,6 @@ def _realize(
         w = len(new_ids)
         new_ids.append(wid)
         streams.append(stream[v])
-        preds.append((rec,))
         wait_of.append(rec)
         ws = before[v]
         if ws is None:
@@ -733,47 +799,35 @@ def _realize(
         edges += [(rid, wid), (wid, ids[v])]
         events.append((rid, wid, ids[u], ids[v]))
 
+    # Stream-order edges (see _needed_events): into each node's first item from the item
+    # before it on its stream, where the edges do not order them already, and between
+    # consecutive waits of one node.
+    prev_of, from_node, from_record = needs.prev, needs.from_node, needs.from_record
+    for v in range(n):
+        ws = before[v]
+        p = prev_of[v]
+        if p >= 0:
+            rec = after[p]
+            if from_record[v] if rec >= 0 else from_node[v]:
+                edges.append((new_ids[p if rec < 0 else rec], new_ids[v if ws is None else ws[0]]))
+        if ws is not None:
+            edges += [(new_ids[a], new_ids[b]) for a, b in itertools.pairwise(ws)]
+
     # Issue order of the new graph (positions): each node's waits, it, its record.
+    ids_s = sorted(sid)
+    sidx = {s: i for i, s in enumerate(ids_s)}
+    si = [sidx[s] for s in streams]
+    order: list[list[NodeId]] = [[] for _ in ids_s]
     full: list[int] = []
     for v in issue:
         ws = before[v]
         if ws is not None:
             full += ws
-            preds[v] = (*preds[v], *ws)
         full.append(v)
         if after[v] >= 0:
             full.append(after[v])
-
-    # Stream-order edges: consecutive nodes of a stream get an edge unless the edges
-    # already order them. Walking the issue order with clocks over "edges + the stream
-    # edges added so far", each stream's prefix is a chain, so "the last node of my stream
-    # below me is my stream predecessor" is exactly "already ordered".
-    ids_s = sorted(sid)
-    sidx = {s: i for i, s in enumerate(ids_s)}
-    k = len(ids_s)
-    si = [sidx[s] for s in streams]
-    clock: list[list[int]] = [[]] * len(new_ids)
-    tail = [-1] * k
-    count = [0] * k
-    order: list[list[NodeId]] = [[] for _ in range(k)]
     for x in full:
-        s = si[x]
-        ps = preds[x]
-        if not ps:
-            c = [-1] * k
-        elif len(ps) == 1:
-            c = clock[ps[0]][:]
-        else:
-            c = list(map(max, *[clock[p] for p in ps]))
-        prev = tail[s]
-        if prev >= 0 and c[s] < count[s] - 1:
-            edges.append((new_ids[prev], new_ids[x]))
-            c = list(map(max, c, clock[prev]))
-        c[s] = count[s]
-        count[s] += 1
-        tail[s] = x
-        clock[x] = c
-        order[s].append(new_ids[x])
+        order[si[x]].append(new_ids[x])
 
     new_graph = graph.with_changes(
         nodes=new_nodes, edges=edges, checked_nodes=new_nodes if vouch else ()
@@ -833,23 +887,24 @@ def issue_order(
     """
     cost = _costs(graph, costs)
     d = graph.dense()
-    topo_ids = graph.topological_order()
+    ids, pred = d.ids, d.pred
+    streams = [int(n.stream or 0) for n in graph.nodes]
+    costs_p = [float(cost.get(nid, 0.0)) for nid in ids]
     free: dict[int, float] = {}
-    finish = [0.0] * len(d.ids)
-    start = [0.0] * len(d.ids)
-    pos = d.pos
-    for nid in topo_ids:
-        p = pos[nid]
-        node = graph.nodes[p]
-        s = int(node.stream or 0)
+    finish = [0.0] * len(ids)
+    start = []  # by topological rank
+    for p in d.topo:
+        s = streams[p]
         t = free.get(s, 0.0)
-        for u in d.pred[p]:
+        for u in pred[p]:
             if finish[u] > t:
                 t = finish[u]
-        start[p] = t
-        finish[p] = free[s] = t + float(cost.get(nid, 0.0))
-    ranked = sorted(range(len(topo_ids)), key=lambda r: (start[pos[topo_ids[r]]], r))
-    return tuple(topo_ids[r] for r in ranked)
+        start.append(t)
+        finish[p] = free[s] = t + costs_p[p]
+    # by (start, topological rank): a stable sort of the ranks by start
+    ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable").tolist()
+    topo_ids = graph.topological_order()
+    return tuple(map(topo_ids.__getitem__, ranked))
 
 
 # --------------------------------------------------------------------------------------------
@@ -871,7 +926,7 @@ def _finish(
     graph: ComputeGraph,
     stream: list[int],
     issue: list[int],
-    info: topo.TopoInfo,
+    info: topo.DenseTopo,
     *,
     max_streams: int,
     width: int,
@@ -879,13 +934,13 @@ def _finish(
     chains: int,
     method: str,
     t0: float,
-    need: list[tuple[int, int]] | None = None,
+    need: _Needs | None = None,
 ) -> PassResult:
     real = _realize(graph, stream, issue, need)
-    total = sum(info.cost.values())
+    total = sum(info.cost)
     p = min(max_streams, width) if width_exact else max_streams
     lower = max(info.makespan, total / max(p, 1))
-    makespan = _makespan(real, list(map(info.cost.__getitem__, graph.dense().ids)))
+    makespan = _makespan(real, info.cost)
     sid = {s: StreamId(s) for s in set(real.streams)}
     stream_of = dict(zip(real.graph.dense().ids, map(sid.__getitem__, real.streams), strict=True))
     sa = StreamAssignment(
@@ -961,7 +1016,7 @@ def _assign_streams(
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
     cost_map = _costs(graph, costs)
-    info = topo.analyze(graph, cost_map)
+    info = topo.analyze_positions(graph, cost_map)
     d = graph.dense()
     n = len(d.ids)
     lb_width = max(info.level_widths, default=0)
@@ -992,11 +1047,7 @@ def _assign_streams(
     # Over the cap: two candidates on the same issue order (ALAP priority), the one with
     # the shorter simulated makespan wins; within 0.1% the one needing fewer events.
     pos = d.pos
-    ids = d.ids
-    prio = list(map(pos.__getitem__, info.priority))
-    cost = list(map(info.cost.__getitem__, ids))
-    asap = list(map(info.asap.__getitem__, ids))
-    alap = list(map(info.alap.__getitem__, ids))
+    prio, cost, asap, alap = info.priority, info.cost, info.asap, info.alap
     merged_from = chains if chains is not None else _path_cover(d)
     free = {
         (pos[x.event], pos[x.id])
@@ -1013,7 +1064,7 @@ def _assign_streams(
     # Only the candidates within 0.1% of the best makespan compete on events, so only
     # theirs are counted (an O(E x streams) walk each).
     close = [
-        (makespan, len(need), method, stream, need)
+        (makespan, len(need.edges), method, stream, need)
         for makespan, method, stream in candidates
         if makespan <= best[0] * 1.001
         for need in (_needed_events(d, stream, prio, free),)
@@ -1060,9 +1111,9 @@ def _round_robin_by_level(
     t0 = time.perf_counter()
     max_streams = _check_cap(max_streams)
     pins = _pins(graph, max_streams)
-    info = topo.analyze(graph, _costs(graph, costs))
+    info = topo.analyze_positions(graph, _costs(graph, costs))
     d = graph.dense()
-    level = [info.level[nid] for nid in d.ids]
+    level = info.level
     issue = sorted(range(len(d.ids)), key=lambda p: (level[p], p))
     stream = [0] * len(d.ids)
     count: dict[int, int] = {}

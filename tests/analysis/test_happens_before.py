@@ -46,3 +46,44 @@ def test_array_tests_match_item_tests(sched):
         before = all(vc.happens_before(x, y) for x, y in pairs)
         after = all(vc.happens_before(y, x) for x, y in pairs)
         assert got[k] == (before or after), (g, h, items[g], items[h])
+
+
+@settings(max_examples=200, deadline=None)
+@given(sched=schedules())
+def test_vector_clocks_are_the_item_by_item_recurrence(sched):
+    # vector_clocks visits only the waits (issue 14); the recurrence over every item it
+    # replaced is the oracle: the same streams, positions, members and clocks.
+    from oxiwork.analysis.happens_before import _vector_clocks_by_item, clock_arrays
+
+    vc, _, _ = sched
+    streams = [vc.streams[s] for s in vc.stream_index]
+    sync = [(a, b) for b in range(len(vc)) for a in range(b) if vc.happens_before(a, b)]
+    got, ref = vector_clocks(streams, sync), _vector_clocks_by_item(streams, sync)
+    assert (got.streams, got.stream_index, got.position, got.members, got.clocks) == (
+        ref.streams,
+        ref.stream_index,
+        ref.position,
+        ref.members,
+        ref.clocks,
+    )
+    assert clock_arrays(streams, sync).clocks.tolist() == ref.clocks
+    assert [m.tolist() for m in got.arrays().members()] == ref.members
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    streams=st.lists(st.integers(0, 5), min_size=1, max_size=25),
+    pairs=st.lists(st.tuples(st.integers(0, 24), st.integers(0, 24)), max_size=10),
+)
+def test_sync_pairs_are_checked_as_before(streams, pairs):
+    # Out of range or backwards pairs: the same refusal (message included) as the recurrence.
+    from oxiwork.analysis.happens_before import _vector_clocks_by_item
+    from oxiwork.error import InvalidPlan
+
+    def outcome(fn):
+        try:
+            return fn(streams, pairs).clocks
+        except InvalidPlan as e:
+            return str(e)
+
+    assert outcome(vector_clocks) == outcome(_vector_clocks_by_item)

@@ -216,3 +216,26 @@ class TestOneLiveness:
         info = liveness.analyze(g, order)
         assert live == {b: iv for b, iv in info.intervals.items() if not g.buffer(b).external}
         assert all(safe[b][0] == live[b][0] and safe[b][1] >= live[b][1] for b in live)
+
+
+@settings(max_examples=60, deadline=None)
+@given(any_dags(max_nodes=40))
+def test_accesses_are_the_node_loop(g):
+    # The flat access arrays (issue 14: built with numpy) against the loop they replaced:
+    # node by node in graph order, inputs then outputs, views adding their base.
+    from oxiwork.analysis.liveness import _accesses
+
+    index = {b.id: i for i, b in enumerate(g.buffers)}
+    pos, buf, read = [], [], []
+    for p, node in enumerate(g.nodes):
+        for b in node.inputs:
+            pos.append(p), buf.append(index[b]), read.append(True)
+        for b in node.outputs:
+            pos.append(p), buf.append(index[b]), read.append(False)
+    views = g.views()
+    extra = [(p, index[views[g.buffers[b].id]], r) for p, b, r in zip(pos, buf, read, strict=True)
+             if g.buffers[b].id in views]  # fmt: skip
+    got = _accesses(g)
+    assert got[0].tolist() == pos + [p for p, _, _ in extra]
+    assert got[1].tolist() == buf + [b for _, b, _ in extra]
+    assert got[2].tolist() == read + [r for _, _, r in extra]

@@ -233,3 +233,37 @@ class TestReadOnly:
             sorted(n for n, lv in info.level.items() if lv == k)
             for k in range(len(info.level_widths))
         ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_graph_and_costs(integral=False))
+def test_positions_are_the_analysis_by_position(g_costs) -> None:
+    g, costs = g_costs
+    info, t = topo.analyze(g, costs), topo.analyze_positions(g, costs)
+    ids = g.dense().ids
+    for field in ("cost", "asap", "alap", "slack", "level"):
+        assert getattr(t, field) == tuple(getattr(info, field)[v] for v in ids)
+    assert tuple(ids[p] for p in t.priority) == info.priority
+    assert tuple(ids[p] for p in t.critical_path) == info.critical_path
+    assert (t.makespan, t.level_widths) == (info.makespan, info.level_widths)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_graph_and_costs(integral=False), st.booleans())
+def test_costs_of_every_node_taken_whole_as_one_by_one(g_costs, as_int) -> None:
+    # in id order the costs are taken whole; in any other order they are checked one by one
+    g, costs = g_costs
+    if as_int:
+        costs = {nid: int(c) for nid, c in costs.items()}
+    shuffled = dict(reversed(costs.items()))
+    assert topo.node_costs(g, costs) == topo.node_costs(g, shuffled)
+    assert all(type(c) is float for c in topo.node_costs(g, costs))
+
+
+@pytest.mark.parametrize("bad", [True, math.nan, -1.0, "1.0"])
+def test_costs_of_every_node_are_checked(bad) -> None:
+    g = build_dag(*dag_edges("chain", 3), data=False)
+    costs = {nid: 1.0 for nid in g.node_ids}
+    costs[g.node_ids[1]] = bad
+    with pytest.raises(InvalidArgument, match=r"must be a number|finite and >= 0"):
+        topo.node_costs(g, costs)

@@ -510,3 +510,40 @@ class TestDefaultPlan:
         assert rep.lower_bound <= best <= rep.arena_bytes
         if len({n.stream for n in g.nodes}) <= 1:
             assert rep.search_bound <= best
+
+
+class TestSweepOracle:
+    """The faster sweep (issue 14) against the sweep as it was (tests/optimizer/
+    _sweep_reference.py): the same offsets and arena on random graphs and streams."""
+
+    @staticmethod
+    def same_sweep(g: ComputeGraph) -> None:
+        from tests.optimizer._sweep_reference import place_sweep
+
+        a = memory_pass._analyse(g)
+        by_id = {b.id: b for b in g.buffers}
+        align = np.array([by_id[b].alignment for b in a.ids], dtype=np.int64)
+        size = np.array([by_id[b].size_bytes for b in a.ids], dtype=np.int64)
+        size = -(-size // align) * align
+        perm = np.lexsort((np.arange(len(a.ids)), -size, a.first))
+        off, top = memory_pass._place_sweep(perm, size, align, a)
+        ref_off, ref_top = place_sweep(perm, size, align, a)
+        assert top == ref_top
+        assert off.tolist() == ref_off.tolist()
+
+    @settings(max_examples=60, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 8))
+    def test_random_dags(self, graph, cap):
+        self.same_sweep(assign_streams(graph, max_streams=cap).graph)
+
+    @settings(max_examples=12, deadline=None)
+    @given(
+        st.sampled_from(["layered", "transformer", "chain"]),
+        st.integers(200, 1500),
+        st.integers(0, 1000),
+        st.integers(2, 8),
+    )
+    def test_synthetic_graphs(self, shape, n, seed, cap):
+        # wide graphs on several streams: many segments, releases and multi-stream buffers
+        g = assign_streams(fuse(synthetic(n, shape, seed)).graph, max_streams=cap).graph
+        self.same_sweep(g)

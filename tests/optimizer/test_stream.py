@@ -244,13 +244,9 @@ class TestOverTheCapCandidates:
     def test_both_candidates_are_valid_and_the_faster_wins(self, graph, cap):
         from oxiwork.analysis import topo
 
-        info = topo.analyze(graph)
+        info = topo.analyze_positions(graph)
         d = graph.dense()
-        ids = d.ids
-        prio = [d.pos[x] for x in info.priority]
-        cost = [info.cost[x] for x in ids]
-        asap = [info.asap[x] for x in ids]
-        alap = [info.alap[x] for x in ids]
+        prio, cost, asap, alap = info.priority, info.cost, info.asap, info.alap
         chains = stream_mod._exact_chains(d)
         spans = []
         listed, listed_makespan = stream_mod._list_schedule(d, cost, prio, {}, cap)
@@ -273,7 +269,8 @@ class TestOverTheCapCandidates:
             check_assignment(graph, res.graph, sa, cap)
             assert sa.makespan == pytest.approx(stream_mod._simulate(d, cost, stream, prio))
             spans.append(sa.makespan)
-        chosen = assign_streams(graph, max_streams=cap, costs=info.cost).artefacts["streams"]
+        costs = dict(zip(d.ids, info.cost, strict=True))
+        chosen = assign_streams(graph, max_streams=cap, costs=costs).artefacts["streams"]
         if len(chains) > cap:
             assert chosen.makespan <= min(spans) * 1.001 + 1e-12
 
