@@ -24,14 +24,16 @@ Example
 from __future__ import annotations
 
 import copy
+import itertools
+import operator
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from oxiwork.error import GraphError
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import BufferId, NodeId
+from oxiwork.node import BufferId, GraphNode, NodeId
 from oxiwork.optimizer import PassFn, PassResult
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory_pass import plan_memory
@@ -245,19 +247,33 @@ is only safe for the schedule it runs under ...
 
 def _diff(name: str, before: ComputeGraph, result: PassResult, seconds: float) -> TraceEntry:
     after = result.graph
-    bn = {n.id: n for n in before.nodes}
-    an = {n.id: n for n in after.nodes}
-    bb = {b.id for b in before.buffers}
-    ab = {b.id for b in after.buffers}
+    # The graphs' own id -> node and id -> buffer indexes (made when they were built).
+    bn, an = before._cache["node_index"], after._cache["node_index"]
+    bb, ab = before._cache["buf_index"], after._cache["buf_index"]
+    # A pass hands on the nodes it keeps as the very objects: only the others are compared
+    # (field by field, as ==, but in one C call per node).
+    changed: tuple[NodeId, ...] = ()
+    if after.nodes is not before.nodes:
+        new, old = list(an.values()), list(map(bn.get, an))
+        other = map(operator.is_not, new, old)
+        changed = tuple(
+            k
+            for k, x, y in itertools.compress(zip(an, new, old, strict=True), other)
+            if y is not None and _FIELDS(x) != _FIELDS(y)
+        )
     return TraceEntry(
         name=name,
         before=before,
         after=after,
         created_nodes=tuple(sorted(an.keys() - bn.keys())),
         removed_nodes=tuple(sorted(bn.keys() - an.keys())),
-        created_buffers=tuple(sorted(ab - bb)),
-        removed_buffers=tuple(sorted(bb - ab)),
-        changed_nodes=tuple(sorted(k for k in an.keys() & bn.keys() if an[k] != bn[k])),
+        created_buffers=tuple(sorted(ab.keys() - bb.keys())),
+        removed_buffers=tuple(sorted(bb.keys() - ab.keys())),
+        changed_nodes=changed,  # in id order: the index is in the graph's (id) order
         artefacts=dict(result.artefacts),
         seconds=seconds,
     )
+
+
+# The fields GraphNode's == compares (a host callback's fn is not one of them).
+_FIELDS = operator.attrgetter(*(f.name for f in fields(GraphNode) if f.compare))

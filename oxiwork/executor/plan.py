@@ -18,6 +18,7 @@ Example
 from __future__ import annotations
 
 import itertools
+import operator
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -485,6 +486,31 @@ def _arg(a: BufferArg) -> str:
 # ------------------------------------------------------------------------------------------
 
 
+# Field getters for _lower's columns.
+_ID = operator.attrgetter("id")
+_NAME = operator.attrgetter("name")
+_OFFSET = operator.attrgetter("offset")
+_SIZE = operator.attrgetter("size_bytes")
+_DTYPE = operator.attrgetter("dtype")
+_ARRAY_SHAPE = operator.attrgetter("array_shape")
+_EXTERNAL = operator.attrgetter("external")
+_KIND = operator.attrgetter("kind")
+_STREAM = operator.attrgetter("stream")
+_CONFIG = operator.attrgetter("config")
+_INPUTS = operator.attrgetter("inputs")
+_OUTPUTS = operator.attrgetter("outputs")
+_MEMCPY_DIR = operator.attrgetter("memcpy_dir")
+_MEMSET_VALUE = operator.attrgetter("memset_value")
+_LABEL = operator.attrgetter("label")
+_NODE = operator.attrgetter("node")
+_INDEX = operator.attrgetter("index")
+_POSITION = operator.attrgetter("position")
+_BASE = operator.attrgetter("base")
+_STORAGE = operator.attrgetter("storage")
+_BUFFER = operator.attrgetter("buffer")
+_ALIGNMENT = operator.attrgetter("alignment")
+
+
 def _lower(
     graph: ComputeGraph,
     original: ComputeGraph,
@@ -495,70 +521,100 @@ def _lower(
     trace: tuple[TraceEntry, ...],
     options: dict[str, Any],
 ) -> ExecutionPlan:
-    """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams)."""
-    args = {
-        b.id: BufferArg(b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external)
-        for b in graph.buffers
-    }
-    for b in graph.buffers:
+    """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams).
+
+    Built column by column (one C-level pass per field, numpy for positions and
+    dependencies), then one ``PlanStep`` per row: 100k-node plans spend their time in
+    the constructors, not in a Python loop per step.
+    """
+    bufs = graph.buffers
+    args = dict(
+        zip(
+            map(_ID, bufs),
+            map(
+                BufferArg,
+                map(_ID, bufs),
+                map(_NAME, bufs),
+                map(_OFFSET, bufs),
+                map(_SIZE, bufs),
+                map(_DTYPE, bufs),
+                map(_ARRAY_SHAPE, bufs),
+                map(_EXTERNAL, bufs),
+            ),
+            strict=True,
+        )
+    )
+    for b in bufs:
         if b.base is not None:  # bases are never views, so their args are complete
             args[b.id] = replace(
                 args[b.id], base=args[b.base], view_offset=b.view_offset, strides=b.strides
             )
     node_of = graph._cache["node_index"]  # id -> node (ComputeGraph.node without its checks)
-    nodes = [node_of[nid] for nid in order]
-    record, wait = NodeKind.EventRecord, NodeKind.EventWait
+    nodes = list(map(node_of.__getitem__, order))
+    n = len(nodes)
+    record, wait, kernel = NodeKind.EventRecord, NodeKind.EventWait, NodeKind.KernelLaunch
+    kinds = list(map(_KIND, nodes))
     event_of: dict[NodeId, int] = {}
-    for n in nodes:
-        if n.kind is record:
-            event_of[n.id] = len(event_of)
+    for nd in itertools.compress(nodes, map(operator.is_, kinds, itertools.repeat(record))):
+        event_of[nd.id] = len(event_of)
+    events: list[int | None] = [None] * n
+    for i in [i for i, k in enumerate(kinds) if k is record or k is wait]:
+        k = kinds[i]
+        if k is record:
+            events[i] = event_of[order[i]]
+        elif k is wait and nodes[i].event is not None:
+            events[i] = event_of[nodes[i].event]
+    # positions: each step's rank among the earlier steps of its stream
+    stream = [s or 0 for s in map(_STREAM, nodes)]
+    sa = np.fromiter(stream, dtype=np.int64, count=n)
+    by = np.argsort(sa, kind="stable")
+    sb = sa[by]
+    starts = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]]) if n else np.zeros(0, np.int64)
+    position = np.empty(n, dtype=np.int64)
+    position[by] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    stream_id = {s: StreamId(s) for s in set(stream)}
     # dependencies as step indices, straight from the dense view's positions
     d = graph.dense()
-    index = {nid: i for i, nid in enumerate(order)}
-    step_at = [index[nid] for nid in d.ids]
-    pos, pred = d.pos, d.pred
+    index = dict(zip(order, range(n), strict=True))
+    step_at = np.fromiter(map(index.__getitem__, d.ids), dtype=np.int64, count=len(d.ids))
+    lens = np.fromiter(map(len, d.pred), dtype=np.int64, count=len(d.pred))
+    dst = step_at[np.repeat(np.arange(len(d.pred)), lens)]
+    src = step_at[np.fromiter(itertools.chain.from_iterable(d.pred), np.int64, int(lens.sum()))]
+    srt = np.lexsort((src, dst))
+    ends = np.cumsum(np.bincount(dst, minlength=n)).tolist() if n else []
+    flat = src[srt].tolist()
+    depends = map(flat.__getitem__, map(slice, [0, *ends[:-1]], ends))
     arg = args.__getitem__
-    count: dict[int, int] = {}
-    steps = []
     # PlanStep positionally (its fields in order; one call per step of 100k-node plans)
-    for i, (nid, n) in enumerate(zip(order, nodes, strict=True)):
-        s = int(n.stream or 0)
-        position = count.get(s, 0)
-        count[s] = position + 1
-        kind = n.kind
-        event = None
-        if kind is record:
-            event = event_of[nid]
-        elif kind is wait and n.event is not None:
-            event = event_of[n.event]
-        ps = pred[pos[nid]]
-        steps.append(
-            PlanStep(
-                i,
-                kind,
-                nid,
-                n.name,
-                StreamId(s),
-                position,
-                n.fused_from or (nid,),
-                n.function_name if kind is NodeKind.KernelLaunch else None,
-                n.config,
-                tuple(map(arg, n.inputs)),
-                tuple(map(arg, n.outputs)),
-                n.size_bytes,
-                n.memcpy_dir,
-                n.memset_value,
-                event,
-                n.label,
-                tuple(sorted([step_at[q] for q in ps])) if ps else (),
-            )
+    steps = list(
+        map(
+            PlanStep,
+            range(n),
+            kinds,
+            order,
+            map(_NAME, nodes),
+            map(stream_id.__getitem__, stream),
+            position.tolist(),
+            [nd.fused_from or (nd.id,) for nd in nodes],
+            [nd.function_name if k is kernel else None for nd, k in zip(nodes, kinds, strict=True)],
+            map(_CONFIG, nodes),
+            map(tuple, map(map, itertools.repeat(arg), map(_INPUTS, nodes))),
+            map(tuple, map(map, itertools.repeat(arg), map(_OUTPUTS, nodes))),
+            map(_SIZE, nodes),
+            map(_MEMCPY_DIR, nodes),
+            map(_MEMSET_VALUE, nodes),
+            events,
+            map(_LABEL, nodes),
+            map(tuple, depends),
         )
+    )
+    count = set(stream)
     return ExecutionPlan(
         steps=tuple(steps),
         num_streams=max(count, default=0) + 1,
         pool_bytes=int(memory.arena_bytes),
-        kernel_count_original=sum(n.kind is NodeKind.KernelLaunch for n in original.nodes),
-        kernel_count_fused=sum(n.kind is NodeKind.KernelLaunch for n in graph.nodes),
+        kernel_count_original=list(map(_KIND, original.nodes)).count(kernel),
+        kernel_count_fused=list(map(_KIND, graph.nodes)).count(kernel),
         event_count=len(event_of),
         graph=graph,
         original=original,
@@ -641,12 +697,12 @@ def _structure_holds(plan: ExecutionPlan) -> bool:
     steps, graph = plan.steps, plan.graph
     n = len(steps)
     node_index = graph._cache["node_index"]
-    ids = [st.node for st in steps]
+    ids = list(map(_NODE, steps))
     if len(set(ids)) != n or not all(map(node_index.__contains__, ids)):
         return False
-    index = np.fromiter((st.index for st in steps), dtype=np.int64, count=n)
-    stream = np.fromiter((st.stream for st in steps), dtype=np.int64, count=n)
-    position = np.fromiter((st.position for st in steps), dtype=np.int64, count=n)
+    index = np.fromiter(map(_INDEX, steps), dtype=np.int64, count=n)
+    stream = np.fromiter(map(_STREAM, steps), dtype=np.int64, count=n)
+    position = np.fromiter(map(_POSITION, steps), dtype=np.int64, count=n)
     if not (index == np.arange(n)).all():
         return False
     if n and not ((stream >= 0).all() and (stream < plan.num_streams).all()):
@@ -658,8 +714,9 @@ def _structure_holds(plan: ExecutionPlan) -> bool:
     first = np.repeat(start, np.diff(np.r_[start, n]))
     if not (position[by] == np.arange(n) - first).all():
         return False
-    ev = [(k, st.kind is NodeKind.EventRecord, st.event) for k, st in enumerate(steps)
-          if st.kind in _EVENT_KINDS]  # fmt: skip
+    kinds = list(map(_KIND, steps))
+    ev = [(k, kinds[k] is NodeKind.EventRecord, steps[k].event) for k in range(n)
+          if kinds[k] in _EVENT_KINDS]  # fmt: skip
     recorded: dict[int, int] = {}
     for k, is_record, e in ev:
         if e is None or not 0 <= e < plan.event_count:
@@ -670,9 +727,14 @@ def _structure_holds(plan: ExecutionPlan) -> bool:
             recorded[e] = k
         elif e not in recorded:
             return False
+
     # every node that is not an event has a step (the steps' nodes are distinct nodes)
-    plain = sum(1 for x in graph.nodes if x.kind not in _EVENT_KINDS)
-    return sum(1 for i in ids if node_index[i].kind not in _EVENT_KINDS) == plain
+    def plain(kinds: list[NodeKind]) -> int:
+        return len(kinds) - sum(map(kinds.count, _EVENT_KINDS))
+
+    return plain(list(map(_KIND, map(node_index.__getitem__, ids)))) == plain(
+        list(map(_KIND, graph.nodes))
+    )
 
 
 def _find_structure_error(plan: ExecutionPlan) -> None:
@@ -747,20 +809,25 @@ class _Accesses:
 
     @classmethod
     def of(cls, plan: ExecutionPlan) -> _Accesses:
-        args: list[BufferArg] = []
-        counts: list[int] = []
-        for st in plan.steps:
-            args += st.inputs
-            args += st.outputs
-            counts += (len(st.inputs), len(st.outputs))
-        args = [a.storage for a in args]  # an access to a view is an access to its base
+        steps = plan.steps
+        n = len(steps)
+        ins, outs = list(map(_INPUTS, steps)), list(map(_OUTPUTS, steps))
+        counts = np.empty(2 * n, dtype=np.int64)
+        counts[0::2] = np.fromiter(map(len, ins), dtype=np.int64, count=n)
+        counts[1::2] = np.fromiter(map(len, outs), dtype=np.int64, count=n)
+        args = list(
+            itertools.chain.from_iterable(
+                itertools.chain.from_iterable(zip(ins, outs, strict=True))
+            )
+        )
+        if any(map(operator.is_not, map(_BASE, args), itertools.repeat(None))):
+            args = list(map(_STORAGE, args))  # an access to a view is an access to its base
         m = len(args)
-        n = len(plan.steps)
         step = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
         write = np.repeat(np.tile(np.array([False, True]), n), counts)
-        buffer = np.fromiter((a.buffer for a in args), dtype=np.int64, count=m)
+        buffer = np.fromiter(map(_BUFFER, args), dtype=np.int64, count=m)
         offset = np.fromiter(
-            (NONE if a.offset is None else a.offset for a in args), dtype=np.int64, count=m
+            (NONE if o is None else o for o in map(_OFFSET, args)), dtype=np.int64, count=m
         )
         # By buffer, then step, writes first.
         srt = np.lexsort((~write, step, buffer))
@@ -869,8 +936,8 @@ def _check_dependencies(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays) 
     d = graph.dense()
     pos = d.pos
     step_at = [-1] * len(d.ids)
-    for k, st in enumerate(plan.steps):
-        step_at[pos[st.node]] = k
+    for k, p in enumerate(map(pos.__getitem__, map(_NODE, plan.steps))):
+        step_at[p] = k
     clocks, sidx, position = vc.clocks, vc.stream_index, vc.position
     width = len(vc.streams)
     need: dict[int, list[int]] = {}  # only for nodes without a step
@@ -923,13 +990,13 @@ def _check_memory(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays, acc: _
     graph = plan.graph
     bufs = graph.buffers
     nb = len(bufs)
-    ids = np.fromiter((b.id for b in bufs), dtype=np.int64, count=nb)  # ascending
-    external = np.fromiter((b.external for b in bufs), dtype=bool, count=nb)
+    ids = np.fromiter(map(_ID, bufs), dtype=np.int64, count=nb)  # ascending
+    external = np.fromiter(map(_EXTERNAL, bufs), dtype=bool, count=nb)
     declared = np.fromiter(
-        (NONE if b.offset is None else b.offset for b in bufs), dtype=np.int64, count=nb
+        (NONE if o is None else o for o in map(_OFFSET, bufs)), dtype=np.int64, count=nb
     )
-    align = np.fromiter((b.alignment for b in bufs), dtype=np.int64, count=nb)
-    size = np.fromiter((b.size_bytes for b in bufs), dtype=np.int64, count=nb)
+    align = np.fromiter(map(_ALIGNMENT, bufs), dtype=np.int64, count=nb)
+    size = np.fromiter(map(_SIZE, bufs), dtype=np.int64, count=nb)
     # What the steps see of each buffer: its first access and the offset they use.
     first_of = np.flatnonzero(np.r_[True, acc.buffer[1:] != acc.buffer[:-1]])
     first_of = first_of[first_of < len(acc.step)]
