@@ -25,6 +25,13 @@ section) matrix of minimum offsets, and failed residual problems (same unplaced 
 minimum offsets, same canonical bound) are remembered in a hashed table, which keeps its
 entries across MiniMalloc's round-robin restarts.
 
+For minimising (the exact mode without a capacity) three more steps follow when tightening
+stalls: :func:`_probe` tries capacities from the lower bound up with short searches (success
+is far from monotone in the capacity), :func:`_local` restarts the search with perturbed
+preorders (Gomes et al.), and :func:`descend` re-solves upward-closed neighbourhoods of the best
+plan above the floors the rest of it leaves (the search accepts per-buffer floors). None of
+them proves more than the search does; they find lower arenas.
+
 References
 ----------
 M. D. Moffitt, "MiniMalloc: A Lightweight Memory Allocator for Hardware-Accelerated Machine
@@ -542,6 +549,92 @@ def descend(
     return off, sky[0], nodes
 
 
+def _probe(
+    solver: _Solver, lb: int, best: int, grid: int, deadline: float
+) -> tuple[list[int] | None, int, int, int]:
+    """Probe capacities from ``lb`` up: the lowest that one short pass fits.
+
+    Each capacity gets one search with one of the three preorders (in turn) at MiniMalloc's
+    first node limit (twice the buffers): first about 16 capacities spread up to ``best``,
+    then every capacity on the ``grid`` from ``lb`` up to the arena that pass found. (Whether a short
+    search succeeds is far from monotone in the capacity: on MiniMalloc's instance D it fits
+    1,009 KiB in 248 nodes and fails 1,024 KiB in 48,000.) Returns the best plan found (or
+    None), its arena (else ``best``), the smallest arena not proved infeasible on the way,
+    and the nodes spent.
+    """
+    size = solver.size
+    lo, nodes = lb, 0
+    found: list[int] | None = None
+    step = max(grid, (best - lb) // 16 // grid * grid)
+    for stride in (step, grid):
+        hit = False
+        for k, capacity in enumerate(range(max(lo, lb + stride), best, stride)):
+            for order in (solver.preorders[k % len(solver.preorders)],):
+                if time.perf_counter() > deadline:
+                    return found, best, lo, nodes
+                solver.nodes = 0
+                status, sol = solver.solve(capacity, deadline, order, 2.0 * max(solver.n, 16))
+                nodes += solver.nodes
+                if status == Status.FOUND and sol is not None:
+                    found, best = sol, max(o + z for o, z in zip(sol, size, strict=True))
+                    hit = True
+                    break
+                if status == Status.INFEASIBLE:
+                    lo = max(lo, capacity + 1)  # an exhausted search: a proof
+                    break
+            if hit:
+                break  # the lowest capacity of this pass that fits
+    return found, best, lo, nodes
+
+
+def _local(
+    p: _Problem,
+    solver: _Solver,
+    off: list[int],
+    target: int,
+    deadline: float,
+    rng: random.Random,
+    seed: int,
+) -> tuple[list[int], int, int, int]:
+    """Randomised restarts at ``target``, alternated with :func:`descend`, until ``deadline``.
+
+    A restart is one search with a perturbed preorder and a short node limit (three times the
+    buffers): heavy-tailed searches are better served by many short runs than by one long
+    one (Gomes, Selman, Kautz, "Boosting combinatorial search through randomization", AAAI
+    1998). Every eighth turn the descent improves the best plan for a second. Returns the
+    best offsets, their arena, the nodes spent and, when a restart exhausted its search (a
+    proof that ``target`` is infeasible), ``target + 1``, else 0.
+    """
+    size = solver.size
+    best = max(o + z for o, z in zip(off, size, strict=True))
+    nodes = 0
+    turn = 0
+    while time.perf_counter() < deadline:
+        turn += 1
+        if turn % 8 == 0:
+            new, arena, n = descend(p, off, min(deadline, time.perf_counter() + 1.0), seed + turn)
+            nodes += n
+            if arena < best:
+                off, best = new, arena
+                target = min(target, best - 1)
+            continue
+        h = rng.choice(_PREORDERS)
+        jitter = [2.0 ** (0.05 * rng.gauss(0, 1)) for _ in range(solver.n)]
+        order = sorted(
+            range(solver.n), key=lambda i: (*(-solver.keys[c][i] * jitter[i] for c in h), i)
+        )
+        solver.nodes = 0
+        status, sol = solver.solve(target, deadline, order, 3.0 * solver.n, h)
+        nodes += solver.nodes
+        if status == Status.FOUND and sol is not None:
+            off = sol
+            best = max(o + z for o, z in zip(sol, size, strict=True))
+            target = best - 1
+        elif status == Status.INFEASIBLE:
+            return off, best, nodes, target + 1
+    return off, best, nodes, 0
+
+
 def improve(
     p: _Problem,
     off: Sequence[int],
@@ -623,12 +716,16 @@ def improve(
     proved = False
     message = None
     rounds = 0
+    # Every size and alignment is a multiple of this, so every offset and arena is too: only
+    # capacities on this grid are worth trying.
+    grid = int(np.gcd.reduce(np.concatenate([p.size, p.align])))
+    rng = random.Random(0)
     while True:
         # The lower bound may be out of reach and slow to refute: give it a third of the time
-        # (a tenth with lns, whose rounds need the time more).
+        # (a twentieth with lns, whose rounds need the time more).
         now = time.perf_counter()
         if target == lb:
-            until = now + (deadline - now) / (10 if lns else 3)
+            until = now + (deadline - now) / (20 if lns else 3)
         else:
             until = now + (deadline - now) / 4 if lns else deadline
         status, sol, n_nodes = search(p, target, until, solver)
@@ -640,16 +737,26 @@ def improve(
         elif status == Status.INFEASIBLE:
             lo = target + 1
         elif target == lb and time.perf_counter() < deadline:
-            pass  # gave up on the lower bound; tighten from above instead
+            # Gave up on the lower bound; tighten from above instead (with lns, after probing
+            # capacities from the bound up: the search's luck is not monotone in capacity).
+            if lns:
+                now = time.perf_counter()
+                found, arena, lo, n_nodes = _probe(
+                    solver, lb, best, grid, now + (deadline - now) / 2
+                )
+                nodes += n_nodes
+                if found is not None:
+                    best_off, best, best_strategy = found, arena, "minimalloc"
         elif lns and deadline - time.perf_counter() > 0.01:
             now = time.perf_counter()
-            new_off, new_best, n_nodes = descend(
-                p, best_off, now + (deadline - now) / 2, seed=rounds
+            found_off, found_best, n_nodes, proof = _local(
+                p, solver, best_off, best - 1, now + (deadline - now) / 2, rng, rounds
             )
             rounds += 1
             nodes += n_nodes
-            if new_best < best:
-                best_off, best, best_strategy = new_off, new_best, "minimalloc+lns"
+            lo = max(lo, proof)
+            if found_best < best:
+                best_off, best, best_strategy = found_off, found_best, "minimalloc+lns"
         else:
             message = f"time limit reached; best arena {best} bytes, lower bound {lo} bytes"
             break

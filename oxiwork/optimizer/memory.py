@@ -8,7 +8,9 @@ possible. This is two-dimensional strip packing with fixed x positions (NP-hard)
   worse than it by construction.
 * ``"exact"``: MiniMalloc's canonical branch-and-bound search (see
   :mod:`oxiwork.optimizer._minimalloc`), starting from the heuristic's arena and tightening
-  toward the lower bound (or aiming straight for a given ``capacity``) within a time limit.
+  toward the lower bound (or aiming straight for a given ``capacity``) within a time limit;
+  when tightening stalls it also probes capacities, restarts the search randomised and
+  re-solves neighbourhoods of its best plan (strategy ``"minimalloc+lns"`` when that won).
 * ``"auto"`` (the memory pass's default): the exact search within a budget that grows with the
   number of intervals (:func:`auto_time_limit`), skipped when the heuristic meets the lower
   bound or the input is too large for the search; the plan says whether the search stopped

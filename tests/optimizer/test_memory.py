@@ -653,6 +653,41 @@ class TestFloorsAndDescend:
         assert_valid(intervals, off, [1] * len(intervals), arena)
         assert brute_force(intervals, [1] * len(intervals)) <= arena <= start.arena_bytes
 
+    @settings(max_examples=30, deadline=None)
+    @given(interval_lists(max_n=7, max_size=40).filter(bool), st.integers(0, 3))
+    def test_probe_and_restarts_claim_only_the_truth(self, intervals, seed):
+        # The probe's and the restarts' plans are valid and never beat the optimum; the
+        # bounds they prove (exhausted searches) never exceed it.
+        import random
+        import time
+
+        from oxiwork.optimizer import _minimalloc
+        from oxiwork.optimizer.memory import _make_problem
+
+        p = _make_problem(np.array(intervals, dtype=np.int64), 1)
+        best = brute_force(intervals, [1] * len(intervals))
+        start = greedy_by_size(intervals)
+        lb = lower_bound(intervals)
+        solver = _minimalloc._Solver(p)
+        found, arena, lo, _ = _minimalloc._probe(
+            solver, lb, start.arena_bytes, 1, time.perf_counter() + 5
+        )
+        assert lb <= lo <= best <= arena <= start.arena_bytes
+        if found is not None:
+            assert_valid(intervals, found, [1] * len(intervals), arena)
+        off, arena, _, proof = _minimalloc._local(
+            p,
+            solver,
+            list(start.offsets),
+            start.arena_bytes - 1,
+            time.perf_counter() + 0.05,
+            random.Random(seed),
+            seed,
+        )
+        assert_valid(intervals, off, [1] * len(intervals), arena)
+        assert best <= arena <= start.arena_bytes
+        assert proof <= best
+
 
 def _heuristic_misses_lower_bound() -> list[tuple[int, int, int]]:
     """A small fixed input on which the heuristic plan is above the lower bound."""
