@@ -118,6 +118,11 @@ class ArenaAccesses:
     row, step
         One entry per access of a row (node by node in graph order, inputs then outputs):
         its row and its step.
+    index
+        ``(n,)`` the index in ``graph.buffers`` of each row (ascending).
+    in_arena
+        ``(len(graph.buffers),)`` by buffer index: whether the buffer is in the arena (not
+        external, not a view), accessed or not.
     """
 
     order: tuple[NodeId, ...]
@@ -126,6 +131,8 @@ class ArenaAccesses:
     last: np.ndarray
     row: np.ndarray
     step: np.ndarray
+    index: np.ndarray
+    in_arena: np.ndarray
 
 
 def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> Sequence[int]:
@@ -407,7 +414,8 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         last = np.full(n, -1, dtype=np.int64)
         np.minimum.at(first, row, step)
         np.maximum.at(last, row, step)
-        for a in (first, last, row, step):
+        in_arena = ~external
+        for a in (first, last, row, step, rows, in_arena):
             a.setflags(write=False)
         return ArenaAccesses(
             order=graph.topological_order() if order is None else _ids(graph, positions),
@@ -416,6 +424,8 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
             last=last,
             row=row,
             step=step,
+            index=rows,
+            in_arena=in_arena,
         )
 
 

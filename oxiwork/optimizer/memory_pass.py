@@ -148,6 +148,7 @@ import itertools
 import operator
 import time
 from bisect import bisect_left, bisect_right, insort
+from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -379,6 +380,8 @@ class _Analysis:
     first_pos: np.ndarray
     members: list[np.ndarray]  # per stream index, its items (indices into ``order``)
     stream_of: np.ndarray  # (len(order),) stream index of each item
+    index: np.ndarray  # (n,) index in ``graph.buffers`` of each row
+    in_arena: np.ndarray  # (len(graph.buffers),) not external, not a view
 
     @property
     def safe(self) -> dict[BufferId, tuple[int, int]]:
@@ -438,6 +441,8 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
         first_pos,
         members_of,
         arrays.stream_index,
+        acc.index,
+        acc.in_arena,
     )
 
 
@@ -1048,17 +1053,33 @@ def _peak(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
     return max(int(np.cumsum(d[o]).max()), 0)
 
 
-_BUFFER_FIELDS = [f.name for f in fields(Buffer)]
-_BUFFER_VALUES = operator.attrgetter(*_BUFFER_FIELDS)
-_OFFSET_AT = _BUFFER_FIELDS.index("offset")
+# The slot descriptors of Buffer's fields (a frozen, slotted dataclass): reading and
+# setting a field through them is one C call, with no frozen-__setattr__ check.
+_BUFFER_SLOTS = [(f.name, Buffer.__dict__[f.name]) for f in fields(Buffer)]
+_ALIGNMENT = operator.attrgetter("alignment")
+_SIZE = operator.attrgetter("size_bytes")
+_ID = operator.attrgetter("id")
+_OFFSET = operator.attrgetter("offset")
 
 
-def _with_offset(b: Buffer, offset: int) -> Buffer:
-    """``replace(b, offset=offset)``, positionally (dataclasses.replace walks the fields in
-    Python: a third of the pass's bookkeeping on 66k buffers)."""
-    values = list(_BUFFER_VALUES(b))
-    values[_OFFSET_AT] = offset
-    return Buffer(*values)
+def _with_offsets(buffers: list[Buffer], offsets: list[int]) -> list[Buffer]:
+    """``[replace(b, offset=o) for b, o in zip(buffers, offsets)]``, field by field over all
+    the buffers at once: each field is copied by one ``map`` of its slot descriptor, a loop
+    in C (``dataclasses.replace``, or even ``Buffer(*values)``, runs the generated
+    ``__init__`` in Python, 11 frozen setattrs per buffer: a quarter of a second on the 66k
+    buffers of the 100k-node layered example). Buffer has no ``__post_init__`` (the graph
+    checks buffers, not their constructor), so the objects are the ones ``__init__`` would
+    build; tests/optimizer/test_memory_pass.py compares them with ``replace``'s.
+
+    >>> from oxiwork.node import BufferId
+    >>> _with_offsets([Buffer(BufferId(0), "x", 64)], [256])[0].offset
+    256
+    """
+    new = list(map(object.__new__, itertools.repeat(Buffer, len(buffers))))
+    for name, slot in _BUFFER_SLOTS:
+        values = offsets if name == "offset" else map(slot.__get__, buffers)
+        deque(map(slot.__set__, new, values), maxlen=0)
+    return new
 
 
 def plan_memory(
@@ -1119,10 +1140,11 @@ def _plan_memory(
     graph: ComputeGraph, mode: str, time_limit: float | None, capacity: int | None, t0: float
 ) -> PassResult:
     a = _analyse(graph)
-    by_id = {b.id: b for b in graph.buffers}
     n = len(a.ids)
-    align = np.array([by_id[b].alignment for b in a.ids], dtype=np.int64)
-    size = -(-np.array([by_id[b].size_bytes for b in a.ids], dtype=np.int64) // align) * align
+    row_buffers = list(map(graph.buffers.__getitem__, a.index.tolist()))
+    align = np.fromiter(map(_ALIGNMENT, row_buffers), dtype=np.int64, count=n)
+    raw_size = np.fromiter(map(_SIZE, row_buffers), dtype=np.int64, count=n)
+    size = -(-raw_size // align) * align
     rows = np.arange(n)
     length = a.end - a.first
     overlapping = _overlapping_pairs(a.first, a.end)
@@ -1169,8 +1191,8 @@ def _plan_memory(
     # When the placement meets the lower bound no plan beats it: the interval planner is
     # run only if it might (or when asked for the exact search).
     if mode == "exact" or (overlapping <= MAX_INTERVAL_PAIRS and exact[1] > lower):
-        sizes = {b: by_id[b].size_bytes for b in a.ids}
-        aligns = {b: by_id[b].alignment for b in a.ids}
+        sizes = dict(zip(a.ids, raw_size.tolist(), strict=True))
+        aligns = dict(zip(a.ids, align.tolist(), strict=True))
         run = mode
         if mode == "auto" and (exact[1] <= lower or interval_lb >= exact[1]):
             # the placement meets the bound, or no plan of the safe intervals can beat it
@@ -1180,16 +1202,19 @@ def _plan_memory(
             # one stream: the safe intervals are plain liveness and two buffers conflict
             # exactly when they overlap, so the search's bound holds for every safe arena
             lower = plan.proved_bound
-        chosen = {b: int(o) for b, o in plan.offsets.items()}
+        # by row (every accessed buffer has one in the plan; 0 as before if not)
+        chosen = np.fromiter(
+            map(plan.offsets.get, a.ids, itertools.repeat(0)), dtype=np.int64, count=n
+        )
         arena, strategy = int(plan.arena_bytes), plan.strategy
         if exact[1] < arena:
-            chosen = dict(zip(a.ids, exact[0].tolist(), strict=True))
+            chosen = exact[0]
             arena, strategy = exact[1], exact[2]
     else:
-        chosen = dict(zip(a.ids, exact[0].tolist(), strict=True))
+        chosen = exact[0]
         arena, strategy = exact[1], exact[2]
         plan = MemoryPlan(
-            offsets=chosen,
+            offsets=dict(zip(a.ids, chosen.tolist(), strict=True)),
             sizes=dict(zip(a.ids, size.tolist(), strict=True)),
             lifetimes=safe,
             arena_bytes=arena,
@@ -1202,19 +1227,25 @@ def _plan_memory(
             fits=None if capacity is None else arena <= capacity,
             proved_bound=interval_lb,
         )
-    offsets: dict[BufferId, int] = {}
-    buffers = []
-    placed = []
-    for b in graph.buffers:
-        if b.external or b.base is not None:  # a view's address is its base's + its offset
-            buffers.append(b)
-            continue
-        off = chosen.get(b.id, 0)
-        offsets[b.id] = off
-        if b.offset != off:
-            b = _with_offset(b, off)
-            placed.append(b)
-        buffers.append(b)
+    # Every arena buffer (not external, not a view: a view's address is its base's + its
+    # offset) gets its row's offset, or 0 if no node accesses it; only those whose offset
+    # changes are rebuilt.
+    by_index = np.zeros(len(graph.buffers), dtype=np.int64)
+    by_index[a.index] = chosen
+    arena_pos = np.flatnonzero(a.in_arena)
+    arena_index = arena_pos.tolist()
+    arena_buffers = list(map(graph.buffers.__getitem__, arena_index))
+    new_offsets = by_index[arena_pos].tolist()
+    offsets: dict[BufferId, int] = dict(zip(map(_ID, arena_buffers), new_offsets, strict=True))
+    moved = [
+        k
+        for k, (old, new) in enumerate(zip(map(_OFFSET, arena_buffers), new_offsets, strict=True))
+        if old != new
+    ]
+    placed = _with_offsets([arena_buffers[k] for k in moved], [new_offsets[k] for k in moved])
+    buffers = list(graph.buffers)
+    for k, b in zip(moved, placed, strict=True):
+        buffers[arena_index[k]] = b
     fits = None if capacity is None else arena <= capacity
     message = None
     if fits is False:
