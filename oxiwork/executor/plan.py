@@ -486,22 +486,15 @@ def _arg(a: BufferArg) -> str:
 # ------------------------------------------------------------------------------------------
 
 
-# Field getters for _lower's columns.
+# Field getters: one C-level pass over the steps, buffers or accesses per field.
 _ID = operator.attrgetter("id")
-_NAME = operator.attrgetter("name")
 _OFFSET = operator.attrgetter("offset")
 _SIZE = operator.attrgetter("size_bytes")
-_DTYPE = operator.attrgetter("dtype")
-_ARRAY_SHAPE = operator.attrgetter("array_shape")
 _EXTERNAL = operator.attrgetter("external")
 _KIND = operator.attrgetter("kind")
 _STREAM = operator.attrgetter("stream")
-_CONFIG = operator.attrgetter("config")
 _INPUTS = operator.attrgetter("inputs")
 _OUTPUTS = operator.attrgetter("outputs")
-_MEMCPY_DIR = operator.attrgetter("memcpy_dir")
-_MEMSET_VALUE = operator.attrgetter("memset_value")
-_LABEL = operator.attrgetter("label")
 _NODE = operator.attrgetter("node")
 _INDEX = operator.attrgetter("index")
 _POSITION = operator.attrgetter("position")
@@ -521,100 +514,70 @@ def _lower(
     trace: tuple[TraceEntry, ...],
     options: dict[str, Any],
 ) -> ExecutionPlan:
-    """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams).
-
-    Built column by column (one C-level pass per field, numpy for positions and
-    dependencies), then one ``PlanStep`` per row: 100k-node plans spend their time in
-    the constructors, not in a Python loop per step.
-    """
-    bufs = graph.buffers
-    args = dict(
-        zip(
-            map(_ID, bufs),
-            map(
-                BufferArg,
-                map(_ID, bufs),
-                map(_NAME, bufs),
-                map(_OFFSET, bufs),
-                map(_SIZE, bufs),
-                map(_DTYPE, bufs),
-                map(_ARRAY_SHAPE, bufs),
-                map(_EXTERNAL, bufs),
-            ),
-            strict=True,
-        )
-    )
-    for b in bufs:
+    """The steps of ``graph`` in issue ``order`` (a topological order consistent with streams)."""
+    args = {
+        b.id: BufferArg(b.id, b.name, b.offset, b.size_bytes, b.dtype, b.array_shape, b.external)
+        for b in graph.buffers
+    }
+    for b in graph.buffers:
         if b.base is not None:  # bases are never views, so their args are complete
             args[b.id] = replace(
                 args[b.id], base=args[b.base], view_offset=b.view_offset, strides=b.strides
             )
     node_of = graph._cache["node_index"]  # id -> node (ComputeGraph.node without its checks)
-    nodes = list(map(node_of.__getitem__, order))
-    n = len(nodes)
-    record, wait, kernel = NodeKind.EventRecord, NodeKind.EventWait, NodeKind.KernelLaunch
-    kinds = list(map(_KIND, nodes))
+    nodes = [node_of[nid] for nid in order]
+    record, wait = NodeKind.EventRecord, NodeKind.EventWait
     event_of: dict[NodeId, int] = {}
-    for nd in itertools.compress(nodes, map(operator.is_, kinds, itertools.repeat(record))):
-        event_of[nd.id] = len(event_of)
-    events: list[int | None] = [None] * n
-    for i in [i for i, k in enumerate(kinds) if k is record or k is wait]:
-        k = kinds[i]
-        if k is record:
-            events[i] = event_of[order[i]]
-        elif k is wait and nodes[i].event is not None:
-            events[i] = event_of[nodes[i].event]
-    # positions: each step's rank among the earlier steps of its stream
-    stream = [s or 0 for s in map(_STREAM, nodes)]
-    sa = np.fromiter(stream, dtype=np.int64, count=n)
-    by = np.argsort(sa, kind="stable")
-    sb = sa[by]
-    starts = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]]) if n else np.zeros(0, np.int64)
-    position = np.empty(n, dtype=np.int64)
-    position[by] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
-    stream_id = {s: StreamId(s) for s in set(stream)}
+    for n in nodes:
+        if n.kind is record:
+            event_of[n.id] = len(event_of)
     # dependencies as step indices, straight from the dense view's positions
     d = graph.dense()
-    index = dict(zip(order, range(n), strict=True))
-    step_at = np.fromiter(map(index.__getitem__, d.ids), dtype=np.int64, count=len(d.ids))
-    lens = np.fromiter(map(len, d.pred), dtype=np.int64, count=len(d.pred))
-    dst = step_at[np.repeat(np.arange(len(d.pred)), lens)]
-    src = step_at[np.fromiter(itertools.chain.from_iterable(d.pred), np.int64, int(lens.sum()))]
-    srt = np.lexsort((src, dst))
-    ends = np.cumsum(np.bincount(dst, minlength=n)).tolist() if n else []
-    flat = src[srt].tolist()
-    depends = map(flat.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    index = {nid: i for i, nid in enumerate(order)}
+    step_at = [index[nid] for nid in d.ids]
+    pos, pred = d.pos, d.pred
     arg = args.__getitem__
+    count: dict[int, int] = {}
+    steps = []
     # PlanStep positionally (its fields in order; one call per step of 100k-node plans)
-    steps = list(
-        map(
-            PlanStep,
-            range(n),
-            kinds,
-            order,
-            map(_NAME, nodes),
-            map(stream_id.__getitem__, stream),
-            position.tolist(),
-            [nd.fused_from or (nd.id,) for nd in nodes],
-            [nd.function_name if k is kernel else None for nd, k in zip(nodes, kinds, strict=True)],
-            map(_CONFIG, nodes),
-            map(tuple, map(map, itertools.repeat(arg), map(_INPUTS, nodes))),
-            map(tuple, map(map, itertools.repeat(arg), map(_OUTPUTS, nodes))),
-            map(_SIZE, nodes),
-            map(_MEMCPY_DIR, nodes),
-            map(_MEMSET_VALUE, nodes),
-            events,
-            map(_LABEL, nodes),
-            map(tuple, depends),
+    for i, (nid, n) in enumerate(zip(order, nodes, strict=True)):
+        s = int(n.stream or 0)
+        position = count.get(s, 0)
+        count[s] = position + 1
+        kind = n.kind
+        event = None
+        if kind is record:
+            event = event_of[nid]
+        elif kind is wait and n.event is not None:
+            event = event_of[n.event]
+        ps = pred[pos[nid]]
+        steps.append(
+            PlanStep(
+                i,
+                kind,
+                nid,
+                n.name,
+                StreamId(s),
+                position,
+                n.fused_from or (nid,),
+                n.function_name if kind is NodeKind.KernelLaunch else None,
+                n.config,
+                tuple(map(arg, n.inputs)),
+                tuple(map(arg, n.outputs)),
+                n.size_bytes,
+                n.memcpy_dir,
+                n.memset_value,
+                event,
+                n.label,
+                tuple(sorted([step_at[q] for q in ps])) if ps else (),
+            )
         )
-    )
-    count = set(stream)
     return ExecutionPlan(
         steps=tuple(steps),
         num_streams=max(count, default=0) + 1,
         pool_bytes=int(memory.arena_bytes),
-        kernel_count_original=list(map(_KIND, original.nodes)).count(kernel),
-        kernel_count_fused=list(map(_KIND, graph.nodes)).count(kernel),
+        kernel_count_original=list(map(_KIND, original.nodes)).count(NodeKind.KernelLaunch),
+        kernel_count_fused=list(map(_KIND, graph.nodes)).count(NodeKind.KernelLaunch),
         event_count=len(event_of),
         graph=graph,
         original=original,
