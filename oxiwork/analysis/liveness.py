@@ -32,6 +32,7 @@ Example
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -211,6 +212,16 @@ def _ids(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:
     return tuple(map(ids.__getitem__, np.asarray(positions).tolist()))
 
 
+def _as_ids(
+    graph: ComputeGraph, order: Sequence[NodeId], positions: Sequence[int]
+) -> tuple[NodeId, ...]:
+    """``order`` (checked: its ``positions``) as a tuple of NodeId: itself when it already
+    is one (the memory pass's issue order), else :func:`_ids`."""
+    if isinstance(order, tuple) and set(map(type, order)) <= {NodeId}:
+        return order
+    return _ids(graph, positions)
+
+
 def _edge_positions(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray]:
     """Every dependency as (source, destination) node positions, by source position then
     successor order (cached per graph)."""
@@ -279,8 +290,8 @@ def _accesses(graph: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         bindex = None if dense_ids else {b.id: i for i, b in enumerate(buffers)}
         # Node by node, inputs then outputs: each node's inputs and outputs go to their
         # slots of the flat arrays (a few C-level passes instead of a Python loop).
-        ins = [node.inputs for node in nodes]
-        outs = [node.outputs for node in nodes]
+        ins = list(map(_INPUTS, nodes))
+        outs = list(map(_OUTPUTS, nodes))
         nin = np.fromiter(map(len, ins), dtype=np.int64, count=len(nodes))
         nout = np.fromiter(map(len, outs), dtype=np.int64, count=len(nodes))
         flat_in = itertools.chain.from_iterable(ins)
@@ -333,13 +344,26 @@ def _buffer_table(graph: ComputeGraph) -> tuple[tuple[BufferId, ...], np.ndarray
     if table is None:
         buffers = graph.buffers
         nb = len(buffers)
+        # attribute getters mapped in C rather than generator expressions
+        external = np.fromiter(map(_EXTERNAL, buffers), bool, count=nb)
+        external |= np.fromiter(
+            map(operator.is_not, map(_BASE, buffers), itertools.repeat(None)), bool, count=nb
+        )
         table = (
-            tuple([b.id for b in buffers]),
-            np.fromiter((b.external or b.base is not None for b in buffers), bool, count=nb),
-            np.fromiter((b.size_bytes for b in buffers), dtype=np.int64, count=nb),
+            tuple(map(_ID, buffers)),
+            external,
+            np.fromiter(map(_SIZE, buffers), dtype=np.int64, count=nb),
         )
         graph._cache["analysis.buffer_table"] = table
     return table
+
+
+_ID = operator.attrgetter("id")
+_INPUTS = operator.attrgetter("inputs")
+_OUTPUTS = operator.attrgetter("outputs")
+_EXTERNAL = operator.attrgetter("external")
+_BASE = operator.attrgetter("base")
+_SIZE = operator.attrgetter("size_bytes")
 
 
 def _steps(positions: Sequence[int]) -> np.ndarray:
@@ -405,7 +429,10 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         keep = ~external[acc_buf]
         buf = acc_buf[keep]
         step = step_of[acc_pos[keep]]
-        rows = np.unique(buf)  # buffer indices, ascending: graph order
+        # the accessed buffer indices, ascending (graph order): a mask, not a sort
+        used = np.zeros(len(bids), dtype=bool)
+        used[buf] = True
+        rows = np.flatnonzero(used)
         row_of = np.full(len(bids), -1, dtype=np.int64)
         row_of[rows] = np.arange(len(rows), dtype=np.int64)
         row = row_of[buf]
@@ -418,7 +445,7 @@ def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -
         for a in (first, last, row, step, rows, in_arena):
             a.setflags(write=False)
         return ArenaAccesses(
-            order=graph.topological_order() if order is None else _ids(graph, positions),
+            order=graph.topological_order() if order is None else _as_ids(graph, order, positions),
             buffers=tuple(map(bids.__getitem__, rows.tolist())),
             first=first,
             last=last,

@@ -171,6 +171,24 @@ class TestOneLiveness:
 
     @settings(max_examples=40, deadline=None)
     @given(go=_graph_and_order())
+    def test_arena_accesses_index_the_graph_buffers(self, go):
+        g, order = go
+        for given_order in (tuple(order), list(order), [int(x) for x in order]):
+            acc = liveness.arena_accesses(g, given_order)
+            assert acc.order == tuple(order)
+            assert all(type(x) is NodeId for x in acc.order)
+            if isinstance(given_order, tuple):
+                assert acc.order is given_order  # no copy of a tuple of ids
+        assert [g.buffers[k].id for k in acc.index.tolist()] == list(acc.buffers)
+        arena = [not b.external and b.base is None for b in g.buffers]
+        assert acc.in_arena.tolist() == arena
+        assert all(arena[k] for k in acc.index.tolist())
+        for arr in (acc.index, acc.in_arena):
+            with pytest.raises(ValueError):
+                arr[...] = 0
+
+    @settings(max_examples=40, deadline=None)
+    @given(go=_graph_and_order())
     def test_arena_accesses_are_the_intervals_of_analyze(self, go):
         g, order = go
         acc = liveness.arena_accesses(g, order)

@@ -8,6 +8,8 @@ give the same graph, streams, events, issue order and makespan.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from oxiwork.cost import node_costs
 from oxiwork.examples import random_op_dag, synthetic
 from oxiwork.graph import ComputeGraph
+from oxiwork.node import GraphNode, StreamId
 from oxiwork.optimizer import stream
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.stream import assign_streams, issue_order
@@ -87,3 +90,15 @@ def test_synthetic_3k(shape: str) -> None:
     g = fuse(synthetic(3000, shape)).graph
     assert_same_pass(g, 4)
     assert_same_pass(g, 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rich_graphs(), st.integers(0, 3))
+def test_restreamed_nodes_are_replaces(graph: ComputeGraph, s: int) -> None:
+    # every field of every node (fn, which equality skips, included) as replace sets it
+    sid = StreamId(s)
+    new = stream._with_streams(list(graph.nodes), [sid] * len(graph.nodes))
+    for n, m in zip(graph.nodes, new, strict=True):
+        ref = n.replace(stream=sid)
+        assert type(m) is GraphNode and m == ref
+        assert all(getattr(m, f.name) is getattr(ref, f.name) for f in dataclasses.fields(ref))
