@@ -140,7 +140,7 @@ _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Hea
 
 class TestFastValidation:
     @_SETTINGS
-    @given(g=st.one_of(any_dags(max_nodes=30), rich_graphs()), data=st.data())
+    @given(g=st.one_of(any_dags(max_nodes=20), rich_graphs()), data=st.data())
     def test_construction_same_verdict(self, g: ComputeGraph, data: Any) -> None:
         for kind in EDITS:  # every edit on every graph drawn
             nodes, buffers, edges = _edit(g, kind, data)
@@ -149,7 +149,7 @@ class TestFastValidation:
             assert fast == full, kind
 
     @_SETTINGS
-    @given(g=any_dags(max_nodes=30), data=st.data())
+    @given(g=any_dags(max_nodes=20), data=st.data())
     def test_with_changes_same_verdict(self, g: ComputeGraph, data: Any) -> None:
         g.check_ordering()  # with_changes may carry the ordering of a checked graph
         for kind in EDITS:
