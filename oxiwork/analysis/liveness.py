@@ -507,16 +507,8 @@ def max_live_bytes_merged(
                 dropped = [row[b] for b in dropped]
             out[np.asarray(dropped, dtype=np.int64)] = True
         keep = ~out[acc_buf]
-        buf, acc_step = acc_buf[keep], acc_step[keep]
-        first = np.full(nb, steps, dtype=np.int64)
-        np.minimum.at(first, buf, acc_step)
-        end = np.zeros(nb, dtype=np.int64)
-        np.maximum.at(end, buf, acc_step + 1)
-        placed = first < steps
-        delta = np.zeros(steps + 1, dtype=np.int64)
-        np.add.at(delta, first[placed], size[placed])
-        np.subtract.at(delta, end[placed], size[placed])
-        live = np.cumsum(delta[:steps])
+        first, end = _spans(acc_buf[keep], acc_step[keep], nb, steps)
+        live = _live_bytes(first, end, first < steps, size, steps)
         return int(live.max()) if steps else 0
 
 
@@ -530,21 +522,36 @@ def _live(
     acc_pos, acc_buf, acc_read = _accesses(graph)
 
     step_of = _default_steps(graph) if default_order else _steps(positions)
-    acc_step = step_of[acc_pos]
-    first = np.full(nb, steps, dtype=np.int64)
-    np.minimum.at(first, acc_buf, acc_step)
-    end = np.zeros(nb, dtype=np.int64)
-    np.maximum.at(end, acc_buf, acc_step + 1)
+    first, end = _spans(acc_buf, step_of[acc_pos], nb, steps)
     read = np.zeros(nb, dtype=bool)
     read[acc_buf[acc_read]] = True
 
     used = first < steps
     _, external, size = _buffer_table(graph)
     placed = used & ~external
+    return first, end, read, used, placed, _live_bytes(first, end, placed, size, steps)
+
+
+def _spans(
+    acc_buf: np.ndarray, acc_step: np.ndarray, nb: int, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per buffer index, the first step it is accessed at and its end (last step + 1);
+    ``steps`` and 0 for a buffer with no access."""
+    first = np.full(nb, steps, dtype=np.int64)
+    np.minimum.at(first, acc_buf, acc_step)
+    end = np.zeros(nb, dtype=np.int64)
+    np.maximum.at(end, acc_buf, acc_step + 1)
+    return first, end
+
+
+def _live_bytes(
+    first: np.ndarray, end: np.ndarray, placed: np.ndarray, size: np.ndarray, steps: int
+) -> np.ndarray:
+    """The bytes of the ``placed`` buffers live at each of ``steps`` steps."""
     delta = np.zeros(steps + 1, dtype=np.int64)
     np.add.at(delta, first[placed], size[placed])
     np.subtract.at(delta, end[placed], size[placed])
-    return first, end, read, used, placed, np.cumsum(delta[:steps])
+    return np.cumsum(delta[:steps])
 
 
 def _analyze(graph: ComputeGraph, order: Sequence[NodeId] | None) -> LivenessInfo:
