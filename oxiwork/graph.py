@@ -627,6 +627,10 @@ class ComputeGraph:
                 graph._cache["node_rules"] = True
         elif self._cache.get("ordered") and _ordering_kept(self, graph):
             graph._cache["ordered"] = True
+        if self._cache.get("node_rules") and not graph._cache.get("node_rules"):
+            # verify_graph re-checks only the nodes that are not this graph's very objects
+            # over its buffers (oxiwork.verify._unchanged_nodes)
+            graph._cache["node_rules_base"] = (self._cache["node_index"], self._cache["buf_index"])
         graph.check_ordering()
         return graph
 

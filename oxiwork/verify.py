@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ from oxiwork.error import InvalidArgument, InvalidLifetime
 from oxiwork.node import (
     BODY_KINDS,
     MEMORY_KINDS,
+    Buffer,
     BufferId,
     CondKind,
     GraphNode,
@@ -70,7 +72,9 @@ _BODY_COUNTS = {
 
 # Checks of a kernel against the op it names. The op table sits above this module (it
 # imports graph.py), so it installs its checks here when imported (oxiwork.ops.program:
-# the dtypes a kernel reads and writes fit its ops); each raises a GraphError.
+# the dtypes a kernel reads and writes fit its ops); each raises a GraphError. A check
+# reads only the node and the buffers it names: verify_graph does not check again a node
+# that passed over the same buffers (_unchanged_nodes).
 KERNEL_CHECKS: list[Callable[[ComputeGraph, GraphNode], None]] = []
 
 
@@ -188,8 +192,10 @@ def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
 def _check_nodes(g: ComputeGraph) -> None:
     edge_set = set(g.edges)
     passed = g._cache.get("node_rules_of", frozenset())
+    base = g._cache.pop("node_rules_base", None)
+    same = _unchanged_nodes(g, *base) if base is not None else frozenset()
     for n in g.nodes:
-        if n.id in passed:
+        if n.id in passed or n.id in same:
             continue
         _RULES[n.kind](g, n, edge_set)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
@@ -202,6 +208,42 @@ def _check_nodes(g: ComputeGraph) -> None:
             raise InvalidArgument(
                 f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
             )
+
+
+# Kinds whose rules read more than the node and its buffers (a wait: the edges and its
+# record; bodies: other graphs): never carried over, always checked again.
+_READS_MORE = frozenset({NodeKind.EventWait, *BODY_KINDS})
+# Every field of a buffer but its arena offset.
+_BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"))
+
+
+def _unchanged_nodes(
+    g: ComputeGraph, nodes: dict[NodeId, GraphNode], buffers: dict[BufferId, Any]
+) -> set[NodeId]:
+    """The nodes of ``g`` whose node rules must pass because they passed in the graph
+    ``g`` was made from (its id -> node and id -> buffer indexes ``nodes``, ``buffers``):
+    the very same node object, of a kind whose rules read only the node's own fields and
+    the buffers it names (:data:`KERNEL_CHECKS` read only those too), each of those
+    buffers the same object or equal to the old one but for its arena offset, which no
+    node rule reads. Rechecking such a node would run the same rule on the same values.
+    """
+    index, bufs = g._cache["node_index"], g._cache["buf_index"]
+    changed = {
+        bid
+        for bid, b in bufs.items()
+        if buffers.get(bid) is not b
+        and (bid not in buffers or _BUT_OFFSET(b) != _BUT_OFFSET(buffers[bid]))
+    }
+    same = {nid for nid, n in index.items() if nodes.get(nid) is n and n.kind not in _READS_MORE}
+    if changed:
+        same = {
+            nid
+            for nid in same
+            if changed.isdisjoint(index[nid].inputs)
+            and changed.isdisjoint(index[nid].outputs)
+            and index[nid].condition not in changed
+        }
+    return same
 
 
 def body_depth(g: ComputeGraph) -> int:
