@@ -692,7 +692,7 @@ def _place_sweep(
     offs = [0] * len(size)
     sz, al = size.tolist(), align.tolist()
     first = a.first.tolist()
-    fpos = a.first_pos.tolist()
+    fpos = a.first_pos.T.tolist()  # per stream, per row (no list per row)
     past_of = a.past.T.tolist()  # per stream, per row
     stream_of = a.stream_of.tolist()
     # per row, the streams other than its first access's where it is accessed
@@ -753,14 +753,13 @@ def _place_sweep(
             cand = c
         else:
             # bytes free on t0 whose owner is also before k's first access on the others
-            fk = fpos[k]
             if len(others) == 1:
-                col, lim = past_of[others[0]], fk[others[0]]
+                col, lim = past_of[others[0]], fpos[others[0]][k]
 
                 def ok(i: int, col: list[int] = col, lim: int = lim) -> bool:
                     return i < 0 or col[i] <= lim
             else:
-                checks = [(past_of[t], fk[t]) for t in others]
+                checks = [(past_of[t], fpos[t][k]) for t in others]
 
                 def ok(i: int, checks: list[tuple[list[int], int]] = checks) -> bool:
                     if i >= 0:
