@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -64,6 +64,7 @@ __all__ = [
     "run_into",
     "share_bound",
     "signature",
+    "signature_key",
 ]
 
 # graph._cache key: node id -> (node, its BoundProgram, the op name each step looked up)
@@ -224,26 +225,40 @@ def signature(
     >>> signature(g, relu) == signature(g, relu.replace(name="other")), signature(g, relu) == signature(g, scale)
     (True, False)
     """
-    ids = (*node.inputs, *node.outputs)
     if specs is None:
         buffer = graph.buffer
-        spec = tuple([_BUFFER_SPEC(buffer(b)) for b in ids])
+        spec_of = lambda b: _BUFFER_SPEC(buffer(b))  # noqa: E731
     else:
-        spec = tuple(map(specs.__getitem__, ids))
-    # in-place kernels and repeated inputs: which positions name the same buffer
-    alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
-    fused = node.fused
-    program = (
-        None
-        if fused is None
-        else (tuple([(st.op, st.params, st.args) for st in fused.steps]), fused.outputs)
-    )
-    key = (node.op, node.params, program, len(node.inputs), spec, alias)
+        spec_of = specs.__getitem__
+    key = signature_key(node, spec_of)
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+# What a fused step contributes to a signature: all but its origin.
+_STEP_KEY = operator.attrgetter("op", "params", "args")
+
+
+def signature_key(node: GraphNode, spec_of: Callable[[BufferId], Any]) -> tuple[Any, ...]:
+    """:func:`signature` of ``node`` with each buffer's spec given by ``spec_of`` (a
+    look-up in :func:`buffer_specs`), without checking that it is hashable: for callers
+    that look many kernels up in a dict anyway (the cost model), where an unhashable key
+    raises ``TypeError`` at the look-up.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> signature_key(g.nodes[1], buffer_specs(g).__getitem__) == signature(g, g.nodes[1])
+    True
+    """
+    ids = node.inputs + node.outputs
+    # in-place kernels and repeated inputs: which positions name the same buffer
+    alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
+    fused = node.fused
+    program = None if fused is None else (tuple(map(_STEP_KEY, fused.steps)), fused.outputs)
+    return (node.op, node.params, program, len(node.inputs), tuple(map(spec_of, ids)), alias)
 
 
 def _relabel(template: BoundProgram, node: GraphNode) -> BoundProgram:

@@ -664,6 +664,16 @@ def _place_sweep(
     have all been taken over costs nothing; segment owners and masks are dicts by segment
     start (one list to insert into, not three); free runs are keyed by one int each.
     Sizes are positive (the graph refuses empty buffers), so a range is never empty.
+
+    Cost (fused 100k-node layered example, 4 streams, 66k buffers, 107k release events):
+    the first three fifths of the buffers are mostly accessed on several streams and go on
+    top (the tail updates and segment appends of the fast paths), while nearly all the
+    releases come in the last two fifths (26k owned releases in the last fifth against 4k
+    in the first), each an edit of the free runs of a stream that by then holds ~4.5k of
+    them (a sorted-list insertion: a memmove of half the list), and the placements there
+    split segments inside the 28k-entry segment list instead of appending: so the last
+    fifth costs 3-4x as much per buffer. Blocked sorted lists (at most 512 pointers moved
+    per edit) and dicts for the neighbours were tried and cost as much as they saved.
     """
     n, width = len(perm), a.past.shape[1]
     out = np.zeros(len(size), dtype=np.int64)
