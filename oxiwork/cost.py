@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import GraphError
 from oxiwork.node import GraphNode, MemcpyDir, NodeId, NodeKind
-from oxiwork.ops.program import bind, buffer_specs, signature
+from oxiwork.ops.program import bind, buffer_specs, signature_key
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -229,9 +229,10 @@ def restreamed_costs(src: ComputeGraph, dst: ComputeGraph) -> None:
     if base is None or key in dst._cache:
         return
     costs = dict(base)
-    for n in dst.nodes:
-        if n.id not in costs:
-            costs[n.id] = node_time(dst, n, p)
+    # only the new nodes are costed, in id order (dst's node order), found by one set
+    # difference instead of a look-up per node
+    for nid in sorted(set(dst.dense().ids).difference(base)):
+        costs[nid] = node_time(dst, dst.node(nid), p)
     if len(costs) == len(dst.nodes):  # no node of src was dropped
         dst._cache[key] = costs
 
@@ -239,19 +240,24 @@ def restreamed_costs(src: ComputeGraph, dst: ComputeGraph) -> None:
 def _costs(graph: ComputeGraph, p: DeviceProfile) -> dict[NodeId, float]:
     # A kernel's modelled time depends only on what binding reads (its signature: ops,
     # parameters, buffer shapes and dtypes), so kernels sharing one (the layers of a
-    # model, the blocks of a synthetic graph) are costed, and bound, once.
+    # model, the blocks of a synthetic graph) are costed, and bound, once. The key is
+    # hashed once, by the look-up (signature() would hash it first to check it can be).
     memo: dict[Hashable, float] = {}
     costs: dict[NodeId, float] = {}
-    specs = buffer_specs(graph)
+    spec_of = buffer_specs(graph).__getitem__
+    kernel = NodeKind.KernelLaunch
     for n in graph.nodes:
-        if n.cost is None and n.kind is NodeKind.KernelLaunch and not _opaque(n):
-            sig = signature(graph, n, specs)
-            if sig is not None:
-                t = memo.get(sig)
+        if n.cost is None and n.kind is kernel and not _opaque(n):
+            key = signature_key(n, spec_of)
+            try:
+                t = memo.get(key)
+            except TypeError:  # an unhashable parameter: costed on its own
+                t = node_time(graph, n, p)
+            else:
                 if t is None:
-                    t = memo[sig] = node_time(graph, n, p)
-                costs[n.id] = t
-                continue
+                    t = memo[key] = node_time(graph, n, p)
+            costs[n.id] = t
+            continue
         costs[n.id] = node_time(graph, n, p)
     return costs
 

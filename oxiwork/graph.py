@@ -142,7 +142,9 @@ class ComputeGraph:
             buffers = _sorted_by_id(buffers, Buffer, "buffers")
         ends = None  # the edges' ends as arrays, when the edges were sorted here
         if len(given) < 3 or edges is not given[2]:
-            edges, ends = _sorted_edges(edges)
+            # (edges extending the trusted graph's: their known ends are not read again)
+            known = (given[2], given[4]) if len(given) > 4 and given[4] is not None else None
+            edges, ends = _sorted_edges(edges, known)
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "edges", edges)
@@ -627,6 +629,10 @@ class ComputeGraph:
                 graph._cache["node_rules"] = True
         elif self._cache.get("ordered") and _ordering_kept(self, graph):
             graph._cache["ordered"] = True
+        if self._cache.get("node_rules") and not graph._cache.get("node_rules"):
+            # verify_graph re-checks only the nodes that are not this graph's very objects
+            # over its buffers (oxiwork.verify._unchanged_nodes)
+            graph._cache["node_rules_base"] = (self._cache["node_index"], self._cache["buf_index"])
         graph.check_ordering()
         return graph
 
@@ -754,11 +760,30 @@ def _sorted_by_id(values: Any, cls: type, what: str) -> tuple[Any, ...]:
     return tuple(items) if ascending else tuple(sorted(items, key=_ID))
 
 
-def _sorted_edges(values: Any) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None]:
+def _sorted_edges(
+    values: Any, known: tuple[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None
+) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None]:
     """The edges sorted and without repeats, and (when every end is a node id in range)
-    their ends as two int64 arrays in the same order (else None)."""
+    their ends as two int64 arrays in the same order (else None).
+
+    ``known``: a checked graph's edges and their edge arrays (:func:`_edges_np`). When the
+    edges begin with those very tuples, in that order (the stream pass appends its event
+    and stream-order edges to the old ones), only the rest are converted: a tuple is
+    immutable, so the very objects have the ends read before.
+    """
     items = _items(values, tuple, "edges")
-    ends = _edge_arrays(items)
+    ends = None
+    if known is not None:
+        old, (a0, b0, *_) = known
+        m0 = len(old)
+        if m0 and len(items) > m0 and all(map(operator.is_, items, old)):
+            rest = _edge_arrays(items[m0:])
+            if rest is not None:
+                ends = (np.concatenate([a0, rest[0]]), np.concatenate([b0, rest[1]]))
+        elif m0 and len(items) == m0 and all(map(operator.is_, items, old)):
+            ends = (a0, b0)
+    if ends is None:
+        ends = _edge_arrays(items)
     if ends is None:
         try:
             return tuple(sorted(set(items))), None

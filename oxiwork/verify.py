@@ -15,6 +15,8 @@ Example
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,6 +26,7 @@ from oxiwork.error import InvalidArgument, InvalidLifetime
 from oxiwork.node import (
     BODY_KINDS,
     MEMORY_KINDS,
+    Buffer,
     BufferId,
     CondKind,
     GraphNode,
@@ -70,7 +73,9 @@ _BODY_COUNTS = {
 
 # Checks of a kernel against the op it names. The op table sits above this module (it
 # imports graph.py), so it installs its checks here when imported (oxiwork.ops.program:
-# the dtypes a kernel reads and writes fit its ops); each raises a GraphError.
+# the dtypes a kernel reads and writes fit its ops); each raises a GraphError. A check
+# reads only the node and the buffers it names: verify_graph does not check again a node
+# that passed over the same buffers (_unchanged_nodes).
 KERNEL_CHECKS: list[Callable[[ComputeGraph, GraphNode], None]] = []
 
 
@@ -186,12 +191,13 @@ def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
 
 
 def _check_nodes(g: ComputeGraph) -> None:
-    edge_set = set(g.edges)
     passed = g._cache.get("node_rules_of", frozenset())
+    base = g._cache.pop("node_rules_base", None)
+    same = _unchanged_nodes(g, *base) if base is not None else frozenset()
     for n in g.nodes:
-        if n.id in passed:
+        if n.id in passed or n.id in same:
             continue
-        _RULES[n.kind](g, n, edge_set)
+        _RULES[n.kind](g, n)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
         if n.kind is not NodeKind.Conditional and (
@@ -202,6 +208,45 @@ def _check_nodes(g: ComputeGraph) -> None:
             raise InvalidArgument(
                 f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
             )
+
+
+# Kinds whose rules read more than the node and its buffers (a wait: the edges and its
+# record; bodies: other graphs): never carried over, always checked again.
+_READS_MORE = frozenset({NodeKind.EventWait, *BODY_KINDS})
+# Every field of a buffer but its arena offset.
+_BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"))
+
+
+def _unchanged_nodes(
+    g: ComputeGraph, nodes: dict[NodeId, GraphNode], buffers: dict[BufferId, Any]
+) -> set[NodeId]:
+    """The nodes of ``g`` whose node rules must pass because they passed in the graph
+    ``g`` was made from (its id -> node and id -> buffer indexes ``nodes``, ``buffers``):
+    the very same node object, of a kind whose rules read only the node's own fields and
+    the buffers it names (:data:`KERNEL_CHECKS` read only those too), each of those
+    buffers the same object or equal to the old one but for its arena offset, which no
+    node rule reads. Rechecking such a node would run the same rule on the same values.
+    """
+    index, bufs = g._cache["node_index"], g._cache["buf_index"]
+    other = itertools.compress(
+        bufs.items(), map(operator.is_not, bufs.values(), map(buffers.get, bufs))
+    )
+    changed = {
+        bid for bid, b in other if bid not in buffers or _BUT_OFFSET(b) != _BUT_OFFSET(buffers[bid])
+    }
+    kept = itertools.compress(
+        index.items(), map(operator.is_, index.values(), map(nodes.get, index))
+    )
+    same = {nid for nid, n in kept if n.kind not in _READS_MORE}
+    if changed:
+        same = {
+            nid
+            for nid in same
+            if changed.isdisjoint(index[nid].inputs)
+            and changed.isdisjoint(index[nid].outputs)
+            and index[nid].condition not in changed
+        }
+    return same
 
 
 def body_depth(g: ComputeGraph) -> int:
@@ -272,7 +317,7 @@ def _check_bodies(g: ComputeGraph, n: GraphNode) -> None:
         )
 
 
-def _check_child(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_child(g: ComputeGraph, n: GraphNode) -> None:
     if len(n.bodies) != 1:
         raise InvalidArgument(
             f"{context(g, n.id)}: a child graph node holds one body graph, not {len(n.bodies)}"
@@ -280,7 +325,7 @@ def _check_child(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     _check_bodies(g, n)
 
 
-def _check_conditional(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_conditional(g: ComputeGraph, n: GraphNode) -> None:
     where = context(g, n.id)
     if n.cond_kind is None or n.condition is None:
         raise InvalidArgument(f"{where}: a conditional needs a cond_kind and a condition buffer")
@@ -298,7 +343,7 @@ def _check_conditional(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     _check_bodies(g, n)
 
 
-def _check_memory_node(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memory_node(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or len(n.outputs) != 1:
         raise InvalidArgument(
             f"{context(g, n.id)}: a {n.kind.noun} node names exactly one buffer, in outputs"
@@ -376,7 +421,7 @@ def _check_lifetimes(g: ComputeGraph) -> None:
                 )
 
 
-def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_kernel(g: ComputeGraph, n: GraphNode) -> None:
     if n.config is None:
         raise InvalidArgument(f"{context(g, n.id)}: a kernel needs a KernelConfig")
     if n.fused is not None:
@@ -400,7 +445,7 @@ def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
         check(g, n)
 
 
-def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memcpy(g: ComputeGraph, n: GraphNode) -> None:
     if n.memcpy_dir is None:
         raise InvalidArgument(f"{context(g, n.id)}: a memcpy needs a direction")
     if len(n.inputs) > 1 or len(n.outputs) > 1:
@@ -418,7 +463,7 @@ def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
             )
 
 
-def _check_memset(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memset(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or len(n.outputs) > 1:
         raise InvalidArgument(f"{context(g, n.id)}: a memset writes > 0 bytes into one buffer")
     for bid in n.outputs:
@@ -440,17 +485,18 @@ def _check_bytes_of(g: ComputeGraph, n: GraphNode, bid: Any) -> None:
         )
 
 
-def _check_wait(g: ComputeGraph, n: GraphNode, edges: set[Any]) -> None:
+def _check_wait(g: ComputeGraph, n: GraphNode) -> None:
     rec = g.node(n.event) if n.event is not None else None
     if rec is None or rec.kind is not NodeKind.EventRecord:
         raise InvalidArgument(f"{context(g, n.id)}: an event wait must name an event record")
-    if (rec.id, n.id) not in edges:
+    d = g.dense()  # the edge rec -> n: rec among n's predecessors (no set of all edges)
+    if d.pos[rec.id] not in d.pred[d.pos[n.id]]:
         raise InvalidArgument(
             f"{context(g, n.id)}: waits for {rec.name!r} but does not depend on it"
         )
 
 
-def _check_plain(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_plain(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or n.outputs:
         raise InvalidArgument(f"{context(g, n.id)}: a {n.kind.value} node touches no buffers")
 

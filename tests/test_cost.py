@@ -14,7 +14,7 @@ from oxiwork.cost import DeviceProfile, kernel_work, node_costs, node_time
 from oxiwork.error import GraphWarning
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.node import NodeKind
-from oxiwork.ops.program import buffer_specs, signature
+from oxiwork.ops.program import buffer_specs, signature, signature_key
 from oxiwork.optimizer.fusion import fuse
 from tests.test_views import view_graphs
 
@@ -132,6 +132,8 @@ class TestNodeTime:
         assert specs is buffer_specs(g)
         for n in g.nodes:
             assert signature(g, n, specs) == signature(g, n)
+            if signature(g, n) is not None:  # the key node_costs looks up, unchecked
+                assert signature_key(n, specs.__getitem__) == signature(g, n)
 
     def test_node_costs_keys(self):
         g = quick_start()

@@ -122,6 +122,9 @@ def _outcome(make: Any) -> Any:
         dict(g._cache["buf_index"]),
         dict(g._cache["buf_names"]),
         g.topological_order(),
+        # the edges' ends by id and position (cached at construction by the fast path,
+        # with_changes reading only the edges it appends to the old ones)
+        tuple(a.tolist() for a in graph_mod._edges_np(g)),
     )
 
 

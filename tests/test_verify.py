@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import warnings
 
 import networkx as nx
@@ -12,7 +13,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from oxiwork import ComputeGraph, ExecutionPlan, GraphBuilder, MemcpyDir, verify
-from oxiwork.error import GraphWarning, InvalidArgument, InvalidPlan, UnorderedAccess
+from oxiwork.error import GraphError, GraphWarning, InvalidArgument, InvalidPlan, UnorderedAccess
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
 from oxiwork.executor.plan import BufferArg
 from oxiwork.executor.races import drop_event, find_races
@@ -345,3 +346,94 @@ class TestDroppedDependencies:
         for policy in ("adversarial", "random", "round_robin"):
             sim = Simulator(bad, policy=policy, seed=3, check_finite=False, verify=False)
             assert _same(_outputs(bad, sim), ref)
+
+
+def _outcome(g: ComputeGraph) -> tuple[type, str] | None:
+    """What verify_graph says of ``g``: None, or the error's class and message."""
+    from oxiwork.verify import verify_graph
+
+    try:
+        verify_graph(g)
+    except GraphError as e:
+        return type(e), str(e)
+    return None
+
+
+_OTHER_DTYPE = {"float32": "int32", "int32": "float32", "float16": "bfloat16"}
+
+
+class TestIncrementalNodeRules:
+    """A graph made by with_changes from a verified graph re-checks only the nodes that are
+    not the very same objects over the same buffers: it must say exactly what the full
+    check of the same parts says."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        g=st.one_of(
+            rich_graphs(),
+            st.builds(random_op_dag, st.integers(0, 10**6), st.integers(2, 12)),
+            st.builds(lambda n: transformer_block(n, tokens=4, d_model=4, d_ff=8), st.just(1)),
+        ),
+        data=st.data(),
+    )
+    def test_same_verdict_as_the_full_check(self, g: ComputeGraph, data: st.DataObject) -> None:
+        assume(_outcome(g) is None)  # only a verified graph's verdict is carried
+        bufs = []
+        for b in g.buffers:
+            how = data.draw(st.sampled_from(("keep", "keep", "offset", "dtype", "size")))
+            if how == "offset" and not b.external and b.base is None:
+                b = dataclasses.replace(b, offset=b.alignment * data.draw(st.integers(0, 3)))
+            elif how == "dtype" and b.dtype in _OTHER_DTYPE:
+                b = dataclasses.replace(b, dtype=_OTHER_DTYPE[b.dtype])
+            elif how == "size" and b.base is None and b.shape is None and b.size_bytes > 8:
+                b = dataclasses.replace(b, size_bytes=8)
+            bufs.append(b)
+        nodes = []
+        for n in g.nodes:
+            how = data.draw(st.sampled_from(("keep", "keep", "keep", "copy", "break")))
+            if how == "copy":  # an equal node, but a new object
+                n = n.replace(label=n.label)
+            elif how == "break" and n.config is not None:
+                n = n.replace(config=None)  # a kernel without a launch config
+            elif how == "break" and n.size_bytes > 1:
+                n = n.replace(size_bytes=n.size_bytes * 1000)  # more than its buffer
+            nodes.append(n)
+        try:
+            h = g.with_changes(nodes=nodes, buffers=bufs)
+        except GraphError:
+            assume(False)  # refused when made: verify never sees it
+        full = ComputeGraph(h.nodes, h.buffers, h.edges)  # nothing carried: every rule
+        assert "node_rules_base" in h._cache and "node_rules_base" not in full._cache
+        assert _outcome(h) == _outcome(full)
+
+    def test_a_dtype_change_under_the_same_kernel_is_checked_again(self) -> None:
+        g = transformer_block(1, tokens=4, d_model=4, d_ff=8)
+        g.verify()
+        out = next(n.outputs[0] for n in g.kernels() if n.op == "relu" or n.op == "gelu")
+        bufs = [dataclasses.replace(b, dtype="int32") if b.id == out else b for b in g.buffers]
+        with pytest.raises(InvalidArgument, match="dtype"):
+            g.with_changes(buffers=bufs).verify()
+
+    def test_unchanged_nodes_are_not_checked_again(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        V = importlib.import_module("oxiwork.verify")  # the module (oxiwork.verify is the function)
+        g = transformer_block(1, tokens=4, d_model=4, d_ff=8)
+        g.verify()
+        k = g.kernels()[0]
+        h = g.with_changes(nodes=[n.replace(label="x") if n is k else n for n in g.nodes])
+        seen: list[object] = []
+        rule = V._RULES[k.kind]
+        monkeypatch.setitem(V._RULES, k.kind, lambda g, n: (seen.append(n.id), rule(g, n)))
+        h.verify()
+        assert seen == [k.id]  # only the new object
+
+
+@pytest.mark.parametrize("names", [("r", "other"), ("a", "b")])
+def test_a_dtype_error_names_its_own_kernel_each_time(names: tuple[str, str]) -> None:
+    # check_dtypes remembers what passes across graphs, never a message naming a node
+    for name in names:
+        b = GraphBuilder()
+        ids = b.alloc_external_buffer("ids", 32, dtype="int64")
+        y = b.alloc_buffer("y", 16)
+        b.add_kernel(name, 1, 32).op("relu").inputs([ids]).outputs([y]).finish()
+        with pytest.raises(InvalidArgument, match=f"kernel '{name}'"):
+            b.build()

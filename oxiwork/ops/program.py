@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -64,6 +64,7 @@ __all__ = [
     "run_into",
     "share_bound",
     "signature",
+    "signature_key",
 ]
 
 # graph._cache key: node id -> (node, its BoundProgram, the op name each step looked up)
@@ -224,26 +225,40 @@ def signature(
     >>> signature(g, relu) == signature(g, relu.replace(name="other")), signature(g, relu) == signature(g, scale)
     (True, False)
     """
-    ids = (*node.inputs, *node.outputs)
     if specs is None:
         buffer = graph.buffer
-        spec = tuple([_BUFFER_SPEC(buffer(b)) for b in ids])
+        spec_of = lambda b: _BUFFER_SPEC(buffer(b))  # noqa: E731
     else:
-        spec = tuple(map(specs.__getitem__, ids))
-    # in-place kernels and repeated inputs: which positions name the same buffer
-    alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
-    fused = node.fused
-    program = (
-        None
-        if fused is None
-        else (tuple([(st.op, st.params, st.args) for st in fused.steps]), fused.outputs)
-    )
-    key = (node.op, node.params, program, len(node.inputs), spec, alias)
+        spec_of = specs.__getitem__
+    key = signature_key(node, spec_of)
     try:
         hash(key)
     except TypeError:
         return None
     return key
+
+
+# What a fused step contributes to a signature: all but its origin.
+_STEP_KEY = operator.attrgetter("op", "params", "args")
+
+
+def signature_key(node: GraphNode, spec_of: Callable[[BufferId], Any]) -> tuple[Any, ...]:
+    """:func:`signature` of ``node`` with each buffer's spec given by ``spec_of`` (a
+    look-up in :func:`buffer_specs`), without checking that it is hashable: for callers
+    that look many kernels up in a dict anyway (the cost model), where an unhashable key
+    raises ``TypeError`` at the look-up.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> signature_key(g.nodes[1], buffer_specs(g).__getitem__) == signature(g, g.nodes[1])
+    True
+    """
+    ids = node.inputs + node.outputs
+    # in-place kernels and repeated inputs: which positions name the same buffer
+    alias = None if len(set(ids)) == len(ids) else tuple([ids.index(b) for b in ids])
+    fused = node.fused
+    program = None if fused is None else (tuple(map(_STEP_KEY, fused.steps)), fused.outputs)
+    return (node.op, node.params, program, len(node.inputs), tuple(map(spec_of, ids)), alias)
 
 
 def _relabel(template: BoundProgram, node: GraphNode) -> BoundProgram:
@@ -481,9 +496,9 @@ def _store_mismatch(where: str, op_name: str, dtype: str, buf: Any) -> str:
     )
 
 
-# (program, input dtypes, output dtypes) -> None when they fit, else the error's message.
-# Programs repeat across a graph (every layer of a model), so most kernels are one lookup.
-_DTYPES_CHECKED: dict[Any, str | None] = {}
+# The (program, input dtypes, output dtypes) that fit. Programs repeat across a graph
+# (every layer of a model), so most kernels are one lookup.
+_DTYPES_CHECKED: dict[Any, None] = {}
 
 
 def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
@@ -502,28 +517,32 @@ def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
     ...
     oxiwork.error.InvalidArgument: kernel 'r' (id 0) (op 'relu'): input 0 is int64, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
     """
+    if node.fused is None and (node.op is None or get(node.op) is None):
+        return
+    bufs = graph._cache["buf_index"]  # id -> buffer (graph.buffer without its checks)
+    in_dt = tuple([bufs[b].dtype for b in node.inputs])
+    out_bufs = [bufs[b] for b in node.outputs]
+    out_dt = tuple([b.dtype for b in out_bufs])
     if node.fused is None:
-        if node.op is None or get(node.op) is None:
-            return
         specs: Sequence[tuple[str, Any, tuple[tuple[str, int], ...]]] = (
             (node.op, node.params, _in_args(len(node.inputs))),
         )
         results: tuple[int, ...] = (0,)
+        # (a str first: never equal to a fused program's key, whose first item is a tuple)
+        key: Any = (node.op, node.params, len(node.inputs), in_dt, out_dt)
     else:
         specs = [(st.op, st.params, st.args) for st in node.fused.steps]
         results = node.fused.outputs
-    in_dt = tuple([graph.buffer(b).dtype for b in node.inputs])
-    out_bufs = [graph.buffer(b) for b in node.outputs]
-    out_dt = tuple([b.dtype for b in out_bufs])
-    key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
+        key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
     try:
-        hit = _DTYPES_CHECKED.get(key, False)
+        if key in _DTYPES_CHECKED:
+            return
     except TypeError:  # an unhashable parameter value: check without the memo
-        key, hit = None, False
-    if hit is False:
-        hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
-        if key is not None and len(_DTYPES_CHECKED) < 100_000:
-            _DTYPES_CHECKED[key] = hit
+        key = None
+    # Only what passes is remembered: a message names its node, so it is made per node.
+    hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
+    if hit is None and key is not None and len(_DTYPES_CHECKED) < 100_000:
+        _DTYPES_CHECKED[key] = None
     if hit is not None:
         raise InvalidArgument(hit)
 

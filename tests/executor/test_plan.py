@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from oxiwork import verify
 from oxiwork.analysis.happens_before import plan_clocks
 from oxiwork.error import GraphError, InvalidPlan, UnorderedAccess
 from oxiwork.examples import quick_start, random_op_dag, transformer_block
-from oxiwork.executor.plan import ExecutionPlan, PlanStep, verify_plan
+from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep, _positional, verify_plan
 from oxiwork.node import BufferId, NodeKind, StreamId
 from tests.strategies import any_dags
 
@@ -275,3 +276,33 @@ class TestStreamsWeighMemory:
         assert tried[0] == cap and plan.num_streams <= tried[-1]
         roomy = ExecutionPlan.build(g, max_streams=cap, memory_budget=full.pool_bytes)
         assert (roomy.num_streams, roomy.pool_bytes) == (full.num_streams, full.pool_bytes)
+
+
+class TestPositionalConstructor:
+    """_lower makes its steps and buffer args with plan._positional: the very objects
+    the dataclasses' own constructors make."""
+
+    @settings(max_examples=20, deadline=None)
+    @given(seed=st.integers(0, 10**6), n=st.integers(2, 20))
+    def test_same_steps_as_the_dataclass_constructor(self, seed: int, n: int) -> None:
+        plan = ExecutionPlan.build(random_op_dag(seed, n), max_streams=2)
+        for st_ in plan.steps:
+            assert type(st_) is PlanStep
+            values = [getattr(st_, f.name) for f in dataclasses.fields(PlanStep)]
+            assert PlanStep(*values) == st_ and hash(PlanStep(*values)) == hash(st_)
+            for a in (*st_.inputs, *st_.outputs):
+                assert type(a) is BufferArg
+                assert BufferArg(*[getattr(a, f.name) for f in dataclasses.fields(a)]) == a
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                st_.name = "x"  # type: ignore[misc]
+
+    def test_raises_for_a_class_with_post_init(self) -> None:
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Checked:
+            x: int
+
+            def __post_init__(self) -> None:
+                pass
+
+        with pytest.raises(TypeError, match="not a plain slotted dataclass"):
+            _positional(Checked)

@@ -549,6 +549,44 @@ class TestSweepOracle:
         self.same_sweep(g)
 
 
+class TestFreeRuns:
+    """The sweep's free-run store (the tail kept apart, issue 14) against the reference's
+    (tests/optimizer/_sweep_reference.py, the tail as the last run): after every update the
+    same runs, and the same best-fit keys."""
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.integers(1, 12)), max_size=60))
+    def test_same_runs_as_the_reference(self, ops):
+        from tests.optimizer import _sweep_reference as ref
+
+        shift = 10  # 2**10 bounds every address below
+        runs, plain = memory_pass._FreeRuns(shift), ref._FreeRuns()
+        free = np.ones(64, dtype=bool)  # bytes 0..63; all above are free throughout
+        for is_add, s, n in ops:
+            e = s + n
+            if is_add:
+                if free[s:e].any():
+                    continue  # add() frees bytes that are not free
+                runs.add(s, e)
+                plain.add(s, e)
+                free[s:e] = True
+            else:
+                runs.take(s, e)
+                plain.take(s, e)
+                free[s:e] = False
+            assert [*runs.starts, runs.tail] == plain.starts
+            assert [*runs.ends, ref._TOP] == plain.ends
+            low = (1 << shift) - 1
+            assert [(k >> shift, k & low) for k in runs.by_len] == plain.by_len
+            # and the runs are the free bytes, coalesced: the tail starts above a used byte
+            model = np.zeros(64, dtype=bool)
+            for rs, re in zip(runs.starts, runs.ends, strict=True):
+                model[rs:re] = True
+            model[runs.tail :] = True
+            assert model.tolist() == free.tolist()
+            assert runs.tail == 0 or not free[runs.tail - 1]
+
+
 class TestBookkeeping:
     """The pass's output buffers (built in bulk, issue 14) against the per-buffer rule they
     replaced: the input buffer with ``replace(b, offset=...)``."""

@@ -46,7 +46,7 @@ def assert_same_pass(graph: ComputeGraph, cap: int, costs: dict | None = None) -
 
 
 @settings(max_examples=60, deadline=None)
-@given(any_dags(max_nodes=50), st.integers(1, 5))
+@given(any_dags(max_nodes=50), st.integers(1, 7))  # over 4: the general clock join
 def test_random_dags(graph: ComputeGraph, cap: int) -> None:
     assert_same_pass(graph, cap)
 
@@ -97,8 +97,33 @@ def test_synthetic_3k(shape: str) -> None:
 def test_restreamed_nodes_are_replaces(graph: ComputeGraph, s: int) -> None:
     # every field of every node (fn, which equality skips, included) as replace sets it
     sid = StreamId(s)
-    new = stream._with_streams(list(graph.nodes), [sid] * len(graph.nodes))
+    new = stream._copy_nodes(list(graph.nodes), {"stream": [sid] * len(graph.nodes)})
     for n, m in zip(graph.nodes, new, strict=True):
         ref = n.replace(stream=sid)
         assert type(m) is GraphNode and m == ref
         assert all(getattr(m, f.name) is getattr(ref, f.name) for f in dataclasses.fields(ref))
+
+
+def test_copied_nodes_are_replaces_across_blocks() -> None:
+    # more nodes than one copy block, the last block partial, two fields varying per node
+    nodes = list(fuse(synthetic(3000, "transformer")).graph.nodes)
+    assert len(nodes) > 2 * stream._COPY_BLOCK and len(nodes) % stream._COPY_BLOCK
+    sids = [StreamId(p % 3) for p in range(len(nodes))]
+    names = [f"n{p}" for p in range(len(nodes))]
+    new = stream._copy_nodes(nodes, {"stream": sids, "name": names})
+    assert len(new) == len(nodes)
+    for n, m, sid, name in zip(nodes, new, sids, names, strict=True):
+        ref = n.replace(stream=sid, name=name)
+        assert type(m) is GraphNode and m == ref
+        assert all(getattr(m, f.name) is getattr(ref, f.name) for f in dataclasses.fields(ref))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.integers(-1, 50), min_size=4, max_size=4), min_size=1, max_size=6))
+def test_unrolled_clock_join_is_the_join(clocks: list[list[int]]) -> None:
+    prev, *rest = clocks
+    for ps in ([], list(range(len(rest))), list(range(len(rest)))[::-1][:2]):
+        got = stream._join4(prev, ps, rest)
+        want = [max(x) for x in zip(prev, *(rest[u] for u in ps), strict=True)]
+        assert got == stream._join(prev, ps, rest) == want
+        assert got is not prev  # a new clock, never the previous one
