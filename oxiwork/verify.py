@@ -15,6 +15,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import replace
@@ -190,14 +191,13 @@ def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
 
 
 def _check_nodes(g: ComputeGraph) -> None:
-    edge_set = set(g.edges)
     passed = g._cache.get("node_rules_of", frozenset())
     base = g._cache.pop("node_rules_base", None)
     same = _unchanged_nodes(g, *base) if base is not None else frozenset()
     for n in g.nodes:
         if n.id in passed or n.id in same:
             continue
-        _RULES[n.kind](g, n, edge_set)
+        _RULES[n.kind](g, n)
         if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
         if n.kind is not NodeKind.Conditional and (
@@ -228,13 +228,16 @@ def _unchanged_nodes(
     node rule reads. Rechecking such a node would run the same rule on the same values.
     """
     index, bufs = g._cache["node_index"], g._cache["buf_index"]
+    other = itertools.compress(
+        bufs.items(), map(operator.is_not, bufs.values(), map(buffers.get, bufs))
+    )
     changed = {
-        bid
-        for bid, b in bufs.items()
-        if buffers.get(bid) is not b
-        and (bid not in buffers or _BUT_OFFSET(b) != _BUT_OFFSET(buffers[bid]))
+        bid for bid, b in other if bid not in buffers or _BUT_OFFSET(b) != _BUT_OFFSET(buffers[bid])
     }
-    same = {nid for nid, n in index.items() if nodes.get(nid) is n and n.kind not in _READS_MORE}
+    kept = itertools.compress(
+        index.items(), map(operator.is_, index.values(), map(nodes.get, index))
+    )
+    same = {nid for nid, n in kept if n.kind not in _READS_MORE}
     if changed:
         same = {
             nid
@@ -314,7 +317,7 @@ def _check_bodies(g: ComputeGraph, n: GraphNode) -> None:
         )
 
 
-def _check_child(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_child(g: ComputeGraph, n: GraphNode) -> None:
     if len(n.bodies) != 1:
         raise InvalidArgument(
             f"{context(g, n.id)}: a child graph node holds one body graph, not {len(n.bodies)}"
@@ -322,7 +325,7 @@ def _check_child(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     _check_bodies(g, n)
 
 
-def _check_conditional(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_conditional(g: ComputeGraph, n: GraphNode) -> None:
     where = context(g, n.id)
     if n.cond_kind is None or n.condition is None:
         raise InvalidArgument(f"{where}: a conditional needs a cond_kind and a condition buffer")
@@ -340,7 +343,7 @@ def _check_conditional(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
     _check_bodies(g, n)
 
 
-def _check_memory_node(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memory_node(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or len(n.outputs) != 1:
         raise InvalidArgument(
             f"{context(g, n.id)}: a {n.kind.noun} node names exactly one buffer, in outputs"
@@ -418,7 +421,7 @@ def _check_lifetimes(g: ComputeGraph) -> None:
                 )
 
 
-def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_kernel(g: ComputeGraph, n: GraphNode) -> None:
     if n.config is None:
         raise InvalidArgument(f"{context(g, n.id)}: a kernel needs a KernelConfig")
     if n.fused is not None:
@@ -442,7 +445,7 @@ def _check_kernel(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
         check(g, n)
 
 
-def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memcpy(g: ComputeGraph, n: GraphNode) -> None:
     if n.memcpy_dir is None:
         raise InvalidArgument(f"{context(g, n.id)}: a memcpy needs a direction")
     if len(n.inputs) > 1 or len(n.outputs) > 1:
@@ -460,7 +463,7 @@ def _check_memcpy(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
             )
 
 
-def _check_memset(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_memset(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or len(n.outputs) > 1:
         raise InvalidArgument(f"{context(g, n.id)}: a memset writes > 0 bytes into one buffer")
     for bid in n.outputs:
@@ -482,17 +485,18 @@ def _check_bytes_of(g: ComputeGraph, n: GraphNode, bid: Any) -> None:
         )
 
 
-def _check_wait(g: ComputeGraph, n: GraphNode, edges: set[Any]) -> None:
+def _check_wait(g: ComputeGraph, n: GraphNode) -> None:
     rec = g.node(n.event) if n.event is not None else None
     if rec is None or rec.kind is not NodeKind.EventRecord:
         raise InvalidArgument(f"{context(g, n.id)}: an event wait must name an event record")
-    if (rec.id, n.id) not in edges:
+    d = g.dense()  # the edge rec -> n: rec among n's predecessors (no set of all edges)
+    if d.pos[rec.id] not in d.pred[d.pos[n.id]]:
         raise InvalidArgument(
             f"{context(g, n.id)}: waits for {rec.name!r} but does not depend on it"
         )
 
 
-def _check_plain(g: ComputeGraph, n: GraphNode, _: set[Any]) -> None:
+def _check_plain(g: ComputeGraph, n: GraphNode) -> None:
     if n.inputs or n.outputs:
         raise InvalidArgument(f"{context(g, n.id)}: a {n.kind.value} node touches no buffers")
 

@@ -422,6 +422,18 @@ class TestIncrementalNodeRules:
         h = g.with_changes(nodes=[n.replace(label="x") if n is k else n for n in g.nodes])
         seen: list[object] = []
         rule = V._RULES[k.kind]
-        monkeypatch.setitem(V._RULES, k.kind, lambda g, n, e: (seen.append(n.id), rule(g, n, e)))
+        monkeypatch.setitem(V._RULES, k.kind, lambda g, n: (seen.append(n.id), rule(g, n)))
         h.verify()
         assert seen == [k.id]  # only the new object
+
+
+@pytest.mark.parametrize("names", [("r", "other"), ("a", "b")])
+def test_a_dtype_error_names_its_own_kernel_each_time(names: tuple[str, str]) -> None:
+    # check_dtypes remembers what passes across graphs, never a message naming a node
+    for name in names:
+        b = GraphBuilder()
+        ids = b.alloc_external_buffer("ids", 32, dtype="int64")
+        y = b.alloc_buffer("y", 16)
+        b.add_kernel(name, 1, 32).op("relu").inputs([ids]).outputs([y]).finish()
+        with pytest.raises(InvalidArgument, match=f"kernel '{name}'"):
+            b.build()

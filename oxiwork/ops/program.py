@@ -496,9 +496,9 @@ def _store_mismatch(where: str, op_name: str, dtype: str, buf: Any) -> str:
     )
 
 
-# (program, input dtypes, output dtypes) -> None when they fit, else the error's message.
-# Programs repeat across a graph (every layer of a model), so most kernels are one lookup.
-_DTYPES_CHECKED: dict[Any, str | None] = {}
+# The (program, input dtypes, output dtypes) that fit. Programs repeat across a graph
+# (every layer of a model), so most kernels are one lookup.
+_DTYPES_CHECKED: dict[Any, None] = {}
 
 
 def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
@@ -517,28 +517,32 @@ def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
     ...
     oxiwork.error.InvalidArgument: kernel 'r' (id 0) (op 'relu'): input 0 is int64, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
     """
+    if node.fused is None and (node.op is None or get(node.op) is None):
+        return
+    bufs = graph._cache["buf_index"]  # id -> buffer (graph.buffer without its checks)
+    in_dt = tuple([bufs[b].dtype for b in node.inputs])
+    out_bufs = [bufs[b] for b in node.outputs]
+    out_dt = tuple([b.dtype for b in out_bufs])
     if node.fused is None:
-        if node.op is None or get(node.op) is None:
-            return
         specs: Sequence[tuple[str, Any, tuple[tuple[str, int], ...]]] = (
             (node.op, node.params, _in_args(len(node.inputs))),
         )
         results: tuple[int, ...] = (0,)
+        # (a str first: never equal to a fused program's key, whose first item is a tuple)
+        key: Any = (node.op, node.params, len(node.inputs), in_dt, out_dt)
     else:
         specs = [(st.op, st.params, st.args) for st in node.fused.steps]
         results = node.fused.outputs
-    in_dt = tuple([graph.buffer(b).dtype for b in node.inputs])
-    out_bufs = [graph.buffer(b) for b in node.outputs]
-    out_dt = tuple([b.dtype for b in out_bufs])
-    key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
+        key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
     try:
-        hit = _DTYPES_CHECKED.get(key, False)
+        if key in _DTYPES_CHECKED:
+            return
     except TypeError:  # an unhashable parameter value: check without the memo
-        key, hit = None, False
-    if hit is False:
-        hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
-        if key is not None and len(_DTYPES_CHECKED) < 100_000:
-            _DTYPES_CHECKED[key] = hit
+        key = None
+    # Only what passes is remembered: a message names its node, so it is made per node.
+    hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
+    if hit is None and key is not None and len(_DTYPES_CHECKED) < 100_000:
+        _DTYPES_CHECKED[key] = None
     if hit is not None:
         raise InvalidArgument(hit)
 
