@@ -246,8 +246,10 @@ class _Fuser:
         """The members of the group whose root is ``root``."""
         return self.members.get(root) or [root]
 
-    def union(self, members: Iterable[NodeId], summary: _Group | None) -> None:
-        roots = sorted({self.find(m) for m in members}, key=self.pos.__getitem__)
+    def union(self, roots: Iterable[NodeId], summary: _Group | None) -> None:
+        """Merge the groups of ``roots`` (roots of distinct groups), with ``summary`` the
+        merged group's (None: made again from the members when next needed)."""
+        roots = sorted(roots, key=self.pos.__getitem__)
         keep = roots[0]
         kept = self.members.get(keep)
         if kept is None:
@@ -425,21 +427,20 @@ class _Fuser:
     def single(self, m: NodeId) -> _Group:
         """The summary of kernel ``m`` alone."""
         inf = self.info[m]
-        out = self.out[m]
         inputs = self.inputs[m]
         views = self.views
-        vbases = {views[b] for b in inputs if b in views} if views else set()
+        cls = inf.cls
         return _Group(
             {m},
-            {out},
+            {self.out[m]},
             set(),
             [m] if self.readers[m] else [],
             set(inputs),  # never its own output: in-place kernels do not fuse
-            vbases,
-            m if inf.cls == "R" else None,
-            m if inf.cls == "M" else None,
+            {views[b] for b in inputs if b in views} if views else set(),
+            m if cls == "R" else None,
+            m if cls == "M" else None,
             inf.out_numel,
-            inf.cls == "M" or inf.bcast,
+            cls == "M" or inf.bcast,
             self.pos[m],
             set(self.succ[m]),
             self.stream[m],
@@ -457,78 +458,74 @@ class _Fuser:
         matmul (a group with a reduction goes through :meth:`structure_ok`); a path
         leaving the union and coming back."""
         summary, members = self.summary, self.members
-        gs = []
         size = 0
+        for r in roots:
+            ms = members.get(r)
+            size += 1 if ms is None else len(ms)
+        if size > self.max:  # before any summary is made: no set is built for it
+            return "group would exceed max_group_size"
+        gs = []
         for r in roots:
             g = summary.get(r)
             if g is None:
                 g = summary[r] = self.single(r)
             gs.append(g)
-            ms = members.get(r)
-            size += 1 if ms is None else len(ms)
-        if size > self.max:
-            return "group would exceed max_group_size"
         # The rules are checked in legal()'s order; each union of the groups' sets is made
         # only when the next rule needs it, so most refused merges copy few sets.
-        a = gs[0]
+        a, b, more = gs[0], gs[1], gs[2:]  # mostly two groups: unions of a and b, then more
+        rest = gs[1:]
         stream, numel, hi = a.stream, a.numel, a.hi
-        pinned = True  # one stream pin
-        flat = True  # every group without a reduction, on one number of elements
-        specials = 0  # reductions and matmuls
         red = head = None
+        specials = 0  # reductions and matmuls
+        flat = a.bcast  # every group without a reduction, on one number of elements
         for g in gs:
-            if g is not a:
-                pinned = pinned and g.stream == stream
-                if g.hi > hi:
-                    hi = g.hi
             if g.red is not None:
                 red = g.red
                 specials += 1
             elif g.head is not None:
                 head = g.head
                 specials += 1
+        for g in rest:
+            if g.stream != stream:
+                return "members are pinned to different streams"
+            if g.hi > hi:
+                hi = g.hi
             flat = flat and g.numel == numel and g.bcast
-        if not pinned:
-            return "members are pinned to different streams"
-        written = set(a.written)
-        for g in gs:
-            if g is not a:
-                written |= g.written
+        written = a.written | b.written
+        for g in more:
+            written |= g.written
         if len(written) != size:  # one output per member
             return None
-        mset = set(a.mset)
-        for g in gs:
-            if g is not a:
-                mset |= g.mset
+        mset = a.mset | b.mset
+        for g in more:
+            mset |= g.mset
         readers, can, outs = self.readers, self._internalisable, self.out
+        contains = mset.__contains__
         still_open = []
         closed = []  # outputs whose readers the merge takes in: internal now
         for g in gs:
             for m in g.open:
                 rs = readers[m]
-                inside = 0
-                for r in rs:
-                    if r in mset:
-                        inside += 1
+                inside = sum(map(contains, rs))
                 if not inside:
                     still_open.append(m)
-                elif not can[m] or inside != len(rs):
+                elif inside != len(rs) or not can[m]:
                     return None
                 else:
                     closed.append(outs[m])
-        ext_in = set(a.ext_in)
-        for g in gs:
-            if g is not a:
-                ext_in |= g.ext_in
-        first_writer = self.first_writer
-        for bid in ext_in & written:  # read in one group, written in another
-            if first_writer[bid] not in mset:
-                return None
-        ext_in -= written
-        vbases = set(a.vbases)
-        for g in gs:
-            if g is not a:
-                vbases |= g.vbases
+        ext_in = a.ext_in | b.ext_in
+        for g in more:
+            ext_in |= g.ext_in
+        crossing = ext_in & written  # read in one group, written in another
+        if crossing:
+            first_writer = self.first_writer
+            for bid in crossing:
+                if first_writer[bid] not in mset:
+                    return None
+            ext_in -= written
+        vbases = a.vbases | b.vbases
+        for g in more:
+            vbases |= g.vbases
         if vbases and not vbases.isdisjoint(written):
             return None
         if specials > 1:
@@ -537,19 +534,17 @@ class _Fuser:
             return "a matmul reads whole buffers, so it can only start a fused kernel"
         if red is None and not flat:
             return None
-        internal = set(a.internal)
-        for g in gs:
-            if g is not a:
-                internal |= g.internal
+        internal = a.internal | b.internal
+        for g in more:
+            internal |= g.internal
         internal.update(closed)
         if red is not None:
             why = self.structure_ok(sorted(mset, key=self.pos.__getitem__), internal)
             if why is not None:
                 return why
-        outsucc = set(a.outsucc)
-        for g in gs:
-            if g is not a:
-                outsucc |= g.outsucc
+        outsucc = a.outsucc | b.outsucc
+        for g in more:
+            outsucc |= g.outsucc
         outsucc -= mset
         pos = self.pos
         start = [v for v in outsucc if pos[v] < hi]
@@ -732,12 +727,18 @@ def _fused_node(
 ) -> tuple[GraphNode, set[BufferId]]:
     """The kernel replacing ``group`` (members classified by ``fuser``) and the buffers
     that become internal to it."""
-    gset = set(group)
     node_of = graph.node
     nodes = [node_of(m) for m in group]
-    readers = fuser.readers
-    # outputs read inside the group (the group is legal: all their readers are in it)
-    internal = {n.outputs[0] for n in nodes if not gset.isdisjoint(readers[n.id])}
+    # outputs read inside the group (the group is legal: all their readers are in it), as
+    # the group's summary holds them (its root is its first member)
+    summary = fuser.summary.get(group[0])
+    if summary is None or CHECK_MERGES:
+        gset = set(group)
+        readers = fuser.readers
+        internal = {n.outputs[0] for n in nodes if not gset.isdisjoint(readers[n.id])}
+        assert summary is None or summary.internal == internal, "summary's internal buffers"
+    else:
+        internal = summary.internal
     inputs: list[BufferId] = []
     in_index: dict[BufferId, int] = {}
     step_of: dict[BufferId, int] = {}
@@ -769,12 +770,17 @@ def _fused_node(
         name = f"{nodes[0].name[:80]}+...+{nodes[-1].name[:80]} ({len(nodes)} kernels)"
     program = FusedProgram(tuple(steps), tuple(results))
     info = fuser.info
+    # The members' own tuples where equal (a chain reads what its first member reads and
+    # writes what its last writes): fewer young objects for the collector to walk.
+    first_in = nodes[0].inputs
+    ins = first_in if len(inputs) == len(first_in) and first_in == tuple(inputs) else tuple(inputs)
+    outs = nodes[results[0]].outputs if len(outputs) == 1 else tuple(outputs)
     node = GraphNode(
         nid,
         name,
         nodes[0].kind,
-        inputs=tuple(inputs),
-        outputs=tuple(outputs),
+        inputs=ins,
+        outputs=outs,
         stream=nodes[0].stream,
         config=_config([info[m] for m in group], results[0]),
         fusible=True,
@@ -972,11 +978,20 @@ def _round(
     known: dict[NodeId, _Info | str],
     sources: dict[Any, bool],
     numbers: dict[Any, int],
-) -> tuple[ComputeGraph, int, list[list[NodeId]], list[BufferId], list[list[NodeId]], _Fuser]:
+) -> tuple[
+    ComputeGraph,
+    int,
+    list[list[NodeId]],
+    list[BufferId],
+    list[list[NodeId]],
+    _Fuser,
+    list[tuple[list[NodeId], str]],
+    list[GraphNode],
+]:
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
     buffers removed, the groups undone (they raised peak memory above ``limit``), the fuser
-    (its refusals, counted and per producer) and the groups whose kernel failed to build,
-    with the error."""
+    (its refusals, counted and per producer), the groups whose kernel failed to build,
+    with the error, and the fused kernels of the groups kept."""
     fuser = _Fuser(graph, max_group_size, known, numbers)
     groups = fuser.run()
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
@@ -1025,7 +1040,8 @@ def _round(
     # The kept kernels and the fused ones (bound while making them) keep their buffers,
     # so the cost model and code generation on ``new`` need not bind them again.
     share_bound(graph, new)
-    return new, peak, groups[:keep], removed, undone, fuser, failed
+    kernels = [node for node, _ in made[:keep]]  # ids first, first + 1, ...: group order
+    return new, peak, groups[:keep], removed, undone, fuser, failed, kernels
 
 
 def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
@@ -1092,16 +1108,16 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     dropped_in: dict[NodeId, tuple[int, int, str]] = {}
     rounds = 0
     while max_group_size > 1:
-        first = int(new.next_node_id())
-        new, peak, got, gone, dropped, fuser, failed = _round(
+        new, peak, got, gone, dropped, fuser, failed, kernels = _round(
             new, max_group_size, before, known, sources, numbers
         )
         rounds += 1
         rejected = fuser.rejected
         said.update((p, (rounds, rec)) for p, rec in fuser.why.items())
-        for k, group in enumerate(got):
-            fused_nodes[NodeId(first + k)] = tuple(group)
-            if undone:  # a group undone in an earlier round formed now
+        # the fused kernels' own id and members tuple (no copies for the collector)
+        fused_nodes.update((k.id, k.fused_from) for k in kernels)
+        if undone:  # a group undone in an earlier round formed now
+            for group in got:
                 undone.pop(frozenset(group), None)
         for group in dropped:
             undone[frozenset(group)] = group
