@@ -1126,8 +1126,10 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     rejected: Counter[str] = Counter()
     # Why kernels did not merge, as of the latest round that said so: per producer (the
     # fuser's records) and per member of a group dropped after it formed (round, group,
-    # words). Formatted into sentences only for the edges that end up unfused.
-    said: dict[NodeId, tuple[int, tuple[Any, ...]]] = {}
+    # words). Formatted into sentences only for the edges that end up unfused. The round
+    # of each record is kept beside it (ints, not a pair per producer for the collector).
+    said: dict[NodeId, tuple[Any, ...]] = {}
+    said_in: dict[NodeId, int] = {}
     dropped_in: dict[NodeId, tuple[int, int, str]] = {}
     rounds = 0
     while max_group_size > 1:
@@ -1136,7 +1138,8 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         )
         rounds += 1
         rejected = fuser.rejected
-        said.update((p, (rounds, rec)) for p, rec in fuser.why.items())
+        said.update(fuser.why)
+        said_in.update(dict.fromkeys(fuser.why, rounds))
         # the fused kernels' own id and members tuple (no copies for the collector)
         fused_nodes.update((k.id, k.fused_from) for k in kernels)
         if undone:  # a group undone in an earlier round formed now
@@ -1167,7 +1170,7 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
         "rounds": rounds,
         # Worked out on first read (the workbench's details panel, the CLI): most runs of
         # the pipeline never ask, and it costs a pass over every edge.
-        "not_fused": NotFused(lambda: _not_fused(graph, groups, said, dropped_in, known)),
+        "not_fused": NotFused(lambda: _not_fused(graph, groups, said, said_in, dropped_in, known)),
     }
     return PassResult(new, artefacts)
 
@@ -1224,7 +1227,8 @@ class NotFused(Mapping[tuple[NodeId, NodeId], str]):
 def _not_fused(
     graph: ComputeGraph,
     groups: list[list[NodeId]],
-    said: dict[NodeId, tuple[int, tuple[Any, ...]]],
+    said: dict[NodeId, tuple[Any, ...]],
+    said_in: dict[NodeId, int],
     dropped_in: dict[NodeId, tuple[int, int, str]],
     known: dict[NodeId, _Info | str],
 ) -> dict[tuple[NodeId, NodeId], tuple[str, str]]:
@@ -1260,9 +1264,9 @@ def _not_fused(
         if reason is None:
             rec, da, db = said.get(a), dropped_in.get(a), dropped_in.get(b)
             same_group = da is not None and db is not None and da[:2] == db[:2]
-            if same_group and (rec is None or rec[0] <= da[0]):  # formed after any refusal
-                rec = (da[0], ("dropped", da[2]))
-            rule, words = _said(rec[1], a, b, name) if rec is not None else ("", "")
+            if same_group and (rec is None or said_in[a] <= da[0]):  # after any refusal
+                rec = ("dropped", da[2])
+            rule, words = _said(rec, a, b, name) if rec is not None else ("", "")
             joined = []
             for n, g in ((a, ga), (b, gb)):
                 if g is not None:
