@@ -256,23 +256,31 @@ def _diff(name: str, before: ComputeGraph, result: PassResult, seconds: float) -
     if after.nodes is not before.nodes:
         new, old = list(an.values()), list(map(bn.get, an))
         other = map(operator.is_not, new, old)
+        # (the stream, which the stream pass sets, first: a differing stream is a change
+        # without building both field tuples)
         changed = tuple(
             k
             for k, x, y in itertools.compress(zip(an, new, old, strict=True), other)
-            if y is not None and _FIELDS(x) != _FIELDS(y)
+            if y is not None and (x.stream != y.stream or _FIELDS(x) != _FIELDS(y))
         )
     return TraceEntry(
         name=name,
         before=before,
         after=after,
-        created_nodes=tuple(sorted(an.keys() - bn.keys())),
-        removed_nodes=tuple(sorted(bn.keys() - an.keys())),
-        created_buffers=tuple(sorted(ab.keys() - bb.keys())),
-        removed_buffers=tuple(sorted(bb.keys() - ab.keys())),
+        created_nodes=_added(bn, an),
+        removed_nodes=_added(an, bn),
+        created_buffers=_added(bb, ab),
+        removed_buffers=_added(ab, bb),
         changed_nodes=changed,  # in id order: the index is in the graph's (id) order
         artefacts=dict(result.artefacts),
         seconds=seconds,
     )
+
+
+def _added(before: Mapping[Any, Any], after: Mapping[Any, Any]) -> tuple[Any, ...]:
+    """The keys of ``after`` that ``before`` lacks, sorted; none when both are the very
+    same index (a graph made from another's very nodes or buffers shares its index)."""
+    return () if after is before else tuple(sorted(after.keys() - before.keys()))
 
 
 # The fields GraphNode's == compares (a host callback's fn is not one of them).

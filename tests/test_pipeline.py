@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
 from oxiwork import ComputeGraph, GraphBuilder
 from oxiwork.error import CycleError, GraphError, InvalidArgument
@@ -17,6 +18,7 @@ from oxiwork.pipeline import (
     plan_passes,
     this_before_that,
 )
+from tests.strategies import any_dags
 
 
 def _graph() -> ComputeGraph:
@@ -191,3 +193,22 @@ class TestPassOrder:
             ("streams", "memory"),
             ("fusion", "streams"),
         }
+
+
+@settings(max_examples=15, deadline=None)
+@given(g=any_dags(max_nodes=30))
+def test_trace_diff_is_the_plain_set_and_equality_diff(g: ComputeGraph) -> None:
+    # _diff skips shared indexes and compares only replaced nodes: the same answer as
+    # comparing every id and every node with ==
+    pinned = [int(n.stream) for n in g.nodes if n.stream is not None]
+    run = Pipeline(plan_passes(max_streams=max([2, *(s + 1 for s in pinned)]))).run(g)
+    for t in run.trace:
+        bn = {n.id: n for n in t.before.nodes}
+        an = {n.id: n for n in t.after.nodes}
+        bb = {b.id for b in t.before.buffers}
+        ab = {b.id for b in t.after.buffers}
+        assert t.created_nodes == tuple(sorted(an.keys() - bn.keys()))
+        assert t.removed_nodes == tuple(sorted(bn.keys() - an.keys()))
+        assert t.created_buffers == tuple(sorted(ab - bb))
+        assert t.removed_buffers == tuple(sorted(bb - ab))
+        assert t.changed_nodes == tuple(k for k in an if k in bn and an[k] != bn[k])
