@@ -93,6 +93,36 @@ def test_check_merges_catches_a_wrong_summary(monkeypatch: pytest.MonkeyPatch) -
         fuse(synthetic(200, "chain"))
 
 
+def test_check_merges_catches_wrong_internal_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fused kernel takes its internal buffers from the group's summary: checked live
+    monkeypatch.setattr(fusion, "CHECK_MERGES", True)
+    real = fusion._Fuser.merged
+
+    def forget_internal(self, roots):
+        got = real(self, roots)
+        if isinstance(got, fusion._Group):
+            got.internal = set()  # a legal merge whose summary lost its internal buffers
+        return got
+
+    monkeypatch.setattr(fusion._Fuser, "merged", forget_internal)
+    with pytest.raises(AssertionError, match="internal"):
+        fuse(synthetic(200, "chain"))
+
+
+def test_check_merges_catches_a_wrong_memo_hit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a kernel classified by a memo hit is checked against its classification alone
+    monkeypatch.setattr(fusion, "CHECK_MERGES", True)
+    real = fusion._classify
+
+    def alone_differs(graph, n, memo=None, keys=None):
+        got = real(graph, n, memo, keys)
+        return "classified otherwise" if memo is None and n.op == "relu" else got
+
+    monkeypatch.setattr(fusion, "_classify", alone_differs)
+    with pytest.raises(AssertionError, match="classification"):
+        fuse(synthetic(200, "chain"))
+
+
 def heap_program_order(graph: ComputeGraph) -> list:
     """program_order as its docstring defines it: Kahn's algorithm releasing the ready
     node of least (origin, id), by ids and edges only."""
