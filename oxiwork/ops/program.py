@@ -496,9 +496,11 @@ def _store_mismatch(where: str, op_name: str, dtype: str, buf: Any) -> str:
     )
 
 
-# The (program, input dtypes, output dtypes) that fit. Programs repeat across a graph
-# (every layer of a model), so most kernels are one lookup.
-_DTYPES_CHECKED: dict[Any, None] = {}
+# The (program, input dtypes, output dtypes) that fit, each with the op definitions it was
+# checked against: a hit counts only while the registry holds those very definitions (an op
+# registered again with replace=True may have another dtype rule). Programs repeat across
+# a graph (every layer of a model), so most kernels are one lookup.
+_DTYPES_CHECKED: dict[Any, Any] = {}
 
 
 def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
@@ -517,7 +519,8 @@ def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
     ...
     oxiwork.error.InvalidArgument: kernel 'r' (id 0) (op 'relu'): input 0 is int64, but the op computes on float32, float16 or bfloat16 values: convert it first with a cast kernel (op 'cast_float32')
     """
-    if node.fused is None and (node.op is None or get(node.op) is None):
+    op = get(node.op) if node.op is not None else None
+    if node.fused is None and op is None:
         return
     bufs = graph._cache["buf_index"]  # id -> buffer (graph.buffer without its checks)
     in_dt = tuple([bufs[b].dtype for b in node.inputs])
@@ -530,19 +533,23 @@ def check_dtypes(graph: ComputeGraph, node: GraphNode) -> None:
         results: tuple[int, ...] = (0,)
         # (a str first: never equal to a fused program's key, whose first item is a tuple)
         key: Any = (node.op, node.params, len(node.inputs), in_dt, out_dt)
+        current: Any = op
     else:
         specs = [(st.op, st.params, st.args) for st in node.fused.steps]
         results = node.fused.outputs
         key = (tuple((n, tuple(p), a) for n, p, a in specs), results, in_dt, out_dt)
+        current = tuple([get(n) for n, _, _ in specs])
     try:
-        if key in _DTYPES_CHECKED:
-            return
+        seen = _DTYPES_CHECKED.get(key)
     except TypeError:  # an unhashable parameter value: check without the memo
-        key = None
+        key = seen = None
+    # (tuples compare their items by identity first: no OpDef field is compared on a hit)
+    if seen is not None and (seen is current or seen == current):
+        return
     # Only what passes is remembered: a message names its node, so it is made per node.
     hit = _dtype_problem(describe(node), specs, results, in_dt, out_bufs)
     if hit is None and key is not None and len(_DTYPES_CHECKED) < 100_000:
-        _DTYPES_CHECKED[key] = None
+        _DTYPES_CHECKED[key] = current
     if hit is not None:
         raise InvalidArgument(hit)
 

@@ -168,3 +168,38 @@ class TestShareBound:
         )
         share_bound(g, h)
         assert bind(h, h.node(k.id)) is b
+
+
+class TestDtypeMemo:
+    """check_dtypes remembers programs that fit, but only for the op definitions it checked."""
+
+    @pytest.mark.parametrize("fused", [False, True])
+    def test_an_op_registered_again_with_another_rule_is_checked_again(self, fused):
+        from oxiwork import GraphBuilder, verify
+        from oxiwork.ops.table import DtypeProblem
+
+        def rule_float16_only(dtypes, params):
+            if any(d != "float16" for d in dtypes):
+                raise DtypeProblem("this op takes float16 only: cast it first")
+            return "float16"
+
+        name = "memo_twice_fused" if fused else "memo_twice"
+        ops.custom(name, expr="({0} * 2.0f)", reference=lambda xs: xs[0] * 2, replace=True)
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 64)
+        y = b.alloc_buffer("y", 64)
+        z = b.alloc_external_buffer("z", 64)
+        b.add_kernel("k1", 1, 16).op(name).fusible(True).inputs([x]).outputs([y]).finish()
+        b.add_kernel("k2", 1, 16).op("relu").fusible(True).inputs([y]).outputs([z]).finish()
+        g = b.build()
+        if fused:
+            g = fuse(g).graph
+            assert any(n.fused is not None for n in g.nodes)
+        verify(g)  # float32 fits the first definition: remembered
+        ops.custom(name, expr="({0} * 2.0f)", dtype=rule_float16_only, replace=True)
+        try:
+            with pytest.raises(InvalidArgument, match="float16 only"):
+                verify(dataclasses.replace(g))  # a fresh graph: no verdict cached on it
+        finally:
+            ops.custom(name, expr="({0} * 2.0f)", reference=lambda xs: xs[0] * 2, replace=True)
+        verify(dataclasses.replace(g))
