@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from oxiwork.error import GraphError, InvalidArgument
 from oxiwork.optimizer.memory import (
     DEFAULT_ALIGNMENT,
+    LNS_MIN_SECONDS,
     IntervalPlan,
     MemoryPlan,
     greedy_by_size,
@@ -448,6 +449,33 @@ class TestAuto:
 
 
 class TestExact:
+    @pytest.mark.parametrize(
+        ("mode", "limit", "lns"),
+        [
+            ("exact", 1.0, False),
+            ("exact", None, False),
+            ("exact", LNS_MIN_SECONDS, True),
+            ("auto", LNS_MIN_SECONDS, False),
+        ],
+    )
+    def test_only_long_exact_searches_take_the_lns_stages(self, monkeypatch, mode, limit, lns):
+        # LNS_MIN_SECONDS: the probe, restart and descent stages lost to plain tightening in
+        # every short side-by-side run on instance D, and won with 600 s.
+        from oxiwork.optimizer import _minimalloc
+
+        seen = []
+        real = _minimalloc.improve
+
+        def spy(*args, **kw):
+            seen.append(kw["lns"])
+            return real(*args, **kw)
+
+        monkeypatch.setattr(_minimalloc, "improve", spy)
+        iv = [(0, 2, 3), (1, 3, 2), (0, 1, 2), (2, 3, 2)]
+        plan = plan_intervals(iv, mode=mode, time_limit=limit)
+        assert seen == [lns]
+        assert plan.optimal and plan.arena_bytes == brute_force(iv, [1] * len(iv))
+
     @settings(max_examples=150, deadline=None)
     @given(interval_lists(max_n=6, max_size=40), st.sampled_from([1, 4]))
     def test_reaches_brute_force_optimum(self, intervals, alignment):
