@@ -808,15 +808,7 @@ def _place_sweep(
             seg_o[cand] = k
             seg_m[cand] = 0
             owned[k] = 1
-            t = 0
-            while mask:
-                if mask & 1:
-                    if cand == (free := runs[t]).tail:
-                        free.tail = end
-                    else:
-                        free.take(cand, end)
-                mask >>= 1
-                t += 1
+            _give_up(runs, mask, cand, end)
             continue
         lo_i = bisect_right(seg_s, cand) - 1
         if (prev := seg_s[lo_i]) != cand:
@@ -849,17 +841,23 @@ def _place_sweep(
         seg_m[cand] = 0
         owned[k] = 1
         # the streams whose free runs held part of the range give it up
-        t = 0
-        while mask:
-            if mask & 1:
-                if cand == (free := runs[t]).tail:  # take()'s first case, inline
-                    free.tail = end
-                else:
-                    free.take(cand, end)
-            mask >>= 1
-            t += 1
+        _give_up(runs, mask, cand, end)
     out[:] = offs
     return out, arena
+
+
+def _give_up(runs: list[_FreeRuns], mask: int, lo: int, hi: int) -> None:
+    """The streams of ``mask`` (bit ``t``: stream ``t``) take ``[lo, hi)`` out of their free
+    runs ``runs[t]``; placing on a stream's top run only moves its tail."""
+    t = 0
+    while mask:
+        if mask & 1:
+            if lo == (free := runs[t]).tail:  # take()'s first case, inline
+                free.tail = hi
+            else:
+                free.take(lo, hi)
+        mask >>= 1
+        t += 1
 
 
 def _window(
