@@ -782,12 +782,12 @@ def _sorted_edges(
     if known is not None:
         old, (a0, b0, *_) = known
         m0 = len(old)
-        if m0 and len(items) > m0 and all(map(operator.is_, items, old)):
-            rest = _edge_arrays(items[m0:])
-            if rest is not None:
+        # (map stops at the shorter: the first m0 items against the old tuples)
+        if m0 and len(items) >= m0 and all(map(operator.is_, items, old)):
+            if len(items) == m0:
+                ends = (a0, b0)
+            elif (rest := _edge_arrays(items[m0:])) is not None:
                 ends = (np.concatenate([a0, rest[0]]), np.concatenate([b0, rest[1]]))
-        elif m0 and len(items) == m0 and all(map(operator.is_, items, old)):
-            ends = (a0, b0)
     if ends is None:
         ends = _edge_arrays(items)
     if ends is None:

@@ -242,9 +242,7 @@ def _unchanged_nodes(
         same = {
             nid
             for nid in same
-            if changed.isdisjoint(index[nid].inputs)
-            and changed.isdisjoint(index[nid].outputs)
-            and index[nid].condition not in changed
+            if changed.isdisjoint(index[nid].inputs) and changed.isdisjoint(index[nid].outputs)
         }
     return same
 
