@@ -377,13 +377,23 @@ def clock_arrays(streams: Sequence[int], sync: Iterable[tuple[int, int]] = ()) -
     prev_wait = [-1] * width  # per stream, the last wait visited
     for w in waits.tolist():
         s = si[w]
-        c = wclock[prev_wait[s]] if prev_wait[s] >= 0 else none
+        p = prev_wait[s]
+        c = wclock[p] if p >= 0 else none
+        own = False  # c is a fresh list (not a row of wclock, nor none)
         for a in recs[w]:
+            # The record's clock is its last wait's with its own component set to its
+            # position, which is at least that wait's there (the wait is earlier on the
+            # same stream): the max with the wait's row, then with the position.
             k = lw[a]
-            row = (wclock[k] if k >= 0 else none)[:]
-            row[si[a]] = pos[a]
-            c = list(map(max, c, row))
-        c = c[:]  # (a fresh list: the previous wait's row may be c itself)
+            if k >= 0:
+                c, own = list(map(max, c, wclock[k])), True
+            t = si[a]
+            if c[t] < pos[a]:
+                if not own:
+                    c, own = c[:], True
+                c[t] = pos[a]
+        if not own:
+            c = c[:]
         c[s] = pos[w]
         prev_wait[s] = len(wclock)
         wclock.append(c)

@@ -52,6 +52,7 @@ __all__ = [
     "dead_buffers",
     "max_live_bytes",
     "max_live_bytes_merged",
+    "order_at",
     "positions_of",
 ]
 
@@ -204,6 +205,25 @@ def positions_of(graph: ComputeGraph, order: Sequence[NodeId]) -> np.ndarray | N
     if isinstance(order, tuple):
         graph._cache["analysis.order_positions"] = (order, out)
     return out
+
+
+def order_at(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:
+    """The node ids at ``positions`` (node positions of ``graph``, not checked here), as
+    an order whose positions :func:`positions_of` then knows (cached as for an order it
+    looked up): for a caller that computed an order as positions, so that the analyses
+    of that order do not look every id up again.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> order = order_at(g, [0, 2, 1, 3])
+    >>> positions_of(g, order).tolist(), [g.node(n).name for n in order]
+    ([0, 2, 1, 3], ['upload', 'scale', 'relu', 'download'])
+    """
+    out = np.array(positions, dtype=np.int64)  # a copy: nobody else may write into it
+    out.setflags(write=False)
+    order = _ids(graph, out)
+    graph._cache["analysis.order_positions"] = (order, out)
+    return order
 
 
 def _ids(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:

@@ -148,7 +148,6 @@ import itertools
 import operator
 import time
 from bisect import bisect_left, bisect_right, insort
-from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -161,7 +160,7 @@ from oxiwork.node import Buffer, BufferId, NodeId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
 from oxiwork.optimizer.memory import MemoryPlan, plan_buffers
-from oxiwork.optimizer.stream import issue_order
+from oxiwork.optimizer.stream import issue_positions
 
 __all__ = [
     "MAX_ANTICHAIN_PAIRS",
@@ -401,7 +400,8 @@ class _Analysis:
 
 
 def _analyse(graph: ComputeGraph) -> _Analysis:
-    arrays, order = graph_clock_arrays(graph, issue_order(graph))
+    # The issue order as positions: the clocks and the accesses below work on positions.
+    arrays, order = graph_clock_arrays(graph, liveness.order_at(graph, issue_positions(graph)))
     members_of = arrays.members()
     # Plain liveness (first and last access of each arena buffer over the issue order) is
     # the liveness analysis's; the safe intervals below extend it by happens-before.
@@ -1100,33 +1100,64 @@ def _peak(start: np.ndarray, end: np.ndarray, size: np.ndarray) -> int:
     return max(int(np.cumsum(d[o]).max()), 0)
 
 
-# The slot descriptors of Buffer's fields (a frozen, slotted dataclass): reading and
-# setting a field through them is one C call, with no frozen-__setattr__ check.
-_BUFFER_SLOTS = [(f.name, Buffer.__dict__[f.name]) for f in fields(Buffer)]
 _ALIGNMENT = operator.attrgetter("alignment")
 _SIZE = operator.attrgetter("size_bytes")
 _ID = operator.attrgetter("id")
 _OFFSET = operator.attrgetter("offset")
 
 
+def _offset_copier() -> Any:
+    """Make :func:`_with_offsets`: one loop that copies each buffer's fields by plain
+    attribute stores into an object of a class with Buffer's very slots, then makes it a
+    Buffer (``__class__`` assignment, allowed between classes of the same slot layout; the
+    lowering's positional constructors do the same, oxiwork.executor.plan._positional).
+
+    ``dataclasses.replace``, or even ``Buffer(*values)``, runs the generated frozen
+    ``__init__`` (11 ``object.__setattr__`` calls per buffer), and a ``map`` of each slot
+    descriptor over all the buffers costs a method-wrapper call per field: 0.3 s against
+    0.1 s on the 66k buffers of the 100k-node layered example. Buffer has no
+    ``__post_init__`` (the graph checks buffers, not their constructor), so the objects are
+    the ones ``__init__`` would build; tests/optimizer/test_memory_pass.py compares them
+    with ``replace``'s.
+    """
+    names = tuple(f.name for f in fields(Buffer))
+    if getattr(Buffer, "__slots__", None) != names or hasattr(Buffer, "__post_init__"):
+        raise TypeError("Buffer is no longer a plain slotted dataclass: copy with replace()")
+    stores = "".join(
+        f"        new.{f} = {'offset' if f == 'offset' else 'old.' + f}\n" for f in names
+    )
+    code = (
+        "def _with_offsets(buffers, offsets):\n"
+        "    out = []\n"
+        "    push = out.append\n"
+        "    for old, offset in zip(buffers, offsets, strict=True):\n"
+        "        new = _new(_Fields)\n"
+        f"{stores}"
+        "        new.__class__ = _Buffer\n"
+        "        push(new)\n"
+        "    return out\n"
+    )
+    scope: dict[str, Any] = {
+        "_new": object.__new__,
+        "_Fields": type("_BufferFields", (), {"__slots__": names}),
+        "_Buffer": Buffer,
+    }
+    exec(code, scope)
+    return scope["_with_offsets"]
+
+
+_copy_with_offsets = _offset_copier()
+
+
 def _with_offsets(buffers: list[Buffer], offsets: list[int]) -> list[Buffer]:
-    """``[replace(b, offset=o) for b, o in zip(buffers, offsets)]``, field by field over all
-    the buffers at once: each field is copied by one ``map`` of its slot descriptor, a loop
-    in C (``dataclasses.replace``, or even ``Buffer(*values)``, runs the generated
-    ``__init__`` in Python, 11 frozen setattrs per buffer: a quarter of a second on the 66k
-    buffers of the 100k-node layered example). Buffer has no ``__post_init__`` (the graph
-    checks buffers, not their constructor), so the objects are the ones ``__init__`` would
-    build; tests/optimizer/test_memory_pass.py compares them with ``replace``'s.
+    """``[replace(b, offset=o) for b, o in zip(buffers, offsets)]``, without running
+    Buffer's frozen ``__init__`` per buffer (see :func:`_offset_copier`).
 
     >>> from oxiwork.node import BufferId
     >>> _with_offsets([Buffer(BufferId(0), "x", 64)], [256])[0].offset
     256
     """
-    new = list(map(object.__new__, itertools.repeat(Buffer, len(buffers))))
-    for name, slot in _BUFFER_SLOTS:
-        values = offsets if name == "offset" else map(slot.__get__, buffers)
-        deque(map(slot.__set__, new, values), maxlen=0)
-    return new
+    return _copy_with_offsets(buffers, offsets)
 
 
 def plan_memory(

@@ -100,6 +100,7 @@ __all__ = [
     "StreamAssignment",
     "assign_streams",
     "issue_order",
+    "issue_positions",
     "min_chain_cover",
     "round_robin_by_level",
 ]
@@ -954,6 +955,18 @@ def issue_order(
     >>> [quick_start().node(n).name for n in issue_order(quick_start())]
     ['upload', 'relu', 'scale', 'download']
     """
+    ids = graph.dense().ids
+    return tuple(map(ids.__getitem__, issue_positions(graph, costs).tolist()))
+
+
+def issue_positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = None) -> np.ndarray:
+    """:func:`issue_order` as node positions (``graph.dense()``), for the memory pass,
+    which works on positions (it would otherwise look every id up again).
+
+    >>> from oxiwork.examples import quick_start
+    >>> issue_positions(quick_start()).tolist()
+    [0, 1, 2, 3]
+    """
     cost = _costs(graph, costs)
     d = graph.dense()
     ids, pred = d.ids, d.pred
@@ -971,9 +984,8 @@ def issue_order(
         start.append(t)
         finish[p] = free[s] = t + costs_p[p]
     # by (start, topological rank): a stable sort of the ranks by start
-    ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable").tolist()
-    topo_ids = graph.topological_order()
-    return tuple(map(topo_ids.__getitem__, ranked))
+    ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable")
+    return np.asarray(d.topo, dtype=np.int64)[ranked]
 
 
 # --------------------------------------------------------------------------------------------

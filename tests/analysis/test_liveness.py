@@ -215,6 +215,24 @@ class TestOneLiveness:
 
     @settings(max_examples=40, deadline=None)
     @given(go=_graph_and_order())
+    def test_order_at_is_the_looked_up_order(self, go):
+        # order_at (issue 14: the memory pass hands over the issue order's positions)
+        # against the ids looked up one by one: the same order, positions and accesses
+        g, order = go
+        pos = [g.node_ids.index(x) for x in order]
+        got = liveness.order_at(g, pos)
+        assert got == tuple(order) and all(type(x) is NodeId for x in got)
+        assert liveness.positions_of(g, got).tolist() == pos
+        with pytest.raises(ValueError):
+            liveness.positions_of(g, got)[:1] = 0
+        a, b = liveness.arena_accesses(g, got), liveness.arena_accesses(g, list(order))
+        assert a.order is got and a.order == b.order
+        for x, y in ((a.first, b.first), (a.last, b.last), (a.row, b.row), (a.step, b.step)):
+            assert x.tolist() == y.tolist()
+        assert a.buffers == b.buffers
+
+    @settings(max_examples=40, deadline=None)
+    @given(go=_graph_and_order())
     def test_dead_buffers_are_analyzes_dead_for_every_order(self, go):
         g, order = go
         dead = liveness.dead_buffers(g)

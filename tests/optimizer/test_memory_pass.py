@@ -19,7 +19,7 @@ from oxiwork.optimizer import memory_pass
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory import plan_buffers
 from oxiwork.optimizer.memory_pass import MemoryReport, buffer_intervals, plan_memory
-from oxiwork.optimizer.stream import assign_streams, issue_order
+from oxiwork.optimizer.stream import assign_streams, issue_order, issue_positions
 from tests.strategies import any_dags
 
 
@@ -510,6 +510,24 @@ class TestDefaultPlan:
         assert rep.lower_bound <= best <= rep.arena_bytes
         if len({n.stream for n in g.nodes}) <= 1:
             assert rep.search_bound <= best
+
+
+class TestIssuePositions:
+    """The memory pass takes the issue order as positions (issue 14): the ids of
+    :func:`issue_order`, which the plan keeps, at those positions."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 4))
+    def test_positions_are_the_issue_order(self, graph, cap):
+        from tests.optimizer import stream_before
+
+        g = assign_streams(graph, max_streams=cap).graph
+        pos = issue_positions(g)
+        ids = g.node_ids
+        assert tuple(ids[p] for p in pos.tolist()) == issue_order(g)
+        assert issue_order(g) == stream_before.issue_order(g)
+        # and the pass's report keeps that order
+        assert plan_memory(g).artefacts["memory"].order == issue_order(g)
 
 
 class TestSweepOracle:
