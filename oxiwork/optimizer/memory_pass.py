@@ -700,11 +700,9 @@ def _place_sweep(
     seg_m: dict[int, int] = {0: (1 << width) - 1}
     owned = [0] * len(size)
     offs = [0] * len(size)
-    sz, al = size.tolist(), align.tolist()
-    first = a.first.tolist()
+    sz = size.tolist()
     fpos = a.first_pos.T.tolist()  # per stream, per row (no list per row)
     past_of = a.past.T.tolist()  # per stream, per row
-    stream_of = a.stream_of.tolist()
     # per row, the streams other than its first access's where it is accessed
     on = a.first_pos >= 0
     t_first = a.stream_of[a.first]
@@ -716,19 +714,36 @@ def _place_sweep(
         others_of = [combos[m] for m in bits.tolist()]
     else:
         others_of = [tuple(np.flatnonzero(r).tolist()) for r in other_on]
+    # Per mask of streams, their free runs (the streams that give up a placed range).
+    runs_of = (
+        [[runs[t] for t in range(width) if m >> t & 1] for m in range(1 << width)]
+        if (width <= _MASK_TABLE)
+        else None
+    )
+    bit_of = [1 << t for t in range(width)]
     ev = 0
     arena = 0
-    for k in perm.tolist():
-        x = first[k]
+    # per buffer in placement order, what the loop reads of it (one zip, no indexing)
+    items = zip(
+        perm.tolist(),
+        a.first[perm].tolist(),
+        size[perm].tolist(),
+        align[perm].tolist(),
+        a.stream_of[a.first[perm]].tolist(),
+        map(others_of.__getitem__, perm.tolist()),
+        strict=True,
+    )
+    for k, x, s, g, t0, others in items:
         while ev_item[ev] <= x:  # streams passing placed buffers: free bytes
             i = ev_k[ev]
-            if owned[i]:
+            left = owned[i]
+            if left:
                 t = ev_t[ev]
-                bit = 1 << t
+                bit = bit_of[t]
                 free_t = runs[t]
-                hi = offs[i] + sz[i]
-                j = bisect_right(seg_s, offs[i]) - 1
-                left = owned[i]
+                lo = offs[i]
+                hi = lo + sz[i]
+                j = bisect_right(seg_s, lo) - 1
                 # i's segments lie inside its range (k's range is one segment when placed,
                 # and later placements only split or overwrite it)
                 while (sj := seg_s[j]) < hi:
@@ -740,12 +755,9 @@ def _place_sweep(
                             break
                     j += 1
             ev += 1
-        s, g = sz[k], al[k]
-        t0 = stream_of[x]
         free = runs[t0]
         by_len = free.by_len
         cand = -1
-        others = others_of[k]
         if not others:
             for r in range(bisect_left(by_len, s << shift), len(by_len)):
                 key = by_len[r]
@@ -808,9 +820,35 @@ def _place_sweep(
             seg_o[cand] = k
             seg_m[cand] = 0
             owned[k] = 1
-            _give_up(runs, mask, cand, end)
+            if runs_of is None:
+                _give_up(runs, mask, cand, end)
+            else:
+                for free_t in runs_of[mask]:  # _give_up, inline
+                    if cand == free_t.tail:
+                        free_t.tail = end
+                    else:
+                        free_t.take(cand, end)
             continue
         lo_i = bisect_right(seg_s, cand) - 1
+        if seg_s[lo_i] == cand and seg_s[lo_i + 1] == end:
+            # exactly one segment (a freed range of the same size: the usual case once
+            # buffers are reused): it changes owner, no boundary moves
+            mask = seg_m[cand]
+            o = seg_o[cand]
+            if o >= 0:
+                owned[o] -= 1
+            seg_o[cand] = k
+            seg_m[cand] = 0
+            owned[k] = 1
+            if runs_of is None:
+                _give_up(runs, mask, cand, end)
+            else:
+                for free_t in runs_of[mask]:
+                    if cand == free_t.tail:
+                        free_t.tail = end
+                    else:
+                        free_t.take(cand, end)
+            continue
         if (prev := seg_s[lo_i]) != cand:
             lo_i += 1
             seg_s.insert(lo_i, cand)
@@ -893,6 +931,7 @@ def _window(
 
 
 _TOP = 1 << 62  # the end of the tail run: beyond any arena
+_MASK_TABLE = 10  # up to this many streams the sweep tabulates the free runs of each mask
 _SWEEP_SCAN = 256  # address segments a buffer on several streams may scan for a place
 
 
@@ -1315,15 +1354,14 @@ def _plan_memory(
     arena_buffers = list(map(graph.buffers.__getitem__, arena_index))
     new_offsets = by_index[arena_pos].tolist()
     offsets: dict[BufferId, int] = dict(zip(map(_ID, arena_buffers), new_offsets, strict=True))
-    moved = [
-        k
-        for k, (old, new) in enumerate(zip(map(_OFFSET, arena_buffers), new_offsets, strict=True))
-        if old != new
-    ]
-    placed = _with_offsets([arena_buffers[k] for k in moved], [new_offsets[k] for k in moved])
+    changed = list(map(operator.ne, map(_OFFSET, arena_buffers), new_offsets))
+    placed = _with_offsets(
+        list(itertools.compress(arena_buffers, changed)),
+        list(itertools.compress(new_offsets, changed)),
+    )
     buffers = list(graph.buffers)
-    for k, b in zip(moved, placed, strict=True):
-        buffers[arena_index[k]] = b
+    for k, b in zip(itertools.compress(arena_index, changed), placed, strict=True):
+        buffers[k] = b
     fits = None if capacity is None else arena <= capacity
     message = None
     if fits is False:
