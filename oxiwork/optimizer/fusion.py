@@ -161,17 +161,60 @@ class _Fuser:
         max_group_size: int,
         known: dict[NodeId, _Info | str] | None = None,
         numbers: dict[Any, int] | None = None,
+        prev: tuple[_Fuser, list[list[NodeId]], list[GraphNode]] | None = None,
     ) -> None:
+        """The fuser of one round on ``graph``. ``prev``: the previous round's fuser, the
+        groups it kept and their fused kernels, when ``graph`` is that round's result; the
+        candidates and their readers and writers are then derived from its state (see
+        :meth:`_derive`) instead of swept from every node again."""
         self.g = graph
         self.max = max_group_size
         self.order = graph.topological_order()
         self.pos = {nid: i for i, nid in enumerate(self.order)}
         self.info: dict[NodeId, _Info] = {}
+        self.keys = _BindKeys(graph, numbers)
+        d = graph.dense()
+        # Neighbour lists by id, made on first use: the legality checks walk only the
+        # neighbourhoods of the groups they try.
+        self.succ = _Adjacency(d.ids, d.pos, d.succ)
+        self.pred = _Adjacency(d.ids, d.pos, d.pred)
+        self.views = graph.views()
+        self.bases = frozenset(self.views.values())
+        # Buffers written by more than one node among the candidates' outputs -> their
+        # writers in topological order (rare: for the next round's first writers).
+        self.writers: dict[BufferId, list[NodeId]] = {}
+        if prev is None:
+            self._sweep({} if known is None else known)
+        else:
+            self._derive(*prev)
+            if CHECK_MERGES:  # tests: what a sweep of the whole graph finds
+                self._same_candidates(_Fuser(graph, max_group_size, dict(known or {}), numbers))
+        # union-find: ``group`` holds the parent of each node that is no longer a root,
+        # ``members`` the members of each root of more than one node
+        self.group: dict[NodeId, NodeId] = {}
+        self.members: dict[NodeId, list[NodeId]] = {}
+        self.rejected: Counter[str] = Counter()
+        # producer -> why this round merged it with none of its readers, as a recipe for the
+        # words (formatted only for the edges that end up unfused: most never are)
+        self.why: dict[NodeId, tuple[Any, ...]] = {}
+        self._pdom: dict[NodeId, NodeId | None] | None = None
+        self.summary: dict[NodeId, _Group] = {}  # root -> its group's summary, made on use
+
+    # what a round knows of its candidates before grouping (a derived round's must equal a
+    # sweep's: the tests compare them)
+    _CANDIDATE_FIELDS = (
+        "info", "out", "inputs", "stream", "readers", "writer_count", "first_writer",
+        "external", "_internalisable",
+    )  # fmt: skip
+
+    def _sweep(self, known: dict[NodeId, _Info | str]) -> None:
+        """Classify every node of the graph and sweep it for the candidates' readers and
+        writers."""
+        graph = self.g
         # A node keeps its id, buffers and op across rounds, so its classification can
         # be reused (``known``): later rounds only classify the nodes they have not seen.
-        known = {} if known is None else known
         memo: dict[Any, _Info | str] = {}  # the classification of each bind key
-        keys = self.keys = _BindKeys(graph, numbers)
+        keys = self.keys
         info = self.info
         candidates = []
         kernel = NodeKind.KernelLaunch
@@ -198,11 +241,6 @@ class _Fuser:
         # stream, and whether the output could become internal: all fixed for the input
         # graph, so computed once (the legality checks read them for every merge tried).
         d = graph.dense()
-        # Neighbour lists by id, made on first use: the legality checks walk only the
-        # neighbourhoods of the groups they try.
-        self.succ = _Adjacency(d.ids, d.pos, d.succ)
-        self.pred = _Adjacency(d.ids, d.pos, d.pred)
-        self.bases = bases = frozenset(graph.views().values())
         self.out = out = {n.id: n.outputs[0] for n in candidates}
         self.inputs = {n.id: n.inputs for n in candidates}
         self.stream = {n.id: n.stream for n in candidates}
@@ -212,6 +250,7 @@ class _Fuser:
         readers_of: dict[BufferId, list[NodeId]] = {bid: [] for bid in out.values()}
         self.writer_count = writer_count = dict.fromkeys(readers_of, 0)
         self.first_writer = first_writer = {}
+        writers = self.writers
         reading = readers_of.get
         nodes = graph.nodes
         for p in d.topo:
@@ -221,35 +260,111 @@ class _Fuser:
                 if rs is not None:
                     rs.append(n.id)
             for bid in n.outputs:
-                if bid in writer_count:
-                    if not writer_count[bid]:
+                c = writer_count.get(bid)
+                if c is not None:
+                    if not c:
                         first_writer[bid] = n.id
-                    writer_count[bid] += 1
-        self.readers = readers = {nid: readers_of[bid] for nid, bid in out.items()}
-        external = {b.id for b in graph.buffers if b.external}
-        fusible = info.__contains__
-        # can each candidate's output live only inside a fused kernel (if all readers join)?
+                    elif c == 1:
+                        writers[bid] = [first_writer[bid], n.id]
+                    else:
+                        writers[bid].append(n.id)
+                    writer_count[bid] = c + 1
+        self.readers = {nid: readers_of[bid] for nid, bid in out.items()}
+        self.external = {b.id for b in graph.buffers if b.external}
+        self._set_internalisable(out)
+
+    def _derive(self, prev: _Fuser, groups: list[list[NodeId]], kernels: list[GraphNode]) -> None:
+        """The candidates of this round's graph, ``prev``'s graph with ``groups`` replaced by
+        ``kernels``, from ``prev``'s state: what :meth:`_sweep` finds, without classifying
+        or sweeping every node again.
+
+        A kernel keeps its id, op and buffers, and a fused kernel never joins a group, so
+        the candidates are ``prev``'s minus the members of ``groups``; ``prev``'s tables
+        are kept as they are (a member is no node of this graph, so nothing here looks it
+        up). A buffer a candidate writes is never internal to a group (an internal buffer
+        has one writer, a member), and it keeps its writers, each member writer replaced
+        by its kernel (two members never write one buffer). Its readers are ``prev``'s with
+        each member replaced by its kernel, once, where the kernel reads the buffer (not
+        where a member read another member's write of it), in this graph's topological
+        order. Views (a removed buffer is neither a view nor viewed) and external buffers
+        are unchanged. The tests compare it all with a sweep."""
+        owner: dict[NodeId, NodeId] = {}
+        fused_inputs: dict[NodeId, tuple[BufferId, ...]] = {}
+        for group, kernel in zip(groups, kernels, strict=True):
+            owner.update(dict.fromkeys(group, kernel.id))
+            fused_inputs[kernel.id] = kernel.inputs
+        self.info = info = prev.info
+        self.out = out = prev.out
+        self.inputs, self.stream = prev.inputs, prev.stream
+        self.writer_count = prev.writer_count
+        self.external = prev.external
+        self.first_writer = first_writer = prev.first_writer
+        pos = self.pos
+        by_pos = pos.__getitem__
+        candidates = [p for p in self.order if p in info]
+        if prev.writers:  # buffers of several writers: their first one here
+            first_writer = self.first_writer = dict(first_writer)
+            for p in candidates:
+                ws = prev.writers.get(out[p])
+                if ws is not None:
+                    ws = self.writers[out[p]] = sorted([owner.get(w, w) for w in ws], key=by_pos)
+                    first_writer[out[p]] = ws[0]
+        readers_of: dict[BufferId, list[NodeId]] = {}
+        prev_readers = prev.readers
+        get_owner = owner.get
+        members = owner.keys()
+        readers = self.readers = {}
+        for p in candidates:
+            bid = out[p]
+            rs = readers_of.get(bid)
+            if rs is None:
+                rs = prev_readers[p]
+                if not members.isdisjoint(rs):
+                    taken: set[NodeId] = set()
+                    mapped = []
+                    for r in rs:
+                        k = get_owner(r)
+                        if k is None:
+                            mapped.append(r)
+                        elif k not in taken:
+                            taken.add(k)
+                            if bid in fused_inputs[k]:
+                                mapped.append(k)
+                    rs = sorted(mapped, key=by_pos)
+                elif len(rs) > 1:
+                    rs = sorted(rs, key=by_pos)
+                readers_of[bid] = rs
+            readers[p] = rs
+        self._set_internalisable(candidates)
+
+    def _same_candidates(self, full: _Fuser) -> None:
+        """Assert that this (derived) fuser knows of its candidates what ``full`` (a sweep of
+        the same graph) knows: the tables may hold more, but never for a candidate."""
+        for field in _Fuser._CANDIDATE_FIELDS:
+            mine, theirs = getattr(self, field), getattr(full, field)
+            if isinstance(theirs, set):
+                assert mine == theirs, f"derived {field}"
+            else:
+                assert {k: mine.get(k) for k in theirs} == theirs, f"derived {field}"
+        assert full.writers == self.writers, "derived writers"
+        assert self.info.keys() & set(self.order) == full.info.keys(), "derived candidates"
+
+    def _set_internalisable(self, candidates: Iterable[NodeId]) -> None:
+        """Can each candidate's output live only inside a fused kernel (if all its readers
+        join)?"""
+        fusible = self.info.__contains__
+        external, bases, readers = self.external, self.bases, self.readers
+        writer_count, out = self.writer_count, self.out
         self._internalisable = {
             nid: (
-                bid not in external
+                (bid := out[nid]) not in external
                 and bid not in bases  # a view of it reads its bytes outside the group
                 and writer_count[bid] == 1
                 and bool(readers[nid])
                 and all(map(fusible, readers[nid]))
             )
-            for nid, bid in out.items()
+            for nid in candidates
         }
-        # union-find: ``group`` holds the parent of each node that is no longer a root,
-        # ``members`` the members of each root of more than one node
-        self.group: dict[NodeId, NodeId] = {}
-        self.members: dict[NodeId, list[NodeId]] = {}
-        self.rejected: Counter[str] = Counter()
-        # producer -> why this round merged it with none of its readers, as a recipe for the
-        # words (formatted only for the edges that end up unfused: most never are)
-        self.why: dict[NodeId, tuple[Any, ...]] = {}
-        self._pdom: dict[NodeId, NodeId | None] | None = None
-        self.summary: dict[NodeId, _Group] = {}  # root -> its group's summary, made on use
-        self.views = graph.views()
 
     # ---------------------------------------------------------------- union-find
     def find(self, nid: NodeId) -> NodeId:
@@ -1001,6 +1116,7 @@ def _round(
     known: dict[NodeId, _Info | str],
     sources: dict[Any, bool],
     numbers: dict[Any, int],
+    prev: tuple[_Fuser, list[list[NodeId]], list[GraphNode]] | None = None,
 ) -> tuple[
     ComputeGraph,
     int,
@@ -1014,8 +1130,9 @@ def _round(
     """One sweep of grouping on ``graph``: the fused graph, its peak, the groups kept, the
     buffers removed, the groups undone (they raised peak memory above ``limit``), the fuser
     (its refusals, counted and per producer), the groups whose kernel failed to build,
-    with the error, and the fused kernels of the groups kept."""
-    fuser = _Fuser(graph, max_group_size, known, numbers)
+    with the error, and the fused kernels of the groups kept. ``prev``: the previous
+    round's fuser, groups kept and kernels, when ``graph`` is its result."""
+    fuser = _Fuser(graph, max_group_size, known, numbers, prev)
     groups = fuser.run()
     # Every group must generate CUDA; a failure here is a bug in the rules above, so the
     # group is dropped rather than producing a kernel nobody can compile.
@@ -1132,10 +1249,12 @@ def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     said_in: dict[NodeId, int] = {}
     dropped_in: dict[NodeId, tuple[int, int, str]] = {}
     rounds = 0
+    prev = None  # the previous round's fuser, groups and kernels: the next one derives from it
     while max_group_size > 1:
         new, peak, got, gone, dropped, fuser, failed, kernels = _round(
-            new, max_group_size, before, known, sources, numbers
+            new, max_group_size, before, known, sources, numbers, prev
         )
+        prev = fuser, got, kernels
         rounds += 1
         rejected = fuser.rejected
         said.update(fuser.why)

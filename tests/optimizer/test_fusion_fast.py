@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from oxiwork.analysis import liveness
 from oxiwork.examples import random_op_dag, synthetic, transformer_block
 from oxiwork.graph import ComputeGraph
+from oxiwork.node import NodeId
 from oxiwork.optimizer import fusion
 from oxiwork.optimizer.fusion import fuse, peak_live_bytes, program_order
 from tests.strategies import any_dags
@@ -76,6 +77,73 @@ class TestSameDecisions:
 
     def test_transformer_block(self):
         fuse_checked(transformer_block(2, tokens=8, d_model=16, d_ff=32))
+
+
+def assert_rounds_derive_as_swept(graph: ComputeGraph, max_size: int = 16) -> None:
+    """A round's fuser derived from the previous one (``_Fuser._derive``) knows what a sweep
+    of the fused graph finds and decides the same, over two derived rounds: the first
+    applies half of the groups (as undoing the latest ones does), so the next re-forms
+    the rest."""
+    known: dict = {}
+    numbers: dict = {}
+    fuser = fusion._Fuser(graph, max_size, known, numbers)
+    groups = fuser.run()
+    for half in (True, False):
+        keep = groups[: len(groups) // 2] if half else groups
+        first = int(graph.next_node_id())
+        made = [
+            fusion._fused_node(graph, NodeId(first + k), group, fuser)
+            for k, group in enumerate(keep)
+        ]
+        graph, _ = fusion._apply(graph, keep, made)
+        prev = (fuser, keep, [node for node, _ in made])
+        fuser = fusion._Fuser(graph, max_size, known, numbers, prev)
+        swept = fusion._Fuser(graph, max_size, dict(known), numbers)
+        fuser._same_candidates(swept)
+        groups = fuser.run()
+        assert groups == swept.run()
+        assert (fuser.why, fuser.rejected) == (swept.why, swept.rejected)
+
+
+class TestDerivedRounds:
+    """Later rounds derive their candidates from the previous round (the oracle: a sweep
+    of the whole fused graph, as every round made before), and ``fuse`` with derived
+    rounds gives what it gives when every round sweeps: graph, artefacts, reasons."""
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(0, 1_000_000), st.integers(2, 60), st.integers(2, 16), st.booleans())
+    def test_random_op_dags(self, seed, n, max_size, special):
+        g = random_op_dag(seed, n, reductions=special, matmul=special)
+        assert_rounds_derive_as_swept(g, max_size)
+
+    @settings(max_examples=15, deadline=None)
+    @given(view_graphs())
+    def test_view_graphs(self, g):
+        assert_rounds_derive_as_swept(g)
+
+    @pytest.mark.parametrize("shape", ["layered", "transformer"])
+    def test_synthetic(self, shape):
+        assert_rounds_derive_as_swept(synthetic(600, shape))
+
+    @pytest.mark.parametrize("shape", ["layered", "transformer"])
+    def test_fuse_same_as_swept_rounds(self, shape, monkeypatch: pytest.MonkeyPatch) -> None:
+        g = synthetic(600, shape)
+        derived = fuse(g)
+        init = fusion._Fuser.__init__
+
+        def sweep(self, graph, max_group_size, known=None, numbers=None, prev=None):
+            init(self, graph, max_group_size, known, numbers)  # never derived
+
+        monkeypatch.setattr(fusion._Fuser, "__init__", sweep)
+        swept = fuse(g.with_changes())
+        assert derived.graph == swept.graph
+        a, b = derived.artefacts, swept.artefacts
+        assert a.keys() == b.keys()
+        for k in a:
+            if k == "not_fused":
+                assert dict(a[k]) == dict(b[k]) and a[k].rules() == b[k].rules()
+            else:
+                assert a[k] == b[k], k
 
 
 def test_check_merges_catches_a_wrong_summary(monkeypatch: pytest.MonkeyPatch) -> None:
