@@ -155,7 +155,7 @@ import numpy as np
 
 from oxiwork.analysis import liveness, paused_gc
 from oxiwork.analysis.happens_before import graph_clock_arrays
-from oxiwork.graph import ComputeGraph
+from oxiwork.graph import ComputeGraph, _positional
 from oxiwork.node import Buffer, BufferId, NodeId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
@@ -1147,21 +1147,20 @@ _OFFSET = operator.attrgetter("offset")
 
 def _offset_copier() -> Any:
     """Make :func:`_with_offsets`: one loop that copies each buffer's fields by plain
-    attribute stores into an object of a class with Buffer's very slots, then makes it a
-    Buffer (``__class__`` assignment, allowed between classes of the same slot layout; the
-    lowering's positional constructors do the same, oxiwork.executor.plan._positional).
+    attribute stores into an object of :func:`oxiwork.graph._positional`'s class for Buffer
+    (Buffer's very slots; it also checks that Buffer is a plain slotted dataclass), then
+    makes it a Buffer by ``__class__`` assignment, as that constructor does.
 
     ``dataclasses.replace``, or even ``Buffer(*values)``, runs the generated frozen
-    ``__init__`` (11 ``object.__setattr__`` calls per buffer), and a ``map`` of each slot
-    descriptor over all the buffers costs a method-wrapper call per field: 0.3 s against
-    0.1 s on the 66k buffers of the 100k-node layered example. Buffer has no
+    ``__init__`` (11 ``object.__setattr__`` calls per buffer); a ``map`` of each slot
+    descriptor over all the buffers costs a method-wrapper call per field, and the
+    positional constructor a call with 11 arguments per buffer: 0.25 s, and 0.2 s against
+    0.05 s for this loop on the 66k buffers of the 100k-node layered example. Buffer has no
     ``__post_init__`` (the graph checks buffers, not their constructor), so the objects are
     the ones ``__init__`` would build; tests/optimizer/test_memory_pass.py compares them
     with ``replace``'s.
     """
     names = tuple(f.name for f in fields(Buffer))
-    if getattr(Buffer, "__slots__", None) != names or hasattr(Buffer, "__post_init__"):
-        raise TypeError("Buffer is no longer a plain slotted dataclass: copy with replace()")
     stores = "".join(
         f"        new.{f} = {'offset' if f == 'offset' else 'old.' + f}\n" for f in names
     )
@@ -1178,7 +1177,7 @@ def _offset_copier() -> Any:
     )
     scope: dict[str, Any] = {
         "_new": object.__new__,
-        "_Fields": type("_BufferFields", (), {"__slots__": names}),
+        "_Fields": _positional(Buffer),
         "_Buffer": Buffer,
     }
     exec(code, scope)
