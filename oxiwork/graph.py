@@ -27,7 +27,7 @@ import operator
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
@@ -84,6 +84,12 @@ MAX_JSON_NUMBER = 32
 
 # _cache key under which a constructor's caller passes (nodes, buffers) already checked.
 _TRUSTED = "_trusted"
+# In place of the trusted nodes: every node passed was made of checked values
+# (with_changes(nodes=x, checked_nodes=x)).
+_EVERY = ("every node",)
+# _cache key, set while with_changes runs: the edges given begin with the very edges of the
+# graph it started from, in their order (so the new graph keeps every old edge).
+_EXTENDS = "_extends_edges"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +150,9 @@ class ComputeGraph:
         if len(given) < 3 or edges is not given[2]:
             # (edges extending the trusted graph's: their known ends are not read again)
             known = (given[2], given[4]) if len(given) > 4 and given[4] is not None else None
-            edges, ends = _sorted_edges(edges, known)
+            edges, ends, extends = _sorted_edges(edges, known)
+            if extends:
+                self._cache[_EXTENDS] = given[2]
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "buffers", buffers)
         object.__setattr__(self, "edges", edges)
@@ -181,7 +189,7 @@ class ComputeGraph:
                 (buffers, trusted[1], check_buffer),
                 (nodes, trusted[0], check_node),
             ):
-                if part is not given:
+                if part is not given and given is not _EVERY:
                     new = set(map(id, part))
                     new.difference_update(map(id, given))
                     for x in part if new else ():
@@ -271,7 +279,7 @@ class ComputeGraph:
             for b in self.buffers:
                 if id(b) not in seen_b:
                     check_buffer(b)
-        if self.nodes is not trusted[0]:
+        if self.nodes is not trusted[0] and trusted[0] is not _EVERY:
             seen_n = {id(n) for n in trusted[0]}
             for n in self.nodes:
                 if id(n) not in seen_n:
@@ -611,7 +619,12 @@ class ComputeGraph:
             self.edges if edges is None else edges,  # type: ignore[arg-type]
             {
                 _TRUSTED: (
-                    (*self.nodes, *checked_nodes) if checked_nodes else self.nodes,
+                    # (every node vouched for: no set of their ids to build and subtract)
+                    _EVERY
+                    if checked_nodes is nodes and nodes is not None
+                    else (*self.nodes, *checked_nodes)
+                    if checked_nodes
+                    else self.nodes,
                     (*self.buffers, *checked_buffers) if checked_buffers else self.buffers,
                     self.edges,
                     self._cache.get("dense"),
@@ -622,6 +635,7 @@ class ComputeGraph:
                 )
             },
         )
+        extends = graph._cache.pop(_EXTENDS, None) is self.edges or graph.edges is self.edges
         if (
             nodes is None
             and edges is None
@@ -633,7 +647,7 @@ class ComputeGraph:
             graph._cache["ordered"] = True
             if self._cache.get("node_rules"):  # verify_graph's node rules read no offset
                 graph._cache["node_rules"] = True
-        elif self._cache.get("ordered") and _ordering_kept(self, graph):
+        elif self._cache.get("ordered") and _ordering_kept(self, graph, extends):
             graph._cache["ordered"] = True
         if self._cache.get("node_rules") and not graph._cache.get("node_rules"):
             # verify_graph re-checks only the nodes that are not this graph's very objects
@@ -751,6 +765,34 @@ _ID_TYPES = frozenset({NodeId, int})
 _FAST_VALIDATION = True
 
 
+def _positional(cls: type) -> Any:
+    """A constructor of the frozen, slotted dataclass ``cls`` taking every field
+    positionally, for one call per object where passes and the lowering make 100k of them
+    (plan steps and buffer args, the stream pass's restreamed nodes and events).
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a
+    global look-up and a call per field: ~4 us for a 17-field step); this one fills an
+    unfrozen class with the very same slots by plain attribute stores and then makes the
+    object a ``cls`` (``__class__`` assignment, allowed between classes of the same slot
+    layout), about 3x faster. The result is an ordinary ``cls``: equal to ``cls(*values)``
+    (tests/executor/test_plan.py), frozen from then on. ``cls`` must have no
+    ``__post_init__`` (nothing would run it).
+
+    >>> make = _positional(Buffer)
+    >>> a = make(BufferId(0), "x", 16, "float32", None, 256, False, None, None, 0, None)
+    >>> type(a) is Buffer, a == Buffer(BufferId(0), "x", 16)
+    (True, True)
+    """
+    names = tuple(f.name for f in fields(cls))
+    if getattr(cls, "__slots__", None) != names or hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
+    body = "".join(f"    self.{n} = {n}\n" for n in names)
+    scope: dict[str, Any] = {"_cls": cls}
+    # the same code dataclasses generates for an unfrozen __init__, plus the class swap
+    exec(f"def __init__(self, {', '.join(names)}):\n{body}    self.__class__ = _cls\n", scope)
+    return type(f"_{cls.__name__}Fields", (), {"__slots__": names, "__init__": scope["__init__"]})
+
+
 def _sorted_by_id(values: Any, cls: type, what: str) -> tuple[Any, ...]:
     """``values`` as a tuple of ``cls`` sorted by id (:func:`_items` for junk).
 
@@ -768,9 +810,10 @@ def _sorted_by_id(values: Any, cls: type, what: str) -> tuple[Any, ...]:
 
 def _sorted_edges(
     values: Any, known: tuple[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None
-) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None]:
-    """The edges sorted and without repeats, and (when every end is a node id in range)
-    their ends as two int64 arrays in the same order (else None).
+) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None, bool]:
+    """The edges sorted and without repeats, (when every end is a node id in range) their
+    ends as two int64 arrays in the same order (else None), and whether ``values`` begin
+    with the ``known`` edges' very tuples.
 
     ``known``: a checked graph's edges and their edge arrays (:func:`_edges_np`). When the
     edges begin with those very tuples, in that order (the stream pass appends its event
@@ -779,11 +822,13 @@ def _sorted_edges(
     """
     items = _items(values, tuple, "edges")
     ends = None
+    extends = False
     if known is not None:
         old, (a0, b0, *_) = known
         m0 = len(old)
         # (map stops at the shorter: the first m0 items against the old tuples)
         if m0 and len(items) >= m0 and all(map(operator.is_, items, old)):
+            extends = True
             if len(items) == m0:
                 ends = (a0, b0)
             elif (rest := _edge_arrays(items[m0:])) is not None:
@@ -792,7 +837,7 @@ def _sorted_edges(
         ends = _edge_arrays(items)
     if ends is None:
         try:
-            return tuple(sorted(set(items))), None
+            return tuple(sorted(set(items))), None, extends
         except TypeError:  # an unhashable or unorderable end: not a node id
             raise InvalidArgument(
                 "edges must be (NodeId, NodeId) pairs of this graph's ids"
@@ -801,7 +846,7 @@ def _sorted_edges(
     # sorted by (a, b) and unique: one key per pair (ends are at most MAX_ID); the first
     # of equal pairs is kept, as the set would (they are equal anyway)
     _, first = np.unique(a * (validate.MAX_ID + 1) + b, return_index=True)
-    return tuple(map(items.__getitem__, first.tolist())), (a[first], b[first])
+    return tuple(map(items.__getitem__, first.tolist())), (a[first], b[first]), extends
 
 
 def _edge_arrays(items: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -896,11 +941,14 @@ def _edges_np(g: ComputeGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 _NO_ACCESS = SimpleNamespace(inputs=(), outputs=())
 
 
-def _ordering_kept(old: ComputeGraph, new: ComputeGraph) -> bool:
+def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) -> bool:
     """Does ``old``'s ordering (checked) imply ``new``'s? True when ``new`` keeps every
     edge of ``old``, maps views alike, and each of its nodes accesses exactly what the node
     of the same id accessed in ``old`` (a new node: nothing). Every conflicting pair of
     ``new`` is then a pair of ``old``, ordered there by a path of edges ``new`` still has.
+
+    ``extends``: ``new``'s edges were given as ``old``'s very edge tuples followed by
+    others (what the constructor saw), so they keep every edge of ``old`` without a search.
 
     The stream pass's graph is such a change (streams set, event nodes and edges added),
     so its ordering is not searched again.
@@ -913,6 +961,8 @@ def _ordering_kept(old: ComputeGraph, new: ComputeGraph) -> bool:
         map(_OUTPUTS, olds)
     ) != list(map(_OUTPUTS, new.nodes)):
         return False
+    if extends:
+        return True
     a0, b0, _, _ = _edges_np(old)
     a1, b1, _, _ = _edges_np(new)
     if len(a0) > len(a1):

@@ -194,17 +194,27 @@ def _check_nodes(g: ComputeGraph) -> None:
     passed = g._cache.get("node_rules_of", frozenset())
     base = g._cache.pop("node_rules_base", None)
     same = _unchanged_nodes(g, *base) if base is not None else frozenset()
-    for n in g.nodes:
-        if n.id in passed or n.id in same:
-            continue
-        _RULES[n.kind](g, n)
-        if n.kind is not NodeKind.KernelLaunch and (n.config is not None or n.fused is not None):
+    # The nodes to check, in node order, picked out by C-level passes: a graph made by a
+    # pass skips most of its nodes, and a Python test per skipped node cost as much as
+    # the checks of the others.
+    todo: Any = g.nodes
+    for skip in (passed, same):
+        if skip:
+            todo = list(
+                itertools.compress(todo, map(operator.not_, map(skip.__contains__, map(_ID, todo))))
+            )
+    kernel, conditional = NodeKind.KernelLaunch, NodeKind.Conditional
+    for n in todo:
+        kind = n.kind
+        _RULES[kind](g, n)
+        if kind is not kernel and (n.config is not None or n.fused is not None):
             raise InvalidArgument(f"{context(g, n.id)}: only kernels have a launch config")
-        if n.kind is not NodeKind.Conditional and (
+        if kind is not conditional and (
             n.cond_kind is not None or n.condition is not None or n.max_iterations
         ):
             raise InvalidArgument(f"{context(g, n.id)}: only conditionals have a condition")
-        if n.kind not in BODY_KINDS and n.bodies:
+        # (bodies first: a kind's hash is a Python call, and almost no node has bodies)
+        if n.bodies and kind not in BODY_KINDS:
             raise InvalidArgument(
                 f"{context(g, n.id)}: only child graphs and conditionals have body graphs"
             )
@@ -212,7 +222,11 @@ def _check_nodes(g: ComputeGraph) -> None:
 
 # Kinds whose rules read more than the node and its buffers (a wait: the edges and its
 # record; bodies: other graphs): never carried over, always checked again.
-_READS_MORE = frozenset({NodeKind.EventWait, *BODY_KINDS})
+# (a tuple: its test compares by identity in C, where a set would call the enum's __hash__)
+_READS_MORE = (NodeKind.EventWait, *BODY_KINDS)
+_ID = operator.attrgetter("id")
+_KIND = operator.attrgetter("kind")
+_MEMORY_KINDS = tuple(MEMORY_KINDS)
 # Every field of a buffer but its arena offset.
 _BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"))
 
@@ -362,6 +376,11 @@ def _check_lifetimes(g: ComputeGraph) -> None:
     as written, so every other access is ordered against them by a path, and the
     topological rank says which way the path goes.
     """
+    # Most graphs hold no alloc or free node: found by two C-level counts (a set test of
+    # each node's kind would call the enum's Python-level __hash__ per node).
+    kinds = list(map(_KIND, g.nodes))
+    if not any(map(kinds.count, _MEMORY_KINDS)):
+        return
     allocs: dict[BufferId, GraphNode] = {}
     frees: dict[BufferId, GraphNode] = {}
     for n in g.nodes:

@@ -162,7 +162,11 @@ class TestFastValidation:
                 "buffers": buffers if data.draw(st.booleans(), label="pass buffers") else None,
                 "edges": edges if data.draw(st.booleans(), label="pass edges") else None,
             }
-            fast = _outcome(lambda parts=parts: g.with_changes(**parts))
+            # every node vouched for (the stream pass's call): the nodes' values are valid
+            # in every edit, so only the structural checks decide, as from scratch
+            vouch = parts["nodes"] is not None and data.draw(st.booleans(), label="vouch")
+            extra = {"checked_nodes": parts["nodes"]} if vouch else {}
+            fast = _outcome(lambda parts=parts, extra=extra: g.with_changes(**parts, **extra))
 
             def scratch(parts: dict[str, Any] = parts) -> ComputeGraph:  # every check anew
                 new = ComputeGraph(
@@ -194,6 +198,18 @@ class TestFastValidation:
         monkeypatch.setattr(ComputeGraph, "_validate_full", spy)
         ExecutionPlan.build(synthetic(300, shape), max_streams=4)
         assert fell_back == []
+
+
+def test_with_changes_leaves_no_constructor_note() -> None:
+    # the note that the edges extend the old ones is read and dropped by with_changes (it
+    # holds the old graph's edges)
+    from oxiwork.examples import quick_start
+
+    g = quick_start()
+    extra = GraphNode(g.next_node_id(), "mark", NodeKind.Barrier)
+    new = g.with_changes(nodes=[*g.nodes, extra], edges=[*g.edges, (g.nodes[0].id, extra.id)])
+    assert graph_mod._EXTENDS not in new._cache and graph_mod._TRUSTED not in new._cache
+    assert new._cache.get("ordered")
 
 
 def test_ordering_kept_needs_every_old_edge() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import operator
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ import numpy as np
 from oxiwork.analysis import paused_gc
 from oxiwork.analysis.happens_before import ClockArrays, VectorClocks, plan_clocks
 from oxiwork.error import InvalidPlan, UnorderedAccess
-from oxiwork.graph import ComputeGraph
+from oxiwork.graph import ComputeGraph, _positional
 from oxiwork.node import BufferId, KernelConfig, MemcpyDir, NodeId, NodeKind, StreamId
 from oxiwork.optimizer.fusion import peak_live_bytes
 from oxiwork.optimizer.memory_pass import MemoryReport
@@ -484,33 +484,6 @@ def _arg(a: BufferArg) -> str:
 # ------------------------------------------------------------------------------------------
 # Lowering
 # ------------------------------------------------------------------------------------------
-
-
-def _positional(cls: type) -> Any:
-    """A constructor of the frozen, slotted dataclass ``cls`` taking every field
-    positionally, for the lowering's one call per step and per buffer.
-
-    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a
-    global look-up and a call per field: ~4 us for a 17-field step); this one fills an
-    unfrozen class with the very same slots by plain attribute stores and then makes the
-    object a ``cls`` (``__class__`` assignment, allowed between classes of the same slot
-    layout), about 3x faster. The result is an ordinary ``cls``: equal to ``cls(*values)``
-    (tests/executor/test_lowering.py), frozen from then on. ``cls`` must have no
-    ``__post_init__`` (nothing would run it).
-
-    >>> make = _positional(BufferArg)
-    >>> a = make(BufferId(0), "x", 0, 16, "float32", (4,), False, None, 0, None)
-    >>> type(a) is BufferArg, a == BufferArg(BufferId(0), "x", 0, 16, "float32", (4,), False)
-    (True, True)
-    """
-    names = tuple(f.name for f in fields(cls))
-    if getattr(cls, "__slots__", None) != names or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
-    body = "".join(f"    self.{n} = {n}\n" for n in names)
-    scope: dict[str, Any] = {"_cls": cls}
-    # the same code dataclasses generates for an unfrozen __init__, plus the class swap
-    exec(f"def __init__(self, {', '.join(names)}):\n{body}    self.__class__ = _cls\n", scope)
-    return type(f"_{cls.__name__}Fields", (), {"__slots__": names, "__init__": scope["__init__"]})
 
 
 _PlanStep = _positional(PlanStep)

@@ -78,8 +78,8 @@ Example
 from __future__ import annotations
 
 import itertools
+import operator
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -89,7 +89,7 @@ import numpy as np
 from oxiwork import cost, validate
 from oxiwork.analysis import paused_gc, topo
 from oxiwork.error import InvalidArgument
-from oxiwork.graph import ComputeGraph, DenseGraph
+from oxiwork.graph import ComputeGraph, DenseGraph, _positional
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
@@ -732,41 +732,45 @@ def _short(name: str, limit: int = 40) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-# The slot descriptors of GraphNode's fields (a frozen, slotted dataclass): reading and
-# setting a field through them is one C call, with no frozen-__setattr__ check.
-_NODE_SLOTS = [(f.name, GraphNode.__dict__[f.name]) for f in fields(GraphNode)]
-
-
-# Nodes copied per block by _copy_nodes: a block's new objects stay in the CPU caches
-# while each of the 22 fields is copied over it (copying each field over all 66k nodes at
-# once walks ~13 MB of objects 22 times; measured 0.6 s -> 0.35 s at 66k nodes).
-_COPY_BLOCK = 512
+# GraphNode's fields in constructor order, all read by one call, and a positional
+# constructor of it (oxiwork.graph._positional: plain stores into the same slots).
+_NODE_FIELDS = tuple(f.name for f in fields(GraphNode))
+_NODE_VALUES = operator.attrgetter(*_NODE_FIELDS)
+_MAKE_NODE = _positional(GraphNode)
 
 
 def _copy_nodes(nodes: list[GraphNode], changes: Mapping[str, Sequence[Any]]) -> list[GraphNode]:
     """``[n.replace(**{f: changes[f][i] for f in changes}) for i, n in enumerate(nodes)]``,
-    field by field over a block of nodes at a time: each field is copied by one ``map`` of
-    its slot descriptor, a loop in C (``replace`` runs the generated ``__init__`` in
-    Python, 22 frozen setattrs per node: 0.4 s for the 66k nodes of the 100k-node layered
-    example). GraphNode has no ``__post_init__`` and no default factories, so these are the
-    objects ``__init__`` would build (the memory pass moves its buffers to their offsets
-    the same way); tests/optimizer/test_stream_fast.py compares them with ``replace``'s,
-    field by field.
+    each node made by one positional call (:func:`oxiwork.graph._positional`) from its
+    fields read at once: ``replace`` runs the generated ``__init__``, 22 frozen setattrs
+    per node (0.4 s for the 66k nodes of the 100k-node layered example), and setting the
+    fields by slot descriptors, one ``map`` per field, touches each new object 22 times.
+    GraphNode has no ``__post_init__`` and no default factories, so these are the objects
+    ``__init__`` would build; tests/optimizer/test_stream_fast.py compares them with
+    ``replace``'s, field by field.
 
     >>> from oxiwork.node import NodeId
     >>> k = GraphNode(NodeId(0), "k", NodeKind.KernelLaunch)
     >>> _copy_nodes([k], {"stream": [StreamId(2)]})[0].stream
     StreamId(2)
     """
-    new = list(map(object.__new__, itertools.repeat(GraphNode, len(nodes))))
-    for lo in range(0, len(nodes), _COPY_BLOCK):
-        hi = lo + _COPY_BLOCK
-        block, old = new[lo:hi], nodes[lo:hi]
-        for name, slot in _NODE_SLOTS:
-            given = changes.get(name)
-            values = map(slot.__get__, old) if given is None else given[lo:hi]
-            deque(map(slot.__set__, block, values), maxlen=0)
-    return new
+    at = [_NODE_FIELDS.index(name) for name in changes]
+    make = _MAKE_NODE
+    out: list[GraphNode] = []
+    append = out.append
+    if len(at) == 1:  # (the restreamed nodes: one field)
+        i = at[0]
+        for values, x in zip(map(_NODE_VALUES, nodes), *changes.values(), strict=True):
+            v = list(values)
+            v[i] = x
+            append(make(*v))
+        return out
+    for values, *new in zip(map(_NODE_VALUES, nodes), *changes.values(), strict=True):
+        v = list(values)
+        for i, x in zip(at, new, strict=True):
+            v[i] = x
+        append(make(*v))
+    return out
 
 
 # What an inserted event is before _realize gives it its id, name, kind, stream and record.
