@@ -55,6 +55,7 @@ __all__ = [
     "graph_clock_arrays",
     "graph_clocks",
     "groups_ordered",
+    "node_streams",
     "plan_clocks",
     "vector_clocks",
 ]
@@ -505,13 +506,7 @@ def _graph_schedule(
             f"the order lists {distinct} distinct of {len(order)} entries for a graph of "
             f"{graph.num_nodes} nodes; pass every node exactly once"
         )
-    stream_of = graph._cache.get("analysis.node_streams")
-    if stream_of is None:  # per node position (the graph is immutable: once per graph)
-        stream_of = np.fromiter(
-            (int(n.stream or 0) for n in graph.nodes), dtype=np.int64, count=graph.num_nodes
-        )
-        stream_of.setflags(write=False)
-        graph._cache["analysis.node_streams"] = stream_of
+    stream_of = node_streams(graph)
     item = np.empty(len(order), dtype=np.int64)  # node position -> item
     item[at] = np.arange(len(order))
     pairs = _sync_pairs(graph)
@@ -519,6 +514,25 @@ def _graph_schedule(
         [(pos[r], pos[w]) for r, w in pairs] if pairs else np.zeros((0, 2)), dtype=np.int64
     )
     return stream_of[at], item[sync], order
+
+
+def node_streams(graph: ComputeGraph) -> np.ndarray:
+    """Each node's stream by node position (0 for a node without one), read-only and cached
+    per graph (the graph is immutable): the clocks and the memory pass's issue order both
+    read it.
+
+    >>> from oxiwork.examples import quick_start
+    >>> node_streams(quick_start()).tolist()
+    [0, 0, 0, 0]
+    """
+    stream_of = graph._cache.get("analysis.node_streams")
+    if stream_of is None:
+        stream_of = np.fromiter(
+            (int(n.stream or 0) for n in graph.nodes), dtype=np.int64, count=graph.num_nodes
+        )
+        stream_of.setflags(write=False)
+        graph._cache["analysis.node_streams"] = stream_of
+    return stream_of
 
 
 def plan_clocks(plan: ExecutionPlan) -> VectorClocks:
