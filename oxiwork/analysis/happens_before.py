@@ -55,6 +55,7 @@ __all__ = [
     "graph_clock_arrays",
     "graph_clocks",
     "groups_ordered",
+    "node_streams",
     "plan_clocks",
     "vector_clocks",
 ]
@@ -368,35 +369,60 @@ def clock_arrays(streams: Sequence[int], sync: Iterable[tuple[int, int]] = ()) -
     last_wait[by] = np.where(at >= group_start, wait_no[by[np.maximum(at, 0)]], -1)
     # The waits' clocks, in issue order (a record is earlier than its wait, so its last
     # wait has been computed; the previous wait of the stream too).
-    recs: dict[int, list[int]] = {}
-    for a, b in pairs.tolist():
-        recs.setdefault(b, []).append(a)
     none = [-1] * width
     wclock: list[list[int]] = []
-    si, pos, lw = stream_index.tolist(), position.tolist(), last_wait.tolist()
     prev_wait = [-1] * width  # per stream, the last wait visited
-    for w in waits.tolist():
-        s = si[w]
-        p = prev_wait[s]
-        c = wclock[p] if p >= 0 else none
-        own = False  # c is a fresh list (not a row of wclock, nor none)
-        for a in recs[w]:
+    si, pos = stream_index.tolist(), position.tolist()
+    if len(waits) == len(pairs):
+        # One record per wait (what the stream pass inserts): the pairs sorted by wait, and
+        # what the loop reads of the record (its stream, position and last wait) gathered.
+        rec = pairs[np.argsort(pairs[:, 1], kind="stable"), 0]
+        for w, a_s, a_pos, k in zip(
+            waits.tolist(),
+            stream_index[rec].tolist(),
+            position[rec].tolist(),
+            last_wait[rec].tolist(),
+            strict=True,
+        ):
+            s = si[w]
+            p = prev_wait[s]
             # The record's clock is its last wait's with its own component set to its
             # position, which is at least that wait's there (the wait is earlier on the
             # same stream): the max with the wait's row, then with the position.
-            k = lw[a]
             if k >= 0:
-                c, own = list(map(max, c, wclock[k])), True
-            t = si[a]
-            if c[t] < pos[a]:
-                if not own:
-                    c, own = c[:], True
-                c[t] = pos[a]
-        if not own:
-            c = c[:]
-        c[s] = pos[w]
-        prev_wait[s] = len(wclock)
-        wclock.append(c)
+                c = list(map(max, wclock[p], wclock[k])) if p >= 0 else wclock[k][:]
+            else:
+                c = wclock[p][:] if p >= 0 else none[:]
+            if c[a_s] < a_pos:
+                c[a_s] = a_pos
+            c[s] = pos[w]
+            prev_wait[s] = len(wclock)
+            wclock.append(c)
+    else:
+        recs: dict[int, list[int]] = {}
+        for a, b in pairs.tolist():
+            recs.setdefault(b, []).append(a)
+        lw = last_wait.tolist()
+        for w in waits.tolist():
+            s = si[w]
+            p = prev_wait[s]
+            c = wclock[p] if p >= 0 else none
+            own = False  # c is a fresh list (not a row of wclock, nor none)
+            for a in recs[w]:
+                # (as above, for each record)
+                k = lw[a]
+                if k >= 0:
+                    c, own = list(map(max, c, wclock[k])), True
+                t = si[a]
+                if c[t] < pos[a]:
+                    if not own:
+                        c, own = c[:], True
+                    c[t] = pos[a]
+            if not own:
+                c = c[:]
+            c[s] = pos[w]
+            prev_wait[s] = len(wclock)
+            wclock.append(c)
     table = np.full((len(waits) + 1, max(width, 1)), -1, dtype=np.int64)  # last row: none
     if len(waits) and width:
         table[:-1] = np.array(wclock, dtype=np.int64)
@@ -505,13 +531,7 @@ def _graph_schedule(
             f"the order lists {distinct} distinct of {len(order)} entries for a graph of "
             f"{graph.num_nodes} nodes; pass every node exactly once"
         )
-    stream_of = graph._cache.get("analysis.node_streams")
-    if stream_of is None:  # per node position (the graph is immutable: once per graph)
-        stream_of = np.fromiter(
-            (int(n.stream or 0) for n in graph.nodes), dtype=np.int64, count=graph.num_nodes
-        )
-        stream_of.setflags(write=False)
-        graph._cache["analysis.node_streams"] = stream_of
+    stream_of = node_streams(graph)
     item = np.empty(len(order), dtype=np.int64)  # node position -> item
     item[at] = np.arange(len(order))
     pairs = _sync_pairs(graph)
@@ -519,6 +539,25 @@ def _graph_schedule(
         [(pos[r], pos[w]) for r, w in pairs] if pairs else np.zeros((0, 2)), dtype=np.int64
     )
     return stream_of[at], item[sync], order
+
+
+def node_streams(graph: ComputeGraph) -> np.ndarray:
+    """Each node's stream by node position (0 for a node without one), read-only and cached
+    per graph (the graph is immutable): the clocks and the memory pass's issue order both
+    read it.
+
+    >>> from oxiwork.examples import quick_start
+    >>> node_streams(quick_start()).tolist()
+    [0, 0, 0, 0]
+    """
+    stream_of = graph._cache.get("analysis.node_streams")
+    if stream_of is None:
+        stream_of = np.fromiter(
+            (int(n.stream or 0) for n in graph.nodes), dtype=np.int64, count=graph.num_nodes
+        )
+        stream_of.setflags(write=False)
+        graph._cache["analysis.node_streams"] = stream_of
+    return stream_of
 
 
 def plan_clocks(plan: ExecutionPlan) -> VectorClocks:

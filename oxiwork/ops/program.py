@@ -183,6 +183,10 @@ _BUFFER_SPEC = operator.attrgetter(
 # signature names no graph: it holds what _bind reads, and _bind reads nothing else.
 _TEMPLATES: dict[Hashable, BoundProgram] = {}
 _MAX_TEMPLATES = 1 << 16
+# (op id, given parameters, argument kinds, shapes, dtypes) -> (op, parameters, shape, the
+# shapes it reads, dtype) of a step of a fused program that bound (see _bind); process-wide
+# like the templates. Tests set it to None: every step is then bound by the rules alone.
+_STEPS: dict[Hashable, tuple[Any, ...]] | None = {}
 
 
 def buffer_specs(graph: ComputeGraph) -> Mapping[BufferId, tuple[Any, ...]]:
@@ -433,17 +437,39 @@ def _bind(graph: ComputeGraph, node: GraphNode) -> BoundProgram:
                     f"(the kernel has {n_in} input buffer(s); steps may only read "
                     "earlier steps)"
                 )
-        step_where = where if len(specs) == 1 else f"{where} step {j}"
-        try:
-            params = bind_params(op, given, step_where)
-            shape = _infer_reading(op, shapes, args, params, step_where)
-            dtype = infer_dtype(op, dtypes, params, step_where)
-        except InvalidArgument as e:
-            if len(specs) > 1 or len(shapes) != op.arity:
-                raise
-            # name the buffers too (built only on error: bind runs for every kernel)
-            names = ", ".join(f"{b.name!r} {b.array_shape}" for b in in_bufs)
-            raise InvalidArgument(str(e).replace(where, f"{where} reading {names}", 1)) from None
+        # A step binds as every step with its op, parameters, kinds of arguments and their
+        # shapes and dtypes does (what the rules below read), so a fused program's steps
+        # repeat the work of other programs' (the same relu on the same shape): looked up.
+        memo = _STEPS
+        hit = key = None
+        if memo is not None and len(specs) > 1:
+            key = (id(op), given, tuple([kind for kind, _ in args]), tuple(shapes), tuple(dtypes))
+            try:
+                hit = memo.get(key)
+            except TypeError:  # an unhashable parameter: bound on its own
+                key = None
+        if hit is not None and hit[0] is op:
+            _, params, shape, read, dtype = hit
+            shapes = list(read)
+        else:
+            step_where = where if len(specs) == 1 else f"{where} step {j}"
+            try:
+                params = bind_params(op, given, step_where)
+                shape = _infer_reading(op, shapes, args, params, step_where)
+                dtype = infer_dtype(op, dtypes, params, step_where)
+            except InvalidArgument as e:
+                if len(specs) > 1 or len(shapes) != op.arity:
+                    raise
+                # name the buffers too (built only on error: bind runs for every kernel)
+                names = ", ".join(f"{b.name!r} {b.array_shape}" for b in in_bufs)
+                raise InvalidArgument(
+                    str(e).replace(where, f"{where} reading {names}", 1)
+                ) from None
+            if key is not None:
+                if len(memo) >= _MAX_TEMPLATES:  # type: ignore[arg-type]
+                    memo.clear()  # type: ignore[union-attr]
+                # (the op itself kept with it: its id stays its own while the entry lives)
+                memo[key] = (op, params, shape, tuple(shapes), dtype)  # type: ignore[index]
         if dtype is None:
             dtype = _buffer_dtype(step_where, name, j, results, [b.dtype for b in out_bufs])
         steps.append(BoundStep(op, params, args, tuple(shapes), shape, origin, dtype))

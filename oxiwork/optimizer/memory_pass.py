@@ -155,7 +155,7 @@ import numpy as np
 
 from oxiwork.analysis import liveness, paused_gc
 from oxiwork.analysis.happens_before import graph_clock_arrays
-from oxiwork.graph import ComputeGraph
+from oxiwork.graph import ComputeGraph, _positional
 from oxiwork.node import Buffer, BufferId, NodeId
 from oxiwork.ops.program import share_bound
 from oxiwork.optimizer import PassResult
@@ -700,11 +700,9 @@ def _place_sweep(
     seg_m: dict[int, int] = {0: (1 << width) - 1}
     owned = [0] * len(size)
     offs = [0] * len(size)
-    sz, al = size.tolist(), align.tolist()
-    first = a.first.tolist()
+    sz = size.tolist()
     fpos = a.first_pos.T.tolist()  # per stream, per row (no list per row)
     past_of = a.past.T.tolist()  # per stream, per row
-    stream_of = a.stream_of.tolist()
     # per row, the streams other than its first access's where it is accessed
     on = a.first_pos >= 0
     t_first = a.stream_of[a.first]
@@ -716,19 +714,36 @@ def _place_sweep(
         others_of = [combos[m] for m in bits.tolist()]
     else:
         others_of = [tuple(np.flatnonzero(r).tolist()) for r in other_on]
+    # Per mask of streams, their free runs (the streams that give up a placed range).
+    runs_of = (
+        [[runs[t] for t in range(width) if m >> t & 1] for m in range(1 << width)]
+        if (width <= _MASK_TABLE)
+        else None
+    )
+    bit_of = [1 << t for t in range(width)]
     ev = 0
     arena = 0
-    for k in perm.tolist():
-        x = first[k]
+    # per buffer in placement order, what the loop reads of it (one zip, no indexing)
+    items = zip(
+        perm.tolist(),
+        a.first[perm].tolist(),
+        size[perm].tolist(),
+        align[perm].tolist(),
+        a.stream_of[a.first[perm]].tolist(),
+        map(others_of.__getitem__, perm.tolist()),
+        strict=True,
+    )
+    for k, x, s, g, t0, others in items:
         while ev_item[ev] <= x:  # streams passing placed buffers: free bytes
             i = ev_k[ev]
-            if owned[i]:
+            left = owned[i]
+            if left:
                 t = ev_t[ev]
-                bit = 1 << t
+                bit = bit_of[t]
                 free_t = runs[t]
-                hi = offs[i] + sz[i]
-                j = bisect_right(seg_s, offs[i]) - 1
-                left = owned[i]
+                lo = offs[i]
+                hi = lo + sz[i]
+                j = bisect_right(seg_s, lo) - 1
                 # i's segments lie inside its range (k's range is one segment when placed,
                 # and later placements only split or overwrite it)
                 while (sj := seg_s[j]) < hi:
@@ -740,12 +755,9 @@ def _place_sweep(
                             break
                     j += 1
             ev += 1
-        s, g = sz[k], al[k]
-        t0 = stream_of[x]
         free = runs[t0]
         by_len = free.by_len
         cand = -1
-        others = others_of[k]
         if not others:
             for r in range(bisect_left(by_len, s << shift), len(by_len)):
                 key = by_len[r]
@@ -808,9 +820,35 @@ def _place_sweep(
             seg_o[cand] = k
             seg_m[cand] = 0
             owned[k] = 1
-            _give_up(runs, mask, cand, end)
+            if runs_of is None:
+                _give_up(runs, mask, cand, end)
+            else:
+                for free_t in runs_of[mask]:  # _give_up, inline
+                    if cand == free_t.tail:
+                        free_t.tail = end
+                    else:
+                        free_t.take(cand, end)
             continue
         lo_i = bisect_right(seg_s, cand) - 1
+        if seg_s[lo_i] == cand and seg_s[lo_i + 1] == end:
+            # exactly one segment (a freed range of the same size: the usual case once
+            # buffers are reused): it changes owner, no boundary moves
+            mask = seg_m[cand]
+            o = seg_o[cand]
+            if o >= 0:
+                owned[o] -= 1
+            seg_o[cand] = k
+            seg_m[cand] = 0
+            owned[k] = 1
+            if runs_of is None:
+                _give_up(runs, mask, cand, end)
+            else:
+                for free_t in runs_of[mask]:
+                    if cand == free_t.tail:
+                        free_t.tail = end
+                    else:
+                        free_t.take(cand, end)
+            continue
         if (prev := seg_s[lo_i]) != cand:
             lo_i += 1
             seg_s.insert(lo_i, cand)
@@ -893,6 +931,7 @@ def _window(
 
 
 _TOP = 1 << 62  # the end of the tail run: beyond any arena
+_MASK_TABLE = 10  # up to this many streams the sweep tabulates the free runs of each mask
 _SWEEP_SCAN = 256  # address segments a buffer on several streams may scan for a place
 
 
@@ -1108,21 +1147,20 @@ _OFFSET = operator.attrgetter("offset")
 
 def _offset_copier() -> Any:
     """Make :func:`_with_offsets`: one loop that copies each buffer's fields by plain
-    attribute stores into an object of a class with Buffer's very slots, then makes it a
-    Buffer (``__class__`` assignment, allowed between classes of the same slot layout; the
-    lowering's positional constructors do the same, oxiwork.executor.plan._positional).
+    attribute stores into an object of :func:`oxiwork.graph._positional`'s class for Buffer
+    (Buffer's very slots; it also checks that Buffer is a plain slotted dataclass), then
+    makes it a Buffer by ``__class__`` assignment, as that constructor does.
 
     ``dataclasses.replace``, or even ``Buffer(*values)``, runs the generated frozen
-    ``__init__`` (11 ``object.__setattr__`` calls per buffer), and a ``map`` of each slot
-    descriptor over all the buffers costs a method-wrapper call per field: 0.3 s against
-    0.1 s on the 66k buffers of the 100k-node layered example. Buffer has no
+    ``__init__`` (11 ``object.__setattr__`` calls per buffer); a ``map`` of each slot
+    descriptor over all the buffers costs a method-wrapper call per field, and the
+    positional constructor a call with 11 arguments per buffer: 0.25 s, and 0.2 s against
+    0.05 s for this loop on the 66k buffers of the 100k-node layered example. Buffer has no
     ``__post_init__`` (the graph checks buffers, not their constructor), so the objects are
     the ones ``__init__`` would build; tests/optimizer/test_memory_pass.py compares them
     with ``replace``'s.
     """
     names = tuple(f.name for f in fields(Buffer))
-    if getattr(Buffer, "__slots__", None) != names or hasattr(Buffer, "__post_init__"):
-        raise TypeError("Buffer is no longer a plain slotted dataclass: copy with replace()")
     stores = "".join(
         f"        new.{f} = {'offset' if f == 'offset' else 'old.' + f}\n" for f in names
     )
@@ -1139,7 +1177,7 @@ def _offset_copier() -> Any:
     )
     scope: dict[str, Any] = {
         "_new": object.__new__,
-        "_Fields": type("_BufferFields", (), {"__slots__": names}),
+        "_Fields": _positional(Buffer),
         "_Buffer": Buffer,
     }
     exec(code, scope)
@@ -1315,15 +1353,14 @@ def _plan_memory(
     arena_buffers = list(map(graph.buffers.__getitem__, arena_index))
     new_offsets = by_index[arena_pos].tolist()
     offsets: dict[BufferId, int] = dict(zip(map(_ID, arena_buffers), new_offsets, strict=True))
-    moved = [
-        k
-        for k, (old, new) in enumerate(zip(map(_OFFSET, arena_buffers), new_offsets, strict=True))
-        if old != new
-    ]
-    placed = _with_offsets([arena_buffers[k] for k in moved], [new_offsets[k] for k in moved])
+    changed = list(map(operator.ne, map(_OFFSET, arena_buffers), new_offsets))
+    placed = _with_offsets(
+        list(itertools.compress(arena_buffers, changed)),
+        list(itertools.compress(new_offsets, changed)),
+    )
     buffers = list(graph.buffers)
-    for k, b in zip(moved, placed, strict=True):
-        buffers[arena_index[k]] = b
+    for k, b in zip(itertools.compress(arena_index, changed), placed, strict=True):
+        buffers[k] = b
     fits = None if capacity is None else arena <= capacity
     message = None
     if fits is False:

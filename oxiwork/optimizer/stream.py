@@ -87,6 +87,7 @@ import numpy as np
 
 from oxiwork import cost, validate
 from oxiwork.analysis import paused_gc, topo
+from oxiwork.analysis.happens_before import node_streams
 from oxiwork.error import InvalidArgument
 from oxiwork.graph import ComputeGraph, DenseGraph, _positional
 from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
@@ -979,7 +980,7 @@ def issue_positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = 
     cost = _costs(graph, costs)
     d = graph.dense()
     ids, pred = d.ids, d.pred
-    streams = [int(n.stream or 0) for n in graph.nodes]
+    streams = node_streams(graph).tolist()  # (cached: the memory pass's clocks read it too)
     costs_p = [float(cost.get(nid, 0.0)) for nid in ids]
     free: dict[int, float] = {}
     finish = [0.0] * len(ids)

@@ -275,3 +275,33 @@ def test_accesses_are_the_node_loop(g):
     assert got[0].tolist() == pos + [p for p, _, _ in extra]
     assert got[1].tolist() == buf + [b for _, b, _ in extra]
     assert got[2].tolist() == read + [r for _, _, r in extra]
+
+
+@settings(max_examples=60, deadline=None)
+@given(any_dags(max_nodes=40))
+def test_accesses_with_sparse_buffer_ids(g):
+    # Buffer ids with gaps (as after fusion drops buffers) go to buffer indices by a binary
+    # search of the sorted ids (issue 14): the same arrays as the same graph with ids 0..n-1.
+    import dataclasses
+
+    from oxiwork.analysis.liveness import _accesses
+
+    def f(b):
+        return BufferId(5 * int(b) + 3)
+
+    bufs = [
+        dataclasses.replace(b, id=f(b.id), base=None if b.base is None else f(b.base))
+        for b in g.buffers
+    ]
+    nodes = [
+        n.replace(
+            inputs=tuple(map(f, n.inputs)),
+            outputs=tuple(map(f, n.outputs)),
+            condition=None if n.condition is None else f(n.condition),
+        )
+        for n in g.nodes
+    ]
+    h = ComputeGraph(nodes, bufs, g.edges)
+    assert not h.buffers or h.buffers[-1].id != len(h.buffers) - 1  # not 0..n-1
+    for x, y in zip(_accesses(g), _accesses(h), strict=True):
+        assert x.tolist() == y.tolist()

@@ -13,6 +13,7 @@ from oxiwork import ops
 from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.examples import quick_start, random_op_dag
 from oxiwork.node import Buffer
+from oxiwork.ops import program
 from oxiwork.ops.program import _bind, bind, share_bound, signature
 from oxiwork.optimizer.fusion import fuse
 
@@ -68,6 +69,50 @@ class TestBindCache:
                 except (InvalidArgument, UnsupportedOp):
                     continue
                 assert bind(graph, k) == fresh
+
+
+class TestStepMemo:
+    """A fused program's steps are looked up by op, parameters, argument kinds, shapes and
+    dtypes (program._STEPS); binding by the rules alone is the oracle."""
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.integers(0, 100_000), st.integers(2, 40), st.booleans())
+    def test_memo_equals_rules_alone(self, seed, n, special):
+        fused = [
+            (res.graph, k)
+            for res in [fuse(random_op_dag(seed, n, reductions=special, matmul=special))]
+            for k in kernels(res.graph)
+            if k.fused is not None
+        ]
+        memoized = []
+        for graph, k in fused:
+            try:
+                memoized.append(_bind(graph, k))
+            except (InvalidArgument, UnsupportedOp):
+                memoized.append(None)
+        saved, program._STEPS = program._STEPS, None
+        try:
+            for (graph, k), got in zip(fused, memoized, strict=True):
+                try:
+                    alone = _bind(graph, k)
+                except (InvalidArgument, UnsupportedOp):
+                    alone = None
+                assert got == alone
+        finally:
+            program._STEPS = saved
+
+    def test_an_op_registered_again_is_bound_again(self):
+        g = fuse(quick_start()).graph
+        k = next(n for n in g.nodes if n.fused is not None)
+        before = _bind(g, k)
+        relu = ops.get("relu")
+        ops.custom("relu", expr="fmaxf({0}, 0.0f)", reference=relu.reference, replace=True)
+        try:
+            after = _bind(g, k)
+            assert after.steps[0].op is ops.get("relu") is not before.steps[0].op
+        finally:
+            ops.register(relu, replace=True)
+        assert _bind(g, k).steps[0].op is relu
 
 
 class TestSignature:
