@@ -369,35 +369,60 @@ def clock_arrays(streams: Sequence[int], sync: Iterable[tuple[int, int]] = ()) -
     last_wait[by] = np.where(at >= group_start, wait_no[by[np.maximum(at, 0)]], -1)
     # The waits' clocks, in issue order (a record is earlier than its wait, so its last
     # wait has been computed; the previous wait of the stream too).
-    recs: dict[int, list[int]] = {}
-    for a, b in pairs.tolist():
-        recs.setdefault(b, []).append(a)
     none = [-1] * width
     wclock: list[list[int]] = []
-    si, pos, lw = stream_index.tolist(), position.tolist(), last_wait.tolist()
     prev_wait = [-1] * width  # per stream, the last wait visited
-    for w in waits.tolist():
-        s = si[w]
-        p = prev_wait[s]
-        c = wclock[p] if p >= 0 else none
-        own = False  # c is a fresh list (not a row of wclock, nor none)
-        for a in recs[w]:
+    si, pos = stream_index.tolist(), position.tolist()
+    if len(waits) == len(pairs):
+        # One record per wait (what the stream pass inserts): the pairs sorted by wait, and
+        # what the loop reads of the record (its stream, position and last wait) gathered.
+        rec = pairs[np.argsort(pairs[:, 1], kind="stable"), 0]
+        for w, a_s, a_pos, k in zip(
+            waits.tolist(),
+            stream_index[rec].tolist(),
+            position[rec].tolist(),
+            last_wait[rec].tolist(),
+            strict=True,
+        ):
+            s = si[w]
+            p = prev_wait[s]
             # The record's clock is its last wait's with its own component set to its
             # position, which is at least that wait's there (the wait is earlier on the
             # same stream): the max with the wait's row, then with the position.
-            k = lw[a]
             if k >= 0:
-                c, own = list(map(max, c, wclock[k])), True
-            t = si[a]
-            if c[t] < pos[a]:
-                if not own:
-                    c, own = c[:], True
-                c[t] = pos[a]
-        if not own:
-            c = c[:]
-        c[s] = pos[w]
-        prev_wait[s] = len(wclock)
-        wclock.append(c)
+                c = list(map(max, wclock[p], wclock[k])) if p >= 0 else wclock[k][:]
+            else:
+                c = wclock[p][:] if p >= 0 else none[:]
+            if c[a_s] < a_pos:
+                c[a_s] = a_pos
+            c[s] = pos[w]
+            prev_wait[s] = len(wclock)
+            wclock.append(c)
+    else:
+        recs: dict[int, list[int]] = {}
+        for a, b in pairs.tolist():
+            recs.setdefault(b, []).append(a)
+        lw = last_wait.tolist()
+        for w in waits.tolist():
+            s = si[w]
+            p = prev_wait[s]
+            c = wclock[p] if p >= 0 else none
+            own = False  # c is a fresh list (not a row of wclock, nor none)
+            for a in recs[w]:
+                # (as above, for each record)
+                k = lw[a]
+                if k >= 0:
+                    c, own = list(map(max, c, wclock[k])), True
+                t = si[a]
+                if c[t] < pos[a]:
+                    if not own:
+                        c, own = c[:], True
+                    c[t] = pos[a]
+            if not own:
+                c = c[:]
+            c[s] = pos[w]
+            prev_wait[s] = len(wclock)
+            wclock.append(c)
     table = np.full((len(waits) + 1, max(width, 1)), -1, dtype=np.int64)  # last row: none
     if len(waits) and width:
         table[:-1] = np.array(wclock, dtype=np.int64)

@@ -87,3 +87,25 @@ def test_sync_pairs_are_checked_as_before(streams, pairs):
             return str(e)
 
     assert outcome(vector_clocks) == outcome(_vector_clocks_by_item)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    streams=st.lists(st.integers(0, 3), min_size=2, max_size=30),
+    pairs=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 29)), max_size=15),
+)
+def test_one_record_per_wait_is_the_item_by_item_recurrence(streams, pairs):
+    # The loop for one record per wait (what the stream pass inserts, issue 14) against the
+    # recurrence over every item: the same clocks, in any pair order.
+    from oxiwork.analysis.happens_before import _vector_clocks_by_item, clock_arrays
+
+    n = len(streams)
+    sync, waits = [], set()
+    for a, b in pairs:
+        a, b = sorted((a % n, b % n))
+        if a < b and b not in waits:
+            waits.add(b)
+            sync.append((a, b))
+    ref = _vector_clocks_by_item(streams, sync)
+    assert clock_arrays(streams, sync).clocks.tolist() == ref.clocks
+    assert vector_clocks(streams, sync[::-1]).clocks == ref.clocks
