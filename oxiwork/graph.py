@@ -150,7 +150,8 @@ class ComputeGraph:
         if len(given) < 3 or edges is not given[2]:
             # (edges extending the trusted graph's: their known ends are not read again)
             known = (given[2], given[4]) if len(given) > 4 and given[4] is not None else None
-            edges, ends, extends = _sorted_edges(edges, known)
+            appended = given[8] if len(given) > 8 else None
+            edges, ends, extends = _sorted_edges(edges, known, appended)
             if extends:
                 self._cache[_EXTENDS] = given[2]
         object.__setattr__(self, "nodes", nodes)
@@ -611,8 +612,72 @@ class ComputeGraph:
         >>> g.with_changes(nodes=[n.replace(label="x") for n in g.nodes]).nodes[0].label
         'x'
         """
+        return self._changed(nodes, buffers, edges, checked_nodes, checked_buffers)
+
+    def _with_appended_edges(
+        self,
+        nodes: Iterable[GraphNode],
+        sources: Iterable[int],
+        targets: Iterable[int],
+        checked_nodes: Iterable[GraphNode] = (),
+    ) -> ComputeGraph:
+        """``with_changes(nodes=nodes, edges=[*self.edges, *added], checked_nodes=...)``,
+        the added edges given by position in the new graph's node order (sorted by id):
+        ``sources[k] -> targets[k]``.
+
+        For the stream pass, which works on positions: the edge tuples are made here from
+        the node ids, so their ends are known as arrays without reading 100k tuples back
+        (what the constructor does with edges it is given). Every check runs as for
+        ``with_changes``: ends in range, no self-loop, no cycle, ordering.
+
+        >>> from oxiwork.examples import quick_start
+        >>> g = quick_start()
+        >>> mark = GraphNode(g.next_node_id(), "mark", NodeKind.Barrier)
+        >>> h = g._with_appended_edges([*g.nodes, mark], [3], [4])
+        >>> h.edges[-1], h == g.with_changes(nodes=[*g.nodes, mark], edges=[*g.edges, (3, 4)])
+        ((NodeId(3), NodeId(4)), True)
+        """
+        node_t = _sorted_by_id(nodes, GraphNode, "nodes")
+        ids = list(map(_ID, node_t))
+        src = np.asarray(list(sources), dtype=np.int64)
+        dst = np.asarray(list(targets), dtype=np.int64)
+        if src.shape != dst.shape or (
+            len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= len(ids))
+        ):
+            raise InvalidArgument(
+                f"appended edges must join positions 0..{len(ids) - 1} of the new graph's "
+                f"nodes ({len(src)} sources, {len(dst)} targets)"
+            )
+        at = np.fromiter(ids, dtype=np.int64, count=len(ids))
+        added = zip(
+            map(ids.__getitem__, src.tolist()), map(ids.__getitem__, dst.tolist()), strict=True
+        )
+        # the ends of the edges after self's, made from the very ids the tuples hold
+        return self._changed(
+            node_t,
+            None,
+            [*self.edges, *added],
+            checked_nodes,
+            (),
+            (at[src], at[dst]),
+            given_nodes=nodes,
+        )
+
+    def _changed(
+        self,
+        nodes: Iterable[GraphNode] | None,
+        buffers: Iterable[Buffer] | None,
+        edges: Iterable[tuple[NodeId, NodeId]] | None,
+        checked_nodes: Iterable[GraphNode],
+        checked_buffers: Iterable[Buffer],
+        appended: tuple[np.ndarray, np.ndarray] | None = None,
+        *,
+        given_nodes: Any = None,
+    ) -> ComputeGraph:
         # The constructor turns each part into a checked tuple (InvalidArgument for junk);
         # of the nodes and buffers, only those not taken from this graph are checked again.
+        if given_nodes is None:
+            given_nodes = nodes
         graph = ComputeGraph(
             self.nodes if nodes is None else nodes,  # type: ignore[arg-type]
             self.buffers if buffers is None else buffers,  # type: ignore[arg-type]
@@ -621,7 +686,7 @@ class ComputeGraph:
                 _TRUSTED: (
                     # (every node vouched for: no set of their ids to build and subtract)
                     _EVERY
-                    if checked_nodes is nodes and nodes is not None
+                    if checked_nodes is given_nodes and nodes is not None
                     else (*self.nodes, *checked_nodes)
                     if checked_nodes
                     else self.nodes,
@@ -632,6 +697,7 @@ class ComputeGraph:
                     self._cache.get("node_index"),
                     self._cache.get("buf_index"),
                     self._cache.get("buf_names"),
+                    appended,
                 )
             },
         )
@@ -809,18 +875,24 @@ def _sorted_by_id(values: Any, cls: type, what: str) -> tuple[Any, ...]:
 
 
 def _sorted_edges(
-    values: Any, known: tuple[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None
+    values: Any,
+    known: tuple[tuple[Any, ...], tuple[np.ndarray, ...]] | None = None,
+    appended: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray] | None, bool]:
     """The edges sorted and without repeats, (when every end is a node id in range) their
     ends as two int64 arrays in the same order (else None), and whether ``values`` begin
     with the ``known`` edges' very tuples.
+
+    ``appended``: the ends of the edges after the known ones, when
+    :meth:`ComputeGraph._with_appended_edges` made those tuples from these very ids.
 
     ``known``: a checked graph's edges and their edge arrays (:func:`_edges_np`). When the
     edges begin with those very tuples, in that order (the stream pass appends its event
     and stream-order edges to the old ones), only the rest are converted: a tuple is
     immutable, so the very objects have the ends read before.
     """
-    items = _items(values, tuple, "edges")
+    # (tuples with_changes made itself of node ids need no look at their types)
+    items = list(values) if appended is not None else _items(values, tuple, "edges")
     ends = None
     extends = False
     if known is not None:
@@ -831,6 +903,8 @@ def _sorted_edges(
             extends = True
             if len(items) == m0:
                 ends = (a0, b0)
+            elif appended is not None and len(appended[0]) == len(items) - m0:
+                ends = (np.concatenate([a0, appended[0]]), np.concatenate([b0, appended[1]]))
             elif (rest := _edge_arrays(items[m0:])) is not None:
                 ends = (np.concatenate([a0, rest[0]]), np.concatenate([b0, rest[1]]))
     if ends is None:

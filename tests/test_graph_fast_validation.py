@@ -200,6 +200,39 @@ class TestFastValidation:
         assert fell_back == []
 
 
+@_SETTINGS
+@given(g=any_dags(max_nodes=20), data=st.data())
+def test_appended_edges_are_with_changes(g: ComputeGraph, data: Any) -> None:
+    # The stream pass's call: edges added by position give the graph (and the verdict:
+    # cycles, self-loops, orderings) that with_changes gives for the same edge tuples.
+    g.check_ordering()
+    top = max(_node_ids(g), default=-1)
+    new = [
+        GraphNode(NodeId(top + 1 + k), f"e{k}", NodeKind.Barrier)
+        for k in range(data.draw(st.integers(0, 3)))
+    ]
+    nodes = data.draw(st.permutations([*g.nodes, *new]))
+    by_id = sorted(nodes, key=lambda x: x.id)
+    at = st.integers(0, len(nodes) - 1)
+    pairs = data.draw(st.lists(st.tuples(at, at), max_size=6))
+    src, dst = [a for a, _ in pairs], [b for _, b in pairs]
+    edges = [*g.edges, *((by_id[a].id, by_id[b].id) for a, b in pairs)]
+    vouch = data.draw(st.booleans())
+    checked = {"checked_nodes": nodes} if vouch else {}
+    fast = _outcome(lambda: g._with_appended_edges(nodes, src, dst, **checked))
+    assert fast == _outcome(lambda: g.with_changes(nodes=nodes, edges=edges, **checked))
+
+
+def test_appended_edges_must_join_positions() -> None:
+    from oxiwork.error import InvalidArgument
+    from oxiwork.examples import quick_start
+
+    g = quick_start()
+    for src, dst in (([0], [4]), ([-1], [0]), ([0, 1], [2])):
+        with pytest.raises(InvalidArgument, match=r"appended edges must join positions 0\.\.3"):
+            g._with_appended_edges(g.nodes, src, dst)
+
+
 def test_with_changes_leaves_no_constructor_note() -> None:
     # the note that the edges extend the old ones is read and dropped by with_changes (it
     # holds the old graph's edges)

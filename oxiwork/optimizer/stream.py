@@ -77,7 +77,6 @@ Example
 
 from __future__ import annotations
 
-import itertools
 import operator
 import time
 from collections.abc import Mapping, Sequence
@@ -827,7 +826,9 @@ def _realize(
             wait_of[d.pos[x.id]] = d.pos[x.event]
     after = [-1] * n  # position -> the record issued right after it
     before: list[list[int] | None] = [None] * n  # position -> waits issued right before it
-    edges = list(graph.edges)
+    # The added edges by position (the graph makes their tuples: _with_appended_edges).
+    src: list[int] = []
+    dst: list[int] = []
     events = []
     next_id = int(graph.next_node_id())
     # One record per producer, however many streams wait for it: a CUDA event recorded
@@ -845,7 +846,8 @@ def _realize(
             new_ids.append(rid)
             streams.append(stream[u])
             wait_of.append(-1)
-            edges.append((ids[u], rid))
+            src.append(u)
+            dst.append(rec)
         rid = new_ids[rec]
         wid = NodeId(next_id)
         next_id += 1
@@ -859,7 +861,8 @@ def _realize(
             before[v] = [w]
         else:
             ws.append(w)  # positions grow with ids: the waits stay in id order
-        edges += [(rid, wid), (wid, ids[v])]
+        src += (rec, w)
+        dst += (w, v)
         events.append((rid, wid, ids[u], ids[v]))
     # The event nodes, built at once (as _copy_nodes builds the restreamed ones).
     waits = wait_of[n:]
@@ -884,9 +887,11 @@ def _realize(
         if p >= 0:
             rec = after[p]
             if from_record[v] if rec >= 0 else from_node[v]:
-                edges.append((new_ids[p if rec < 0 else rec], new_ids[v if ws is None else ws[0]]))
-        if ws is not None:
-            edges += [(new_ids[a], new_ids[b]) for a, b in itertools.pairwise(ws)]
+                src.append(p if rec < 0 else rec)
+                dst.append(v if ws is None else ws[0])
+        if ws is not None and len(ws) > 1:
+            src += ws[:-1]
+            dst += ws[1:]
 
     # Issue order of the new graph (positions): each node's waits, it, its record.
     ids_s = sorted(sid)
@@ -904,8 +909,8 @@ def _realize(
     for x in full:
         order[si[x]].append(new_ids[x])
 
-    new_graph = graph.with_changes(
-        nodes=new_nodes, edges=edges, checked_nodes=new_nodes if vouch else ()
+    new_graph = graph._with_appended_edges(
+        new_nodes, src, dst, checked_nodes=new_nodes if vouch else ()
     )
     share_bound(graph, new_graph)  # only streams changed: kernels bind as before
     cost.restreamed_costs(graph, new_graph)  # and cost as before (events are new)
