@@ -146,6 +146,30 @@ class TestDerivedRounds:
                 assert a[k] == b[k], k
 
 
+@pytest.mark.parametrize("shape", ["layered", "transformer"])
+def test_positions_as_ids_hand_on_ids(shape: str) -> None:
+    # a built graph's ids are its dense positions, so the fuser walks the dense view's
+    # tuples of positions: what it hands on (groups, fused kernels, records) holds the
+    # NodeIds themselves, and a graph with other ids (the fused one, swept) decides alike
+    g = synthetic(600, shape)
+    assert [int(i) for i in g.dense().ids] == list(range(g.num_nodes))
+    res = fuse(g)
+    fused = [n for n in res.graph.nodes if n.fused is not None]
+    held = [m for group in res.artefacts["groups"] for m in group]
+    held += [m for n in fused for m in n.fused_from] + [
+        st.node for n in fused for st in n.fused.steps
+    ]
+    held += [m for key in res.artefacts["not_fused"] for m in key]
+    assert held and all(type(m) is NodeId for m in held)
+    moved = ComputeGraph(
+        [n.replace(id=NodeId(2 * n.id + 1)) for n in g.nodes],
+        list(g.buffers),
+        [(NodeId(2 * a + 1), NodeId(2 * b + 1)) for a, b in g.edges],
+    )
+    again = fuse(moved).artefacts["groups"]
+    assert again == [[NodeId(2 * m + 1) for m in group] for group in res.artefacts["groups"]]
+
+
 def test_check_merges_catches_a_wrong_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     # the oracle is live: a summary check that accepts everything is caught
     monkeypatch.setattr(fusion, "CHECK_MERGES", True)
