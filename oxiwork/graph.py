@@ -810,10 +810,20 @@ _BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"
 
 
 def _same_but_offsets(a: tuple[Buffer, ...], b: tuple[Buffer, ...]) -> bool:
-    """Do two sorted buffer tuples hold the same buffers, offsets aside?"""
-    return len(a) == len(b) and all(
-        x is y or _BUT_OFFSET(x) == _BUT_OFFSET(y) for x, y in zip(a, b, strict=True)
-    )
+    """Do two sorted buffer tuples hold the same buffers, offsets aside?
+
+    First field by field by identity, one C-level pass per field (the memory pass copies
+    every other field's very object into its placed buffers); only if that fails, buffer
+    by buffer by value.
+    """
+    if len(a) != len(b):
+        return False
+    if all(all(map(operator.is_, map(get, a), map(get, b))) for get in _FIELDS_BUT_OFFSET):
+        return True
+    return all(x is y or _BUT_OFFSET(x) == _BUT_OFFSET(y) for x, y in zip(a, b, strict=True))
+
+
+_FIELDS_BUT_OFFSET = tuple(operator.attrgetter(f) for f in Buffer.__slots__ if f != "offset")
 
 
 # Field getters for the whole-graph checks (one C-level pass per field).
@@ -1027,6 +1037,8 @@ def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) 
     The stream pass's graph is such a change (streams set, event nodes and edges added),
     so its ordering is not searched again.
     """
+    if len(new.edges) < len(old.edges):  # (the fusion pass's graph: fewer edges)
+        return False
     if new.buffers is not old.buffers and new.views() != old.views():
         return False
     index = old._cache["node_index"]
