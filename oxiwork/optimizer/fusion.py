@@ -170,17 +170,26 @@ class _Fuser:
         self.g = graph
         self.max = max_group_size
         self.order = graph.topological_order()
-        self.pos = {nid: i for i, nid in enumerate(self.order)}
         self.info: dict[NodeId, _Info] = {}
         self.keys = _BindKeys(graph, numbers)
         d = graph.dense()
+        contiguous = bool(d.ids) and d.ids[-1] == len(d.ids) - 1  # ids 0..n-1: positions
+        # each node's topological position, by id: a list indexed by id where ids are the
+        # dense positions (no dict of n entries), else a dict
+        self.pos: Any
+        if contiguous:
+            rank = np.empty(len(d.topo), dtype=np.int64)
+            rank[np.asarray(d.topo, dtype=np.int64)] = np.arange(len(d.topo), dtype=np.int64)
+            self.pos = rank.tolist()
+        else:
+            self.pos = {nid: i for i, nid in enumerate(self.order)}
         # Neighbour lists by id. Where the ids are the dense positions 0..n-1 (a built
         # graph's), the dense view's own tuples of positions serve: a position is then
         # equal to (and hashes as) its node's id, so the checks look it up as one, and only
         # the nodes ``between`` hands on are turned back into the ids themselves. Else
         # lists of ids, each made on first use.
         self.by_pos: tuple[NodeId, ...] | None = None
-        if d.ids and d.ids[-1] == len(d.ids) - 1:  # sorted, unique, >= 0: exactly 0..n-1
+        if contiguous:  # (sorted, unique, >= 0 and the last n-1: exactly 0..n-1)
             self.succ: Any = d.succ
             self.pred: Any = d.pred
             self.by_pos = d.ids
