@@ -28,7 +28,7 @@ import numpy as np
 from oxiwork.analysis import paused_gc
 from oxiwork.analysis.happens_before import ClockArrays, VectorClocks, plan_clocks
 from oxiwork.error import InvalidPlan, UnorderedAccess
-from oxiwork.graph import ComputeGraph, _positional
+from oxiwork.graph import ComputeGraph, _edges_np, _positional
 from oxiwork.node import BufferId, KernelConfig, MemcpyDir, NodeId, NodeKind, StreamId
 from oxiwork.optimizer.fusion import peak_live_bytes
 from oxiwork.optimizer.memory_pass import MemoryReport
@@ -501,6 +501,7 @@ _INPUTS = operator.attrgetter("inputs")
 _OUTPUTS = operator.attrgetter("outputs")
 _NODE = operator.attrgetter("node")
 _INDEX = operator.attrgetter("index")
+_EVENT = operator.attrgetter("event")
 _POSITION = operator.attrgetter("position")
 _BASE = operator.attrgetter("base")
 _STORAGE = operator.attrgetter("storage")
@@ -539,11 +540,7 @@ def _lower(
     for n in nodes:
         if n.kind is record:
             event_of[n.id] = len(event_of)
-    # dependencies as step indices, straight from the dense view's positions
-    d = graph.dense()
-    index = {nid: i for i, nid in enumerate(order)}
-    step_at = [index[nid] for nid in d.ids]
-    pos, pred = d.pos, d.pred
+    deps = _depends_on(graph, order)
     arg = args.__getitem__
     count: dict[int, int] = {}
     steps = []
@@ -560,7 +557,6 @@ def _lower(
             event = event_of[nid]
         elif kind is wait and n.event is not None:
             event = event_of[n.event]
-        ps = pred[pos[nid]]
         steps.append(
             _PlanStep(
                 i,
@@ -579,7 +575,7 @@ def _lower(
                 n.memset_value,
                 event,
                 n.label,
-                tuple(sorted([step_at[q] for q in ps])) if ps else (),
+                deps[i],
             )
         )
     return ExecutionPlan(
@@ -596,6 +592,33 @@ def _lower(
         trace=trace,
         options=options,
     )
+
+
+def _depends_on(graph: ComputeGraph, order: tuple[NodeId, ...]) -> list[tuple[int, ...]]:
+    """Per step of issue ``order`` (every node of ``graph`` once), the indices of the steps
+    its node depends on directly, ascending: all at once from the graph's edge arrays
+    (sorted by (dependent step, step) and cut into runs), not a sort per step.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> _depends_on(g, g.topological_order())
+    [(), (0,), (1,), (2,)]
+    """
+    d = graph.dense()
+    n = len(order)
+    at = np.full(len(d.ids), -1, dtype=np.int64)  # position -> step
+    at[np.fromiter(map(d.pos.__getitem__, order), dtype=np.int64, count=n)] = np.arange(n)
+    if n != len(d.ids) or (at < 0).any():
+        raise InvalidPlan(
+            f"the issue order lists {n} steps for the {len(d.ids)} nodes of the graph; it "
+            "must list every node once"
+        )
+    _, _, pa, pb = _edges_np(graph)
+    src, dst = at[pa], at[pb]
+    srt = np.lexsort((src, dst))
+    values = src[srt].tolist()
+    ends = np.cumsum(np.bincount(dst, minlength=n)).tolist()
+    return list(map(tuple, map(values.__getitem__, map(slice, [0, *ends[:-1]], ends))))
 
 
 # ------------------------------------------------------------------------------------------
@@ -687,19 +710,21 @@ def _structure_holds(plan: ExecutionPlan) -> bool:
     first = np.repeat(start, np.diff(np.r_[start, n]))
     if not (position[by] == np.arange(n) - first).all():
         return False
+    # events: each in range, recorded once, every wait after its event's (one) record
     kinds = list(map(_KIND, steps))
-    ev = [(k, kinds[k] is NodeKind.EventRecord, steps[k].event) for k in range(n)
-          if kinds[k] in _EVENT_KINDS]  # fmt: skip
-    recorded: dict[int, int] = {}
-    for k, is_record, e in ev:
-        if e is None or not 0 <= e < plan.event_count:
-            return False
-        if is_record:
-            if e in recorded:
-                return False
-            recorded[e] = k
-        elif e not in recorded:
-            return False
+    rec_k, wait_k = (
+        list(itertools.compress(range(n), map(operator.is_, kinds, itertools.repeat(kind))))
+        for kind in _EVENT_KINDS
+    )
+    rec_e, wait_e = (list(map(_EVENT, map(steps.__getitem__, ks))) for ks in (rec_k, wait_k))
+    count = plan.event_count
+    if not all(e is not None and 0 <= e < count for e in itertools.chain(rec_e, wait_e)):
+        return False
+    recorded = dict(zip(rec_e, rec_k, strict=True))
+    if len(recorded) != len(rec_e) or not all(
+        map(operator.lt, map(recorded.get, wait_e, itertools.repeat(n)), wait_k)
+    ):
+        return False
 
     # every node that is not an event has a step (the steps' nodes are distinct nodes)
     def plain(kinds: list[NodeKind]) -> int:
@@ -761,6 +786,8 @@ def _find_structure_error(plan: ExecutionPlan) -> None:
 
 
 NONE = np.iinfo(np.int64).min  # "no offset" in the int64 arrays below
+# ``_NONE.get(o, o)``: NONE for None, else the offset itself (one C call per offset).
+_NONE = {None: NONE}
 
 
 def _off(x: Any) -> int | None:
@@ -799,9 +826,8 @@ class _Accesses:
         step = np.repeat(np.repeat(np.arange(n, dtype=np.int64), 2), counts)
         write = np.repeat(np.tile(np.array([False, True]), n), counts)
         buffer = np.fromiter(map(_BUFFER, args), dtype=np.int64, count=m)
-        offset = np.fromiter(
-            (NONE if o is None else o for o in map(_OFFSET, args)), dtype=np.int64, count=m
-        )
+        offs = list(map(_OFFSET, args))
+        offset = np.fromiter(map(_NONE.get, offs, offs), dtype=np.int64, count=m)
         # By buffer, then step, writes first.
         srt = np.lexsort((~write, step, buffer))
         step, buffer, write, offset = step[srt], buffer[srt], write[srt], offset[srt]
@@ -907,10 +933,11 @@ def _check_dependencies(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays) 
     """
     graph = plan.graph
     d = graph.dense()
-    pos = d.pos
-    step_at = [-1] * len(d.ids)
-    for k, p in enumerate(map(pos.__getitem__, map(_NODE, plan.steps))):
-        step_at[p] = k
+    at = np.full(len(d.ids), -1, dtype=np.int64)  # position -> step (_check_structure: once)
+    steps = plan.steps
+    at[np.fromiter(map(d.pos.__getitem__, map(_NODE, steps)), np.int64, len(steps))] = np.arange(
+        len(steps)
+    )
     clocks, sidx, position = vc.clocks, vc.stream_index, vc.position
     width = len(vc.streams)
     need: dict[int, list[int]] = {}  # only for nodes without a step
@@ -922,17 +949,16 @@ def _check_dependencies(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays) 
             f"{j} on stream {int(plan.steps[j].stream)} and wait for it before step {k}"
         )
 
-    if -1 not in step_at:  # every node has a step: one clock test per edge, all at once
-        lens = np.fromiter(map(len, d.succ), dtype=np.int64, count=len(d.succ))
-        src = np.repeat(np.arange(len(d.succ), dtype=np.int64), lens)
-        dst = np.fromiter(itertools.chain.from_iterable(d.succ), dtype=np.int64, count=len(src))
-        at = np.array(step_at, dtype=np.int64)
+    if not (at < 0).any():  # every node has a step: one clock test per edge, all at once
+        # (the graph's edge arrays: by source position, then target, as d.succ lists them)
+        _, _, src, dst = _edges_np(graph)
         bad = np.flatnonzero(~ca.happens_before(at[src], at[dst]))
         if len(bad):
             e = int(bad[0])
             fail(int(at[src[e]]), int(at[dst[e]]))
         return
 
+    step_at = at.tolist()
     for p in d.topo:
         k = step_at[p]
         if k < 0:
@@ -965,9 +991,8 @@ def _check_memory(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays, acc: _
     nb = len(bufs)
     ids = np.fromiter(map(_ID, bufs), dtype=np.int64, count=nb)  # ascending
     external = np.fromiter(map(_EXTERNAL, bufs), dtype=bool, count=nb)
-    declared = np.fromiter(
-        (NONE if o is None else o for o in map(_OFFSET, bufs)), dtype=np.int64, count=nb
-    )
+    offs = list(map(_OFFSET, bufs))
+    declared = np.fromiter(map(_NONE.get, offs, offs), dtype=np.int64, count=nb)
     align = np.fromiter(map(_ALIGNMENT, bufs), dtype=np.int64, count=nb)
     size = np.fromiter(map(_SIZE, bufs), dtype=np.int64, count=nb)
     # What the steps see of each buffer: its first access and the offset they use.

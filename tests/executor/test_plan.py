@@ -209,6 +209,34 @@ class TestVerifyPlan:
         with pytest.raises(InvalidPlan, match="offset"):
             verify_plan(replace(plan, steps=tuple(steps)))
 
+    @pytest.mark.parametrize(
+        ("where", "msg"),
+        [
+            ("every", "steps use offset None, plan.graph says 0"),
+            ("first", "is at offset 0, but an earlier step has it at None"),
+            ("later", "is at offset None, but an earlier step has it at 0"),
+        ],
+    )
+    def test_raises_when_a_step_sees_no_offset(self, where, msg):
+        # (None is NONE in the offset arrays: steps that see no offset for a placed buffer,
+        # or see one where another step saw none, are told apart)
+        plan = ExecutionPlan.build(quick_start())
+        bid = plan.steps[0].outputs[0].buffer
+        assert plan.graph.buffer(bid).offset == 0
+
+        def unplaced(args):
+            return tuple(replace(a, offset=None) if a.buffer == bid else a for a in args)
+
+        which = {"every": (0, 1), "first": (0,), "later": (1,)}[where]
+        steps = [
+            replace(st_, inputs=unplaced(st_.inputs), outputs=unplaced(st_.outputs))
+            if k in which
+            else st_
+            for k, st_ in enumerate(plan.steps)
+        ]
+        with pytest.raises(InvalidPlan, match=msg):
+            verify_plan(replace(plan, steps=tuple(steps)))
+
     def test_raises_on_overlap_of_concurrent_buffers(self):
         plan = multi_stream_plan()
         vc = plan_clocks(plan)
