@@ -41,7 +41,7 @@ import numpy as np
 
 from oxiwork.analysis._util import paused_gc
 from oxiwork.error import InvalidArgument
-from oxiwork.graph import ComputeGraph
+from oxiwork.graph import ComputeGraph, _edges_np
 from oxiwork.node import BufferId, NodeId
 
 __all__ = [
@@ -170,9 +170,12 @@ def _order_positions(graph: ComputeGraph, order: Sequence[NodeId] | None) -> Seq
         )
     step = np.empty(n, dtype=np.int64)
     step[out] = np.arange(n, dtype=np.int64)
-    src, dst = _edge_positions(graph)
-    bad = np.flatnonzero(step[dst] < step[src])
-    if len(bad):  # the first in (position, successor) order, as a loop over d.succ meets it
+    # every edge forward: over the graph's own edge arrays (cached when it was built)
+    _, _, src, dst = _edges_np(graph)
+    if (step[dst] < step[src]).any():
+        # name the first in (position, successor) order, as a loop over d.succ meets it
+        src, dst = _edge_positions(graph)
+        bad = np.flatnonzero(step[dst] < step[src])
         a, b = int(src[bad[0]]), int(dst[bad[0]])
         raise InvalidArgument(
             f"order runs {graph.nodes[b].name!r} (step {step[b]}) before its "

@@ -34,7 +34,10 @@ successors outside), so a merge of groups is checked from their summaries in tim
 about their size, not by walking every member; the member-wise rules (``_Fuser.legal``)
 remain the definition, name the rule a refused merge breaks, and in the tests check every
 merge the summaries accept. Kernels are classified once per bind key (op, parameters,
-buffer specs), not bound one by one.
+buffer specs), not bound one by one. A later round takes its candidates and their readers
+and writers from the previous round's (a fused kernel joins no group, the others keep
+their ids and buffers) instead of classifying and sweeping the fused graph again; the
+tests compare each derived round with a sweep.
 
 After each round, peak live memory (a sweep over buffer lifetimes along
 :func:`program_order`) is compared with the input graph's; the latest groups are undone

@@ -711,9 +711,9 @@ def _place_sweep(
     if width <= 62:  # as bit masks, one tuple per distinct set
         bits = (other_on.astype(np.int64) << np.arange(width, dtype=np.int64)).sum(axis=1)
         combos = {m: tuple(t for t in range(width) if m >> t & 1) for m in set(bits.tolist())}
-        others_of = [combos[m] for m in bits.tolist()]
+        others_in_order = map(combos.__getitem__, bits[perm].tolist())  # placement order
     else:
-        others_of = [tuple(np.flatnonzero(r).tolist()) for r in other_on]
+        others_in_order = (tuple(np.flatnonzero(other_on[k]).tolist()) for k in perm.tolist())
     # Per mask of streams, their free runs (the streams that give up a placed range).
     runs_of = (
         [[runs[t] for t in range(width) if m >> t & 1] for m in range(1 << width)]
@@ -730,7 +730,7 @@ def _place_sweep(
         size[perm].tolist(),
         align[perm].tolist(),
         a.stream_of[a.first[perm]].tolist(),
-        map(others_of.__getitem__, perm.tolist()),
+        others_in_order,
         strict=True,
     )
     for k, x, s, g, t0, others in items:
@@ -1377,7 +1377,7 @@ def _plan_memory(
         lower_bound=lower,
         liveness_lower_bound=live_lb,
         conflict_lower_bound=clique_lb,
-        conflict_clique=tuple(a.ids[k] for k in clique.tolist()),
+        conflict_clique=tuple(map(a.ids.__getitem__, clique.tolist())),
         interval_lower_bound=interval_lb,
         ratio=arena / lower if lower else 1.0,
         strategy=strategy,

@@ -305,3 +305,25 @@ def test_accesses_with_sparse_buffer_ids(g):
     assert not h.buffers or h.buffers[-1].id != len(h.buffers) - 1  # not 0..n-1
     for x, y in zip(_accesses(g), _accesses(h), strict=True):
         assert x.tolist() == y.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(any_dags(max_nodes=30), st.randoms(use_true_random=False))
+def test_orders_are_checked_as_the_successor_loop(g, rnd):
+    # The order check runs over the graph's cached edge arrays (issue 14) and names the
+    # first backward edge as a loop over the positions' successors meets it.
+    order = list(g.node_ids)
+    rnd.shuffle(order)
+    d = g.dense()
+    step = {d.pos[x]: i for i, x in enumerate(order)}
+    first = next(((u, v) for u in range(len(d.ids)) for v in d.succ[u] if step[v] < step[u]), None)
+    if first is None:
+        assert liveness.arena_accesses(g, order).order == tuple(order)
+        return
+    a, b = first
+    with pytest.raises(InvalidArgument) as err:
+        liveness.arena_accesses(g, order)
+    assert str(err.value) == (
+        f"order runs {g.nodes[b].name!r} (step {step[b]}) before its dependency "
+        f"{g.nodes[a].name!r} (step {step[a]}); pass a topological order"
+    )
