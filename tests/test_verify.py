@@ -437,3 +437,40 @@ def test_a_dtype_error_names_its_own_kernel_each_time(names: tuple[str, str]) ->
         b.add_kernel(name, 1, 32).op("relu").inputs([ids]).outputs([y]).finish()
         with pytest.raises(InvalidArgument, match=f"kernel '{name}'"):
             b.build()
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(["layered", "transformer"]),
+    st.integers(0, 10**6),
+    st.sampled_from(["none", "not_record", "no_edge"]),
+)
+def test_waits_checked_at_once_as_one_by_one(shape: str, seed: int, how: str) -> None:
+    """verify_graph tests the waits' rule for all of them at once (verify._waits_hold): it
+    passes exactly when the rule passes for each wait, broken waits included."""
+    from oxiwork.examples import synthetic
+    from oxiwork.node import NodeKind
+    from oxiwork.optimizer.stream import assign_streams
+
+    vmod = importlib.import_module("oxiwork.verify")
+    g = assign_streams(synthetic(120, shape, seed=seed % 7)).graph
+    waits = [n for n in g.nodes if n.kind is NodeKind.EventWait]
+    assume(waits)
+    w = waits[seed % len(waits)]
+    if how == "not_record":  # the wait names a node that is no event record
+        other = next(n for n in g.nodes if n.kind is not NodeKind.EventRecord)
+        g = g.with_changes(nodes=[n.replace(event=other.id) if n is w else n for n in g.nodes])
+    elif how == "no_edge":  # the edge record -> wait is gone
+        g = g.with_changes(edges=[e for e in g.edges if e != (w.event, w.id)])
+    waits = [n for n in g.nodes if n.kind is NodeKind.EventWait]
+    each = True
+    for n in waits:
+        try:
+            vmod._check_wait(g, n)
+        except InvalidArgument:
+            each = False
+    assert vmod._waits_hold(g, waits) == each
+    assert each == (how == "none")
+    if not each:  # and the graph is refused with the wait's own message
+        with pytest.raises(InvalidArgument, match=r"an event wait must name|does not depend on"):
+            vmod.verify_graph(g)
