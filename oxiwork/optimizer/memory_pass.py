@@ -715,11 +715,7 @@ def _place_sweep(
     else:
         others_in_order = (tuple(np.flatnonzero(other_on[k]).tolist()) for k in perm.tolist())
     # Per mask of streams, their free runs (the streams that give up a placed range).
-    runs_of = (
-        [[runs[t] for t in range(width) if m >> t & 1] for m in range(1 << width)]
-        if (width <= _MASK_TABLE)
-        else None
-    )
+    runs_of = _RunsOf(runs)
     bit_of = [1 << t for t in range(width)]
     ev = 0
     arena = 0
@@ -820,14 +816,7 @@ def _place_sweep(
             seg_o[cand] = k
             seg_m[cand] = 0
             owned[k] = 1
-            if runs_of is None:
-                _give_up(runs, mask, cand, end)
-            else:
-                for free_t in runs_of[mask]:  # _give_up, inline
-                    if cand == free_t.tail:
-                        free_t.tail = end
-                    else:
-                        free_t.take(cand, end)
+            _give_up(runs_of[mask], cand, end)
             continue
         lo_i = bisect_right(seg_s, cand) - 1
         if seg_s[lo_i] == cand and seg_s[lo_i + 1] == end:
@@ -840,14 +829,7 @@ def _place_sweep(
             seg_o[cand] = k
             seg_m[cand] = 0
             owned[k] = 1
-            if runs_of is None:
-                _give_up(runs, mask, cand, end)
-            else:
-                for free_t in runs_of[mask]:
-                    if cand == free_t.tail:
-                        free_t.tail = end
-                    else:
-                        free_t.take(cand, end)
+            _give_up(runs_of[mask], cand, end)
             continue
         if (prev := seg_s[lo_i]) != cand:
             lo_i += 1
@@ -879,23 +861,40 @@ def _place_sweep(
         seg_m[cand] = 0
         owned[k] = 1
         # the streams whose free runs held part of the range give it up
-        _give_up(runs, mask, cand, end)
+        _give_up(runs_of[mask], cand, end)
     out[:] = offs
     return out, arena
 
 
-def _give_up(runs: list[_FreeRuns], mask: int, lo: int, hi: int) -> None:
-    """The streams of ``mask`` (bit ``t``: stream ``t``) take ``[lo, hi)`` out of their free
-    runs ``runs[t]``; placing on a stream's top run only moves its tail."""
-    t = 0
-    while mask:
-        if mask & 1:
-            if lo == (free := runs[t]).tail:  # take()'s first case, inline
-                free.tail = hi
-            else:
-                free.take(lo, hi)
-        mask >>= 1
-        t += 1
+def _give_up(free_runs: list[_FreeRuns], lo: int, hi: int) -> None:
+    """The streams whose free runs are ``free_runs`` (``_RunsOf``'s entry for a mask) take
+    ``[lo, hi)`` out of them; placing on a stream's top run only moves its tail."""
+    for free in free_runs:
+        if lo == free.tail:  # take()'s first case, inline
+            free.tail = hi
+        else:
+            free.take(lo, hi)
+
+
+class _RunsOf(dict):
+    """Per bit mask of streams (bit ``t``: stream ``t``), the list of their free runs, made
+    the first time a mask is asked for (a sweep meets few distinct masks).
+
+    >>> runs_of = _RunsOf(["run of 0", "run of 1", "run of 2"])
+    >>> runs_of[0b101], runs_of[0]
+    (['run of 0', 'run of 2'], [])
+    """
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: list[Any]) -> None:
+        super().__init__()
+        self.runs = runs
+
+    def __missing__(self, mask: int) -> list[Any]:
+        runs = self.runs
+        value = self[mask] = [runs[t] for t in range(mask.bit_length()) if mask >> t & 1]
+        return value
 
 
 def _window(
@@ -931,7 +930,6 @@ def _window(
 
 
 _TOP = 1 << 62  # the end of the tail run: beyond any arena
-_MASK_TABLE = 10  # up to this many streams the sweep tabulates the free runs of each mask
 _SWEEP_SCAN = 256  # address segments a buffer on several streams may scan for a place
 
 
