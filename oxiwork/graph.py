@@ -812,18 +812,12 @@ _BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"
 def _same_but_offsets(a: tuple[Buffer, ...], b: tuple[Buffer, ...]) -> bool:
     """Do two sorted buffer tuples hold the same buffers, offsets aside?
 
-    First field by field by identity, one C-level pass per field (the memory pass copies
-    every other field's very object into its placed buffers); only if that fails, buffer
-    by buffer by value.
+    (Buffer by buffer, all fields read at once: one pass per field, by identity, touches
+    each of 66k buffers ten times and measured twice as slow.)
     """
-    if len(a) != len(b):
-        return False
-    if all(all(map(operator.is_, map(get, a), map(get, b))) for get in _FIELDS_BUT_OFFSET):
-        return True
-    return all(x is y or _BUT_OFFSET(x) == _BUT_OFFSET(y) for x, y in zip(a, b, strict=True))
-
-
-_FIELDS_BUT_OFFSET = tuple(operator.attrgetter(f) for f in Buffer.__slots__ if f != "offset")
+    return len(a) == len(b) and all(
+        x is y or _BUT_OFFSET(x) == _BUT_OFFSET(y) for x, y in zip(a, b, strict=True)
+    )
 
 
 # Field getters for the whole-graph checks (one C-level pass per field).

@@ -148,7 +148,7 @@ def verify_graph(g: ComputeGraph) -> None:
     # Structure (ids, references, acyclicity) and every value's own rule (sizes, dtypes,
     # shapes, alignments, streams, bytes: oxiwork.validate) were checked when the graph was
     # made; what is left relates values to each other.
-    for b in _placed_needing_a_look(g.buffers):
+    for b in g.buffers:
         if b.offset is not None:
             where = f"buffer {b.name!r} (id {int(b.id)})"
             if b.external:
@@ -167,26 +167,6 @@ def verify_graph(g: ComputeGraph) -> None:
     # Use before def: every conflicting pair of accesses is ordered by the edges.
     g.check_ordering()
     _check_lifetimes(g)
-
-
-def _placed_needing_a_look(buffers: tuple[Buffer, ...]) -> tuple[Buffer, ...]:
-    """``buffers``, or () when every offset passes verify_graph's test: none, or set on a
-    buffer that is not external, non-negative and a multiple of the alignment (ints: the
-    value rules checked the types). Tested by C-level passes over the 66k buffers of a
-    memory plan; the loop that names the first bad one runs only when one fails.
-    """
-    offs = list(map(_OFFSET, buffers))
-    if offs.count(None) == len(offs):
-        return ()
-    placed = list(itertools.compress(buffers, map(operator.is_not, offs, itertools.repeat(None))))
-    at = [o for o in offs if o is not None]
-    if (
-        not any(map(_EXTERNAL, placed))
-        and min(at) >= 0
-        and not any(map(operator.mod, at, map(_ALIGNMENT, placed)))
-    ):
-        return ()
-    return buffers
 
 
 def carry_node_rules(src: ComputeGraph, dst: ComputeGraph) -> None:
@@ -252,10 +232,7 @@ def _check_nodes(g: ComputeGraph) -> None:
 _READS_MORE = (NodeKind.EventWait, *BODY_KINDS)
 _ID = operator.attrgetter("id")
 _KIND = operator.attrgetter("kind")
-_OFFSET = operator.attrgetter("offset")
 _EVENT = operator.attrgetter("event")
-_EXTERNAL = operator.attrgetter("external")
-_ALIGNMENT = operator.attrgetter("alignment")
 _MEMORY_KINDS = tuple(MEMORY_KINDS)
 # Every field of a buffer but its arena offset.
 _BUT_OFFSET = operator.attrgetter(*(f for f in Buffer.__slots__ if f != "offset"))
