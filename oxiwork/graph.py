@@ -1045,8 +1045,6 @@ def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) 
         return True
     a0, b0, _, _ = _edges_np(old)
     a1, b1, _, _ = _edges_np(new)
-    if len(a0) > len(a1):
-        return False
     key0 = a0 * (validate.MAX_ID + 1) + b0  # both sorted: g.edges is
     key1 = a1 * (validate.MAX_ID + 1) + b1
     at = np.searchsorted(key1, key0).clip(0, max(len(key1) - 1, 0))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import operator
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -594,6 +595,23 @@ def _lower(
     )
 
 
+def _step_at(graph: ComputeGraph, nodes: Sequence[NodeId]) -> np.ndarray:
+    """Per node position of ``graph.dense()``, the index of its step (``nodes[k]`` is step
+    ``k``'s node), -1 for a node without a step.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> _step_at(g, g.node_ids[:0:-1]).tolist()
+    [-1, 2, 1, 0]
+    """
+    d = graph.dense()
+    at = np.full(len(d.ids), -1, dtype=np.int64)
+    at[np.fromiter(map(d.pos.__getitem__, nodes), dtype=np.int64, count=len(nodes))] = np.arange(
+        len(nodes)
+    )
+    return at
+
+
 def _depends_on(graph: ComputeGraph, order: tuple[NodeId, ...]) -> list[tuple[int, ...]]:
     """Per step of issue ``order`` (every node of ``graph`` once), the indices of the steps
     its node depends on directly, ascending: all at once from the graph's edge arrays
@@ -606,8 +624,7 @@ def _depends_on(graph: ComputeGraph, order: tuple[NodeId, ...]) -> list[tuple[in
     """
     d = graph.dense()
     n = len(order)
-    at = np.full(len(d.ids), -1, dtype=np.int64)  # position -> step
-    at[np.fromiter(map(d.pos.__getitem__, order), dtype=np.int64, count=n)] = np.arange(n)
+    at = _step_at(graph, order)
     if n != len(d.ids) or (at < 0).any():
         raise InvalidPlan(
             f"the issue order lists {n} steps for the {len(d.ids)} nodes of the graph; it "
@@ -933,11 +950,8 @@ def _check_dependencies(plan: ExecutionPlan, vc: VectorClocks, ca: ClockArrays) 
     """
     graph = plan.graph
     d = graph.dense()
-    at = np.full(len(d.ids), -1, dtype=np.int64)  # position -> step (_check_structure: once)
     steps = plan.steps
-    at[np.fromiter(map(d.pos.__getitem__, map(_NODE, steps)), np.int64, len(steps))] = np.arange(
-        len(steps)
-    )
+    at = _step_at(graph, list(map(_NODE, steps)))  # (_check_structure: each node once)
     clocks, sidx, position = vc.clocks, vc.stream_index, vc.position
     width = len(vc.streams)
     need: dict[int, list[int]] = {}  # only for nodes without a step
