@@ -13,18 +13,34 @@ are printed next to the measurements):
 3. **The same chain unfused** (8 kernels, 8x the traffic).
 4. **PyTorch**: the same 8 ops captured in a ``torch.cuda.CUDAGraph`` and replayed, in the
    same run (skipped cleanly without torch). Target: ours (fused) no slower.
+5. **Set-up and update**: ``CudaGraphExecutor.setup_s`` (lowering, NVRTC compile and module
+   load, allocation, graph build, ``cuGraphInstantiate``, ``cuGraphUpload``) and
+   ``last_update_s`` (an in-place ``cuGraphExecUpdate``, and a re-instantiation) for the
+   chains of 1. and the transformer example; medians of several executors and updates.
+6. **The 298-node transformer example** (``oxiwork.examples.transformer_block``, 8 layers) as our
+   CUDA graph (the default plan: fusion, up to 4 streams) and as stream launches, against
+   the same computation written in torch (its ops, op by op in the graph's topological
+   order: ``bench.gpu.torch_twin``) captured in a ``torch.cuda.CUDAGraph``, on the same
+   inputs; the outputs are compared first (relative norm). Target: ours not slower.
 
-Run: ``PYTHONPATH=. python3 bench/gpu.py [--elements N] [--quick]``. Needs a GPU,
-cuda-bindings and NVRTC; prints why and exits 0 when there is no GPU.
+Run: ``PYTHONPATH=. python3 bench/gpu.py [--elements N] [--quick] [--json FILE]``. Needs a
+GPU, cuda-bindings and NVRTC; prints why and exits 0 when there is no GPU. ``--json`` also
+writes every number measured to FILE.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,6 +50,11 @@ from oxiwork.executor.cuda_graph import CudaGraphExecutor
 from oxiwork.executor.driver import Session, probe
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.streams import StreamExecutor
+from oxiwork.graph import ComputeGraph
+from oxiwork.node import NodeKind
+
+#: Every number measured, by section (written by ``--json``).
+RESULTS: dict[str, Any] = {}
 
 CHAIN_OPS = ("relu", "scale", "neg", "copy", "scale", "relu", "neg", "scale")
 ALPHA = 1.0001  # keeps values bounded over replays
@@ -78,6 +99,10 @@ def launch_overhead(sizes: list[int], reps: int) -> dict[int, tuple[float, float
             s.timed_launches(3)
             t_stream = _wall_per_replay(s.timed_launches, max(3, reps // 4)) / n
         out[n] = (t_graph, t_stream)
+        RESULTS.setdefault("launch_us_per_node", {})[n] = {
+            "graph": t_graph * 1e6,
+            "stream": t_stream * 1e6,
+        }
         print(f"| {n} | {t_graph * 1e6:.2f} | {t_stream * 1e6:.2f} | {t_stream / t_graph:.1f}x |")
     if 64 in out:
         ratio = out[64][1] / out[64][0]
@@ -165,6 +190,15 @@ def bandwidth(n_floats: int, reps: int, blocks: int) -> None:
     unfused_ms, unfused_k = chain_time(n_floats, fusion=False, reps=reps, blocks=blocks)
     fused_bw = 2 * nbytes / (fused_ms / 1e3)
     frac = fused_bw / copy_bw
+    RESULTS["chain"] = {
+        "floats": n_floats,
+        "copy_GBps": copy_bw / 1e9,
+        "fused_ms": fused_ms,
+        "fused_kernels": fused_k,
+        "unfused_ms": unfused_ms,
+        "unfused_kernels": unfused_k,
+        "fused_share_of_copy": frac,
+    }
     print(f"device copy bandwidth (cuMemcpyDtoDAsync, read+write): {copy_bw / 1e9:.0f} GB/s")
     print("| variant | kernels | ms/replay | GB/s (useful read+write) | of copy bw |")
     print("|---|--:|--:|--:|--:|")
@@ -180,6 +214,7 @@ def bandwidth(n_floats: int, reps: int, blocks: int) -> None:
 
         torch.cuda.empty_cache()  # the tensors died with torch_chain_ms's frame
     if torch_ms is not None:
+        RESULTS["chain"]["torch_graph_ms"] = torch_ms
         t_bw = 2 * nbytes / (torch_ms / 1e3)
         print(
             f"| torch.cuda.CUDAGraph (8 kernels) | 8 | {torch_ms:.3f} | {t_bw / 1e9:.0f} | {t_bw / copy_bw:.0%} |"
@@ -196,6 +231,194 @@ def bandwidth(n_floats: int, reps: int, blocks: int) -> None:
         print(f"ours unfused vs torch (same 8 kernels): torch/ours = {torch_ms / unfused_ms:.2f}x")
 
 
+def _median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1e3
+
+
+def setup_and_update(sizes: list[int], reps: int, layers: int = 8) -> None:
+    """Set-up phases of fresh executors and in-place/re-instantiating updates (medians)."""
+    from oxiwork.examples import transformer_block
+
+    print("\n## 5. Set-up and update (host ms, medians)\n")
+    print(
+        "| graph | plan steps | lower | compile+load | build | instantiate | upload | "
+        "update in place (cuGraphExecUpdate) | whole update() | re-instantiate |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    graphs: list[tuple[str, Callable[[], ComputeGraph]]] = [
+        (f"chain {n}", lambda n=n: chain_graph(n, 256, fusible=False, blocks=1)) for n in sizes
+    ]
+    graphs.append(("transformer", lambda: transformer_block(layers)))
+    table: dict[str, Any] = {}
+    for label, make in graphs:
+        plan = ExecutionPlan.build(make(), max_streams=1, fusion=False)
+        phases: dict[str, list[float]] = {}
+        for _ in range(reps):
+            with CudaGraphExecutor(plan, exact=False, capture=False) as ex:
+                for k, v in ex.setup_s.items():
+                    phases.setdefault(k, []).append(v)
+        in_place: list[float] = []
+        whole: list[float] = []
+        reinst: list[float] = []
+        with CudaGraphExecutor(plan, exact=False, capture=False) as ex:
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                assert ex.update(plan) == "updated", ex.last_update
+                whole.append(time.perf_counter() - t0)
+                in_place.append(ex.last_update_s["exec_update_s"])
+        # A plan with other launch dimensions per kernel keeps the topology; a re-planned
+        # graph with fusion switches it: update() must re-instantiate.
+        fused = ExecutionPlan.build(make(), max_streams=1, fusion=True)
+        if fused.kernel_count_fused != plan.kernel_count_fused:
+            with CudaGraphExecutor(plan, exact=False, capture=False) as ex:
+                for i in range(reps):
+                    target = fused if i % 2 == 0 else plan
+                    assert ex.update(target) == "reinstantiated", ex.last_update
+                    reinst.append(ex.last_update_s["instantiate_s"])
+        row = {k: _median_ms(v) for k, v in phases.items()}
+        row.update(
+            steps=len(plan.steps),
+            exec_update_ms=_median_ms(in_place),
+            whole_update_ms=_median_ms(whole),
+            reinstantiate_ms=_median_ms(reinst) if reinst else None,
+        )
+        table[label] = row
+        re_ms = f"{row['reinstantiate_ms']:.2f}" if reinst else "-"
+        print(
+            f"| {label} | {row['steps']} | {row['lower_s']:.2f} | {row['load_s']:.2f} | "
+            f"{row['build_s']:.2f} | {row['instantiate_s']:.2f} | {row['upload_s']:.2f} | "
+            f"{row['exec_update_ms']:.2f} | {row['whole_update_ms']:.2f} | {re_ms} |"
+        )
+    RESULTS["setup_ms"] = table
+
+
+def _torch_ops() -> dict[str, Callable[..., Any]]:
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "matmul": lambda p, a, b: torch.matmul(a, b),
+        "bias_add": lambda p, a, b: a + b.reshape(-1),
+        "add": lambda p, a, b: a + b,
+        "scale": lambda p, a: a * p["alpha"],
+        "transpose": lambda p, a: a.t(),
+        "softmax": lambda p, a: torch.softmax(a, -1),
+        "layer_norm": lambda p, a: F.layer_norm(a, a.shape[-1:], eps=p["eps"]),
+        "gelu": lambda p, a: F.gelu(a, approximate="tanh"),
+        "relu": lambda p, a: torch.relu(a),
+    }
+
+
+def torch_twin(graph: ComputeGraph) -> tuple[Callable[[dict[str, Any]], dict[str, Any]], list[str]]:
+    """The same computation as ``graph``'s kernels, in torch: a function of the input
+    tensors (by buffer name) returning every buffer no kernel reads (by name), and the
+    input names. Each kernel's op is the torch op of the same definition (the op table's
+    parameters and defaults); an op without one raises ``KeyError`` naming it."""
+    from oxiwork.ops.table import bind_params, get
+
+    table = _torch_ops()
+    kernels = [graph.node(i) for i in graph.topological_order()]
+    kernels = [n for n in kernels if n.kind == NodeKind.KernelLaunch]
+    written = {b for n in kernels for b in n.outputs}
+    read = {b for n in kernels for b in n.inputs}
+    steps = []
+    for n in kernels:
+        if n.op not in table:
+            raise KeyError(f"kernel {n.name!r}: op {n.op!r} has no torch twin")
+        (out,) = n.outputs
+        params = bind_params(get(n.op), n.params, f"kernel {n.name!r}")
+        steps.append((table[n.op], params, n.inputs, out))
+    inputs = sorted({b for n in kernels for b in n.inputs} - written)
+    outputs = sorted(written - read)
+    names = {b: graph.buffer(b).name for b in (*inputs, *outputs)}
+
+    def run(values: dict[str, Any]) -> dict[str, Any]:
+        env = {b: values[names[b]] for b in inputs}
+        for fn, params, ins, out in steps:
+            env[out] = fn(params, *(env[b] for b in ins))
+        return {names[b]: env[b] for b in outputs}
+
+    return run, [names[b] for b in inputs]
+
+
+def transformer_vs_torch(reps: int, rounds: int, layers: int = 8) -> None:
+    from oxiwork.examples import transformer_block
+    from oxiwork.reference import generated_input
+
+    graph = transformer_block(layers)
+    print(
+        f"\n## 6. The {graph.num_nodes}-node transformer example: our CUDA graph vs "
+        "torch.cuda.CUDAGraph\n"
+    )
+    plan = ExecutionPlan.build(graph, max_streams=4)
+    twin, input_names = torch_twin(graph)
+    host = {n: generated_input(graph.buffer_by_name(n), seed=0) for n in input_names}
+    row: dict[str, Any] = {
+        "nodes": graph.num_nodes,
+        "kernels": len(graph.kernels()),
+        "plan_kernels": plan.kernel_count_fused,
+        "plan_streams": plan.num_streams,
+    }
+    with CudaGraphExecutor(plan, exact=False, capture=False) as ex:
+        ours, _ = ex.run(host)
+        ex.timed_launches(2)
+        row["ours_graph_ms"] = statistics.median(ex.timed_launches(reps) for _ in range(rounds))
+    with StreamExecutor(plan, exact=False, capture=False) as ex:
+        ex.timed_launches(2)
+        row["ours_stream_ms"] = statistics.median(ex.timed_launches(reps) for _ in range(rounds))
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        print("(torch with CUDA is not available: the torch side is skipped)")
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as ours
+        dev = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in host.items()}
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                twin(dev)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            result = twin(dev)
+        g.replay()
+        torch.cuda.synchronize()
+        worst = 0.0
+        for name, t in result.items():
+            a = np.asarray(ours[name], np.float64).reshape(-1)
+            b = t.double().cpu().numpy().reshape(-1)
+            worst = max(worst, float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)))
+        row["outputs_rel_norm_diff"] = worst
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(rounds):
+            start.record()
+            for _ in range(reps):
+                g.replay()
+            stop.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(stop) / reps)
+        row["torch_graph_ms"] = statistics.median(times)
+    RESULTS["transformer"] = row
+    print(
+        f"{row['nodes']} nodes, {row['kernels']} kernels; our plan: {row['plan_kernels']} "
+        f"kernels on {row['plan_streams']} stream(s)"
+    )
+    print("| variant | GPU ms per replay |")
+    print("|---|--:|")
+    print(f"| ours, CUDA graph | {row['ours_graph_ms']:.4f} |")
+    print(f"| ours, stream launches | {row['ours_stream_ms']:.4f} |")
+    if "torch_graph_ms" in row:
+        print(f"| torch.cuda.CUDAGraph ({row['kernels']} ops) | {row['torch_graph_ms']:.4f} |")
+        print(f"outputs ours vs torch: relative norm difference {row['outputs_rel_norm_diff']:.2e}")
+        ratio = row["torch_graph_ms"] / row["ours_graph_ms"]
+        verdict = "MET" if row["ours_graph_ms"] <= row["torch_graph_ms"] * 1.02 else "MISSED"
+        print(f"target ours not slower than torch: torch/ours = {ratio:.2f}x -> {verdict}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,13 +426,20 @@ def main() -> int:
     ap.add_argument(
         "--elements", type=int, default=256 << 20, help="floats per buffer (default 256M)"
     )
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256, 1024])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 512])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--blocks", type=int, default=65535, help="blocks of the chain kernels")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument(
+        "--rounds", type=int, default=5, help="executors, updates and timed batches per median"
+    )
+    ap.add_argument(
+        "--layers", type=int, default=8, help="layers of the transformer example (8: 298 nodes)"
+    )
+    ap.add_argument("--json", type=Path, help="also write every number measured to this file")
     args = ap.parse_args()
     if args.quick:
-        args.elements, args.sizes, args.reps = 1 << 22, [16, 64], 5
+        args.elements, args.sizes, args.reps = 1 << 22, [8, 64], 5
     reason = probe(0)
     if reason is not None:
         print(f"no GPU benchmark: {reason}")
@@ -218,10 +448,27 @@ def main() -> int:
     print(f"# oxiwork GPU benchmark on {s.device.name} ({s.device.arch})")
     s.close()
     t0 = time.perf_counter()
-    launch_overhead(args.sizes, args.reps)
-    bandwidth(args.elements, args.reps, args.blocks)
+    RESULTS["device"] = {"name": s.device.name, "arch": s.device.arch}
+    sections: list[tuple[str, Callable[[], None]]] = [
+        ("launch", lambda: launch_overhead(args.sizes, args.reps)),
+        ("bandwidth", lambda: bandwidth(args.elements, args.reps, args.blocks)),
+        ("setup", lambda: setup_and_update(args.sizes, args.rounds, args.layers)),
+        ("transformer", lambda: transformer_vs_torch(args.reps, args.rounds, args.layers)),
+    ]
+    failed = 0
+    for name, section in sections:  # one failing section does not hide the others
+        started = time.perf_counter()
+        try:
+            section()
+        except Exception as e:
+            failed += 1
+            RESULTS.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+            print(f"\nsection {name!r} FAILED: {type(e).__name__}: {e}")
+        RESULTS.setdefault("section_s", {})[name] = time.perf_counter() - started
+        if args.json:
+            args.json.write_text(json.dumps(RESULTS, indent=1, default=str))
     print(f"\n(total {time.perf_counter() - t0:.1f} s)")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -369,15 +369,20 @@ class _PlanExecutor:
                 "ExecutionPlan.build(graph)"
             )
         plan.verify()  # refuse a plan that is not safe to run (checked once per plan)
+        # Host seconds of each set-up phase, in order (see ``setup_s``).
+        self.setup_s: dict[str, float] = {}
         try:
             self._session = s = Session(device, driver)
             self.arch = arch or s.device.arch
-            self.desc = lower(
-                plan, arch=self.arch, exact=exact, events=self._EVENTS, opaque=opaque,
-                capture=capture,
-            )  # fmt: skip
-            self._functions = load_functions(s, self.desc, cache)
-            self._memory = DeviceMemory(s, self.desc)
+            with self._phase("lower_s"):
+                self.desc = lower(
+                    plan, arch=self.arch, exact=exact, events=self._EVENTS, opaque=opaque,
+                    capture=capture,
+                )  # fmt: skip
+            with self._phase("load_s"):
+                self._functions = load_functions(s, self.desc, cache)
+            with self._phase("alloc_s"):
+                self._memory = DeviceMemory(s, self.desc)
             # The main stream: inputs are staged, timed and waited for on it.
             self._stream = self._create_streams(s)
             self._start = s.event()
@@ -387,6 +392,15 @@ class _PlanExecutor:
         except BaseException:
             self._close_quietly()
             raise
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Add the host seconds of the ``with`` body to ``setup_s[name]``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.setup_s[name] = self.setup_s.get(name, 0.0) + time.perf_counter() - t0
 
     # ------------------------------------------------------------------ subclass hooks
     def _create_streams(self, s: Session) -> Any:
@@ -544,8 +558,12 @@ class CudaGraphExecutor(_PlanExecutor):
         self._handles: list[Any] = []
         self._building: GraphDesc | None = None
         self.instantiations = 0
-        # Why the last update() updated in place or re-instantiated (None before one).
+        # Why the last update() updated in place or re-instantiated (None before one), and
+        # the host seconds of its phases (lower_s, build_s, exec_update_s: the
+        # cuGraphExecUpdate call, 0 when CUDA's rules refuse it first, instantiate_s when it
+        # re-instantiated).
         self.last_update: UpdateReport | None = None
+        self.last_update_s: dict[str, float] = {}
         super().__init__(
             plan, device=device, exact=exact, arch=arch, cache=cache, driver=driver,
             opaque=opaque, capture=capture,
@@ -555,11 +573,15 @@ class CudaGraphExecutor(_PlanExecutor):
         return s.stream()
 
     def _prepare(self, s: Session) -> None:
-        self._graph, self._handles = self._build_graph(self.desc, self._memory)
-        self._exec = s.instantiate(self._graph)
+        with self._phase("build_s"):
+            self._graph, self._handles = self._build_graph(self.desc, self._memory)
+        with self._phase("instantiate_s"):
+            self._exec = s.instantiate(self._graph)
         self._exec_graph, self._exec_handles = self._graph, self._handles
         self.instantiations += 1
-        s.upload(self._exec, self._stream)
+        with self._phase("upload_s"):
+            s.upload(self._exec, self._stream)
+            s.synchronize(self._stream)
 
     # ------------------------------------------------------------------ building
     def _build_graph(self, desc: GraphDesc, memory: DeviceMemory) -> tuple[Any, list[Any]]:
@@ -669,6 +691,8 @@ class CudaGraphExecutor(_PlanExecutor):
         CUDA's rules allow it (:func:`~oxiwork.executor.update.check_update`), else
         ``"reinstantiated"``; ``last_update`` keeps the report saying why."""
         s = self._require()
+        times: dict[str, float] = {}
+        t = time.perf_counter()
         desc = lower(
             plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque,
             capture=self._capture,
@@ -681,19 +705,23 @@ class CudaGraphExecutor(_PlanExecutor):
         old_functions, self._functions = self._functions, functions
         callbacks = host_callbacks(plan, desc, self._callback_errors)
         old_callbacks, self._callbacks = self._callbacks, callbacks
+        times["lower_s"], t = time.perf_counter() - t, time.perf_counter()
         try:
             graph, handles = self._build_graph(desc, memory)
         except BaseException:
             self._functions, self._callbacks = old_functions, old_callbacks
             raise
+        times["build_s"] = time.perf_counter() - t
         s.synchronize(self._stream)
         report = check_update(self.desc, desc)
+        t = time.perf_counter()
         if report.in_place and not s.exec_update(self._exec, graph):
             report = replace(
                 report,
                 in_place=False,
                 reason=f"{report.reason}, but the driver refused the update: re-instantiated",
             )
+        times["exec_update_s"] = time.perf_counter() - t
         self.last_update = report
         if report.in_place:
             how = "updated"
@@ -707,7 +735,9 @@ class CudaGraphExecutor(_PlanExecutor):
                 id(self._exec_graph): self._exec_graph,
             }.values():
                 s.destroy("graph", g)
+            t = time.perf_counter()
             self._exec = s.instantiate(graph)
+            times["instantiate_s"] = time.perf_counter() - t
             self._exec_graph, self._exec_handles = graph, handles
             self.instantiations += 1
             how = "reinstantiated"
@@ -715,6 +745,7 @@ class CudaGraphExecutor(_PlanExecutor):
             _free_memory(s, old_memory)
         self._graph, self._handles, self._memory = graph, handles, memory
         self.plan, self.desc = plan, desc
+        self.last_update_s = times
         return how
 
     # ------------------------------------------------------------------ inspection

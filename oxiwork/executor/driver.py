@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import os
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -315,6 +316,30 @@ _RELEASE_ORDER: tuple[tuple[str, str], ...] = (
 _DESTROY = dict(_RELEASE_ORDER)
 
 
+def find_cudadevrt() -> str:
+    """The path of ``libcudadevrt.a``: where ``cuda.pathfinder`` finds it (the
+    ``cuda-toolkit[cudart]`` wheels), else in a system toolkit (``$CUDA_HOME``,
+    ``$CUDA_PATH``, ``/usr/local/cuda``); older ``cuda.pathfinder`` releases have no
+    ``find_static_lib``. Raises :class:`BackendUnavailable` saying how to install it."""
+    reason = ""
+    try:
+        from cuda.pathfinder import find_static_lib
+
+        return str(find_static_lib("cudadevrt"))
+    except Exception as e:  # ImportError, or the library is not installed there
+        reason = f"{type(e).__name__}: {e}"
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        for lib in ("lib64", "lib", "targets/x86_64-linux/lib"):
+            path = os.path.join(root or "", lib, "libcudadevrt.a")
+            if root and os.path.isfile(path):
+                return path
+    raise BackendUnavailable(
+        f"conditional nodes need libcudadevrt.a (the CUDA device runtime) to link their "
+        f"set-condition kernels, which was not found ({reason}; nor under $CUDA_HOME, "
+        "$CUDA_PATH or /usr/local/cuda); install it with: pip install 'cuda-toolkit[cudart]'"
+    )
+
+
 class Session:
     """Every driver resource one executor owns, created through checked calls and
     released in a fixed, safe order by :meth:`close` (idempotent, also after a failure
@@ -402,16 +427,7 @@ class Session:
         """A relocatable cubin linked with libcudadevrt, then loaded: the set-condition
         kernels call ``cudaGraphSetConditional``, which lives there (``cuLinkCreate``,
         ``cuLinkAddData``, ``cuLinkAddFile``, ``cuLinkComplete``, ``cuLinkDestroy``)."""
-        try:
-            from cuda.pathfinder import find_static_lib
-
-            devrt = find_static_lib("cudadevrt")
-        except Exception as e:  # ImportError, or the library is not installed
-            raise BackendUnavailable(
-                f"conditional nodes need libcudadevrt.a (the CUDA device runtime) to link "
-                f"their set-condition kernels, which was not found ({e}); install it with: "
-                "pip install 'cuda-toolkit[cudart]'"
-            ) from e
+        devrt = find_cudadevrt()
         state = self.drv("cuLinkCreate", 0, [], [])
         try:
             cubin_type = self.drv.enum("CUjitInputType.CU_JIT_INPUT_CUBIN")

@@ -249,3 +249,33 @@ class TestRealBindingsAcceptOurArguments:
                 "cuMemsetD32Async",
                 "cuLaunchHostFunc",
             } & checked
+
+
+class TestFindCudadevrt:
+    """libcudadevrt.a (for conditional nodes) from cuda.pathfinder, else a system toolkit."""
+
+    @pytest.fixture
+    def no_pathfinder(self, monkeypatch):
+        import types
+
+        old = types.ModuleType("cuda.pathfinder")  # a release without find_static_lib
+        monkeypatch.setitem(sys.modules, "cuda.pathfinder", old)
+        for var in ("CUDA_HOME", "CUDA_PATH"):
+            monkeypatch.delenv(var, raising=False)
+
+    def test_falls_back_to_cuda_home(self, no_pathfinder, monkeypatch, tmp_path):
+        from oxiwork.executor import driver
+
+        lib = tmp_path / "lib64" / "libcudadevrt.a"
+        lib.parent.mkdir()
+        lib.write_bytes(b"!<arch>\n")
+        monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+        monkeypatch.setattr(driver.os.path, "isfile", lambda p: p == str(lib))
+        assert driver.find_cudadevrt() == str(lib)
+
+    def test_missing_everywhere_says_what_to_install(self, no_pathfinder, monkeypatch):
+        from oxiwork.executor import driver
+
+        monkeypatch.setattr(driver.os.path, "isfile", lambda p: False)
+        with pytest.raises(BackendUnavailable, match=r"libcudadevrt\.a.*pip install"):
+            driver.find_cudadevrt()

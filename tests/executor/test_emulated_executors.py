@@ -106,6 +106,32 @@ def test_every_step_kind(emu):
     scenarios.test_every_step_kind(emu)
 
 
+def test_small_examples_match_the_simulator(emu):
+    # the GPU test runs every example on 1 and 4 streams; here the C++ builds of the
+    # transformer's kernels dominate, so two examples on 4 streams
+    scenarios.examples_match_the_simulator(emu, ("quick_start", "transformer"), streams=(4,))
+
+
+def test_imported_models_match_eager(emu):
+    # one stream here (the GPU test also runs two): torch.export and the C++ builds dominate
+    scenarios.imported_models_match_eager(emu, streams=(1,))
+
+
+def test_setup_and_update_phases_are_timed(emu):
+    plan = build_plan(quick_start(), fusion=False)
+    with emu.executor(CudaGraphExecutor, plan) as ex:
+        phases = ("lower_s", "load_s", "alloc_s", "build_s", "instantiate_s", "upload_s")
+        assert tuple(ex.setup_s) == phases
+        assert all(t >= 0 for t in ex.setup_s.values())
+        assert ex.last_update_s == {}
+        assert ex.update(plan) == "updated"
+        assert set(ex.last_update_s) == {"lower_s", "build_s", "exec_update_s"}
+        assert ex.update(build_plan(quick_start(), fusion=True)) == "reinstantiated"
+        assert set(ex.last_update_s) == {"lower_s", "build_s", "exec_update_s", "instantiate_s"}
+    with emu.executor(StreamExecutor, plan) as ex:  # no graph: no graph phases
+        assert tuple(ex.setup_s) == ("lower_s", "load_s", "alloc_s")
+
+
 def test_replay_with_new_inputs(emu):
     scenarios.test_replay_with_new_inputs(emu)
 
