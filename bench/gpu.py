@@ -152,12 +152,12 @@ def torch_chain_ms(n_floats: int, reps: int) -> float | None:
     a, b = torch.empty_like(x), torch.empty_like(x)
 
     def chain() -> None:  # the same 8 ops as CHAIN_OPS, ping-ponging two buffers
-        torch.relu(x, out=a)
+        torch.clamp(x, min=0, out=a)  # relu (torch.relu takes no out=)
         torch.mul(a, ALPHA, out=b)
         torch.neg(b, out=a)
         b.copy_(a)
         torch.mul(b, ALPHA, out=a)
-        torch.relu(a, out=b)
+        torch.clamp(a, min=0, out=b)
         torch.neg(b, out=a)
         torch.mul(a, ALPHA, out=b)
 

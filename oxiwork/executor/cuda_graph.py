@@ -598,20 +598,25 @@ class CudaGraphExecutor(_PlanExecutor):
 
     def _add_nodes(
         self, graph: Any, nodes: tuple[DescNode, ...], preds: list[list[int]],
-        memory: DeviceMemory, packed: dict[int, PackedArgs],
+        memory: DeviceMemory, packed: dict[int, PackedArgs], entry: list[Any] | None = None,
     ) -> list[Any]:  # fmt: skip
-        """Add ``nodes`` (a topological order, ``preds`` by index) to ``graph``."""
+        """Add ``nodes`` (a topological order, ``preds`` by index) to ``graph``; nodes
+        without predecessors depend on ``entry`` (nothing by default)."""
         handles: list[Any] = []
         for n in nodes:
-            deps = [handles[p] for p in preds[n.index]]
+            deps = [handles[p] for p in preds[n.index]] or list(entry or ())
             handles.append(self._add_node(graph, deps, n, memory, packed))
         return handles
 
-    def _add_body(self, graph: Any, body: BodyDesc, memory: DeviceMemory) -> None:
-        """Fill a body graph (of a child graph or conditional node)."""
+    def _add_body(
+        self, graph: Any, body: BodyDesc, memory: DeviceMemory, entry: list[Any] | None = None
+    ) -> list[Any]:
+        """Fill a body graph (of a child graph or conditional node), or add a body to
+        ``graph`` itself after ``entry`` (an inlined child graph); returns the handles."""
         packed: dict[int, PackedArgs] = {}
-        self._add_nodes(graph, body.nodes, body.predecessors(), memory, packed)
+        handles = self._add_nodes(graph, body.nodes, body.predecessors(), memory, packed, entry)
         self._body_packed.extend(packed.values())  # alive as long as the graph
+        return handles
 
     def _add_node(
         self, graph: Any, deps: list[Any], n: DescNode, memory: DeviceMemory,
@@ -809,12 +814,35 @@ def _add_empty(
     return s.add_empty_node(graph, deps)
 
 
+#: Node kinds CUDA refuses in a (cloned) child graph: CUDA_CHILD_GRAPH_NODE_PARAMS says
+#: the child "must not contain conditional nodes", and memory alloc/free nodes only when
+#: its ownership moves to the parent. Found on the first H200 run: cuGraphAddChildGraphNode
+#: answered CUDA_ERROR_NOT_SUPPORTED for a child graph holding an IF node.
+_NOT_IN_CHILD_GRAPHS = frozenset({"conditional", "mem_alloc", "mem_free"})
+
+
+def must_inline(body: BodyDesc) -> bool:
+    """True if a child graph of ``body`` cannot be a CUDA child graph node: it holds a
+    conditional or memory node, directly or in a child graph that is itself inlined."""
+    return any(
+        n.kind in _NOT_IN_CHILD_GRAPHS or (n.kind == "child_graph" and must_inline(n.bodies[0]))
+        for n in body.nodes
+    )
+
+
 def _add_child_graph(
     ex: CudaGraphExecutor, s: Session, graph: Any, deps: list[Any], n: DescNode,
     memory: DeviceMemory, packed: dict[int, PackedArgs],
 ) -> Any:  # fmt: skip
+    body = n.bodies[0]
+    if must_inline(body):
+        # The body's nodes go into ``graph`` itself: its roots after ``deps``, then an
+        # empty node after all of them that stands for the child node, so whatever
+        # depended on the child depends on its whole body (the child node's semantics).
+        handles = ex._add_body(graph, body, memory, entry=deps)
+        return s.add_empty_node(graph, handles or deps)
     child = s.create_graph()  # owned: destroyed at close (the driver adds a clone)
-    ex._add_body(child, n.bodies[0], memory)
+    ex._add_body(child, body, memory)
     return s.add_child_graph_node(graph, deps, child)
 
 

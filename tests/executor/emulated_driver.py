@@ -1446,7 +1446,16 @@ class EmulatedDriver:
     # ------------------------------------------------------------------ graph nodes
     def cuGraphAddChildGraphNode(self, graph: Any, deps: Any, ndeps: int, child: Any) -> tuple:
         def make() -> tuple:
-            self._graph(child)
+            g = self._graph(child)
+            # CUDA_CHILD_GRAPH_NODE_PARAMS: the child "must not contain conditional nodes",
+            # and memory alloc/free nodes only when moved (not cloned, as this call does).
+            # An H200 (driver 580) answered CUDA_ERROR_NOT_SUPPORTED for a nested conditional.
+            refused = {"conditional", "mem_alloc", "mem_free"}
+            bad = sorted({self.nodes[h].kind for h in g.nodes} & refused)
+            if bad:
+                raise EmulationError(
+                    NOT_SUPPORTED, f"a cloned child graph may not hold {', '.join(bad)} nodes"
+                )
             return int(child), f"child graph {int(child):#x}"
 
         return self._add_node("cuGraphAddChildGraphNode", graph, deps, ndeps, "child", make)

@@ -86,7 +86,45 @@ def _simulate(plan, inputs=None, seed=0):
     return stats.outputs
 
 
-def _assert_same(got, want, what):
+def _float64_values(graph, seed=0):
+    """Every buffer of ``graph`` computed in float64 from the generated float32 inputs,
+    by name, where every kernel is an element-wise op (whose numpy reference keeps the
+    dtype); ``None`` for other graphs.
+
+    Deep element-wise chains are ill-conditioned: the 5,000-node layered example
+    multiplies values up to |1e24|, where float32 rounding alone leaves the simulator 13%
+    away from float64 and a GPU's ``expf``/``tanhf`` (an ulp or two from glibc's) lands
+    as far away elsewhere. Against float64, the GPU must be as accurate as the simulator.
+    """
+    from oxiwork.ops.table import FusionClass, bind_params, get
+    from oxiwork.reference import generated_input
+
+    order = [graph.node(i) for i in graph.topological_order()]
+    kernels = [n for n in order if n.kind.value == "kernel"]
+    if not kernels or any(
+        get(n.op) is None or get(n.op).fusion_class is not FusionClass.ELEMENTWISE for n in kernels
+    ):
+        return None
+    values = {}
+    for n in kernels:
+        args = []
+        for b in n.inputs:
+            if b not in values:  # only uploads feed these graphs: generated inputs
+                values[b] = generated_input(graph.buffer(b), seed).astype(np.float64)
+            args.append(values[b])
+        op = get(n.op)
+        (out,) = n.outputs
+        with np.errstate(all="ignore"):
+            values[out] = np.asarray(
+                op.reference(args, **bind_params(op, n.params, n.name)), np.float64
+            )
+    return {graph.buffer(b).name: v for b, v in values.items()}
+
+
+def _assert_same(got, want, what, exact=None):
+    """``got`` equals ``want`` buffer by buffer within RTOL/ATOL/SCALE_TOL, and, where
+    ``exact`` (float64 values by name, :func:`_float64_values`) holds the buffer, within
+    4x the simulator's own distance from float64 element by element."""
     assert set(got) == set(want), f"{what}: outputs {sorted(got)} != {sorted(want)}"
     for name in want:
         a = np.asarray(got[name]).reshape(-1)
@@ -94,6 +132,10 @@ def _assert_same(got, want, what):
         finite = b[np.isfinite(b)] if b.dtype.kind == "f" else b
         scale = float(np.max(np.abs(finite), initial=0.0)) if finite.size else 0.0
         atol = max(ATOL, SCALE_TOL * scale)
+        if exact is not None and name in exact:
+            with np.errstate(invalid="ignore"):
+                err = np.abs(b.astype(np.float64) - exact[name].reshape(-1))
+            atol = np.maximum(atol, 4 * np.nan_to_num(err, nan=0.0, posinf=0.0))
         bad = np.flatnonzero(~np.isclose(a, b, rtol=RTOL, atol=atol, equal_nan=True))
         if bad.size:
             # the worst finite difference, else the first mismatch (a NaN on one side only)
@@ -154,13 +196,14 @@ def examples_match_the_simulator(gpu, names=None, streams=(1, 4)):
     examples = _examples()
     for name in names or examples:
         g = examples[name]()
+        exact = _float64_values(g)
         for fusion in (True, False):
             for n in streams:
                 plan = build_plan(g, max_streams=n, fusion=fusion)
                 want, got_g, got_s = _both(plan, gpu)
                 what = f"example {name!r}, fusion={fusion}, max_streams={n}"
-                _assert_same(got_g, want, "graph mode, " + what)
-                _assert_same(got_s, want, "stream mode, " + what)
+                _assert_same(got_g, want, "graph mode, " + what, exact)
+                _assert_same(got_s, want, "stream mode, " + what, exact)
 
 
 def test_every_example_matches_the_simulator(gpu):
