@@ -469,7 +469,8 @@ class _Gen:
         # A grid-stride loop taking UNROLL elements a stride apart per pass: the unrolled
         # iterations are independent, so their loads are issued before the first result
         # is needed (more bytes in flight per thread), then the rest one by one.
-        lines = "".join(f"            {line}\n" for line in body)
+        unrolled = "".join(f"            {line}\n" for line in body)
+        rest = "".join(f"        {line}\n" for line in body)
         loop = (
             "{\n"
             "    const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
@@ -478,12 +479,13 @@ class _Gen:
             "#pragma unroll\n"
             f"        for (int u = 0; u < {UNROLL}; ++u) {{\n"
             "            const size_t i = i0 + u * stride;\n"
-            + lines
-            + "        }\n"
+            f"{unrolled}"
+            "        }\n"
             "    }\n"
             "    for (size_t i = i0; i < n; i += stride) {\n"
-            + "".join(f"        {line}\n" for line in body)
-            + "    }\n}\n"
+            f"{rest}"
+            "    }\n"
+            "}\n"
         )
         return KernelSource(fname, self.prelude() + sig + loop, scalars)
 
