@@ -275,7 +275,7 @@ def setup_and_update(sizes: list[int], reps: int, layers: int = 8) -> None:
                     target = fused if i % 2 == 0 else plan
                     assert ex.update(target) == "reinstantiated", ex.last_update
                     reinst.append(ex.last_update_s["instantiate_s"])
-        row = {k: _median_ms(v) for k, v in phases.items()}
+        row = {k.removesuffix("_s") + "_ms": _median_ms(v) for k, v in phases.items()}
         row.update(
             steps=len(plan.steps),
             exec_update_ms=_median_ms(in_place),
@@ -285,8 +285,8 @@ def setup_and_update(sizes: list[int], reps: int, layers: int = 8) -> None:
         table[label] = row
         re_ms = f"{row['reinstantiate_ms']:.2f}" if reinst else "-"
         print(
-            f"| {label} | {row['steps']} | {row['lower_s']:.2f} | {row['load_s']:.2f} | "
-            f"{row['build_s']:.2f} | {row['instantiate_s']:.2f} | {row['upload_s']:.2f} | "
+            f"| {label} | {row['steps']} | {row['lower_ms']:.2f} | {row['load_ms']:.2f} | "
+            f"{row['build_ms']:.2f} | {row['instantiate_ms']:.2f} | {row['upload_ms']:.2f} | "
             f"{row['exec_update_ms']:.2f} | {row['whole_update_ms']:.2f} | {re_ms} |"
         )
     RESULTS["setup_ms"] = table

@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["KernelSource", "function_name", "kernel_source"]
 
 MAX_IDENT = 48  # keep generated names readable; the node id keeps them unique
-#: Elements an element-wise kernel takes per thread per pass of its grid-stride loop.
-UNROLL = 4
 
 ScalarArg = tuple[str, str, Any]
 
@@ -466,26 +464,12 @@ class _Gen:
         body = [line for j in range(len(self.b.steps)) for line in self.step_lines(j, "i", n)]
         body += [self.store(k, "i", s) for k, s in enumerate(self.b.outputs)]
         sig, scalars = self.signature(fname, [("n", n)])
-        # A grid-stride loop taking UNROLL elements a stride apart per pass: the unrolled
-        # iterations are independent, so their loads are issued before the first result
-        # is needed (more bytes in flight per thread), then the rest one by one.
-        unrolled = "".join(f"            {line}\n" for line in body)
-        rest = "".join(f"        {line}\n" for line in body)
         loop = (
             "{\n"
-            "    const size_t stride = (size_t)gridDim.x * blockDim.x;\n"
-            "    size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
-            f"    for (; i0 + {UNROLL - 1} * stride < n; i0 += {UNROLL} * stride) {{\n"
-            "#pragma unroll\n"
-            f"        for (int u = 0; u < {UNROLL}; ++u) {{\n"
-            "            const size_t i = i0 + u * stride;\n"
-            f"{unrolled}"
-            "        }\n"
-            "    }\n"
-            "    for (size_t i = i0; i < n; i += stride) {\n"
-            f"{rest}"
-            "    }\n"
-            "}\n"
+            "    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+            "         i += (size_t)gridDim.x * blockDim.x) {\n"
+            + "".join(f"        {line}\n" for line in body)
+            + "    }\n}\n"
         )
         return KernelSource(fname, self.prelude() + sig + loop, scalars)
 

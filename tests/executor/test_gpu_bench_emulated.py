@@ -71,6 +71,7 @@ def test_gpu_benchmark_runs_every_path(monkeypatch, tmp_path, capsys):
     chain64 = numbers["setup_ms"]["chain 64"]
     assert chain64["steps"] == 64 and chain64["reinstantiate_ms"] is None  # nothing to fuse
     assert numbers["setup_ms"]["transformer"]["reinstantiate_ms"] > 0
+    assert chain64["instantiate_ms"] >= 0 and "instantiate_s" not in chain64  # ms, named so
     assert numbers["transformer"]["plan_kernels"] < numbers["transformer"]["kernels"] == 37
     assert emulated.live_counts() == {}, "the benchmark leaked driver resources"
 
