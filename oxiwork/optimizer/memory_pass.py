@@ -410,13 +410,11 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     n = len(ids)
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
     rb, x, first, last = acc.row, acc.step, acc.first, acc.last
-    # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
-    last_clock, from_clock = arrays.bounds(rb, x, n)
+    # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them,
+    # and per stream the first position of an access (-1 if none)
+    last_clock, from_clock, first_pos = arrays.spans(rb, x, n)
     end = last + 1
     past = np.zeros((n, width), dtype=np.int64)
-    first_pos = np.full((n, width), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_pos, (rb, arrays.stream_index[x]), arrays.position[x])
-    first_pos[first_pos == np.iinfo(np.int64).max] = -1
     for s, mem in enumerate(members_of):
         if not len(mem) or not n:
             continue
