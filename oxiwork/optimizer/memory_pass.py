@@ -415,15 +415,24 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     last_clock, from_clock, first_pos = arrays.spans(rb, x, n)
     end = last + 1
     past = np.zeros((n, width), dtype=np.int64)
+    # Each component's queries sorted once for every stream: numpy's binary search resumes
+    # from the previous key when the keys ascend (1.5 ms against 6.5 ms per search of 66k
+    # keys in 25k clocks), and a scatter puts the answers back by row.
+    by_key = [np.argsort(last_clock[:, c], kind="stable") for c in range(width)]
+    keys = [last_clock[o, c] for c, o in enumerate(by_key)]
+    found = np.empty(n, dtype=np.int64)
     for s, mem in enumerate(members_of):
         if not len(mem) or not n:
             continue
-        col = clocks[mem]
         # First position on s strictly after the accesses: later than last_clock[:, s] and
         # dominating last_clock; each component's condition is monotone along the stream.
+        # (Component s is the position along s, 0, 1, ...: its search would give at most
+        # last_clock[:, s], below the start.)
         q = last_clock[:, s] + 1
         for c in range(width):
-            np.maximum(q, np.searchsorted(col[:, c], last_clock[:, c], side="left"), out=q)
+            if c != s:
+                found[by_key[c]] = np.searchsorted(clocks[mem, c], keys[c], side="left")
+                np.maximum(q, found, out=q)
         np.minimum(q, len(mem), out=q)
         past[:, s] = q
         np.maximum(end, np.where(q > 0, mem[q - 1] + 1, 0), out=end)
