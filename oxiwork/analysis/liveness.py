@@ -55,6 +55,7 @@ __all__ = [
     "max_live_bytes_merged",
     "order_at",
     "positions_of",
+    "share_accesses",
 ]
 
 
@@ -450,6 +451,30 @@ def dead_buffers(graph: ComputeGraph) -> frozenset[BufferId]:
         dead = frozenset(map(bids.__getitem__, np.flatnonzero(used & ~external & ~read).tolist()))
         graph._cache["analysis.dead"] = dead
     return dead
+
+
+def share_accesses(src: ComputeGraph, dst: ComputeGraph) -> None:
+    """Let ``dst`` reuse what is cached on ``src`` of its accesses, buffer table and dead
+    buffers, for a caller that vouches that ``dst`` holds ``src``'s very nodes and its
+    buffers but for their arena offsets (the memory pass): none of these reads an offset.
+
+    Without it the lowering's :func:`dead_buffers` of the planned graph reads every node's
+    inputs and outputs again (0.1-0.18 s CPU on the fused 100k-node layered example). Does
+    nothing unless the two graphs share their node tuple and have as many buffers.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> h = g.with_changes(buffers=g.buffers)
+    >>> _ = arena_accesses(g)
+    >>> share_accesses(g, h)
+    >>> h._cache["analysis.accesses"] is g._cache["analysis.accesses"]
+    True
+    """
+    if src.nodes is not dst.nodes or len(src.buffers) != len(dst.buffers):
+        return
+    for key in ("analysis.accesses", "analysis.buffer_table", "analysis.dead"):
+        if key in src._cache and key not in dst._cache:
+            dst._cache[key] = src._cache[key]
 
 
 def arena_accesses(graph: ComputeGraph, order: Sequence[NodeId] | None = None) -> ArenaAccesses:

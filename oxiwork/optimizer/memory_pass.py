@@ -1398,4 +1398,5 @@ def _plan_memory(
     # multiples of the alignment; verify_graph and verify_plan check them again).
     planned = graph.with_changes(buffers=buffers, checked_buffers=placed)
     share_bound(graph, planned, offsets_only=True)  # offsets do not change what a kernel computes
+    liveness.share_accesses(graph, planned)  # nor what a node accesses
     return PassResult(planned, {"memory": report})
