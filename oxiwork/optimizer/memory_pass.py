@@ -1260,7 +1260,9 @@ def _plan_memory(
 ) -> PassResult:
     a = _analyse(graph)
     n = len(a.ids)
-    row_buffers = list(map(graph.buffers.__getitem__, a.index.tolist()))
+    is_row = np.zeros(len(graph.buffers), dtype=bool)
+    is_row[a.index] = True  # (ascending: the rows are the buffers picked in graph order)
+    row_buffers = list(itertools.compress(graph.buffers, is_row.tolist()))
     align = np.fromiter(map(_ALIGNMENT, row_buffers), dtype=np.int64, count=n)
     raw_size = np.fromiter(map(_SIZE, row_buffers), dtype=np.int64, count=n)
     size = -(-raw_size // align) * align
@@ -1353,7 +1355,7 @@ def _plan_memory(
     by_index[a.index] = chosen
     arena_pos = np.flatnonzero(a.in_arena)
     arena_index = arena_pos.tolist()
-    arena_buffers = list(map(graph.buffers.__getitem__, arena_index))
+    arena_buffers = list(itertools.compress(graph.buffers, a.in_arena.tolist()))
     new_offsets = by_index[arena_pos].tolist()
     offsets: dict[BufferId, int] = dict(zip(map(_ID, arena_buffers), new_offsets, strict=True))
     changed = list(map(operator.ne, map(_OFFSET, arena_buffers), new_offsets))
