@@ -410,22 +410,29 @@ def _analyse(graph: ComputeGraph) -> _Analysis:
     n = len(ids)
     clocks, width = arrays.clocks, arrays.clocks.shape[1]
     rb, x, first, last = acc.row, acc.step, acc.first, acc.last
-    # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them.
-    last_clock, from_clock = arrays.bounds(rb, x, n)
+    # ``last_i`` and ``from_i`` of the module docstring, as the race detector computes them,
+    # and per stream the first position of an access (-1 if none)
+    last_clock, from_clock, first_pos = arrays.spans(rb, x, n)
     end = last + 1
     past = np.zeros((n, width), dtype=np.int64)
-    first_pos = np.full((n, width), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_pos, (rb, arrays.stream_index[x]), arrays.position[x])
-    first_pos[first_pos == np.iinfo(np.int64).max] = -1
+    # Each component's queries sorted once for every stream: numpy's binary search resumes
+    # from the previous key when the keys ascend (1.5 ms against 6.5 ms per search of 66k
+    # keys in 25k clocks), and a scatter puts the answers back by row.
+    by_key = [np.argsort(last_clock[:, c], kind="stable") for c in range(width)]
+    keys = [last_clock[o, c] for c, o in enumerate(by_key)]
+    found = np.empty(n, dtype=np.int64)
     for s, mem in enumerate(members_of):
         if not len(mem) or not n:
             continue
-        col = clocks[mem]
         # First position on s strictly after the accesses: later than last_clock[:, s] and
         # dominating last_clock; each component's condition is monotone along the stream.
+        # (Component s is the position along s, 0, 1, ...: its search would give at most
+        # last_clock[:, s], below the start.)
         q = last_clock[:, s] + 1
         for c in range(width):
-            np.maximum(q, np.searchsorted(col[:, c], last_clock[:, c], side="left"), out=q)
+            if c != s:
+                found[by_key[c]] = np.searchsorted(clocks[mem, c], keys[c], side="left")
+                np.maximum(q, found, out=q)
         np.minimum(q, len(mem), out=q)
         past[:, s] = q
         np.maximum(end, np.where(q > 0, mem[q - 1] + 1, 0), out=end)
@@ -538,101 +545,97 @@ def _place_exact(
 
 class _FreeRuns:
     """The free byte runs of one stream during :func:`_place_sweep`, coalesced: ``tail``, the
-    start of the run reaching to the top of every address, and the finite runs below it as
-    parallel ``starts``/``ends`` sorted by start, and ``by_len``, those runs as ``(length,
-    start)`` sorted, for best fit, each pair as the int ``length << shift | start``
-    (``2**shift`` bounds every address): one int comparison instead of a tuple's in every
-    bisection. The tail is kept apart because most updates touch it (a placement on top
+    start of the run reaching to the top of every address, and the finite runs below it,
+    each in ``end_of`` (start -> end) and ``start_of`` (end -> start), and ``by_len``, those
+    runs as ``(length, start)`` sorted, for best fit, each pair as the int ``length << shift
+    | start`` (``2**shift`` bounds every address): one int comparison instead of a tuple's in
+    every bisection. The tail is kept apart because most updates touch it (a placement on top
     takes its bottom bytes; on the fused 100k-node layered example 114k of 213k updates):
-    there they cost one comparison instead of a bisection and list edits."""
+    there they cost one comparison.
 
-    __slots__ = ("by_len", "ends", "shift", "starts", "tail")
+    Runs are found by their ends rather than by a bisection of sorted start and end lists:
+    freeing a range merges only with a run ending at its start or starting at its end, and
+    nearly every take removes a whole run or the front of one (a run starting at the taken
+    range; on that example all but 2 of 38k finite takes), which dict look-ups find without
+    the lists' insertions and deletions (memmoves of ~1.6k pointers per edit there). A range
+    starting inside a run or over several is cut out of the runs a scan of ``end_of`` finds:
+    ``O(runs)``, as a list edit is, and that rare (a handful of takes on the synthetic
+    layered, transformer and chain graphs of 1.5k-100k nodes on 3-8 streams)."""
+
+    __slots__ = ("by_len", "end_of", "shift", "start_of", "tail")
 
     def __init__(self, shift: int) -> None:
         self.tail = 0
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        self.end_of: dict[int, int] = {}
+        self.start_of: dict[int, int] = {}
         self.by_len: list[int] = []
         self.shift = shift
 
+    @property
+    def starts(self) -> list[int]:
+        """The finite runs' starts, ascending (for tests)."""
+        return sorted(self.end_of)
+
+    @property
+    def ends(self) -> list[int]:
+        """The finite runs' ends, in the order of :attr:`starts` (for tests)."""
+        return sorted(self.start_of)
+
     def add(self, s: int, e: int) -> None:
         """Mark ``[s, e)`` free (it is not): merge with the runs it touches."""
-        starts, ends, by_len, sh = self.starts, self.ends, self.by_len, self.shift
-        if e == self.tail:  # grows the tail downwards (and joins the run below it)
-            if ends and ends[-1] == s:
-                s = starts.pop()
-                del by_len[bisect_left(by_len, (ends.pop() - s) << sh | s)]
+        by_len, sh = self.by_len, self.shift
+        ls = self.start_of.pop(s, None)
+        if ls is not None:  # a run ends where the range starts: they join
+            del self.end_of[ls]
+            del by_len[bisect_left(by_len, (s - ls) << sh | ls)]
+            s = ls
+        if e == self.tail:  # grows the tail downwards
             self.tail = s
             return
-        i = bisect_left(starts, s)
-        right = i < len(starts) and starts[i] == e
-        if i and ends[i - 1] == s:  # grows the run on its left (and joins the right one)
-            ls = starts[i - 1]
-            del by_len[bisect_left(by_len, (s - ls) << sh | ls)]
-            if right:
-                re = ends[i]
-                del starts[i], ends[i]
-                del by_len[bisect_left(by_len, (re - e) << sh | e)]
-                e = re
-            ends[i - 1] = e  # below the tail (e is not its start: see above)
-            insort(by_len, (e - ls) << sh | ls)
-        elif right:  # grows the run on its right downwards
-            re = ends[i]
-            starts[i] = s
+        re = self.end_of.pop(e, None)
+        if re is not None:  # a run starts where the range ends: they join
+            del self.start_of[re]
             del by_len[bisect_left(by_len, (re - e) << sh | e)]
-            insort(by_len, (re - s) << sh | s)
-        else:
-            starts.insert(i, s)
-            ends.insert(i, e)
-            insort(by_len, (e - s) << sh | s)
+            e = re
+        self.end_of[s] = e
+        self.start_of[e] = s
+        insort(by_len, (e - s) << sh | s)
 
     def take(self, s: int, e: int) -> None:
         """Mark ``[s, e)`` not free, whatever part of it is."""
         tail = self.tail
         if s >= tail:  # inside the tail: it starts above the range, below it a finite run
             if s > tail:
-                self.starts.append(tail)
-                self.ends.append(s)
-                insort(self.by_len, (s - tail) << self.shift | tail)
+                self._put(tail, s)
             self.tail = e
             return
-        starts, ends, by_len, sh = self.starts, self.ends, self.by_len, self.shift
-        i = bisect_right(starts, s) - 1
-        if i >= 0 and ends[i] >= e:  # inside one finite run (the usual case): shrink or split
-            rs, re = starts[i], ends[i]
-            del by_len[bisect_left(by_len, (re - rs) << sh | rs)]
-            if rs < s:
-                ends[i] = s
-                insort(by_len, (s - rs) << sh | rs)
-                if re > e:
-                    starts.insert(i + 1, e)
-                    ends.insert(i + 1, re)
-            elif re > e:
-                starts[i] = e
-            else:
-                del starts[i], ends[i]
+        re = self.end_of.get(s)
+        if re is not None and re >= e:  # the front of a run (the usual case: all of it)
+            self._drop(s, re)
             if re > e:
-                insort(by_len, (re - e) << sh | e)
+                self._put(e, re)
             return
-        if i < 0 or ends[i] <= s:
-            i += 1
         # the finite runs meeting [s, e): cut out of them, then out of the tail
-        while i < len(starts) and starts[i] < e:
-            rs, re = starts[i], ends[i]
-            del starts[i], ends[i]
-            del by_len[bisect_left(by_len, (re - rs) << sh | rs)]
+        for rs in sorted(k for k, v in self.end_of.items() if k < e and v > s):
+            re = self.end_of[rs]
+            self._drop(rs, re)
             if rs < s:
-                starts.insert(i, rs)
-                ends.insert(i, s)
-                insort(by_len, (s - rs) << sh | rs)
-                i += 1
+                self._put(rs, s)
             if re > e:
-                starts.insert(i, e)
-                ends.insert(i, re)
-                insort(by_len, (re - e) << sh | e)
-                return
+                self._put(e, re)
         if e > tail:  # the range reaches into the tail (which starts above s here)
             self.tail = e
+
+    def _put(self, s: int, e: int) -> None:
+        """Add the finite run ``[s, e)`` (no run touches it)."""
+        self.end_of[s] = e
+        self.start_of[e] = s
+        insort(self.by_len, (e - s) << self.shift | s)
+
+    def _drop(self, s: int, e: int) -> None:
+        """Remove the finite run ``[s, e)``."""
+        del self.end_of[s], self.start_of[e]
+        del self.by_len[bisect_left(self.by_len, (e - s) << self.shift | s)]
 
 
 def _place_sweep(
@@ -670,10 +673,12 @@ def _place_sweep(
     top (the tail updates and segment appends of the fast paths), while nearly all the
     releases come in the last two fifths (26k owned releases in the last fifth against 4k
     in the first), each an edit of the free runs of a stream that by then holds ~4.5k of
-    them (a sorted-list insertion: a memmove of half the list), and the placements there
-    split segments inside the 28k-entry segment list instead of appending: so the last
-    fifth costs 3-4x as much per buffer. Blocked sorted lists (at most 512 pointers moved
-    per edit) and dicts for the neighbours were tried and cost as much as they saved.
+    them, and the placements there split segments inside the 28k-entry segment list
+    instead of appending: so the last fifth costs 3-4x as much per buffer. Blocked sorted
+    lists (at most 512 pointers moved per edit) and dicts for the neighbours next to the
+    sorted start and end lists were tried and cost as much as they saved; dicts instead of
+    those lists (:class:`_FreeRuns`, only the best-fit keys still sorted) took the sweep
+    from 0.53-0.59 s to 0.42-0.47 s.
     """
     n, width = len(perm), a.past.shape[1]
     out = np.zeros(len(size), dtype=np.int64)
@@ -1255,7 +1260,9 @@ def _plan_memory(
 ) -> PassResult:
     a = _analyse(graph)
     n = len(a.ids)
-    row_buffers = list(map(graph.buffers.__getitem__, a.index.tolist()))
+    is_row = np.zeros(len(graph.buffers), dtype=bool)
+    is_row[a.index] = True  # (ascending: the rows are the buffers picked in graph order)
+    row_buffers = list(itertools.compress(graph.buffers, is_row.tolist()))
     align = np.fromiter(map(_ALIGNMENT, row_buffers), dtype=np.int64, count=n)
     raw_size = np.fromiter(map(_SIZE, row_buffers), dtype=np.int64, count=n)
     size = -(-raw_size // align) * align
@@ -1348,7 +1355,7 @@ def _plan_memory(
     by_index[a.index] = chosen
     arena_pos = np.flatnonzero(a.in_arena)
     arena_index = arena_pos.tolist()
-    arena_buffers = list(map(graph.buffers.__getitem__, arena_index))
+    arena_buffers = list(itertools.compress(graph.buffers, a.in_arena.tolist()))
     new_offsets = by_index[arena_pos].tolist()
     offsets: dict[BufferId, int] = dict(zip(map(_ID, arena_buffers), new_offsets, strict=True))
     changed = list(map(operator.ne, map(_OFFSET, arena_buffers), new_offsets))
@@ -1393,4 +1400,5 @@ def _plan_memory(
     # multiples of the alignment; verify_graph and verify_plan check them again).
     planned = graph.with_changes(buffers=buffers, checked_buffers=placed)
     share_bound(graph, planned, offsets_only=True)  # offsets do not change what a kernel computes
+    liveness.share_accesses(graph, planned)  # nor what a node accesses
     return PassResult(planned, {"memory": report})

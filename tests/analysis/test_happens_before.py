@@ -109,3 +109,28 @@ def test_one_record_per_wait_is_the_item_by_item_recurrence(streams, pairs):
     ref = _vector_clocks_by_item(streams, sync)
     assert clock_arrays(streams, sync).clocks.tolist() == ref.clocks
     assert vector_clocks(streams, sync[::-1]).clocks == ref.clocks
+
+
+@settings(max_examples=200, deadline=None)
+@given(sched=schedules())
+def test_spans_are_their_definitions(sched):
+    # ClockArrays.spans reduces by flat and per-stream ufunc.at (issue 14): per group and
+    # stream, the last and first positions of its items and the least clock lowered to one
+    # before the first position, item by item over the lists of VectorClocks.
+    vc, groups, member = sched
+    group = np.array([g for g, _ in member], dtype=np.int64)
+    item = np.array([x for _, x in member], dtype=np.int64)
+    last, floor, first = vc.arrays().spans(group, item, groups)
+    big = np.iinfo(np.int64).max
+    for g in range(groups):
+        items = [x for g2, x in member if g2 == g]
+        for s in range(len(vc.streams)):
+            on = [vc.position[x] for x in items if vc.stream_index[x] == s]
+            assert last[g, s] == max(on, default=-1)
+            assert first[g, s] == min(on, default=-1)
+            low = min((vc.clocks[x][s] for x in items), default=big)
+            assert floor[g, s] == min(low, min(on) - 1 if on else big - 1)
+    assert [a.tolist() for a in vc.arrays().bounds(group, item, groups)] == [
+        last.tolist(),
+        floor.tolist(),
+    ]

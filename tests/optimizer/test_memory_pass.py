@@ -643,3 +643,21 @@ class TestBookkeeping:
             assert new == replace(old, offset=off)
             if old.offset == off:
                 assert new is old
+
+    @settings(max_examples=40, deadline=None)
+    @given(any_dags(max_nodes=40), st.integers(1, 4))
+    def test_planned_graph_keeps_the_inputs_accesses(self, graph, cap):
+        # The planned graph takes over the input's cached accesses (issue 14): they, and the
+        # dead buffers worked out from them, are what the planned graph's own nodes give.
+        from oxiwork.analysis import liveness
+
+        g = assign_streams(graph, max_streams=cap).graph
+        planned = plan_memory(g).graph
+        assert planned._cache["analysis.accesses"] is g._cache["analysis.accesses"]
+        fresh = ComputeGraph(planned.nodes, planned.buffers, planned.edges)
+        got, want = liveness._accesses(planned), liveness._accesses(fresh)
+        assert [a.tolist() for a in got] == [a.tolist() for a in want]
+        assert liveness.dead_buffers(planned) == liveness.dead_buffers(fresh)
+        assert [np.asarray(x).tolist() for x in liveness._buffer_table(planned)] == [
+            np.asarray(x).tolist() for x in liveness._buffer_table(fresh)
+        ]
