@@ -90,6 +90,9 @@ _EVERY = ("every node",)
 # _cache key, set while with_changes runs: the edges given begin with the very edges of the
 # graph it started from, in their order (so the new graph keeps every old edge).
 _EXTENDS = "_extends_edges"
+# _cache key, set while with_changes runs: the old graph's node index when every node
+# accesses what the node of its id accessed there, over the very same buffers.
+_SAME_ACCESSES = "_same_accesses"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,7 @@ class ComputeGraph:
                         if id(x) in new:
                             rule(x)
             old_nodes = trusted[5] if len(trusted) > 6 and nodes is trusted[0] else None
+            same_as = None  # the checked graph's node index, when accesses are the same
             if old_nodes is not None:  # the very nodes of a checked graph: its index
                 node_index = old_nodes
                 nids = list(node_index)
@@ -225,9 +229,23 @@ class ComputeGraph:
             if old_nodes is not None and buf_index.keys() == trusted[6].keys():
                 pass  # the same nodes over the same buffer ids: their references hold
             else:
-                used = set(itertools.chain.from_iterable(map(_INPUTS, nodes)))
-                used.update(itertools.chain.from_iterable(map(_OUTPUTS, nodes)))
-                used.update(map(_CONDITION, nodes))
+                todo = nodes
+                if same_buffers and trusted[5] is not None:
+                    # A node that accesses what the node of its id accessed in the checked
+                    # graph (a node new to it: nothing), over its very buffers, names
+                    # buffers that exist (the stream pass's nodes: each restreamed one
+                    # holds its old access tuples, each event none): only the others
+                    # are looked at, and when there are none the graph's ordering
+                    # search may take it (_ordering_kept).
+                    kept = _same_accesses(trusted[5], nids, nodes)
+                    if all(kept):
+                        todo = ()
+                        same_as = trusted[5]
+                    else:
+                        todo = list(itertools.compress(nodes, map(operator.not_, kept)))
+                used = set(itertools.chain.from_iterable(map(_INPUTS, todo)))
+                used.update(itertools.chain.from_iterable(map(_OUTPUTS, todo)))
+                used.update(map(_CONDITION, todo))
                 used.discard(None)
                 waits = set(
                     itertools.compress(
@@ -269,6 +287,8 @@ class ComputeGraph:
             self._cache["edge_arrays"] = arrays
         if ids is not None:
             self._cache["id_array"] = ids
+        if same_as is not None:
+            self._cache[_SAME_ACCESSES] = same_as
         return True
 
     def _validate_full(self, trusted: tuple[Any, ...]) -> None:
@@ -501,7 +521,7 @@ class ComputeGraph:
         order = self._cache.get("topo_ids")
         if order is None:
             d = self.dense()
-            order = tuple(d.ids[p] for p in d.topo)
+            order = tuple(map(d.ids.__getitem__, d.topo))
             self._cache["topo_ids"] = order
         return order
 
@@ -783,6 +803,8 @@ class ComputeGraph:
             },
         )
         extends = graph._cache.pop(_EXTENDS, None) is self.edges or graph.edges is self.edges
+        same_as = graph._cache.pop(_SAME_ACCESSES, None)
+        same_accesses = same_as is not None and same_as is self._cache.get("node_index")
         if ordering_kept is not None:
             if self._cache.get("ordered") and ordering_kept(graph):
                 graph._cache["ordered"] = True
@@ -797,7 +819,7 @@ class ComputeGraph:
             graph._cache["ordered"] = True
             if self._cache.get("node_rules"):  # verify_graph's node rules read no offset
                 graph._cache["node_rules"] = True
-        elif self._cache.get("ordered") and _ordering_kept(self, graph, extends):
+        elif self._cache.get("ordered") and _ordering_kept(self, graph, extends, same_accesses):
             graph._cache["ordered"] = True
         if self._cache.get("node_rules") and not graph._cache.get("node_rules"):
             # verify_graph re-checks only the nodes that are not this graph's very objects
@@ -1056,10 +1078,14 @@ def _dense_of(ids: tuple[NodeId, ...], pa: np.ndarray, pb: np.ndarray) -> DenseG
 
 
 def _runs(values: list[int], counts: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    """``values`` cut into consecutive tuples of ``counts[k]`` items."""
+    """``values`` cut into consecutive tuples of ``counts[k]`` items.
+
+    (Slices of one tuple are tuples already: one object per run instead of a list and
+    its copy, and every empty run is the one empty tuple.)
+    """
     ends = np.cumsum(counts).tolist()
     starts = [0, *ends[:-1]]
-    return tuple(map(tuple, map(values.__getitem__, map(slice, starts, ends))))
+    return tuple(map(tuple(values).__getitem__, map(slice, starts, ends)))
 
 
 def _items(values: Any, cls: type, what: str) -> list[Any]:
@@ -1203,10 +1229,26 @@ def _contraction_keeps_ordering(
 
 
 # What a node that is not in a graph accesses, for _ordering_kept.
-_NO_ACCESS = SimpleNamespace(inputs=(), outputs=())
+_NO_ACCESS = SimpleNamespace(inputs=(), outputs=(), condition=None)
 
 
-def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) -> bool:
+def _same_accesses(
+    index: Mapping[NodeId, GraphNode], nids: list[NodeId], nodes: Sequence[GraphNode]
+) -> list[bool]:
+    """Per node, whether it reads, writes and tests exactly what the node of its id in
+    ``index`` does (a node not there: nothing). Whole-graph C-level passes; the tuples are
+    mostly the very same objects, which compare at once."""
+    olds = list(map(index.get, nids, itertools.repeat(_NO_ACCESS)))
+    kept = map(operator.eq, map(_INPUTS, olds), map(_INPUTS, nodes))
+    kept = map(operator.and_, kept, map(operator.eq, map(_OUTPUTS, olds), map(_OUTPUTS, nodes)))
+    return list(
+        map(operator.and_, kept, map(operator.eq, map(_CONDITION, olds), map(_CONDITION, nodes)))
+    )
+
+
+def _ordering_kept(
+    old: ComputeGraph, new: ComputeGraph, extends: bool = False, same_accesses: bool = False
+) -> bool:
     """Does ``old``'s ordering (checked) imply ``new``'s? True when ``new`` keeps every
     edge of ``old``, maps views alike, and each of its nodes accesses exactly what the node
     of the same id accessed in ``old`` (a new node: nothing). Every conflicting pair of
@@ -1214,6 +1256,8 @@ def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) 
 
     ``extends``: ``new``'s edges were given as ``old``'s very edge tuples followed by
     others (what the constructor saw), so they keep every edge of ``old`` without a search.
+    ``same_accesses``: the constructor found that every node of ``new`` accesses what the
+    node of its id did in ``old``, over ``old``'s very buffers (:func:`_same_accesses`).
 
     The stream pass's graph is such a change (streams set, event nodes and edges added),
     so its ordering is not searched again.
@@ -1222,12 +1266,13 @@ def _ordering_kept(old: ComputeGraph, new: ComputeGraph, extends: bool = False) 
         return False
     if new.buffers is not old.buffers and new.views() != old.views():
         return False
-    index = old._cache["node_index"]
-    olds = list(map(index.get, map(_ID, new.nodes), itertools.repeat(_NO_ACCESS)))
-    if list(map(_INPUTS, olds)) != list(map(_INPUTS, new.nodes)) or list(
-        map(_OUTPUTS, olds)
-    ) != list(map(_OUTPUTS, new.nodes)):
-        return False
+    if not same_accesses:
+        index = old._cache["node_index"]
+        olds = list(map(index.get, map(_ID, new.nodes), itertools.repeat(_NO_ACCESS)))
+        if list(map(_INPUTS, olds)) != list(map(_INPUTS, new.nodes)) or list(
+            map(_OUTPUTS, olds)
+        ) != list(map(_OUTPUTS, new.nodes)):
+            return False
     if extends:
         return True
     a0, b0, _, _ = _edges_np(old)

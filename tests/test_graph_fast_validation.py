@@ -243,6 +243,9 @@ def test_with_changes_leaves_no_constructor_note() -> None:
     new = g.with_changes(nodes=[*g.nodes, extra], edges=[*g.edges, (g.nodes[0].id, extra.id)])
     assert graph_mod._EXTENDS not in new._cache and graph_mod._TRUSTED not in new._cache
     assert new._cache.get("ordered")
+    # nor the note that every node accesses what it did (it holds the old node index)
+    moved = g._with_appended_edges([*g.nodes, extra], [0], [4], checked_nodes=[*g.nodes, extra])
+    assert graph_mod._SAME_ACCESSES not in moved._cache and moved._cache.get("ordered")
 
 
 def test_ordering_kept_needs_every_old_edge() -> None:
