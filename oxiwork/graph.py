@@ -145,7 +145,9 @@ class ComputeGraph:
         # sorted and checked: only the parts passed in are turned into checked tuples.
         given = self._cache.get(_TRUSTED, ())
         nodes, buffers, edges = self.nodes, self.buffers, self.edges
-        if len(given) < 3 or nodes is not given[0]:
+        if len(given) > 10 and given[10] is not None and nodes is given[10][0]:
+            pass  # a tuple this module sorted (ComputeGraph._with_appended_edges)
+        elif len(given) < 3 or nodes is not given[0]:
             nodes = _sorted_by_id(nodes, GraphNode, "nodes")
         if len(given) < 3 or buffers is not given[1]:
             buffers = _sorted_by_id(buffers, Buffer, "buffers")
@@ -205,11 +207,14 @@ class ComputeGraph:
                             rule(x)
             old_nodes = trusted[5] if len(trusted) > 6 and nodes is trusted[0] else None
             same_as = None  # the checked graph's node index, when accesses are the same
+            known = trusted[10] if len(trusted) > 10 else None
+            if known is not None and nodes is not known[0]:
+                known = None  # (its ids as a list and an array, when nodes is that tuple)
             if old_nodes is not None:  # the very nodes of a checked graph: its index
                 node_index = old_nodes
                 nids = list(node_index)
             else:
-                nids = list(map(_ID, nodes))
+                nids = list(map(_ID, nodes)) if known is None else known[1]
                 node_index = dict(zip(nids, nodes, strict=True))
             same_buffers = len(trusted) > 7 and buffers is trusted[1] and trusted[7] is not None
             if same_buffers:  # the very buffers of a checked graph: its indexes, its views
@@ -265,7 +270,10 @@ class ComputeGraph:
                     ends = _edge_arrays(self.edges)
                     if ends is None:
                         return False
-                ids = np.fromiter(nids, dtype=np.int64, count=len(nids))  # ascending
+                if known is not None:
+                    ids = known[2]
+                else:
+                    ids = np.fromiter(nids, dtype=np.int64, count=len(nids))  # ascending
                 a, b = ends
                 pa = np.searchsorted(ids, a).clip(0, max(len(ids) - 1, 0))
                 pb = np.searchsorted(ids, b).clip(0, max(len(ids) - 1, 0))
@@ -688,6 +696,7 @@ class ComputeGraph:
             (),
             (at[src], at[dst]),
             given_nodes=nodes,
+            sorted_nodes=(node_t, ids, at),
         )
 
     def _with_contracted(
@@ -770,12 +779,14 @@ class ComputeGraph:
         given_nodes: Any = None,
         sorted_ends: tuple[np.ndarray, np.ndarray] | None = None,
         ordering_kept: Callable[[ComputeGraph], bool] | None = None,
+        sorted_nodes: tuple[tuple[GraphNode, ...], list[NodeId], np.ndarray] | None = None,
     ) -> ComputeGraph:
         # The constructor turns each part into a checked tuple (InvalidArgument for junk);
         # of the nodes and buffers, only those not taken from this graph are checked again.
         # sorted_ends: ``edges`` is a tuple this module sorted by (a, b) and made unique,
         # these its ends; ordering_kept: a test that this graph's ordering implies the new
-        # graph's (run only when this graph's ordering was checked).
+        # graph's (run only when this graph's ordering was checked); sorted_nodes: ``nodes``
+        # is a tuple this module sorted by id, with its ids as a list and as an array.
         if given_nodes is None:
             given_nodes = nodes
         graph = ComputeGraph(
@@ -799,6 +810,7 @@ class ComputeGraph:
                     self._cache.get("buf_names"),
                     appended,
                     sorted_ends,
+                    sorted_nodes,
                 )
             },
         )
@@ -935,6 +947,7 @@ _EVENT = operator.attrgetter("event")
 _CONDITION = operator.attrgetter("condition")
 _INPUTS = operator.attrgetter("inputs")
 _OUTPUTS = operator.attrgetter("outputs")
+_ACCESSES = operator.attrgetter("inputs", "outputs", "condition")
 _ID_TYPES = frozenset({NodeId, int})
 #: False makes every graph take the full, message-giving checks (the fast path's oracle
 #: in tests/test_graph_fast_validation.py).
@@ -1237,13 +1250,15 @@ def _same_accesses(
 ) -> list[bool]:
     """Per node, whether it reads, writes and tests exactly what the node of its id in
     ``index`` does (a node not there: nothing). Whole-graph C-level passes; the tuples are
-    mostly the very same objects, which compare at once."""
-    olds = list(map(index.get, nids, itertools.repeat(_NO_ACCESS)))
-    kept = map(operator.eq, map(_INPUTS, olds), map(_INPUTS, nodes))
-    kept = map(operator.and_, kept, map(operator.eq, map(_OUTPUTS, olds), map(_OUTPUTS, nodes)))
-    return list(
-        map(operator.and_, kept, map(operator.eq, map(_CONDITION, olds), map(_CONDITION, nodes)))
-    )
+    mostly the very same objects, which compare at once. When the ids begin with
+    ``index``'s (the stream pass appends its events), the old nodes are taken by position,
+    without a look-up per node."""
+    m = len(index)
+    if nids[:m] == list(index):
+        olds = [*index.values(), *itertools.repeat(_NO_ACCESS, len(nids) - m)]
+    else:
+        olds = list(map(index.get, nids, itertools.repeat(_NO_ACCESS)))
+    return list(map(operator.eq, map(_ACCESSES, olds), map(_ACCESSES, nodes)))
 
 
 def _ordering_kept(
