@@ -1152,8 +1152,9 @@ def _contracted_positions(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """For :meth:`ComputeGraph._with_contracted`: ``(owned, at, of, fused_ids)``, whether
     each position is a group member, the members' positions in group order, the group of
-    each and the fused nodes' ids; None unless the groups are disjoint sets of ``g``'s nodes, one per fused node,
-    whose ids are ints in ``0..MAX_ID`` (anything else takes the plain mapping)."""
+    each and the fused nodes' ids; None unless the groups are disjoint sets of ``g``'s
+    nodes, one per fused node, whose ids are ints in ``0..MAX_ID`` (anything else takes
+    the plain mapping)."""
     if len(groups) != len(fused):
         return None
     ids = _ids_np(g)
