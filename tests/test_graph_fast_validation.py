@@ -243,6 +243,9 @@ def test_with_changes_leaves_no_constructor_note() -> None:
     new = g.with_changes(nodes=[*g.nodes, extra], edges=[*g.edges, (g.nodes[0].id, extra.id)])
     assert graph_mod._EXTENDS not in new._cache and graph_mod._TRUSTED not in new._cache
     assert new._cache.get("ordered")
+    # nor the note that every node accesses what it did (it holds the old node index)
+    moved = g._with_appended_edges([*g.nodes, extra], [0], [4], checked_nodes=[*g.nodes, extra])
+    assert graph_mod._SAME_ACCESSES not in moved._cache and moved._cache.get("ordered")
 
 
 def test_ordering_kept_needs_every_old_edge() -> None:
@@ -261,3 +264,72 @@ def test_ordering_kept_needs_every_old_edge() -> None:
             nodes=[*g.nodes, extra],
             edges=[*[e for e in g.edges if e != (1, 2)], (g.nodes[0].id, extra.id)],
         )
+
+
+@_SETTINGS
+@given(g=st.one_of(any_dags(max_nodes=20), rich_graphs()), data=st.data())
+def test_contracted_is_with_changes(g: ComputeGraph, data: Any) -> None:
+    # The fusion pass's call: groups of nodes replaced by one node each, the edges mapped
+    # by position and the ordering carried when the fused nodes' accesses are covered by
+    # their members'. The graph and the verdict (cycles from groups a path leaves and
+    # re-enters, unknown buffers, unordered accesses) are those of with_changes given the
+    # edges mapped one by one, and of the full checks from scratch.
+    if data.draw(st.booleans(), label="ordering checked"):
+        g.check_ordering()
+    ids = _node_ids(g)
+    top = max(ids, default=-1)
+    shuffled = data.draw(st.permutations(ids), label="order")
+    groups: list[list[NodeId]] = []
+    while shuffled and len(groups) < 4 and data.draw(st.booleans(), label="another group"):
+        size = data.draw(st.integers(1, min(4, len(shuffled))), label="size")
+        groups.append([NodeId(x) for x in shuffled[:size]])
+        shuffled = shuffled[size:]
+    junk = data.draw(st.sampled_from(["none", "unknown member", "overlap", "short"]))
+    if junk == "unknown member" and groups:
+        groups[0].append(NodeId(top + 50))
+    elif junk == "overlap" and len(groups) > 1:
+        groups[1].append(groups[0][0])
+    by_id = {n.id: n for n in g.nodes}
+    fused = []
+    for k, group in enumerate(groups):
+        members = [by_id[m] for m in group if m in by_id]
+        outs = sorted({b for m in members for b in m.outputs})
+        ins = sorted({b for m in members for b in (*m.inputs, *m.outputs)})
+        outs = data.draw(st.lists(st.sampled_from(outs), unique=True), label="outs") if outs else []
+        ins = data.draw(st.lists(st.sampled_from(ins), unique=True), label="ins") if ins else []
+        if g.buffers and data.draw(st.booleans(), label="uncovered access"):
+            ins.append(data.draw(st.sampled_from(g.buffers), label="extra").id)
+        fused.append(
+            GraphNode(NodeId(top + 1 + k), f"f{k}", NodeKind.Barrier, inputs=tuple(ins),
+                      outputs=tuple(outs))
+        )  # fmt: skip
+    if junk == "short" and fused:
+        fused.pop()
+    # (fusion drops the buffers internal to a group; dropping one still used is refused)
+    drop = {data.draw(st.sampled_from(g.buffers), label="drop").id} if g.buffers and (
+        data.draw(st.integers(0, 3), label="drop one") == 3
+    ) else set()  # fmt: skip
+    buffers = [b for b in g.buffers if b.id not in drop]
+
+    def contracted() -> ComputeGraph:
+        new = g._with_contracted(groups, fused, buffers)
+        assert new._cache.get("ordered")  # checked or carried over
+        return new
+
+    def mapped() -> ComputeGraph:
+        nodes, bufs, edges = graph_mod._contracted_parts(g, groups, fused, buffers)
+        return g.with_changes(nodes=nodes, buffers=bufs, edges=edges, checked_nodes=fused)
+
+    fast = _outcome(contracted)
+    assert fast == _outcome(mapped)
+    graph_mod._FAST_VALIDATION = False
+    try:
+        nodes, bufs, edges = graph_mod._contracted_parts(g, groups, fused, buffers)
+        scratch = ComputeGraph(tuple(nodes), tuple(bufs), tuple(edges))
+        scratch.check_ordering()
+        full = _outcome(lambda: scratch)
+    except Exception as e:  # the verdict itself is compared
+        full = ("error", type(e), str(e))
+    finally:
+        graph_mod._FAST_VALIDATION = True
+    assert fast == full

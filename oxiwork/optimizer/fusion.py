@@ -977,32 +977,17 @@ def _apply(
     """The graph with each group replaced by its fused kernel (``made[k]`` for group k)."""
     if not groups:
         return graph, []
-    owner: dict[NodeId, NodeId] = {}
     fused: list[GraphNode] = []
     removed: set[BufferId] = set()
-    for group, (node, internal) in zip(groups, made, strict=False):
+    for node, internal in made[: len(groups)]:
         fused.append(node)
         removed |= internal
-        owner.update((m, node.id) for m in group)
-    nodes = [n for n in graph.nodes if n.id not in owner] + fused
-    # An edge between two kept nodes stays the very tuple it was: the graph's objects are
-    # old to the garbage collector, while 100k new tuples would each be traversed again.
-    edges = set()
-    for e in graph.edges:
-        a, b = e
-        oa, ob = owner.get(a), owner.get(b)
-        if oa is None and ob is None:
-            edges.add(e)
-        else:
-            a = a if oa is None else oa
-            b = b if ob is None else ob
-            if a != b:
-                edges.add((a, b))
     buffers = [b for b in graph.buffers if b.id not in removed]
     # The fused kernels are made of their members' checked values (names, ops, params,
     # stream), ids and step indices, and a launch KernelConfig checked on construction:
-    # the graph need not check their fields again.
-    new = graph.with_changes(nodes=nodes, buffers=buffers, edges=edges, checked_nodes=fused)
+    # the graph need not check their fields again. It maps the edges onto the fused
+    # kernels itself (by position, all at once).
+    new = graph._with_contracted(groups, fused, buffers)
     return new, sorted(removed)
 
 
