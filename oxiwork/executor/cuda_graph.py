@@ -369,7 +369,7 @@ class _PlanExecutor:
                 "ExecutionPlan.build(graph)"
             )
         plan.verify()  # refuse a plan that is not safe to run (checked once per plan)
-        # Host seconds of each set-up phase, in order (see ``setup_s``).
+        # Host seconds of each set-up phase, in order (CudaGraphExecutor's docstring).
         self.setup_s: dict[str, float] = {}
         try:
             self._session = s = Session(device, driver)
@@ -528,6 +528,22 @@ class CudaGraphExecutor(_PlanExecutor):
     capture : bool
         Download never-read buffers as the simulator reports them (see ``lower``); turn
         off for benchmarks, where those copies would be measured too.
+
+    Attributes
+    ----------
+    setup_s : dict[str, float]
+        Host seconds of each set-up phase, in order: ``lower_s`` (the plan to a
+        ``GraphDesc``), ``load_s`` (NVRTC compiles, or cache hits, and module loads),
+        ``alloc_s`` (device and pinned memory), ``build_s`` (the graph's nodes added),
+        ``instantiate_s`` (``cuGraphInstantiate``), ``upload_s`` (``cuGraphUpload`` and
+        waiting for it). :class:`~oxiwork.executor.streams.StreamExecutor` has the first
+        three.
+    last_update_s : dict[str, float]
+        Host seconds of the last :meth:`update`: ``lower_s`` (lowering the new plan,
+        loading new kernels, memory and callbacks), ``build_s`` (the new template graph),
+        ``exec_update_s`` (``cuGraphExecUpdate``; about 0 when CUDA's rules refuse the
+        update before the driver is asked) and, after a re-instantiation,
+        ``instantiate_s``.
     """
 
     _EVENTS = "edges"  # one graph edge per plan dependency
@@ -559,9 +575,7 @@ class CudaGraphExecutor(_PlanExecutor):
         self._building: GraphDesc | None = None
         self.instantiations = 0
         # Why the last update() updated in place or re-instantiated (None before one), and
-        # the host seconds of its phases (lower_s, build_s, exec_update_s: the
-        # cuGraphExecUpdate call, 0 when CUDA's rules refuse it first, instantiate_s when it
-        # re-instantiated).
+        # the host seconds of its phases (see the class docstring).
         self.last_update: UpdateReport | None = None
         self.last_update_s: dict[str, float] = {}
         super().__init__(
@@ -823,7 +837,11 @@ _NOT_IN_CHILD_GRAPHS = frozenset({"conditional", "mem_alloc", "mem_free"})
 
 def must_inline(body: BodyDesc) -> bool:
     """True if a child graph of ``body`` cannot be a CUDA child graph node: it holds a
-    conditional or memory node, directly or in a child graph that is itself inlined."""
+    conditional or memory node, directly or in a child graph that is itself inlined.
+
+    >>> must_inline(BodyDesc(nodes=(), edges=()))
+    False
+    """
     return any(
         n.kind in _NOT_IN_CHILD_GRAPHS or (n.kind == "child_graph" and must_inline(n.bodies[0]))
         for n in body.nodes

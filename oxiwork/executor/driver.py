@@ -320,7 +320,11 @@ def find_cudadevrt() -> str:
     """The path of ``libcudadevrt.a``: where ``cuda.pathfinder`` finds it (the
     ``cuda-toolkit[cudart]`` wheels), else in a system toolkit (``$CUDA_HOME``,
     ``$CUDA_PATH``, ``/usr/local/cuda``); older ``cuda.pathfinder`` releases have no
-    ``find_static_lib``. Raises :class:`BackendUnavailable` saying how to install it."""
+    ``find_static_lib``. Raises :class:`BackendUnavailable` saying how to install it.
+
+    >>> find_cudadevrt().endswith("libcudadevrt.a")  # with cuda-toolkit[cudart] installed
+    True
+    """
     reason = ""
     try:
         from cuda.pathfinder import find_static_lib
