@@ -161,23 +161,45 @@ def torch_chain_ms(n_floats: int, reps: int) -> float | None:
         torch.neg(b, out=a)
         torch.mul(a, ALPHA, out=b)
 
+    graph, _ = torch_graph(chain)
+    return torch_replay_ms(graph, reps, rounds=1)
+
+
+def torch_graph(fn: Callable[[], Any]) -> tuple[Any, Any]:
+    """``fn`` captured in a ``torch.cuda.CUDAGraph`` (after three warm-up calls on a side
+    stream, as torch's documentation does it) and replayed once; returns the graph and
+    what the captured call returned (its tensors hold each replay's results)."""
+    import torch
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            chain()
+            fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        chain()
+        result = fn()
     graph.replay()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    stop.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(stop) / reps
+    return graph, result
+
+
+def torch_replay_ms(graph: Any, reps: int, rounds: int) -> float:
+    """GPU milliseconds per replay of a ``torch.cuda.CUDAGraph``: CUDA events around each
+    batch of ``reps`` back-to-back replays, the median of ``rounds`` batches."""
+    import torch
+
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(rounds):
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / reps)
+    return statistics.median(times)
 
 
 def bandwidth(n_floats: int, reps: int, blocks: int) -> None:
@@ -266,8 +288,8 @@ def setup_and_update(sizes: list[int], reps: int, layers: int = 8) -> None:
                 assert ex.update(plan) == "updated", ex.last_update
                 whole.append(time.perf_counter() - t0)
                 in_place.append(ex.last_update_s["exec_update_s"])
-        # A plan with other launch dimensions per kernel keeps the topology; a re-planned
-        # graph with fusion switches it: update() must re-instantiate.
+        # The same plan again updates in place (above); the graph re-planned with fusion
+        # has another topology, so switching between the two must re-instantiate.
         fused = ExecutionPlan.build(make(), max_streams=1, fusion=True)
         if fused.kernel_count_fused != plan.kernel_count_fused:
             with CudaGraphExecutor(plan, exact=False, capture=False) as ex:
@@ -328,7 +350,7 @@ def torch_twin(graph: ComputeGraph) -> tuple[Callable[[dict[str, Any]], dict[str
         (out,) = n.outputs
         params = bind_params(get(n.op), n.params, f"kernel {n.name!r}")
         steps.append((table[n.op], params, n.inputs, out))
-    inputs = sorted({b for n in kernels for b in n.inputs} - written)
+    inputs = sorted(read - written)
     outputs = sorted(written - read)
     names = {b: graph.buffer(b).name for b in (*inputs, *outputs)}
 
@@ -375,33 +397,14 @@ def transformer_vs_torch(reps: int, rounds: int, layers: int = 8) -> None:
     else:
         torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as ours
         dev = {n: torch.from_numpy(np.ascontiguousarray(v)).cuda() for n, v in host.items()}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                twin(dev)
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            result = twin(dev)
-        g.replay()
-        torch.cuda.synchronize()
+        g, result = torch_graph(lambda: twin(dev))
         worst = 0.0
         for name, t in result.items():
             a = np.asarray(ours[name], np.float64).reshape(-1)
             b = t.double().cpu().numpy().reshape(-1)
             worst = max(worst, float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)))
         row["outputs_rel_norm_diff"] = worst
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(rounds):
-            start.record()
-            for _ in range(reps):
-                g.replay()
-            stop.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(stop) / reps)
-        row["torch_graph_ms"] = statistics.median(times)
+        row["torch_graph_ms"] = torch_replay_ms(g, reps, rounds)
     RESULTS["transformer"] = row
     print(
         f"{row['nodes']} nodes, {row['kernels']} kernels; our plan: {row['plan_kernels']} "

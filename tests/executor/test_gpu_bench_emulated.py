@@ -98,3 +98,43 @@ def test_torch_twin_computes_what_the_simulator_computes():
         np.testing.assert_allclose(value.numpy(), want[name], rtol=1e-4, atol=1e-4 * scale)
     with pytest.raises(KeyError, match="has no torch twin"):
         bench.torch_twin(random_op_dag(0, 40))  # ops the twin does not know are refused
+
+
+def test_torch_graph_helpers_capture_once_and_time_each_batch(monkeypatch):
+    # torch_graph / torch_replay_ms run only where torch has CUDA; a stand-in for
+    # torch.cuda runs their own logic here (not torch's: its API is checked on a GPU).
+    import contextlib
+    import types
+
+    torch = pytest.importorskip("torch")
+    log: list[str] = []
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = 0.0
+
+        def record(self):
+            self.at = float(log.count("replay"))
+
+        def elapsed_time(self, other):  # 2 ms per replay
+            return 2.0 * (other.at - self.at)
+
+    fake = types.SimpleNamespace(
+        Stream=lambda: types.SimpleNamespace(wait_stream=lambda other: None),
+        current_stream=lambda: types.SimpleNamespace(wait_stream=lambda other: None),
+        stream=lambda s: contextlib.nullcontext(),
+        graph=lambda g: contextlib.nullcontext(),
+        CUDAGraph=Graph,
+        Event=Event,
+        synchronize=lambda: None,
+    )
+    monkeypatch.setattr(torch, "cuda", fake)
+    bench = _load_bench()
+    graph, result = bench.torch_graph(lambda: log.append("call") or "out")
+    assert result == "out" and log == ["call"] * 4 + ["replay"]  # 3 warm-ups, the capture
+    assert bench.torch_replay_ms(graph, reps=5, rounds=3) == 2.0
+    assert log.count("replay") == 1 + 15
