@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from oxiwork.cost import node_costs
 from oxiwork.examples import random_op_dag, synthetic
 from oxiwork.graph import ComputeGraph
-from oxiwork.node import GraphNode, StreamId
+from oxiwork.node import GraphNode, NodeId, NodeKind, StreamId
 from oxiwork.optimizer import stream
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.stream import assign_streams, issue_order
@@ -115,6 +115,26 @@ def test_copied_nodes_are_replaces_with_two_fields() -> None:
         ref = n.replace(stream=sid, name=name)
         assert type(m) is GraphNode and m == ref
         assert all(getattr(m, f.name) is getattr(ref, f.name) for f in dataclasses.fields(ref))
+
+
+def test_copied_events_are_replaces_of_the_template() -> None:
+    # the inserted events: five fields set on the one template node, and the copier reused
+    ids = [NodeId(10 + k) for k in range(4)]
+    changes = {
+        "id": ids,
+        "name": [f"e{k}" for k in range(4)],
+        "kind": [NodeKind.EventRecord, NodeKind.EventWait] * 2,
+        "stream": [StreamId(k % 2) for k in range(4)],
+        "event": [None, ids[0], None, ids[2]],
+    }
+    for _ in range(2):
+        new = stream._copy_nodes([stream._EVENT] * 4, changes)
+        for k, m in enumerate(new):
+            ref = stream._EVENT.replace(**{f: v[k] for f, v in changes.items()})
+            assert type(m) is GraphNode and m == ref
+            assert all(getattr(m, f.name) is getattr(ref, f.name) for f in dataclasses.fields(ref))
+    with pytest.raises(ValueError, match="no field"):
+        stream._copy_nodes([stream._EVENT], {"colour": ["red"]})
 
 
 @settings(max_examples=40, deadline=None)
