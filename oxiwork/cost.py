@@ -23,8 +23,9 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from oxiwork.analysis import paused_gc, topo
@@ -35,7 +36,14 @@ from oxiwork.ops.program import bind, buffer_specs, signature_key
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
 
-__all__ = ["DeviceProfile", "kernel_work", "node_costs", "node_time", "restreamed_costs"]
+__all__ = [
+    "DeviceProfile",
+    "cached_costs",
+    "kernel_work",
+    "node_costs",
+    "node_time",
+    "restreamed_costs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +212,19 @@ def node_costs(graph: ComputeGraph, profile: DeviceProfile | None = None) -> dic
             costs = _costs(graph, p)
         graph._cache[key] = costs
     return dict(costs)
+
+
+def cached_costs(graph: ComputeGraph) -> Mapping[NodeId, float] | None:
+    """:func:`node_costs` of ``graph`` under the default profile if they are cached (read
+    only, not copied), else None: for passes that may reuse them but must not pay for them.
+
+    >>> from oxiwork.examples import quick_start
+    >>> g = quick_start()
+    >>> cached_costs(g) is None, len(node_costs(g)), len(cached_costs(g))
+    (True, 4, 4)
+    """
+    costs = graph._cache.get(("cost.node_costs", DeviceProfile()))
+    return None if costs is None else MappingProxyType(costs)
 
 
 def restreamed_costs(src: ComputeGraph, dst: ComputeGraph) -> None:

@@ -990,6 +990,10 @@ def issue_positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = 
     >>> issue_positions(quick_start()).tolist()
     [0, 1, 2, 3]
     """
+    if costs is None:
+        known = graph._cache.get(_ISSUE_POSITIONS)
+        if known is not None:  # the stream pass's graph: its schedule, walked once there
+            return known.copy()
     cost = _costs(graph, costs)
     d = graph.dense()
     ids, pred = d.ids, d.pred
@@ -1009,6 +1013,51 @@ def issue_positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = 
     # by (start, topological rank): a stable sort of the ranks by start
     ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable")
     return np.asarray(d.topo, dtype=np.int64)[ranked]
+
+
+# graph._cache key: issue_positions(graph) of a graph the stream pass made (see below)
+_ISSUE_POSITIONS = "stream.issue_positions"
+
+
+def _remember_issue_positions(real: _Realized) -> None:
+    """Cache :func:`issue_positions` of ``real.graph`` (default costs) on it, for the memory
+    pass, from the walk of ``real.issue`` instead of every node's predecessors.
+
+    The new graph orders its nodes exactly as stream order plus its record -> wait edges
+    do (every dependency is implied by them: the module docstring), and each stream is a
+    chain of it, so every topological order visits a stream's nodes in issue order. With
+    costs >= 0, finish times never decrease along those orders, so the latest predecessor
+    finish that :func:`issue_positions` takes per node is the later of its stream's previous
+    finish and, for a wait, its record's: the same maxima of the same floats, so the same
+    start times, and the same stable sort of them by ``graph.dense().topo``. Only with the
+    default costs already cached (``cost.restreamed_costs``): otherwise nothing is kept.
+    tests/optimizer/test_stream_fast.py compares it with the walk over predecessors.
+    """
+    graph = real.graph
+    costs = cost.cached_costs(graph)
+    if costs is None:
+        return
+    d = graph.dense()
+    c = list(map(costs.__getitem__, d.ids))
+    if not all(x >= 0.0 for x in c):
+        return  # (no model cost is negative; an explicit one would break the argument)
+    streams, wait_of = real.streams, real.wait_of
+    free: dict[int, float] = {}
+    start = [0.0] * len(c)
+    finish = [0.0] * len(c)
+    for x in real.issue:
+        s = streams[x]
+        t = free.get(s, 0.0)
+        e = wait_of[x]
+        if e >= 0 and finish[e] > t:
+            t = finish[e]
+        start[x] = t
+        finish[x] = free[s] = t + c[x]
+    topo_a = np.asarray(d.topo, dtype=np.int64)
+    ranked = np.argsort(np.array(start, dtype=np.float64)[topo_a], kind="stable")
+    out = topo_a[ranked]
+    out.setflags(write=False)
+    graph._cache[_ISSUE_POSITIONS] = out
 
 
 # --------------------------------------------------------------------------------------------
@@ -1045,6 +1094,7 @@ def _finish(
     p = min(max_streams, width) if width_exact else max_streams
     lower = max(info.makespan, total / max(p, 1))
     makespan = _makespan(real, info.cost)
+    _remember_issue_positions(real)
     sid = {s: StreamId(s) for s in set(real.streams)}
     stream_of = dict(zip(real.graph.dense().ids, map(sid.__getitem__, real.streams), strict=True))
     sa = StreamAssignment(

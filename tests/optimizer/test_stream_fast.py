@@ -41,6 +41,8 @@ def assert_same_pass(graph: ComputeGraph, cap: int, costs: dict | None = None) -
     assert list(a.stream_of) == list(b.stream_of)  # in the same (id) order
     assert (a.events, a.order, a.method, a.makespan) == (b.events, b.order, b.method, b.makespan)
     assert issue_order(new.graph) == stream_before.issue_order(fresh(new.graph))
+    # with the default costs, that order was remembered by the pass (not walked again)
+    assert (stream._ISSUE_POSITIONS in new.graph._cache) == (costs is None)
     # costs handed on to the new graph, and the next pass's issue order, as before
     assert node_costs(new.graph) == node_costs(old.graph)
 
@@ -83,6 +85,21 @@ def test_greedy_cover_above_the_exact_limit(graph: ComputeGraph, cap: int) -> No
         assert_same_pass(graph, cap)
     finally:
         stream.EXACT_CHAIN_LIMIT = old
+
+
+@settings(max_examples=40, deadline=None)
+@given(rich_graphs(), st.integers(1, 4))
+def test_remembered_issue_positions_are_the_walk(graph: ComputeGraph, cap: int) -> None:
+    # pins and existing events included; the remembered order is handed out as a copy
+    cap = max([cap, *(int(n.stream) + 1 for n in graph.nodes if n.stream is not None)])
+    h = assign_streams(graph, max_streams=cap).graph
+    kept = h._cache.pop(stream._ISSUE_POSITIONS)
+    assert not kept.flags.writeable
+    walked = stream.issue_positions(h)
+    assert walked.tolist() == kept.tolist()
+    h._cache[stream._ISSUE_POSITIONS] = kept
+    got = stream.issue_positions(h)
+    assert got.tolist() == kept.tolist() and got is not kept and got.flags.writeable
 
 
 @pytest.mark.parametrize("shape", ["chain", "layered", "transformer"])
