@@ -77,6 +77,8 @@ Example
 
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -786,6 +788,9 @@ def _copier(names: tuple[str, ...]) -> Any:
     return copy
 
 
+_STREAM = operator.attrgetter("stream")
+_KIND = operator.attrgetter("kind")
+
 # What an inserted event is before _realize gives it its id, name, kind, stream and record.
 _EVENT = GraphNode(NodeId(0), "", NodeKind.EventRecord)
 _RECORD, _WAIT = NodeKind.EventRecord, NodeKind.EventWait
@@ -825,18 +830,28 @@ def _realize(
     # Streams come from 0..max_streams-1 and the (checked) pins; the graph need not check
     # the nodes' other fields again when every one is a valid stream id (events likewise:
     # a stream and a name made from a checked one, at most 48 characters).
-    moved = [p for p, (x, s) in enumerate(zip(nodes, stream, strict=True)) if x.stream != s]
-    new_nodes = list(nodes)
-    restreamed = _copy_nodes([nodes[p] for p in moved], {"stream": [sid[stream[p]] for p in moved]})
-    for p, x in zip(moved, restreamed, strict=True):
-        new_nodes[p] = x
+    # (which nodes change stream: C-level passes over the old streams; on a graph fresh
+    # from fusion, every one, copied without picking them out)
+    moves = list(map(operator.ne, map(_STREAM, nodes), stream))
+    if all(moves):
+        new_nodes = _copy_nodes(list(nodes), {"stream": list(map(sid.__getitem__, stream))})
+    else:
+        moved = list(itertools.compress(range(n), moves))
+        new_nodes = list(nodes)
+        restreamed = _copy_nodes(
+            [nodes[p] for p in moved], {"stream": [sid[stream[p]] for p in moved]}
+        )
+        for p, x in zip(moved, restreamed, strict=True):
+            new_nodes[p] = x
     vouch = all(0 <= s <= validate.MAX_STREAM for s in sid)
     new_ids = list(ids)
     streams = list(stream)  # stream per new position
     wait_of = [-1] * n  # the record position each wait waits for
-    for x in nodes:
-        if x.kind is NodeKind.EventWait and x.event is not None:
-            wait_of[d.pos[x.id]] = d.pos[x.event]
+    waits_at = map(operator.is_, map(_KIND, nodes), itertools.repeat(NodeKind.EventWait))
+    for p in itertools.compress(range(n), waits_at):
+        x = nodes[p]
+        if x.event is not None:
+            wait_of[p] = d.pos[x.event]
     after = [-1] * n  # position -> the record issued right after it
     before: list[list[int] | None] = [None] * n  # position -> waits issued right before it
     # The added edges by position (the graph makes their tuples: _with_appended_edges).
