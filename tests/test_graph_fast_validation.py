@@ -223,6 +223,18 @@ def test_appended_edges_are_with_changes(g: ComputeGraph, data: Any) -> None:
     assert fast == _outcome(lambda: g.with_changes(nodes=nodes, edges=edges, **checked))
 
 
+def test_appended_edges_refuse_nodes_as_with_changes() -> None:
+    # nodes in id order are taken as they are; repeated ids, descending ids and junk get
+    # with_changes' verdict
+    from oxiwork.examples import quick_start
+
+    g = quick_start()
+    first, *rest = g.nodes
+    for nodes in ([*g.nodes, first], [first, first, *rest], [*rest, first], [*g.nodes, "x"]):
+        fast = _outcome(lambda nodes=nodes: g._with_appended_edges(nodes, [], []))
+        assert fast == _outcome(lambda nodes=nodes: g.with_changes(nodes=nodes, edges=g.edges))
+
+
 def test_appended_edges_must_join_positions() -> None:
     from oxiwork.error import InvalidArgument
     from oxiwork.examples import quick_start
