@@ -204,7 +204,11 @@ def level_positions(graph: ComputeGraph) -> tuple[int, ...]:
         # any topological order gives the same levels; memory order is faster when it is one
         for v in range(len(out)) if positions_topological(graph) else d.topo:
             pv = pred[v]
-            if pv:
+            if not pv:
+                continue
+            if len(pv) == 1:  # (most nodes: no list to build and take the max of)
+                out[v] = out[pv[0]] + 1
+            else:
                 out[v] = max([out[u] for u in pv]) + 1
         level = graph._cache["analysis.levels"] = tuple(out)
     return level
