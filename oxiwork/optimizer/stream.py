@@ -1045,7 +1045,9 @@ def _remember_issue_positions(real: _Realized) -> None:
     finish that :func:`issue_positions` takes per node is the later of its stream's previous
     finish and, for a wait, its record's: the same maxima of the same floats, so the same
     start times, and the same stable sort of them by ``graph.dense().topo``. Only with the
-    default costs already cached (``cost.restreamed_costs``): otherwise nothing is kept.
+    default costs already cached (``cost.restreamed_costs``) and every wait joined to its
+    record by an edge (the pass's own are; verification demands it of the input's):
+    otherwise nothing is kept.
     tests/optimizer/test_stream_fast.py compares it with the walk over predecessors.
     """
     graph = real.graph
@@ -1056,7 +1058,9 @@ def _remember_issue_positions(real: _Realized) -> None:
     c = list(map(costs.__getitem__, d.ids))
     if not all(x >= 0.0 for x in c):
         return  # (no model cost is negative; an explicit one would break the argument)
-    streams, wait_of = real.streams, real.wait_of
+    streams, wait_of, pred = real.streams, real.wait_of, d.pred
+    if not all(wait_of[w] in pred[w] for w in range(len(c)) if wait_of[w] >= 0):
+        return  # a wait its record is no predecessor of (an unverified input's): walk it
     free: dict[int, float] = {}
     start = [0.0] * len(c)
     finish = [0.0] * len(c)
