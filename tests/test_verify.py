@@ -89,6 +89,32 @@ class TestVerify:
         with pytest.raises(InvalidArgument, match=match):
             verify(_with_node(_base(), name, **changes))
 
+    @pytest.mark.parametrize(
+        ("first", "second", "match"),
+        [
+            # (two bad nodes: the first in id order is named, whatever its kind)
+            (("k", {"config": None}), ("rec", {"inputs": (0,)}), r"node 'k' .*KernelConfig"),
+            (("k", {"config": None}), ("bar", {"label": "x", "fused_from": ()}), r"'k' .*Kernel"),
+            (("rec", {"inputs": (0,)}), ("bar", {"outputs": (1,)}), r"node 'rec' .*touches no"),
+            (
+                ("rec", {"inputs": (0,)}),
+                ("bar", {"config": KernelConfig.linear(1, 1)}),
+                r"node 'rec' .*touches no buffers",
+            ),
+            (
+                ("up", {"size_bytes": 128}),
+                ("bar", {"config": KernelConfig.linear(1, 1)}),
+                r"node 'up' .*copies 128 bytes",
+            ),
+        ],
+    )
+    def test_names_the_first_bad_node(
+        self, first: tuple[str, dict], second: tuple[str, dict], match: str
+    ) -> None:
+        g = _with_node(_with_node(_base(), first[0], **first[1]), second[0], **second[1])
+        with pytest.raises(InvalidArgument, match=match):
+            verify(g)
+
     def test_message_shows_neighbourhood(self) -> None:
         with pytest.raises(
             InvalidArgument, match=r"node 'k' \(id 1, kernel\); after: 'up'; before: 'down'"
