@@ -959,22 +959,28 @@ def _makespan(real: _Realized, cost: Sequence[float]) -> float:
     Over ``real``'s issue order by position: ``cost`` of the input's positions, 0 for the
     inserted events; a wait starts no earlier than its record finishes.
     """
+    c = list(cost)
+    c += [0.0] * (len(real.streams) - len(c))
+    return max(_walk(real, c)[1], default=0.0)
+
+
+def _walk(real: _Realized, cost: list[float]) -> tuple[list[float], list[float]]:
+    """Start and finish time of each position of ``real.graph`` (``cost`` by position)
+    when each stream runs its nodes in ``real.issue`` order and a wait starts no earlier
+    than its record finishes."""
     free: dict[int, float] = {}
-    n = len(cost)
-    finish = [0.0] * len(real.streams)
+    start = [0.0] * len(cost)
+    finish = [0.0] * len(cost)
     streams, wait_of = real.streams, real.wait_of
-    end = 0.0
     for x in real.issue:
         s = streams[x]
-        start = free.get(s, 0.0)
+        t = free.get(s, 0.0)
         e = wait_of[x]
-        if e >= 0 and finish[e] > start:
-            start = finish[e]
-        t = start + (cost[x] if x < n else 0.0)
-        finish[x] = free[s] = t
-        if t > end:
-            end = t
-    return end
+        if e >= 0 and finish[e] > t:
+            t = finish[e]
+        start[x] = t
+        finish[x] = free[s] = t + cost[x]
+    return start, finish
 
 
 def issue_order(
@@ -1058,20 +1064,10 @@ def _remember_issue_positions(real: _Realized) -> None:
     c = list(map(costs.__getitem__, d.ids))
     if not all(x >= 0.0 for x in c):
         return  # (no model cost is negative; an explicit one would break the argument)
-    streams, wait_of, pred = real.streams, real.wait_of, d.pred
+    wait_of, pred = real.wait_of, d.pred
     if not all(wait_of[w] in pred[w] for w in range(len(c)) if wait_of[w] >= 0):
         return  # a wait its record is no predecessor of (an unverified input's): walk it
-    free: dict[int, float] = {}
-    start = [0.0] * len(c)
-    finish = [0.0] * len(c)
-    for x in real.issue:
-        s = streams[x]
-        t = free.get(s, 0.0)
-        e = wait_of[x]
-        if e >= 0 and finish[e] > t:
-            t = finish[e]
-        start[x] = t
-        finish[x] = free[s] = t + c[x]
+    start = _walk(real, c)[0]
     topo_a = np.asarray(d.topo, dtype=np.int64)
     ranked = np.argsort(np.array(start, dtype=np.float64)[topo_a], kind="stable")
     out = topo_a[ranked]
