@@ -393,14 +393,9 @@ class _PlanExecutor:
             self._close_quietly()
             raise
 
-    @contextlib.contextmanager
-    def _phase(self, name: str) -> Iterator[None]:
+    def _phase(self, name: str) -> contextlib.AbstractContextManager[None]:
         """Add the host seconds of the ``with`` body to ``setup_s[name]``."""
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.setup_s[name] = self.setup_s.get(name, 0.0) + time.perf_counter() - t0
+        return _timed(self.setup_s, name)
 
     # ------------------------------------------------------------------ subclass hooks
     def _create_streams(self, s: Session) -> Any:
@@ -711,36 +706,34 @@ class CudaGraphExecutor(_PlanExecutor):
         ``"reinstantiated"``; ``last_update`` keeps the report saying why."""
         s = self._require()
         times: dict[str, float] = {}
-        t = time.perf_counter()
-        desc = lower(
-            plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque,
-            capture=self._capture,
-        )  # fmt: skip
-        old_memory = self._memory
-        memory = old_memory if _layout(desc) == old_memory.layout else DeviceMemory(s, desc)
-        functions = dict(self._functions)
-        loaded = frozenset(key for key, _ in functions)
-        functions.update(load_functions(s, desc, self._cache, skip=loaded))
-        old_functions, self._functions = self._functions, functions
-        callbacks = host_callbacks(plan, desc, self._callback_errors)
-        old_callbacks, self._callbacks = self._callbacks, callbacks
-        times["lower_s"], t = time.perf_counter() - t, time.perf_counter()
-        try:
-            graph, handles = self._build_graph(desc, memory)
-        except BaseException:
-            self._functions, self._callbacks = old_functions, old_callbacks
-            raise
-        times["build_s"] = time.perf_counter() - t
+        with _timed(times, "lower_s"):
+            desc = lower(
+                plan, arch=self.arch, exact=self.exact, events="edges", opaque=self._opaque,
+                capture=self._capture,
+            )  # fmt: skip
+            old_memory = self._memory
+            memory = old_memory if _layout(desc) == old_memory.layout else DeviceMemory(s, desc)
+            functions = dict(self._functions)
+            loaded = frozenset(key for key, _ in functions)
+            functions.update(load_functions(s, desc, self._cache, skip=loaded))
+            old_functions, self._functions = self._functions, functions
+            callbacks = host_callbacks(plan, desc, self._callback_errors)
+            old_callbacks, self._callbacks = self._callbacks, callbacks
+        with _timed(times, "build_s"):
+            try:
+                graph, handles = self._build_graph(desc, memory)
+            except BaseException:
+                self._functions, self._callbacks = old_functions, old_callbacks
+                raise
         s.synchronize(self._stream)
         report = check_update(self.desc, desc)
-        t = time.perf_counter()
-        if report.in_place and not s.exec_update(self._exec, graph):
-            report = replace(
-                report,
-                in_place=False,
-                reason=f"{report.reason}, but the driver refused the update: re-instantiated",
-            )
-        times["exec_update_s"] = time.perf_counter() - t
+        with _timed(times, "exec_update_s"):
+            if report.in_place and not s.exec_update(self._exec, graph):
+                report = replace(
+                    report,
+                    in_place=False,
+                    reason=f"{report.reason}, but the driver refused the update: re-instantiated",
+                )
         self.last_update = report
         if report.in_place:
             how = "updated"
@@ -754,9 +747,8 @@ class CudaGraphExecutor(_PlanExecutor):
                 id(self._exec_graph): self._exec_graph,
             }.values():
                 s.destroy("graph", g)
-            t = time.perf_counter()
-            self._exec = s.instantiate(graph)
-            times["instantiate_s"] = time.perf_counter() - t
+            with _timed(times, "instantiate_s"):
+                self._exec = s.instantiate(graph)
             self._exec_graph, self._exec_handles = graph, handles
             self.instantiations += 1
             how = "reinstantiated"
@@ -826,6 +818,16 @@ def _add_empty(
     memory: DeviceMemory, packed: dict[int, PackedArgs],
 ) -> Any:  # fmt: skip
     return s.add_empty_node(graph, deps)
+
+
+@contextlib.contextmanager
+def _timed(times: dict[str, float], name: str) -> Iterator[None]:
+    """Add the host seconds of the ``with`` body to ``times[name]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[name] = times.get(name, 0.0) + time.perf_counter() - t0
 
 
 #: Node kinds CUDA refuses in a (cloned) child graph: CUDA_CHILD_GRAPH_NODE_PARAMS says
