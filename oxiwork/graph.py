@@ -672,20 +672,9 @@ class ComputeGraph:
         >>> h.edges[-1], h == g.with_changes(nodes=[*g.nodes, mark], edges=[*g.edges, (3, 4)])
         ((NodeId(3), NodeId(4)), True)
         """
-        # Nodes already in id order (what the stream pass builds) are taken as they are:
-        # their ids, read once, give the check, the list and the array together.
-        items = list(nodes)
-        node_t = None
-        if set(map(type, items)) <= {GraphNode}:
-            ids = list(map(_ID, items))
-            if set(map(type, ids)) <= _ID_TYPES:
-                at = np.fromiter(ids, dtype=np.int64, count=len(ids))
-                if (at[1:] > at[:-1]).all():
-                    node_t = tuple(items)
-        if node_t is None:  # (sorted, or junk refused, as with_changes does)
-            node_t = _sorted_by_id(items, GraphNode, "nodes")
-            ids = list(map(_ID, node_t))
-            at = np.fromiter(ids, dtype=np.int64, count=len(ids))
+        node_t = _sorted_by_id(nodes, GraphNode, "nodes")  # (in id order already: kept)
+        ids = list(map(_ID, node_t))
+        at = np.fromiter(ids, dtype=np.int64, count=len(ids))
         src = np.asarray(list(sources), dtype=np.int64)
         dst = np.asarray(list(targets), dtype=np.int64)
         if src.shape != dst.shape or (

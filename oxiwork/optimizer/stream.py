@@ -830,19 +830,12 @@ def _realize(
     # Streams come from 0..max_streams-1 and the (checked) pins; the graph need not check
     # the nodes' other fields again when every one is a valid stream id (events likewise:
     # a stream and a name made from a checked one, at most 48 characters).
-    # (which nodes change stream: C-level passes over the old streams; on a graph fresh
-    # from fusion, every one, copied without picking them out)
-    moves = list(map(operator.ne, map(_STREAM, nodes), stream))
-    if all(moves):
-        new_nodes = _copy_nodes(list(nodes), {"stream": list(map(sid.__getitem__, stream))})
-    else:
-        moved = list(itertools.compress(range(n), moves))
-        new_nodes = list(nodes)
-        restreamed = _copy_nodes(
-            [nodes[p] for p in moved], {"stream": [sid[stream[p]] for p in moved]}
-        )
-        for p, x in zip(moved, restreamed, strict=True):
-            new_nodes[p] = x
+    # (which nodes change stream: a C-level pass over the old streams)
+    moved = list(itertools.compress(range(n), map(operator.ne, map(_STREAM, nodes), stream)))
+    new_nodes = list(nodes)
+    restreamed = _copy_nodes([nodes[p] for p in moved], {"stream": [sid[stream[p]] for p in moved]})
+    for p, x in zip(moved, restreamed, strict=True):
+        new_nodes[p] = x
     vouch = all(0 <= s <= validate.MAX_STREAM for s in sid)
     new_ids = list(ids)
     streams = list(stream)  # stream per new position
@@ -1031,9 +1024,13 @@ def issue_positions(graph: ComputeGraph, costs: Mapping[NodeId, float] | None = 
                 t = finish[u]
         start.append(t)
         finish[p] = free[s] = t + costs_p[p]
-    # by (start, topological rank): a stable sort of the ranks by start
-    ranked = np.argsort(np.array(start, dtype=np.float64), kind="stable")
-    return np.asarray(d.topo, dtype=np.int64)[ranked]
+    return _by_start(d.topo, np.array(start, dtype=np.float64))
+
+
+def _by_start(topo: Sequence[int], start: np.ndarray) -> np.ndarray:
+    """The positions ``topo`` (a topological order) sorted by (``start``, rank in
+    ``topo``): a stable sort of the ranks by start (``start[k]``: of ``topo[k]``)."""
+    return np.asarray(topo, dtype=np.int64)[np.argsort(start, kind="stable")]
 
 
 # graph._cache key: issue_positions(graph) of a graph the stream pass made (see below)
@@ -1067,10 +1064,8 @@ def _remember_issue_positions(real: _Realized) -> None:
     wait_of, pred = real.wait_of, d.pred
     if not all(wait_of[w] in pred[w] for w in range(len(c)) if wait_of[w] >= 0):
         return  # a wait its record is no predecessor of (an unverified input's): walk it
-    start = _walk(real, c)[0]
-    topo_a = np.asarray(d.topo, dtype=np.int64)
-    ranked = np.argsort(np.array(start, dtype=np.float64)[topo_a], kind="stable")
-    out = topo_a[ranked]
+    start = np.array(_walk(real, c)[0], dtype=np.float64)
+    out = _by_start(d.topo, start[np.asarray(d.topo, dtype=np.int64)])
     out.setflags(write=False)
     graph._cache[_ISSUE_POSITIONS] = out
 
