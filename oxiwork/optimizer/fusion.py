@@ -461,6 +461,11 @@ class _Fuser:
         streams = {stream[m] for m in group}
         if len(streams) > 1:
             return "members are pinned to different streams"
+        info = self.info
+        # (third: it reads one flag per member, where the rules after it build sets; a
+        # model's matmuls and reductions meet often, so most refused merges stop here)
+        if sum(1 for m in group if info[m].cls != "E") > 1:
+            return "a fused kernel holds at most one reduction or matmul"
         outs, readers_of, can = self.out, self.readers, self._internalisable
         written: set[BufferId] = set()
         internal: set[BufferId] = set()  # outputs read inside the group
@@ -493,14 +498,13 @@ class _Fuser:
 
     def structure_ok(self, group: list[NodeId], internal: set[BufferId]) -> str | None:
         """None if ``group`` (in topological order; ``internal``: the outputs it reads
-        itself) forms one element-wise, reduction or matmul-epilogue kernel, else why not."""
+        itself; at most one reduction or matmul, which :meth:`legal` checks first) forms one
+        element-wise, reduction or matmul-epilogue kernel, else why not."""
         info = self.info
         outs = self.out
         inner = {outs[m]: m for m in group if outs[m] in internal}
         reds = [m for m in group if info[m].cls == "R"]
         heads = [m for m in group if info[m].cls == "M"]
-        if len(reds) + len(heads) > 1:
-            return "a fused kernel holds at most one reduction or matmul"
         if heads and any(b in inner for b in self.inputs[heads[0]]):
             return "a matmul reads whole buffers, so it can only start a fused kernel"
         if not reds:
@@ -611,11 +615,11 @@ class _Fuser:
         (it then says which comes first).
 
         Each group is legal on its own (or one kernel), so only what the merge adds is
-        checked, in :meth:`legal`'s order: size and pins; outputs written twice and
-        members whose readers the merge takes in part; buffers read in one group and
-        written first outside the union, views of written buffers; the one reduction or
-        matmul (a group with a reduction goes through :meth:`structure_ok`); a path
-        leaving the union and coming back."""
+        checked, in :meth:`legal`'s order: size, pins and the one reduction or matmul;
+        outputs written twice and members whose readers the merge takes in part; buffers
+        read in one group and written first outside the union, views of written buffers;
+        the matmul's inputs and the shapes (a group with a reduction goes through
+        :meth:`structure_ok`); a path leaving the union and coming back."""
         summary, members = self.summary, self.members
         size = 0
         for r in roots:
@@ -650,6 +654,8 @@ class _Fuser:
             if g.hi > hi:
                 hi = g.hi
             flat = flat and g.numel == numel and g.bcast
+        if specials > 1:
+            return "a fused kernel holds at most one reduction or matmul"
         written = a.written | b.written
         for g in more:
             written |= g.written
@@ -687,8 +693,6 @@ class _Fuser:
             vbases |= g.vbases
         if vbases and not vbases.isdisjoint(written):
             return None
-        if specials > 1:
-            return "a fused kernel holds at most one reduction or matmul"
         if head is not None and not written.isdisjoint(self.inputs[head]):
             return "a matmul reads whole buffers, so it can only start a fused kernel"
         if red is None and not flat:
