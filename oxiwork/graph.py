@@ -27,7 +27,7 @@ import operator
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
@@ -955,9 +955,10 @@ _FAST_VALIDATION = True
 
 
 def _positional(cls: type) -> Any:
-    """A constructor of the frozen, slotted dataclass ``cls`` taking every field
-    positionally, for one call per object where passes and the lowering make 100k of them
-    (plan steps and buffer args, the stream pass's restreamed nodes and events).
+    """A constructor of the frozen, slotted dataclass ``cls`` taking its fields as ``cls``
+    does (positionally or by name, with its defaults), for one call per object where passes
+    and the lowering make 100k of them (plan steps and buffer args, the stream pass's
+    restreamed nodes and events, fused kernels and their steps).
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (a
     global look-up and a call per field: ~4 us for a 17-field step); this one fills an
@@ -971,14 +972,29 @@ def _positional(cls: type) -> Any:
     >>> a = make(BufferId(0), "x", 16, "float32", None, 256, False, None, None, 0, None)
     >>> type(a) is Buffer, a == Buffer(BufferId(0), "x", 16)
     (True, True)
+    >>> make(BufferId(0), "x", 16, dtype="float16") == Buffer(BufferId(0), "x", 16, "float16")
+    True
     """
     names = tuple(f.name for f in fields(cls))
-    if getattr(cls, "__slots__", None) != names or hasattr(cls, "__post_init__"):
+    if (
+        getattr(cls, "__slots__", None) != names
+        or hasattr(cls, "__post_init__")
+        or any(f.default_factory is not MISSING for f in fields(cls))
+    ):
         raise TypeError(f"{cls.__name__} is not a plain slotted dataclass")
     body = "".join(f"    self.{n} = {n}\n" for n in names)
     scope: dict[str, Any] = {"_cls": cls}
+    # the field's own default (immutable values: None, (), 0, ""), so callers may name
+    # the fields they set, as with cls itself
+    params = []
+    for f in fields(cls):
+        if f.default is MISSING:
+            params.append(f.name)
+        else:
+            scope[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
     # the same code dataclasses generates for an unfrozen __init__, plus the class swap
-    exec(f"def __init__(self, {', '.join(names)}):\n{body}    self.__class__ = _cls\n", scope)
+    exec(f"def __init__(self, {', '.join(params)}):\n{body}    self.__class__ = _cls\n", scope)
     return type(f"_{cls.__name__}Fields", (), {"__slots__": names, "__init__": scope["__init__"]})
 
 

@@ -334,3 +334,29 @@ class TestPositionalConstructor:
 
         with pytest.raises(TypeError, match="not a plain slotted dataclass"):
             _positional(Checked)
+
+    def test_raises_for_a_field_with_a_default_factory(self) -> None:
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Listed:
+            xs: tuple[int, ...] = dataclasses.field(default_factory=tuple)
+
+        with pytest.raises(TypeError, match="not a plain slotted dataclass"):
+            _positional(Listed)
+
+    @settings(max_examples=20, deadline=None)
+    @given(seed=st.integers(0, 10**6), n=st.integers(2, 20))
+    def test_fused_kernels_are_what_their_constructors_make(self, seed: int, n: int) -> None:
+        """Fusion makes its kernels and their steps by keyword through _positional (with the
+        classes' defaults for the fields it leaves out)."""
+        from oxiwork.node import FusedStep, GraphNode
+        from oxiwork.optimizer.fusion import fuse
+
+        for node in fuse(random_op_dag(seed, n)).graph.nodes:
+            assert type(node) is GraphNode
+            values = {f.name: getattr(node, f.name) for f in dataclasses.fields(GraphNode)}
+            assert GraphNode(**values) == node and hash(GraphNode(**values)) == hash(node)
+            for step in node.fused.steps if node.fused is not None else ():
+                assert type(step) is FusedStep
+                assert FusedStep(step.op, step.params, step.args, step.node) == step
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                node.name = "x"  # type: ignore[misc]
