@@ -3,28 +3,16 @@ rounds interleaved, and the table reports medians with the wall-time range besid
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "passes.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_passes", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.bench_scripts import load
 
 
 def test_repeated_builds_report_the_median_and_range(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = _load()
+    bench = load("passes")
     walls = iter([0.9, 0.1, 0.5, 3.0, 0.2, 0.4])  # per build, in the order the rounds run
     clock = {"t": 0.0, "started": False}
 

@@ -4,27 +4,14 @@ changed plan and must not see a rebuilt one."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 from oxiwork.examples import random_op_dag, synthetic
 from oxiwork.executor.plan import ExecutionPlan
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "plan_fingerprint.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("plan_fingerprint", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.bench_scripts import load
 
 
 def test_same_graph_same_hash_and_a_moved_buffer_changes_it() -> None:
-    fp = _load().fingerprint
+    fp = load("plan_fingerprint").fingerprint
     plan = ExecutionPlan.build(synthetic(300, "layered"), max_streams=4)
     assert fp(plan) == fp(ExecutionPlan.build(synthetic(300, "layered"), max_streams=4))
     # one buffer moved in the arena: the same steps, another plan
@@ -40,5 +27,5 @@ def test_same_graph_same_hash_and_a_moved_buffer_changes_it() -> None:
 
 
 def test_cases_have_distinct_labels() -> None:
-    labels = [label for label, _ in _load().cases()]
+    labels = [label for label, _ in load("plan_fingerprint").cases()]
     assert len(labels) == len(set(labels)) == 9 + 2 + 12
