@@ -10,12 +10,10 @@ from the engine by their own route, not from the checker's.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from pathlib import Path
 
-import nbclient
 import nbformat
 import networkx as nx
 import numpy as np
@@ -36,6 +34,7 @@ from oxiwork.node import MemcpyDir
 from oxiwork.optimizer.fusion import fuse
 from oxiwork.optimizer.memory import greedy_by_size, plan_intervals
 from oxiwork.reference import evaluate
+from tests.notebook_kernel import execute
 from tests.test_notebooks import cell_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,18 +67,8 @@ def test_lesson_runs_top_to_bottom_in_a_fresh_kernel(
     path: Path, tmp_path: Path, record_property: pytest.RecordProperty
 ) -> None:
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    old = dict(os.environ)
-    # The kernel inherits the environment: it must import this checkout.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), old.get("PYTHONPATH")]))
     t0 = time.perf_counter()
-    try:
-        client.execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    execute(nb, tmp_path)
     seconds = time.perf_counter() - t0
     record_property("seconds", round(seconds, 2))
     print(f"{path.name}: {seconds:.1f} s")

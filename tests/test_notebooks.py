@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import nbclient
 import nbformat
 import pytest
+
+from tests.notebook_kernel import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 TOUR = ROOT / "notebooks" / "tour.ipynb"
@@ -37,21 +38,7 @@ def tour(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), (
         "commit the tour without outputs (they are computed here)"
     )
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    client = nbclient.NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path_factory.mktemp("tour"))}},
-    )
-    old = dict(os.environ)
-    os.environ.update(env)  # the kernel inherits it: it must import this checkout
-    try:
-        client.execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    execute(nb, tmp_path_factory.mktemp("tour"))
     return [cell_text(c) for c in nb.cells if c.cell_type == "code"]
 
 
@@ -79,3 +66,38 @@ def test_tour_runs_and_keeps_its_promises(tour: list[str]) -> None:
     assert all(a >= b >= v for a, b, v in zip(arena, bound, live, strict=True))
     assert bound[0] == live[0] and bound[2] > live[2]  # one stream: the bounds agree
     assert ratio == [1.0] * 4
+
+
+@pytest.mark.parametrize(
+    ("errors", "runs", "raises"),
+    [
+        (["Kernel died before replying to kernel_info"], 2, None),  # the port race: once more
+        (["Kernel died before replying to kernel_info"] * 2, 2, "Kernel died"),  # not twice
+        (["a cell failed"], 1, "a cell failed"),  # any other failure: at once
+        ([], 1, None),
+    ],
+)
+def test_a_kernel_that_dies_at_start_is_started_once_more(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: list[str], runs: int, raises: str
+) -> None:
+    import tests.notebook_kernel as nk
+
+    started = []
+
+    class Client:
+        def __init__(self, nb: object, **kw: object) -> None:
+            started.append(os.environ["PYTHONPATH"].split(os.pathsep)[0])
+
+        def execute(self) -> None:
+            if len(started) <= len(errors):
+                raise RuntimeError(errors[len(started) - 1])
+
+    monkeypatch.setattr(nk.nbclient, "NotebookClient", Client)
+    before = dict(os.environ)
+    if raises:
+        with pytest.raises(RuntimeError, match=raises):
+            nk.execute(nbformat.v4.new_notebook(), tmp_path)
+    else:
+        nk.execute(nbformat.v4.new_notebook(), tmp_path)
+    assert started == [str(ROOT)] * runs  # each kernel sees this checkout first
+    assert dict(os.environ) == before  # the environment is restored
