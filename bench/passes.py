@@ -161,12 +161,13 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
     clock = CollectorClock()
     gc.callbacks.append(clock)
     samples: dict[tuple[str, int], list[dict[str, float]]] = {}
-    last: dict[tuple[str, int], tuple[ExecutionPlan, int]] = {}
+    # what each plan is (the same in every round: builds are deterministic), kept as plain
+    # values so that no plan outlives its round into the next build's timing
+    shown: dict[tuple[str, int], str] = {}
     for r in range(repeat):
         for n in sizes:
             for shape in shapes:
                 plan = None  # the last build's plan is freed here, not inside the next timing
-                last.pop((shape, n), None)
                 g = synthetic(n, shape)
                 gc.collect()
                 tracked = len(gc.get_objects())
@@ -185,8 +186,13 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
                 samples.setdefault((shape, n), []).append(
                     {"wall": wall, "cpu": cpu, "collector": collector, "rest": rest, **per}
                 )
-                last[(shape, n)] = (plan, left)
+                m = plan.memory
+                shown[(shape, n)] = (
+                    f"{left:,} | {m.arena_bytes / max(m.lower_bound, 1):.3f} | "
+                    f"{plan.num_streams} | {plan.event_count:,} | {plan.kernel_count_fused:,}"
+                )
                 print(f"<!-- round {r + 1}/{repeat}: {shape} {n} {wall:.2f} s -->", file=sys.stderr)
+    plan = None
     gc.callbacks.remove(clock)
 
     def med(key: tuple[str, int], column: str) -> float:
@@ -203,7 +209,6 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
     for n in sizes:
         for shape in shapes:
             key = (shape, n)
-            plan, left = last[key]
             walls = [s["wall"] for s in samples[key]]
             wall = med(key, "wall")
             target = ""
@@ -213,13 +218,11 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
                 if shape == "layered":
                     ok = "met" if med(key, "memory") < MEMORY_TARGET_S else "NOT met"
                     target += f"; memory < {MEMORY_TARGET_S:.0f} s: {ok}"
-            m = plan.memory
             print(
                 f"| {shape} | {n:,} | {wall:.2f} | {min(walls):.2f}-{max(walls):.2f} | "
                 f"{med(key, 'cpu'):.2f} | {med(key, 'fusion'):.2f} | {med(key, 'streams'):.2f} | "
                 f"{med(key, 'memory'):.2f} | {med(key, 'rest'):.2f} | {med(key, 'collector'):.2f} | "
-                f"{left:,} | {m.arena_bytes / max(m.lower_bound, 1):.3f} | {plan.num_streams} | "
-                f"{plan.event_count:,} | {plan.kernel_count_fused:,} | {target} |",
+                f"{shown[key]} | {target} |",
                 flush=True,
             )
     print(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}")
