@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -954,6 +955,7 @@ _ID_TYPES = frozenset({NodeId, int})
 _FAST_VALIDATION = True
 
 
+@functools.cache  # one constructor per class, shared by every module that asks for it
 def _positional(cls: type) -> Any:
     """A constructor of the frozen, slotted dataclass ``cls`` taking its fields as ``cls``
     does (positionally or by name, with its defaults), for one call per object where passes
@@ -973,6 +975,8 @@ def _positional(cls: type) -> Any:
     >>> type(a) is Buffer, a == Buffer(BufferId(0), "x", 16)
     (True, True)
     >>> make(BufferId(0), "x", 16, dtype="float16") == Buffer(BufferId(0), "x", 16, "float16")
+    True
+    >>> _positional(Buffer) is make
     True
     """
     names = tuple(f.name for f in fields(cls))
