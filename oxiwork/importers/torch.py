@@ -1139,7 +1139,7 @@ def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 # ----------------------------------------------------------------------------- CNN rules
-# conv2d, pooling, pad and cat (oxiwork.ops.lib_conv): NCHW float32 buffers read whole.
+# conv1d/conv2d, pooling, pad and cat (oxiwork.ops.lib_conv): NCL/NCHW buffers read whole.
 def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
     """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
     if isinstance(v, (list, tuple)):
@@ -1159,23 +1159,34 @@ def _nchw(call: _Call, args: Sequence[Any]) -> str | None:
 
 
 def _zero_pad(chain: Sequence[Any]) -> tuple[int, int, int, int] | None:
-    """(top, bottom, left, right) if ``chain`` is one zero ``constant_pad_nd`` of the last
-    two axes by non-negative amounts (which a convolution can apply itself), else None."""
-    if len(chain) != 1 or _op_name(chain[0][0]) != "aten.constant_pad_nd.default":
+    """(top, bottom, left, right) if ``chain`` is zero ``constant_pad_nd`` s of the last two
+    axes by non-negative amounts (which a convolution can apply itself; zero pads of zero
+    pads add up: ``padding="same"`` with an even kernel pads once more), else None."""
+    total = [0, 0, 0, 0]
+    for target, args, _ in chain:
+        if _op_name(target) != "aten.constant_pad_nd.default":
+            return None
+        pad, value = list(args[0]), (args[1:] or (0,))[0]
+        if value != 0 or len(pad) not in (2, 4) or min(pad) < 0:
+            return None
+        pad += [0] * (4 - len(pad))
+        total = [t + p for t, p in zip(total, pad, strict=True)]
+    if not chain:
         return None
-    pad, value = list(chain[0][1][0]), (chain[0][1][1:] or (0,))[0]
-    if value != 0 or len(pad) not in (2, 4) or min(pad) < 0:
-        return None
-    pad += [0] * (4 - len(pad))
-    return pad[2], pad[3], pad[0], pad[1]
+    return total[2], total[3], total[0], total[1]
 
 
 def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, w, b, stride, padding, dilation, transposed, _, _ = call.args
     if transposed:
         return "it is a transposed convolution; the library's conv2d is a direct one"
+    if len(stride) == 1:
+        return _conv1d(call)
     if len(stride) != 2:
-        return f"it is a {len(stride)}-d convolution; the library has conv2d (NCHW) only"
+        return (
+            f"it is a {len(stride)}-d convolution; the library has conv1d (NCL) and conv2d "
+            "(NCHW) only"
+        )
     ph, pw = _pair(padding)
     pads = [ph, ph, pw, pw]
     folded = _zero_pad(x.chain) if isinstance(x, _Arg) else None
@@ -1191,6 +1202,29 @@ def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
     return (
         ("conv2d" if b is None else "conv2d_bias"),
+        {k: float(v) for k, v in params.items()},
+        args,
+    )
+
+
+def _conv1d(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """``aten.convolution`` of an (N, C, L) input: the library's conv1d; a zero pad of the
+    last axis before it folds into its padding."""
+    x, w, b, (stride,), (pad,), (dilation,), _, _, _ = call.args
+    pads = [pad, pad]
+    folded = _zero_pad(x.chain) if isinstance(x, _Arg) else None
+    if folded is not None and folded[:2] == (0, 0):  # (a pad of the last axis only)
+        pads = [pads[0] + folded[2], pads[1] + folded[3]]
+        x = _Arg(x.index, (), x.base, x.base.shape)
+    args = [x, w] if b is None else [x, w, b]
+    why = _plain(call, args, reshape_ok=False)
+    if why:
+        return why
+    if len(args[0].shape) != 3:
+        return f"its input has shape {args[0].shape}; the library's conv1d takes NCL (3-d)"
+    params = {"stride": stride, "pad_left": pads[0], "pad_right": pads[1], "dilation": dilation}
+    return (
+        ("conv1d" if b is None else "conv1d_bias"),
         {k: float(v) for k, v in params.items()},
         args,
     )
@@ -2133,15 +2167,16 @@ class _Converter:
 
 def _pad_for_convolutions(node: Any) -> bool:
     """Is ``node`` a zero ``constant_pad_nd`` of the last two axes whose only readers are
-    convolutions taking it as their input (MobileNet's TensorFlow-style padding)?"""
+    convolutions taking it as their input (MobileNet's TensorFlow-style padding), or such
+    pads (a padded input padded again: ``padding="same"`` with an even kernel)?"""
     if _op_name(node.target) != "aten.constant_pad_nd.default" or not node.users:
         return False
     step = (node.target, tuple(node.args[1:]), ())
     return _zero_pad([step]) is not None and all(
         getattr(u, "target", None) is not None
-        and _op_name(u.target) == "aten.convolution.default"
         and u.args[0] is node
         and all(a is not node for a in u.args[1:])
+        and (_op_name(u.target) == "aten.convolution.default" or _pad_for_convolutions(u))
         for u in node.users
     )
 

@@ -14,7 +14,10 @@ Layouts are NCHW (PyTorch's default): ``x`` is ``(N, C, H, W)``, a convolution's
 likewise). Groups are not a parameter: ``groups = C / weight.shape[1]`` follows from the
 shapes (depthwise: ``groups = C``). Padding may differ on each side, so a zero
 ``constant_pad_nd`` before a convolution (MobileNet's TensorFlow-style "same" padding)
-folds into it. Integer hyper-parameters are op parameters (floats holding integers, as
+folds into it. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
+with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
+as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
+``pad_left``, ``pad_right`` and ``dilation``. Integer hyper-parameters are op parameters (floats holding integers, as
 every op parameter is a float); shape rules refuse fractional, negative or zero strides.
 
 References compute in float64 and round once to float32, so they are within one rounding
@@ -137,12 +140,14 @@ _CONV_PARAMS = (
 )
 
 
-def _conv_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[str, int]:
+def _conv_geometry(
+    ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d"
+) -> dict[str, int]:
     """Every size of a convolution (checked), by the names the C code uses."""
-    n, c, h, w = _spatial(ins, "conv2d")
+    n, c, h, w = _spatial(ins, what)
     wt = ins[1]
     if len(wt) != 4:
-        raise _ShapeProblem(f"conv2d needs a weight of shape (K, C/groups, R, S), got {wt}")
+        raise _ShapeProblem(f"{what} needs a weight of shape (K, C/groups, R, S), got {wt}")
     k, cg, r, s = wt
     if c % cg:
         raise _ShapeProblem(
@@ -179,7 +184,7 @@ def _conv_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[st
         )
     if len(ins) == 3 and math.prod(ins[2]) != k:
         raise _ShapeProblem(
-            f"conv2d's bias needs {k} elements (one per output channel), got {ins[2]}"
+            f"{what}'s bias needs {k} elements (one per output channel), got {ins[2]}"
         )
     return g
 
@@ -259,6 +264,63 @@ def _conv_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
     taps = math.prod(ins[1][1:])
     flops = 2.0 * math.prod(out) * taps + (math.prod(out) if len(ins) > 2 else 0)
     return flops, 4.0 * (sum(math.prod(s) for s in ins) + math.prod(out))
+
+
+# ----------------------------------------------------------------------------- conv1d
+# A 1-d convolution is the 2-d one over a height of one: an (N, C, L) input and a
+# (K, C/groups, S) weight lie in memory exactly as (N, C, 1, L) and (K, C/groups, 1, S), its
+# (N, K, Q) output as (N, K, 1, Q). So conv1d is conv2d's geometry, reference, C and cost
+# over those shapes, with its own (1-d) parameters.
+_CONV1D_PARAMS = (("stride", 1.0), ("pad_left", 0.0), ("pad_right", 0.0), ("dilation", 1.0))
+
+
+def _as_conv2d(
+    ins: Sequence[Shape], params: Mapping[str, float]
+) -> tuple[list[Shape], dict[str, float]]:
+    """conv1d's shapes and parameters as conv2d's (checked: NCL input, (K, C/groups, S)
+    weight, integer parameters)."""
+    x, wt = ins[0], ins[1]
+    if len(x) != 3:
+        raise _ShapeProblem(
+            f"conv1d needs an NCL input of 3 dimensions, got shape {x}; give the buffer "
+            "shape=(N, C, L)"
+        )
+    if len(wt) != 3:
+        raise _ShapeProblem(f"conv1d needs a weight of shape (K, C/groups, S), got {wt}")
+    shapes = [(x[0], x[1], 1, x[2]), (wt[0], wt[1], 1, wt[2]), *ins[2:]]
+    return shapes, {
+        "stride_h": 1.0,
+        "stride_w": float(_int(params, "stride", 1)),
+        "pad_top": 0.0,
+        "pad_bottom": 0.0,
+        "pad_left": float(_int(params, "pad_left", 0)),
+        "pad_right": float(_int(params, "pad_right", 0)),
+        "dilation_h": 1.0,
+        "dilation_w": float(_int(params, "dilation", 1)),
+    }
+
+
+def _conv1d_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _conv_geometry(*_as_conv2d(ins, params), what="conv1d")
+    return (g["N"], g["K"], g["Q"])
+
+
+def _conv1d_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    shapes, p2 = _as_conv2d([x.shape for x in xs], params)
+    out = _conv_reference([x.reshape(s) for x, s in zip(xs, shapes, strict=True)], **p2)
+    return out.reshape(out.shape[0], out.shape[1], out.shape[3])
+
+
+def _conv1d_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    shapes, p2 = _as_conv2d(ins, params)
+    return _conv_element(j, ptrs, var, shapes, (out[0], out[1], 1, out[2]), p2)
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -724,6 +786,21 @@ CONV_OPS: tuple[OpDef, ...] = (
         shape=_conv_shape,
         cost=_conv_cost,
         typed_pointers=True,
+    ),
+    # a 1-d convolution (NCL) as conv2d over a height of one, with and without a bias
+    *(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            arity,
+            reference=_conv1d_reference,
+            params=_CONV1D_PARAMS,
+            element=_conv1d_element,
+            shape=_conv1d_shape,
+            cost=_conv_cost,
+            typed_pointers=True,
+        )
+        for name, arity in (("conv1d", 2), ("conv1d_bias", 3))
     ),
     OpDef(
         "max_pool2d",

@@ -404,7 +404,7 @@ class TestMapping:
         ("module", "shape", "reason"),
         [
             (nn.ConvTranspose2d(2, 2, 3), (1, 2, 5, 5), "transposed convolution"),
-            (nn.Conv1d(2, 2, 3), (1, 2, 5), "1-d convolution"),
+            (nn.ConvTranspose1d(2, 2, 3), (1, 2, 5), "transposed convolution"),
             (nn.Conv3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d convolution"),
         ],
     )

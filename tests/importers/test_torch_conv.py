@@ -135,3 +135,88 @@ def test_conv_batch_norm_activation_is_one_kernel_per_convolution():
         assert steps == [("conv2d", "batch_norm", "relu6"), ("conv2d", "batch_norm", "relu_nan")]
         (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+class Drawn1d(nn.Module):
+    """pad? -> conv1d (drawn) -> batch norm -> GELU -> max pool 1d: a 1-d CNN block."""
+
+    def __init__(self, conv: dict, pad: tuple[int, int] | None, pool: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(**conv)
+        self.norm = nn.BatchNorm1d(conv["out_channels"])
+        self.norm.running_mean.uniform_(-0.5, 0.5)
+        self.norm.running_var.uniform_(0.5, 2.0)
+        self.pad, self.pool = pad, nn.MaxPool1d(pool)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pad is not None:
+            x = nn.functional.pad(x, self.pad)
+        return self.pool(nn.functional.gelu(self.norm(self.conv(x))))
+
+
+@st.composite
+def blocks_1d(draw):
+    groups = draw(st.sampled_from([1, 2, "depthwise"]))
+    c_in = 4 if groups == "depthwise" else groups * draw(st.integers(1, 2))
+    groups = c_in if groups == "depthwise" else groups
+    padding = draw(st.sampled_from([0, 1, 2, "same"]))
+    conv = {
+        "in_channels": c_in,
+        "out_channels": groups * draw(st.integers(1, 2)),
+        "kernel_size": draw(st.integers(1, 4)),
+        "stride": 1 if padding == "same" else draw(st.integers(1, 2)),
+        "padding": padding,
+        "dilation": draw(st.integers(1, 2)),
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    pad = draw(st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(0, 2))))
+    return conv, pad, draw(st.integers(1, 2))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=blocks_1d(), seed=st.integers(0, 2**31))
+def test_drawn_1d_cnn_blocks_import_as_library_ops_and_match_eager(block, seed):
+    torch.manual_seed(seed)
+    module = Drawn1d(*block).eval()
+    x = torch.randn(2, module.conv.in_channels, 11)
+    with torch.no_grad():
+        want = module(x).numpy()
+    model = from_module(module, (x,))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.convolution.default"] in ("conv1d", "conv1d_bias")
+    assert "aten.constant_pad_nd.default" not in ops_of  # a zero pad folds into conv1d
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    fused = ExecutionPlan.build(model.graph, max_streams=1, fusion=True).graph
+    (head,) = [
+        k for k in fused.kernels() if k.fused is not None and "conv1d" in k.fused.steps[0].op
+    ]
+    assert [s.op for s in head.fused.steps][1:3] == ["batch_norm", "gelu_erf"]  # epilogue joined
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_zero_pads_of_zero_pads_fold_into_the_convolution(dims):
+    # padding="same" with an even kernel pads the input once more (torch's F.pad): both
+    # zero pads fold into the convolution's padding
+    conv = (nn.Conv1d if dims == 1 else nn.Conv2d)(3, 2, 4, padding="same", bias=False).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x, (2, 1) * dims))
+
+    x = torch.randn(1, 3, *(7,) * dims)
+    model = from_module(M(), (x,))
+    assert [model.targets[n.name] for n in model.graph.kernels()] == ["aten.convolution.default"]
+    assert not model.opaque
+    with torch.no_grad():
+        want = M()(x).numpy()
+    (y,) = model.outputs_from(
+        SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+    )
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)

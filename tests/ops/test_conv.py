@@ -199,6 +199,98 @@ class TestConv2d:
         assert moved == 4 * (2 * 8 * 6 * 6 + 8 * 9 + 2 * 8 * 4 * 4)
 
 
+# ------------------------------------------------------------------------------ conv1d
+@st.composite
+def conv1d_cases(draw):
+    """(input shapes, params, groups) of a valid 1-d convolution, bias or not."""
+    groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
+    cg = 1 if groups == "depthwise" else draw(st.integers(1, 3))
+    groups = draw(st.integers(1, 4)) if groups == "depthwise" else groups
+    kg, n, s = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 4))
+    dil = draw(st.integers(1, 3))
+    pads = [draw(st.integers(0, 3)) for _ in range(2)]
+    length = draw(st.integers(max(1, dil * (s - 1) + 1 - sum(pads)), 12))
+    params = {"stride": draw(st.integers(1, 3)), "pad_left": pads[0], "pad_right": pads[1]}
+    params["dilation"] = dil
+    shapes = [(n, groups * cg, length), (groups * kg, cg, s)]
+    if draw(st.booleans()):
+        shapes.append((groups * kg,))
+    return shapes, params, groups
+
+
+def torch_conv1d(xs, params, groups, dtype):
+    """PyTorch's F.conv1d of ``xs`` (asymmetric padding through F.pad) in ``dtype``."""
+    t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
+    return (
+        F.conv1d(
+            F.pad(t[0], (params["pad_left"], params["pad_right"])),
+            t[1],
+            t[2] if len(t) > 2 else None,
+            stride=params["stride"],
+            dilation=params["dilation"],
+            groups=groups,
+        )
+        .numpy()
+        .astype(np.float64)
+    )
+
+
+class TestConv1d:
+    @SETTINGS
+    @given(case=conv1d_cases(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
+        shapes, params, groups = case
+        xs = randn(seed, *shapes)
+        op = ops.get("conv1d_bias" if len(shapes) == 3 else "conv1d")
+        got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
+        exact = torch_conv1d(xs, params, groups, torch.float64)
+        assert (
+            got.shape == exact.shape == ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+        )
+        assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
+        # (n + 1) u sum |x_i w_i|, as for conv2d (see the module docstring)
+        mag = torch_conv1d([np.abs(x) for x in xs], params, groups, torch.float64)
+        bound = (math.prod(shapes[1][1:]) + len(xs) - 1) * U * mag + 2.0**-126
+        assert np.all(np.abs(got - torch_conv1d(xs, params, groups, torch.float32)) <= bound)
+
+    @needs_cxx
+    @SETTINGS
+    @given(case=conv1d_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    def test_generated_c_equals_reference_within_the_summation_bound(
+        self, case, seed, block, so_dir
+    ):
+        shapes, params, groups = case
+        xs = randn(seed, *shapes)
+        g, node = graph_of("conv1d_bias" if len(shapes) == 3 else "conv1d", shapes, params)
+        want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
+        (c,) = run_c(g, node, xs, so_dir, block)
+        assert c.shape == want.shape
+        mag = torch_conv1d([np.abs(x) for x in xs], params, groups, torch.float64)
+        bound = (math.prod(shapes[1][1:]) + len(xs) - 1) * U * mag + 2.0**-126
+        assert np.all(np.abs(c.astype(np.float64) - want) <= bound)
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 2, 5, 5), (2, 2, 3)], {}, r"conv1d needs an NCL input of 3 dimensions"),
+            ([(1, 2, 5), (2, 2, 1, 3)], {}, r"conv1d needs a weight of shape \(K, C/groups, S\)"),
+            ([(1, 2, 5), (2, 2, 3)], {"stride": 1.5}, r"stride=1\.5 must be an integer"),
+            ([(1, 2, 5), (2, 2, 3)], {"dilation": 0}, r"dilation=0 must be an integer >= 1"),
+            ([(1, 2, 2), (2, 2, 3)], {}, r"does not fit"),
+            ([(1, 2, 5), (4, 2, 3), (3,)], {}, r"conv1d's bias needs 4 elements"),
+        ],
+    )
+    def test_raises_naming_the_1d_shapes_and_parameters(self, shapes, params, match):
+        op = ops.get("conv1d_bias" if len(shapes) == 3 else "conv1d")
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    def test_cost_counts_two_flops_per_weight_tap(self):
+        flops, moved = ops.get("conv1d").op_cost([(2, 8, 10), (4, 8, 3)], (2, 4, 8))
+        assert flops == 2 * 2 * 4 * 8 * 8 * 3
+        assert moved == 4 * (2 * 8 * 10 + 4 * 8 * 3 + 2 * 4 * 8)
+
+
 # ------------------------------------------------------------------------------ epilogues
 def conv_block(depthwise: bool, bn: bool = False):
     """x -> conv -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->] relu ->
@@ -465,6 +557,8 @@ class TestPadAndCat:
 NVRTC_CASES = {
     "conv2d": ([(1, 4, 8, 8), (6, 2, 3, 3)], {"stride_h": 2, "pad_top": 1, "pad_left": 1}),
     "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
+    "conv1d": ([(1, 4, 16), (6, 2, 3)], {"stride": 2, "pad_left": 1}),
+    "conv1d_bias": ([(2, 4, 9), (4, 1, 3), (4,)], {"dilation": 2, "pad_right": 2}),
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
