@@ -30,7 +30,11 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
   the library's ``copy`` reading a strided view. A library op other than an element-wise
   one reads a non-contiguous view through an explicit ``copy`` kernel (named
   ``<view>.contiguous``), since its generated CUDA C reads whole row-major buffers;
-- ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) are computed once at
+- an element-wise op whose eager result keeps a permuted layout (an op of a permuted view)
+  computes in that memory order: its library op writes a row-major buffer of the permuted
+  shape, and the value is that buffer's permute back, with eager's strides;
+- ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) and ops that read only
+  their input's shape (``full_like``, ``zeros_like``, ``ones_like``) are computed once at
   import time and become constant external buffers (:attr:`ImportedModel.folded`);
 - each graph output is read at the end by a DeviceToHost copy; :attr:`ImportedModel.outputs`
   names the output buffers in torch's output order.
@@ -407,6 +411,46 @@ class _Call:
 
     def kw(self, name: str, default: Any = None) -> Any:
         return dict(self.kwargs).get(name, default)
+
+
+# Ops whose result depends on their tensor input's shape, dtype and layout only, never on
+# its values: folded into constants like ops without tensor inputs (Converter.fold).
+# (empty_like is not: its elements are whatever the memory held.)
+_SHAPE_ONLY = frozenset(
+    {"aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default"}
+)
+
+
+def _physical_order(meta: _Meta) -> tuple[int, ...]:
+    """The axes of a permuted-dense layout (``meta.strides``) from outermost to innermost in
+    memory (size-1 axes, whose stride means nothing, where they stand)."""
+    strides = meta.strides or ()
+    return tuple(sorted(range(len(strides)), key=lambda k: (-strides[k], k)))
+
+
+def _permuted(v: _Tensor, order: tuple[int, ...]) -> _Tensor:
+    """``v`` as an operand of a result computed in memory ``order``: leading unit axes up to
+    the result's rank (as broadcasting aligns it), then its axes permuted to ``order``."""
+    torch = _torch()
+    shape = tuple(v.shape if v.shape is not None else v.base.shape)
+    lead = len(order) - len(shape)
+    steps = tuple((torch.ops.aten.unsqueeze.default, (0,), ()) for _ in range(lead))
+    steps += ((torch.ops.aten.permute.default, (list(order),), ()),)
+    full = (1,) * lead + shape
+    layout = None
+    if v.layout is not None:
+        offset, strides = v.layout
+        aligned = (0,) * lead + tuple(strides)
+        layout = (offset, tuple(aligned[k] for k in order))
+    return _Tensor(
+        v.buffer, v.base, (*v.chain, *steps), False, tuple(full[k] for k in order), layout
+    )
+
+
+def _elementwise(op: str) -> bool:
+    """Does library op ``op`` compute each output element from the same index of its
+    inputs (so it may compute in any memory order)?"""
+    return ops.get(op).fusion_class in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST)
 
 
 def _leaves(x: Any) -> list[Any]:
@@ -826,6 +870,20 @@ def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
 
 
+# ``x <op> ±inf`` as ``x <op'> ±FLT_MAX`` (key: op, the infinity is positive), exact for
+# float32, float16 and bfloat16 ``x``: no such value lies strictly between FLT_MAX and inf,
+# and a NaN compares false either way. (lt -inf and gt +inf, always false, and ne, ge -inf
+# and le +inf, true but for NaN, have no such form.)
+_INF_COMPARE = {
+    ("eq", False): "lt",
+    ("le", False): "lt",
+    ("gt", False): "ge",
+    ("eq", True): "gt",
+    ("ge", True): "gt",
+    ("lt", True): "le",
+}
+
+
 def _compare(name: str) -> _Rule:
     """``x <op> y`` of two tensors (broadcast) or of a tensor and a number (``name_scalar``,
     the number its parameter ``other``: exact on integers, whose rule wants a whole one)."""
@@ -834,6 +892,15 @@ def _compare(name: str) -> _Rule:
         x, y = call.args[:2]
         if isinstance(y, bool):
             y = int(y)
+        if isinstance(y, float) and math.isinf(y) and isinstance(x, _Arg):
+            # (a parameter is finite: the comparison with the largest float32 that says
+            # the same of every float32, float16 and bfloat16 value, NaN included)
+            swap = _INF_COMPARE.get((name, y > 0))
+            if swap is None or x.base.dtype not in ("float32", "float16", "bfloat16"):
+                return f"it compares {x.base.dtype} values with {y}; no library op does"
+            why = _plain(call, [x]) or _same(call, [x])
+            big = float(np.finfo(np.float32).max)
+            return why or (f"{swap}_scalar", {"other": big if y > 0 else -big}, [x])
         if _number(y) and isinstance(x, _Arg):
             if abs(float(y)) > float(np.finfo(np.float32).max):
                 return f"its scalar {y!r} is not a finite float32"
@@ -1789,7 +1856,7 @@ class _Converter:
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
         ]
-        if not tensors:
+        if not tensors or (_op_name(target) in _SHAPE_ONLY and tensors == [node.args[0]]):
             self.fold(node)
             return
         if isinstance(val, (list, tuple)):
@@ -1989,9 +2056,17 @@ class _Converter:
             raise UnsupportedModel(f"getitem {node.name!r} indexes {type(src).__name__}")
 
     def fold(self, node: Any) -> None:
-        """An op without tensor inputs: computed now, held as a constant buffer."""
+        """An op without tensor inputs, or one that reads only its input's shape, dtype and
+        layout (:data:`_SHAPE_ONLY`, given a stand-in of those): computed now, held as a
+        constant buffer."""
         torch = _torch()
         args = _cpu(tuple(self.env.get(a, a) if _hashable(a) else a for a in node.args))
+        if _op_name(node.target) in _SHAPE_ONLY:
+            like = node.args[0].meta["val"]
+            shape = _meta(like, f"the input of {node.name!r}").shape  # (static, checked)
+            # eager's strides and dtype: *_like keeps them unless told otherwise
+            stand_in = torch.empty_strided(shape, tuple(like.stride()), dtype=like.dtype)
+            args = (stand_in.zero_(), *args[1:])
         kwargs = {k: _cpu(v) for k, v in node.kwargs.items()}
         with torch.no_grad():
             value = node.target(*args, **kwargs)
@@ -2019,6 +2094,7 @@ class _Converter:
         inputs: list[str] = []
         metas: list[_Meta] = []
         pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
+        order: tuple[int, ...] | None = None  # every operand read in this order (below)
 
         def arg(a: Any) -> Any:
             if isinstance(a, (list, tuple)):
@@ -2029,6 +2105,8 @@ class _Converter:
             if isinstance(v, _Tensor):
                 if v.list_views:
                     raise UnsupportedModel(f"node {node.name!r} reads a list of views whole")
+                if order is not None:
+                    v = _permuted(v, order)
                 if pending is not None:
                     v = self._alias(v, pending, reshapes)
                 if v.buffer not in inputs:
@@ -2040,8 +2118,6 @@ class _Converter:
                 return v  # a specialised Python input
             return _cpu(a)
 
-        args = arg(tuple(node.args))
-        kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
         val = node.meta.get("val")
         if index is not None:
             val = val[index]
@@ -2049,33 +2125,62 @@ class _Converter:
         out = _meta(val, f"the result of {node.name!r} ({op_name})")
         if contiguous:
             out = _Meta(out.shape, None, out.dtype)
-        call = _Call(node.target, args, kwargs, tuple(metas), out, index)
         path = self._module_path(node)
         base = _base_name(node.target) + ("" if index in (None, 0) else f"_out{index}")
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
-        lib = _library(call)
-        first = (inputs, metas, call)
-        reshapes = False  # read by arg() (a closure), like pending
-        for mode in (False, True):
-            reshapes = mode
-            if not isinstance(lib, str) or not any(a.chain for a in first[2].tensor_args):
-                break
-            # Refused reading views of its inputs: try again reading view buffers (aliases
-            # of the bases, read whole), then with reshapes as view buffers of their own
-            # shapes too (ops that read shapes: cat, gather, index); keep the first a
-            # library op takes.
-            inputs, metas, pending = [], [], {}
+        reshapes = False  # read by arg() (a closure), like pending and order
+
+        def attempt(
+            out: _Meta, elementwise_only: bool
+        ) -> tuple[list[str], list[_Meta], _Call, Any]:
+            nonlocal inputs, metas, pending, reshapes
+            inputs, metas, pending, reshapes = [], [], None, False
             args = arg(tuple(node.args))
             kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
             call = _Call(node.target, args, kwargs, tuple(metas), out, index)
-            again = _library(call)
-            if isinstance(again, str):
-                inputs, metas, call = first
-                pending = None
+            lib = _library(call)
+            if elementwise_only and not isinstance(lib, str) and not _elementwise(lib[0]):
+                lib = "not element-wise"
+            first = (inputs, metas, call)
+            for mode in (False, True):
+                reshapes = mode
+                if not isinstance(lib, str) or not any(a.chain for a in first[2].tensor_args):
+                    break
+                # Refused reading views of its inputs: try again reading view buffers
+                # (aliases of the bases, read whole), then with reshapes as view buffers of
+                # their own shapes too (ops that read shapes: cat, gather, index); keep the
+                # first a library op takes.
+                inputs, metas, pending = [], [], {}
+                args = arg(tuple(node.args))
+                kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
+                call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+                again = _library(call)
+                if isinstance(again, str) or (elementwise_only and not _elementwise(again[0])):
+                    inputs, metas, call = first
+                    pending = None
+                else:
+                    self._commit(pending)
+                    lib = again
+            return inputs, metas, call, lib
+
+        inputs, metas, call, lib = attempt(out, False)
+        physical = None
+        if isinstance(lib, str) and out.strides is not None and index is None:
+            # torch keeps an element-wise op's result in its operand's permuted layout (a
+            # scaled permute of attention heads): the library op computes the result in
+            # that memory order, reading every operand permuted alike, into a row-major
+            # buffer of the permuted shape, and the value is its permute back, with torch's
+            # strides, so the views after it read what eager reads.
+            first = (inputs, metas, call, lib)
+            order = _physical_order(out)
+            phys = _Meta(tuple(out.shape[k] for k in order), None, out.dtype)
+            tried = attempt(phys, True)
+            order = None
+            if not isinstance(tried[3], str):
+                (inputs, metas, call, lib), physical = tried, phys
             else:
-                self._commit(pending)
-                lib = again
+                inputs, metas, call, lib = first
         if isinstance(lib, str) and library_only:
             self.kernel_names.discard(name)
             return None
@@ -2089,13 +2194,20 @@ class _Converter:
                 # its CUDA C reads whole row-major buffers: a strided view goes through a copy
                 reads = [self._contiguous(r) if r in self.strided else r for r in reads]
         self.targets[name] = op_name
-        buf, bid = self._buffer(name, out, external=False)
+        buf, bid = self._buffer(name, out if physical is None else physical, external=False)
         numel = math.prod(out.ir_shape)
         kb = self.builder.add_kernel(
             name, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
         )
         kb.op(op).params(**params).fusible(not isinstance(lib, str))
         kb.inputs([self.ids[r] for r in reads]).outputs([bid]).finish()
+        if physical is not None:  # the permute back to torch's order (and strides)
+            back = [0] * len(out.shape)
+            for k, d in enumerate(_physical_order(out)):
+                back[d] = k
+            step = (_torch().ops.aten.permute.default, (back,), ())
+            lay = _layout(val, (0, ()), True)
+            return _Tensor(buf, physical, (step,), False, out.shape, lay)
         return _Tensor(buf, out, layout=_layout(val, None, False) if out.strides is None else None)
 
     def output(self, node: Any) -> tuple[list[str], list[tuple[int, ...]]]:

@@ -215,3 +215,61 @@ def test_batch_norm_special_values_as_torch() -> None:
     assert np.array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)
+
+
+# x <op> ±inf: the comparisons the library computes exactly (as x <op'> ±FLT_MAX) and
+# those it leaves opaque (always false, or true but for NaN)
+INF_MAPPED = {
+    ("eq", False): "lt_scalar",
+    ("le", False): "lt_scalar",
+    ("gt", False): "ge_scalar",
+    ("eq", True): "gt_scalar",
+    ("ge", True): "gt_scalar",
+    ("lt", True): "le_scalar",
+}
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("positive", [False, True])
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons_with_an_infinity(op, positive, dtype) -> None:
+    inf = math.inf if positive else -math.inf
+    f = getattr(torch, op)
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return f(x, inf)
+
+    big = torch.finfo(dtype).max
+    x = torch.tensor([-math.inf, math.inf, math.nan, -big, big, 0.0, -1.5, 2.0], dtype=dtype)
+    model, (want,) = import_with_eager(M(), (x,))
+    (k,) = model.graph.kernels()
+    lib = INF_MAPPED.get((op, positive)) if dtype != torch.float64 else None
+    if lib is None:
+        (o,) = model.opaque
+        assert f"with {inf}; no library op does" in o.reason
+    else:
+        assert not model.opaque and k.op == lib
+        assert k.params == (("other", F32_MAX if positive else -F32_MAX),)
+    plan = ExecutionPlan.build(model.graph)
+    (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_ops_of_an_input_shape_only_fold_into_constants() -> None:
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            t = x.t()  # zeros_like keeps the transposed layout, and the add after it too
+            return torch.full_like(x, 3.0) * x, (torch.zeros_like(t) + t) @ x
+
+    x = torch.randn(3, 4)
+    model, want = import_with_eager(M(), (x,))
+    assert sorted(model.targets.values()).count("aten.full_like.default") == 0
+    assert len(model.folded) == 2 and not model.opaque
+    folded = [model.inputs[name] for name in model.folded]
+    assert sorted(float(np.unique(v)[0]) for v in folded) == [0.0, 3.0]
+    plan = ExecutionPlan.build(model.graph)
+    got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

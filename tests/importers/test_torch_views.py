@@ -5,6 +5,8 @@ fusion on and off, on 1 to 4 streams."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -167,3 +169,63 @@ def test_an_in_place_write_into_an_input_writes_its_buffer() -> None:
             assert out is not None
             np.testing.assert_allclose(model.outputs_from(out)[0], want.numpy(), rtol=1e-5)
             np.testing.assert_array_equal(out["cache"], mutated.numpy())
+
+
+# Element-wise ops of a permuted view: torch keeps the view's layout in the result.
+PERMUTED_OPS = {
+    "scale": lambda p, y: p * 0.5,
+    "add_row": lambda p, y: p + y[0, 0],  # broadcast from the last axis
+    "add_full": lambda p, y: p + y,
+    "clone": lambda p, y: p.clone(),
+    "relu": lambda p, y: torch.relu(p),
+    "cast": lambda p, y: p.to(torch.float16),
+}
+
+
+@pytest.mark.parametrize("perm", list(itertools.permutations(range(3))))
+@pytest.mark.parametrize("op", sorted(PERMUTED_OPS))
+def test_elementwise_ops_of_permuted_views_compute_in_torchs_layout(perm, op) -> None:
+    # The result is computed by the library op in torch's memory order (a row-major buffer
+    # of the permuted shape, read back through a permute), so the views and matmuls after
+    # it read what eager reads: no opaque kernel, eager's values.
+    f = PERMUTED_OPS[op]
+
+    class M(nn.Module):
+        def forward(self, x, y, w):
+            z = f(x.permute(*perm), y)
+            return z, (z.transpose(1, 2).float() @ w), z.sum(-1)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4)
+    p = x.permute(*perm)
+    y, w = torch.randn(*p.shape), torch.randn(p.shape[1], 5)
+    with torch.no_grad():
+        want = [t.float().numpy() for t in M()(x, y, w)]
+        z = f(p, y)
+    model = from_module(M(), (x, y, w))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    # (z's kernel: the first of its op; a cast back to float32 comes after it)
+    k = next(n for n in model.graph.kernels() if model.targets[n.name] == _op_target(op))
+    held = model.graph.buffer(k.outputs[0]).array_shape
+    if z.is_contiguous():
+        assert held == tuple(z.shape)
+    else:  # the buffer holds torch's memory order
+        order = sorted(range(3), key=lambda d: -z.stride(d))
+        assert held == tuple(z.shape[d] for d in order)
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, e in zip(got, want, strict=True):
+            np.testing.assert_allclose(g.astype(np.float32), e, rtol=1e-3, atol=1e-3)
+
+
+def _op_target(op: str) -> str:
+    return {
+        "scale": "aten.mul.Tensor",
+        "add_row": "aten.add.Tensor",
+        "add_full": "aten.add.Tensor",
+        "clone": "aten.clone.default",
+        "relu": "aten.relu.default",
+        "cast": "aten._to_copy.default",
+    }[op]
