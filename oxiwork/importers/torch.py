@@ -1700,6 +1700,12 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.mean.dim": _mean_dims,
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
+    # any/all over one dim, several, or every one: bool, NaN counting as true
+    **{
+        f"aten.{f}.{o}": _any_axes(f"{f}_dims", None, lambda call: None)
+        for f in ("any", "all")
+        for o in ("dim", "dims", "default")
+    },
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,

@@ -46,6 +46,8 @@ from numpy.lib.stride_tricks import as_strided
 from oxiwork.error import InvalidArgument
 from oxiwork.ops.codegen import _NEG_INF  # -inf as the row kernels write it
 from oxiwork.ops.table import (
+    COMPUTE_DTYPES,
+    DtypeProblem,
     FusionClass,
     OpDef,
     Shape,
@@ -840,8 +842,43 @@ def _nan_amax(rows: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(rows).any(axis=-1), F32(np.nan), _row_max(rows))
 
 
+def _truth_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """``any``/``all``: a value of any dtype kernels compute on is true if non-zero (NaN
+    too); the result is bool."""
+    if dtypes[0] not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
+    return "bool"
+
+
+def _truth_op(name: str, reduce: Callable[..., np.ndarray]) -> OpDef:
+    """``any_dims``/``all_dims``: is any (every) element over ``axes`` non-zero, as
+    ``torch.any``/``torch.all`` with ``dim``/``keepdim``; the C counts the non-zero (zero)
+    elements in float, a count that is 0 exactly when none is."""
+
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+        return reduce(rows != 0, axis=-1).reshape(_dims_shape([xs[0].shape], params))
+
+    return OpDef(
+        name,
+        FusionClass.REDUCTION,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        row=name.removesuffix("_dims"),
+        shape=_dims_shape,
+        cost=_row_cost(1.0),
+        axes=_mask_axes,
+        dtype=_truth_dtype,
+        widen=False,
+    )
+
+
 _ANY_AXES: tuple[OpDef, ...] = (
     _any_axes_op("sum_dims", "sum", lambda rows: rows.sum(axis=-1, dtype=F32)),
+    _truth_op("any_dims", np.any),
+    _truth_op("all_dims", np.all),
     _any_axes_op(
         "mean_dims", "mean", lambda rows: rows.sum(axis=-1, dtype=F32) / F32(rows.shape[-1])
     ),
@@ -869,7 +906,8 @@ _ANY_AXES: tuple[OpDef, ...] = (
         axes=_dim_axis,
     ),
 )
-"""``sum_dims``, ``mean_dims``, ``amax_dims`` (``axes``, ``keepdim``) and ``softmax_dim``,
+"""``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims`` (``axes``,
+``keepdim``) and ``softmax_dim``,
 ``log_softmax_dim`` (``dim``): the reductions above over any axes.
 
 >>> import numpy as np

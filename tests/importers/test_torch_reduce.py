@@ -145,3 +145,59 @@ class TestNormsMap:
         programs = [[s.op for s in n.fused.steps] for n in plan.graph.kernels() if n.fused]
         assert programs.count(["pow_scalar", "mean", "add_scalar", "rsqrt"]) == 2
         assert len(plan.graph.kernels()) == 5  # 2 per norm, and the linear with its epilogue
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int64, torch.uint8])
+@pytest.mark.parametrize(
+    "how",
+    [
+        ("any", {"dim": 1}),
+        ("all", {"dim": -1, "keepdim": True}),  # core ATen: not(any(not x))
+        ("any", {"dim": (0, 2)}),
+        ("all", {"dim": (0, 1, 2), "keepdim": True}),
+    ],
+)
+def test_any_and_all_map_to_truth_reductions(how, dtype) -> None:
+    f, kw = how
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return getattr(torch, f)(x, **kw)
+
+    rng = np.random.default_rng(0)
+    values = rng.choice([0.0, 0.0, 1.0, 2.0, 1.0, float("nan")], size=(3, 4, 2))
+    if dtype != torch.float32:
+        values = np.nan_to_num(values, nan=5.0)
+    x = torch.from_numpy(values).to(dtype)
+    x[0] = 1  # a slice with no zero, so all() is true somewhere
+    model = from_module(M(), (x,))
+    verify(model.graph)
+    (red,) = [k for k in model.graph.kernels() if model.targets[k.name].startswith("aten.any")]
+    if dtype == torch.uint8:  # no kernel computes on uint8: opaque, each saying so
+        assert model.opaque and all("uint8" in o.reason for o in model.opaque), model.opaque
+    else:
+        assert not model.opaque and red.op == "any_dims"
+    with torch.no_grad():
+        want = M()(x).numpy()
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_torch_transformer_encoder_layers_import_without_opaque_ops() -> None:
+    # torch's own MultiheadAttention: a scaled q and k of permuted heads (element-wise ops
+    # of permuted views), softmax's guard against fully masked rows (x == -inf, any,
+    # full_like, where) and a clone of the permuted heads back
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        want = enc(x).numpy()
+    model = from_module(enc, (x,))
+    assert not model.opaque, model.opaque_counts()
+    for streams in (1, 4):
+        plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,5 +1,6 @@
-"""Reductions over any axes (``sum_dims``, ``mean_dims``, ``amax_dims``) and softmax /
-log_softmax over any dim (``softmax_dim``, ``log_softmax_dim``) of ``oxiwork.ops.lib_reduce``.
+"""Reductions over any axes (``sum_dims``, ``mean_dims``, ``amax_dims``, and ``any_dims`` /
+``all_dims`` to bool) and softmax / log_softmax over any dim (``softmax_dim``,
+``log_softmax_dim``) of ``oxiwork.ops.lib_reduce``.
 
 On random shapes (rank 1-4) and random axis subsets: the reference equals numpy's own
 formula, the generated CUDA C run on the CPU (the emulated launcher of ``tests/executor``)
@@ -192,3 +193,109 @@ class TestReduceAxes:
                     # function names are unique per graph: made unique across them
                     sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}_{dtype}"))  # fmt: skip
         nvrtc_compile("\n".join(sources), "reduce_axes")
+
+
+# ---------------------------------------------------------------------- any_dims, all_dims
+TRUTH_NP = {
+    "bool": np.dtype(bool),
+    "int64": np.dtype(np.int64),
+    "int32": np.dtype(np.int32),
+    **NP,
+}
+
+
+@st.composite
+def truth_cases(draw):
+    """(op, input dtype, input shape, params, numpy's any/all of the result)."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
+    rank = len(shape)
+    name = draw(st.sampled_from(["any_dims", "all_dims"]))
+    axes = draw(st.lists(st.integers(-rank, rank - 1), max_size=rank, unique_by=lambda a: a % rank))  # fmt: skip
+    keep = draw(st.booleans())
+    params = {"axes": axes_mask(axes or None, rank), "keepdim": float(keep)}
+    ax = tuple(a % rank for a in axes) or None
+    fn = np.any if name == "any_dims" else np.all
+    dtype = draw(st.sampled_from(sorted(TRUTH_NP)))
+    return name, dtype, shape, params, lambda x: fn(x != 0, axis=ax, keepdims=keep)
+
+
+def _truth_input(rng, dtype, shape):
+    """Mostly non-zero (all_dims sees both answers) with zeros, and NaN for floats."""
+    x = rng.choice([0.0, 0.0, 1.0, -2.0, 3.5, 1.0, 1.0, np.nan], size=shape)
+    if dtype in ("bool", "int64", "int32"):
+        x = np.nan_to_num(x, nan=7.0)
+    return x.astype(TRUTH_NP[dtype])
+
+
+def _truth_graph(name, dtype, shape, params, fused):
+    """``name`` of external ``x`` of ``dtype`` (``fused``: of ``logical_not(x)``, then
+    ``logical_not`` of the result), one kernel per op."""
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", DTYPES[dtype] * math.prod(shape), dtype=dtype, shape=shape)
+    out_shape = ops.infer_shape(ops.get(name), [shape], params, "t")
+
+    def kernel(op, src, out_name, shape, **p):
+        out = b.alloc_buffer(out_name, math.prod(shape), dtype="bool", shape=shape)
+        kb = b.add_kernel(out_name, 2, 32).op(op).inputs([src]).outputs([out]).fusible(True)
+        if p:
+            kb.params(**p)
+        kb.finish()
+        return out
+
+    src = kernel("logical_not", x, "n", shape) if fused else x
+    r = kernel(name, src, "r" if fused else "out", out_shape, **params)
+    if fused:
+        kernel("logical_not", r, "out", out_shape)
+    return b.build()
+
+
+class TestTruthReductions:
+    @SETTINGS
+    @given(case=truth_cases(), seed=st.integers(0, 2**16))
+    def test_reference_is_numpys_any_and_all(self, case, seed) -> None:
+        name, dtype, shape, params, formula = case
+        x = _truth_input(np.random.default_rng(seed), dtype, shape)
+        op = ops.get(name)
+        got = op.reference([x], **params)
+        assert got.dtype == np.dtype(bool) and ops.infer_dtype(op, [dtype], params, "t") == "bool"
+        assert got.shape == ops.infer_shape(op, [shape], params, "t")
+        np.testing.assert_array_equal(got.reshape(-1), np.reshape(formula(x), -1))
+
+    @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+    @SETTINGS
+    @given(case=truth_cases(), seed=st.integers(0, 2**16), fused=st.booleans())
+    def test_generated_c_equals_reference(self, case, seed, fused, so_dir) -> None:
+        name, dtype, shape, params, _ = case
+        g = _truth_graph(name, dtype, shape, params, fused)
+        x = _truth_input(np.random.default_rng(seed), dtype, shape)
+        want = evaluate(g, {"x": x})["out"]
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=fused)
+        (node,) = plan.graph.kernels() if fused else [g.kernels()[0]]
+        ks = kernel_source(plan.graph, node)
+        bound = bind(plan.graph, node)
+        (got,) = run_kernel(
+            ks.source, ks.function_name, [x], list(bound.out_shapes), ks.scalar_args, so_dir,
+            out_dtypes=[np.dtype(bool)],
+        )  # fmt: skip
+        np.testing.assert_array_equal(got.reshape(-1), want.reshape(-1))
+
+    def test_refuses_a_dtype_kernels_do_not_compute_on(self) -> None:
+        with pytest.raises(InvalidArgument, match="input 0 is float64"):
+            ops.infer_dtype(ops.get("any_dims"), ["float64"], {"axes": 0.0, "keepdim": 0.0}, "t")
+
+    def test_compiles_with_nvrtc_alone_and_fused(self, nvrtc_compile) -> None:
+        shape, params = (2, 3, 4, 5), {"axes": axes_mask([0, 2], 4), "keepdim": 0.0}
+        sources = []
+        cases = [
+            ("any_dims", "float32", False),
+            ("all_dims", "bfloat16", False),
+            ("any_dims", "bool", True),
+            ("all_dims", "int64", True),
+        ]
+        for k, (name, dtype, fused) in enumerate(cases):
+            g = _truth_graph(name, dtype, shape, params, fused)
+            g = ExecutionPlan.build(g, max_streams=1, fusion=fused).graph
+            for node in g.kernels():
+                ks = kernel_source(g, node)
+                sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
+        nvrtc_compile("\n".join(sources), "truth_reductions")
