@@ -844,6 +844,47 @@ def _hardtanh(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
 
 
+def _clamp(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """``clamp`` (numbers ``min``, ``max``, either None), ``clamp_min``, ``clamp_max``:
+    hardtanh with both bounds, the one-sided clamps with one."""
+    name = _op_name(call.target)
+    if name == "aten.clamp_min.default":
+        (x, lo), hi = _argv(call, ("self", "min"), ()), None
+    elif name == "aten.clamp_max.default":
+        (x, hi), lo = _argv(call, ("self", "max"), ()), None
+    else:
+        x, lo, hi = _argv(call, ("self", "min", "max"), (None, None))
+    if any(b is not None and not _number(b) for b in (lo, hi)) or (lo, hi) == (None, None):
+        return f"its bounds are {lo!r} and {hi!r}; the library's clamps take finite numbers"
+    why = _plain(call, [x]) or _same(call, [x])
+    if why:
+        return why
+    if lo is None:
+        return "clamp_max", {"max_val": float(hi)}, [x]
+    if hi is None:
+        return "clamp_min", {"min_val": float(lo)}, [x]
+    if lo > hi:  # torch gives max everywhere; hardtanh's test of min first would not
+        return f"its min {lo!r} exceeds its max {hi!r}; no library op clamps so"
+    return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
+
+
+def _leaky_relu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, slope = _argv(call, ("self", "negative_slope"), (0.01,))
+    if not _number(slope):
+        return f"its slope is {slope!r}; the library's leaky_relu takes a finite number"
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or ("leaky_relu", {"negative_slope": float(slope)}, [x])
+
+
+def _elu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    names = ("alpha", "scale", "input_scale")
+    x, *given = _argv(call, ("self", *names), (1.0, 1.0, 1.0))
+    if not all(_number(v) for v in given):
+        return f"its constants are {given!r}; the library's elu takes finite numbers"
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or ("elu", {n: float(v) for n, v in zip(names, given, strict=True)}, [x])
+
+
 def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var,
     # momentum, eps): inference batch norm with the running statistics
@@ -1670,6 +1711,15 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.rsqrt.default": _unary("rsqrt"),
     "aten.silu.default": _unary("silu"),
     "aten.hardtanh.default": _hardtanh,
+    "aten.clamp.default": _clamp,
+    "aten.clamp_min.default": _clamp,
+    "aten.clamp_max.default": _clamp,
+    "aten.abs.default": _unary("abs"),
+    "aten.sqrt.default": _unary("sqrt"),
+    "aten.log1p.default": _unary("log1p"),
+    "aten.expm1.default": _unary("expm1"),
+    "aten.leaky_relu.default": _leaky_relu,
+    "aten.elu.default": _elu,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,
     "aten.where.self": _where,
     # comparisons give bool (a tensor, or a number: the op's parameter ``other``)

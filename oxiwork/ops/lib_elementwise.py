@@ -1,5 +1,6 @@
 """Element-wise ops real networks contain: inference batch norm, erf-GELU, SiLU,
-hardtanh/ReLU6, rsqrt, pow by a scalar, scalar arithmetic, where and comparisons.
+hardtanh/ReLU6, one-sided clamps, leaky ReLU, ELU (SELU), abs, sqrt, rsqrt, log1p, expm1,
+pow by a scalar, scalar arithmetic, where and comparisons.
 
 One :class:`~oxiwork.ops.table.OpDef` each (registered on import of :mod:`oxiwork.ops`):
 numpy reference, in-place form where one is safe, CUDA C expression (so fused kernels
@@ -174,6 +175,34 @@ def _relu6(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
 
 
 _CLAMP_EXPR = "(({0}) < {lo} ? {lo} : (({0}) > {hi} ? {hi} : ({0})))"
+
+
+def _clamp_min(xs: Arrays, out: np.ndarray | None = None, *, min_val: float) -> np.ndarray:
+    # x < lo ? lo : x (torch.clamp(x, min=lo)): NaN and -0.0 stay, as in _clamp
+    lo32 = F32(min_val)
+    return _into(np.where(xs[0] < lo32, lo32, xs[0]), out)
+
+
+def _clamp_max(xs: Arrays, out: np.ndarray | None = None, *, max_val: float) -> np.ndarray:
+    hi32 = F32(max_val)
+    return _into(np.where(xs[0] > hi32, hi32, xs[0]), out)
+
+
+def _leaky_relu(xs: Arrays, out: np.ndarray | None = None, *, negative_slope: float) -> np.ndarray:
+    # x > 0 ? x : x * slope, torch's CPU kernel: NaN stays NaN, -0.0 times slope
+    x = xs[0]
+    return _into(np.where(x > 0, x, x * F32(negative_slope)), out)
+
+
+def _elu(
+    xs: Arrays, out: np.ndarray | None = None, *, alpha: float, scale: float, input_scale: float
+) -> np.ndarray:
+    # x <= 0 ? expm1(x * input_scale) * (alpha * scale) : x * scale, torch's CPU kernel
+    # (SELU is this with its two constants); float32 operations in the C expression's order
+    x = xs[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        neg = np.expm1(x * F32(input_scale)) * (F32(alpha) * F32(scale))
+        return _into(np.where(x <= 0, neg, x * F32(scale)), out)
 
 
 def _rsqrt(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
@@ -426,6 +455,42 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
     ),
     _ew("relu6", 1, _relu6, _CLAMP_EXPR.replace("{lo}", "0.0f").replace("{hi}", "6.0f"), 2.0),
     _ew("rsqrt", 1, _rsqrt, "(1.0f / sqrtf({0}))", flops=2.0),
+    _ew("abs", 1, lambda xs, out=None: np.abs(xs[0], out=out), "fabsf({0})", flops=1.0),
+    _ew("sqrt", 1, lambda xs, out=None: np.sqrt(xs[0], out=out), "sqrtf({0})", flops=1.0),
+    _ew("log1p", 1, lambda xs, out=None: np.log1p(xs[0], out=out), "log1pf({0})", flops=4.0),
+    _ew("expm1", 1, lambda xs, out=None: np.expm1(xs[0], out=out), "expm1f({0})", flops=4.0),
+    # one-sided clamps (torch.clamp with one bound), NaN kept like hardtanh's
+    _ew(
+        "clamp_min",
+        1,
+        _clamp_min,
+        "(({0}) < {min_val} ? {min_val} : ({0}))",
+        params=(("min_val", 0.0),),
+    ),
+    _ew(
+        "clamp_max",
+        1,
+        _clamp_max,
+        "(({0}) > {max_val} ? {max_val} : ({0}))",
+        params=(("max_val", 0.0),),
+    ),
+    _ew(
+        "leaky_relu",
+        1,
+        _leaky_relu,
+        "(({0}) > 0.0f ? ({0}) : ({0}) * {negative_slope})",
+        flops=1.0,
+        params=(("negative_slope", 0.01),),
+    ),
+    _ew(
+        "elu",
+        1,
+        _elu,
+        "(({0}) <= 0.0f ? expm1f(({0}) * {input_scale}) * ({alpha} * {scale}) : ({0}) * {scale})",
+        flops=6.0,
+        params=(("alpha", 1.0), ("scale", 1.0), ("input_scale", 1.0)),
+        inplace=False,
+    ),
     _ew("pow_scalar", 1, _pow, _pow_expr(), flops=4.0, params=(("exponent", 2.0),), inplace=False),
     _scalar("add_scalar", np.add, "({0} + {other})"),
     _scalar("sub_scalar", np.subtract, "({0} - {other})"),

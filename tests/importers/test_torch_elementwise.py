@@ -184,6 +184,21 @@ _SEMANTICS = [
     ("sub_scalar", {"other": 0.25}, lambda x: x - 0.25, True),
     ("rsub_scalar", {"other": 1.0}, lambda x: 1.0 - x, True),
     ("div_scalar", {"other": 3.0}, lambda x: x / 3.0, False),
+    ("abs", {}, torch.abs, True),
+    ("sqrt", {}, torch.sqrt, True),
+    ("clamp_min", {"min_val": -0.5}, lambda x: torch.clamp(x, min=-0.5), True),
+    ("clamp_min", {"min_val": 0.0}, lambda x: torch.clamp(x, min=0.0), True),
+    ("clamp_max", {"max_val": 2.0}, lambda x: torch.clamp(x, max=2.0), True),
+    ("leaky_relu", {"negative_slope": 0.01}, F.leaky_relu, True),
+    ("leaky_relu", {"negative_slope": 0.2}, lambda x: F.leaky_relu(x, 0.2), True),
+    ("elu", {"alpha": 1.0, "scale": 1.0, "input_scale": 1.0}, F.elu, False),
+    ("elu", {"alpha": 0.5, "scale": 1.0, "input_scale": 1.0}, lambda x: F.elu(x, 0.5), False),
+    (
+        "elu",
+        {"alpha": 1.6732632423543772, "scale": 1.0507009873554805, "input_scale": 1.0},
+        F.selu,
+        False,
+    ),
 ]
 
 
@@ -204,6 +219,21 @@ def test_special_values_as_torch_computes_them(op, params, fn, exact) -> None:
         with np.errstate(invalid="ignore"):
             ok = (got == want) | (err <= 2e-6 * np.abs(want) + 4e-7 * x)
         assert ok[finite].all(), (got[~ok], want[~ok])
+
+
+def test_log1p_special_values_as_torch_but_for_denormals() -> None:
+    # torch's CPU log1p (vectorised) gives +0.0 for a denormal x, where log1p(x) rounds to x
+    # itself; the library keeps x, as C's log1pf and torch's CUDA kernel (log1pf) do
+    x = _SPECIAL.numpy()
+    want = torch.log1p(_SPECIAL).numpy()
+    got = ops.get("log1p").reference([x])
+    denormal = (x != 0) & (np.abs(x) < np.finfo(np.float32).tiny)
+    np.testing.assert_array_equal(got[denormal], x[denormal])
+    keep = ~denormal
+    assert np.array_equal(np.isnan(got[keep]), np.isnan(want[keep]))
+    zeros = keep & (want == 0)
+    assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]))
+    np.testing.assert_allclose(got[keep], want[keep], rtol=2e-7, atol=0)
 
 
 def test_batch_norm_special_values_as_torch() -> None:
@@ -273,3 +303,52 @@ def test_ops_of_an_input_shape_only_fold_into_constants() -> None:
     got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+# ATen op -> (module body, the library op it must map to)
+_ACTIVATIONS = {
+    "clamp both": (lambda x: torch.clamp(x, -0.5, 2.0), "hardtanh"),
+    "clamp min": (lambda x: torch.clamp(x, min=0.0), "clamp_min"),
+    "clamp max": (lambda x: x.clamp(max=-1.0), "clamp_max"),
+    "clamp_min": (lambda x: torch.clamp_min(x, 0.5), "clamp_min"),
+    "hardswish": (F.hardswish, "clamp_min"),  # x * min(max(x + 3, 0), 6) / 6 in core ATen
+    "abs": (torch.abs, "abs"),
+    "sqrt": (lambda x: torch.sqrt(x.abs()), "sqrt"),
+    "log1p": (lambda x: torch.log1p(x.abs()), "log1p"),
+    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), "leaky_relu"),
+    "elu": (lambda x: F.elu(x, 0.7), "elu"),
+    "selu": (F.selu, "elu"),
+    "celu": (lambda x: F.celu(x, 2.0), "expm1"),  # where(x > 0, x, a * expm1(x / a))
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ACTIVATIONS))
+def test_clamps_and_activations_map_to_library_ops(name) -> None:
+    body, lib = _ACTIVATIONS[name]
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return body(x)
+
+    x = torch.cat([_SPECIAL[_SPECIAL.abs() < 1e30], torch.linspace(-4, 4, 17)]).reshape(1, -1)
+    model, (want,) = import_with_eager(M(), (x,))
+    assert not model.opaque, model.opaque
+    assert lib in {k.op for k in model.graph.kernels()}
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_clamp_whose_min_exceeds_its_max_stays_opaque() -> None:
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.clamp(x, 1.0, -1.0)  # torch: max everywhere
+
+    x = torch.linspace(-2, 2, 9)
+    model, (want,) = import_with_eager(M(), (x,))
+    (o,) = model.opaque
+    assert "its min 1.0 exceeds its max -1.0" in o.reason
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_array_equal(got, want)

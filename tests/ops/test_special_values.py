@@ -67,6 +67,12 @@ EXACT = {
     "hardtanh",
     "relu6",
     "rsqrt",
+    # abs and sqrt are correctly rounded, the clamps selections, leaky_relu one product
+    "abs",
+    "sqrt",
+    "clamp_min",
+    "clamp_max",
+    "leaky_relu",
     "add_scalar",
     "sub_scalar",
     "rsub_scalar",
@@ -82,6 +88,8 @@ LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
 # lib_elementwise: erf (numpy side: the C library's double erf rounded; C side: erff, within
 # 2 ulp), silu's exp, and pow (np.power and powf, each within a few ulp of the true value)
 LIBM_ULPS |= {"gelu_erf": 8, "silu": 6, "pow_scalar": 4}
+# log1p (np.log1p / log1pf), expm1 and elu's expm1 (np.expm1 / expm1f), then two products
+LIBM_ULPS |= {"log1p": 4, "expm1": 4, "elu": 6}
 # - SUMS: sums over a row (sum, softmax, layer_norm, matmul) whose order differs: numpy sums
 #   pairwise (BLAS for matmul), the kernel per thread then as a tree. The difference is
 #   bounded by the classic error bound of recursive summation, |error| <= (n-1) u sum|x_i|
