@@ -1,0 +1,84 @@
+"""Stock ``torch.nn`` modules import with no opaque kernel and simulate to eager's outputs.
+
+Each module is PyTorch's own (random weights, eval mode): what a user builds a model from
+before writing any layer of their own. An opaque kernel has no CUDA C, so a model holding
+one cannot run through the CUDA executors; this list is what the op library must cover.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from oxiwork.importers.torch import from_module
+
+
+def _x(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+STOCK = {
+    "transformer encoder": (
+        lambda: nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
+            2,
+            enable_nested_tensor=False,
+        ),
+        lambda: (_x(2, 5, 16),),
+    ),
+    "transformer encoder, norm first": (
+        lambda: nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, norm_first=True),
+        lambda: (_x(5, 2, 16),),
+    ),
+    "transformer decoder layer": (
+        lambda: nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
+        lambda: (_x(2, 4, 16), _x(2, 5, 16)),
+    ),
+    "multihead attention": (
+        lambda: nn.MultiheadAttention(16, 4, batch_first=True),
+        lambda: (_x(2, 5, 16), _x(2, 5, 16), _x(2, 5, 16)),
+    ),
+    "lstm": (lambda: nn.LSTM(8, 12, batch_first=True), lambda: (_x(2, 5, 8),)),
+    "gru": (lambda: nn.GRU(6, 10, num_layers=2), lambda: (_x(4, 2, 6),)),
+    "conv1d block": (
+        lambda: nn.Sequential(
+            nn.Conv1d(4, 8, 3, padding=1),
+            nn.BatchNorm1d(8),
+            nn.LeakyReLU(0.1),
+            nn.Conv1d(8, 8, 3, stride=2, groups=8),
+            nn.ELU(),
+            nn.MaxPool1d(2),
+        ),
+        lambda: (_x(2, 4, 17),),
+    ),
+    "mobile activations": (
+        lambda: nn.Sequential(
+            nn.Conv2d(3, 4, 3), nn.Hardswish(), nn.Hardsigmoid(), nn.SELU(), nn.Mish()
+        ),
+        lambda: (_x(1, 3, 6, 6),),
+    ),
+    "embedding bag of ops": (
+        lambda: nn.Sequential(nn.Embedding(10, 6), nn.Flatten(), nn.Linear(18, 4), nn.Softplus()),
+        lambda: (torch.tensor([[1, 2, 3], [4, 5, 9]]),),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STOCK))
+def test_stock_modules_import_without_opaque_kernels(name) -> None:
+    make, args = STOCK[name]
+    torch.manual_seed(0)
+    module, inputs = make().eval(), args()
+    with torch.no_grad():  # (LSTM: output, (h, c): torch's outputs in their flat order)
+        want = [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs))]
+    model = from_module(module, inputs)
+    verify(model.graph)
+    assert not model.opaque, model.opaque_counts()
+    for streams in (1, 4):
+        plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
