@@ -1338,6 +1338,26 @@ def _conv1d(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     )
 
 
+def _upsample_nearest(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Nearest upsampling by whole factors, where torch's own choice of each output's
+    source (run here on the input's element indices) is the library's ``p // factor``."""
+    x = call.args[0]
+    why = _nchw(call, [x])
+    if why:
+        return why
+    (_, _, h, w), (_, _, p, q) = x.shape, call.out.shape
+    if p % h or q % w:
+        return f"it resizes {h}x{w} to {p}x{q}; the library upsamples by whole factors"
+    fh, fw = p // h, q // w
+    torch = _torch()
+    index = torch.arange(h * w, dtype=torch.float64).reshape(1, 1, h, w)
+    chosen = call.target(index, *call.args[1:], **dict(call.kwargs)).numpy()
+    expected = np.repeat(np.repeat(index.numpy(), fh, axis=2), fw, axis=3)
+    if chosen.shape != expected.shape or not np.array_equal(chosen, expected):
+        return "torch's nearest sources here are not p // factor; no library op picks them"
+    return "upsample_nearest2d", {"factor_h": float(fh), "factor_w": float(fw)}, [x]
+
+
 def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[Any]:
     """The call's arguments by schema order: positional, then keyword, then ``defaults``
     (aligned with the end of ``names``)."""
@@ -1757,6 +1777,8 @@ _LIBRARY: dict[str, _Rule] = {
         for o in ("dim", "dims", "default")
     },
     "aten.constant_pad_nd.default": _constant_pad,
+    "aten.upsample_nearest2d.vec": _upsample_nearest,
+    "aten.upsample_nearest2d.default": _upsample_nearest,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
     "aten.embedding.default": _embedding,

@@ -1,4 +1,5 @@
-"""Convolution, pooling, constant padding and concatenation: the ops CNNs are made of.
+"""Convolution, pooling, nearest upsampling, constant padding and concatenation: the ops
+CNNs are made of.
 
 Every op here is ``OUT_ELEMENTWISE`` (TVM's "out-elemwise-fusable" class, like matmul):
 each output element is computed on its own from whole input buffers, by C statements that
@@ -655,6 +656,45 @@ def _pad_element(
     return lines, [(z[name], g[name]) for name in g]
 
 
+# ----------------------------------------------------------------------------- upsample
+def _upsample_factors(params: Mapping[str, float]) -> tuple[int, int]:
+    return _int(params, "factor_h", 1), _int(params, "factor_w", 1)
+
+
+def _upsample_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    n, c, h, w = _spatial(ins, "upsample_nearest2d")
+    fh, fw = _upsample_factors(params)
+    return (n, c, h * fh, w * fw)
+
+
+def _upsample_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    fh, fw = _upsample_factors(params)
+    return np.repeat(np.repeat(xs[0], fh, axis=2), fw, axis=3)
+
+
+def _upsample_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    # out[n, c, p, q] = x[n, c, p / factor_h, q / factor_w]: a copy of the element the
+    # output's nearest source is (integer factors: an exact integer division)
+    _, _, h, w = ins[0]
+    fh, fw = _upsample_factors(params)
+    g = {"H": h, "W": w, "P": out[2], "Q": out[3], "FH": fh, "FW": fw}
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
+    lines.append(
+        f"float t{j} = {ptrs[0]}[({v}o * {z['H']} + {v}p / {z['FH']}) * {z['W']} + "
+        f"{v}q / {z['FW']}];"
+    )
+    return lines, [(z[name], g[name]) for name in g]
+
+
 # ----------------------------------------------------------------------------- cat
 def _cat_axis(ins: Sequence[Shape], params: Mapping[str, float]) -> int:
     nd = len(ins[0])
@@ -833,6 +873,18 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_adaptive_element,
         shape=_adaptive_shape,
         cost=_adaptive_cost,
+        typed_pointers=True,
+    ),
+    # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2))
+    OpDef(
+        "upsample_nearest2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_upsample_reference,
+        params=(("factor_h", 1.0), ("factor_w", 1.0)),
+        element=_upsample_element,
+        shape=_upsample_shape,
+        flops_per_element=0.0,
         typed_pointers=True,
     ),
     OpDef(

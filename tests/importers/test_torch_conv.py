@@ -220,3 +220,40 @@ def test_zero_pads_of_zero_pads_fold_into_the_convolution(dims):
         SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
     )
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("upsample", "library"),
+    [
+        (nn.Upsample(scale_factor=2), True),
+        (nn.Upsample(scale_factor=(2, 3)), True),
+        (nn.Upsample(size=(10, 12)), True),  # whole factors from the sizes
+        (nn.Upsample(scale_factor=1.5), False),
+        (nn.Upsample(size=(7, 9)), False),
+    ],
+)
+def test_nearest_upsampling_by_whole_factors_is_a_library_op(upsample, library) -> None:
+    # a U-Net's decoder step: upsample, concatenate the skip, convolve
+    conv = nn.Conv2d(6, 2, 3, padding=1)
+
+    class Up(nn.Module):
+        def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+            y = upsample(x)
+            return conv(torch.cat([y, skip], dim=1))
+
+    x = torch.randn(1, 3, 5, 4)
+    with torch.no_grad():
+        skip = torch.randn(1, 3, *upsample(x).shape[-2:])
+        want = Up()(x, skip).numpy()
+    model = from_module(Up().eval(), (x, skip))
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    (target,) = [t for t in ops_of if "upsample" in t]
+    if library:
+        assert ops_of[target] == "upsample_nearest2d" and not model.opaque
+    else:
+        (o,) = model.opaque
+        assert o.target == target and ("whole factors" in o.reason or "p // factor" in o.reason)
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)

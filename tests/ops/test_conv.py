@@ -553,6 +553,34 @@ class TestPadAndCat:
         np.testing.assert_array_equal(c, want)
 
 
+# ------------------------------------------------------------------------------ upsample
+class TestUpsampleNearest:
+    @SETTINGS
+    @given(
+        shape=st.tuples(*[st.integers(1, 4)] * 4),
+        factors=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+        seed=st.integers(0, 2**32 - 1),
+        block=st.sampled_from([1, 4, 32]),
+    )
+    def test_reference_and_generated_c_equal_torch_bit_for_bit(
+        self, shape, factors, seed, block, so_dir
+    ):
+        (x,) = randn(seed, shape)
+        x.reshape(-1)[0] = np.nan  # moved, never computed: NaN and all
+        params = {"factor_h": factors[0], "factor_w": factors[1]}
+        want = F.interpolate(torch.from_numpy(x), scale_factor=factors, mode="nearest").numpy()
+        op = ops.get("upsample_nearest2d")
+        np.testing.assert_array_equal(op.reference([x], **params), want)
+        g, node = graph_of("upsample_nearest2d", [shape], params)
+        (c,) = run_c(g, node, [x], so_dir, block)
+        np.testing.assert_array_equal(c, want)
+
+    def test_raises_on_a_fractional_factor(self):
+        op = ops.get("upsample_nearest2d")
+        with pytest.raises(InvalidArgument, match=r"factor_h=1\.5 must be an integer >= 1"):
+            ops.infer_shape(op, [(1, 2, 3, 3)], {"factor_h": 1.5, "factor_w": 2.0}, "u")
+
+
 # ------------------------------------------------------------------------------ NVRTC
 NVRTC_CASES = {
     "conv2d": ([(1, 4, 8, 8), (6, 2, 3, 3)], {"stride_h": 2, "pad_top": 1, "pad_left": 1}),
@@ -563,6 +591,7 @@ NVRTC_CASES = {
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
+    "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
     "cat_3": ([(2, 1, 3), (2, 2, 3), (2, 4, 3)], {"axis": 1}),
 }
 
