@@ -682,7 +682,10 @@ def _plain(call: _Call, args: Sequence[Any], reshape_ok: bool = True) -> str | N
     for a in args:
         if not isinstance(a, _Arg):
             return f"an operand is a Python {type(a).__name__}, not a tensor"
-        if a.chain and not (reshape_ok and all(_op_name(t) in _RESHAPES for t, _, _ in a.chain)):
+        # (reshapes back to the buffer's own shape, an alias: the buffer, even for an op that
+        # reads shapes)
+        reshaped = all(_op_name(t) in _RESHAPES for t, _, _ in a.chain)
+        if a.chain and not (reshaped and (reshape_ok or tuple(a.shape) == a.base.shape)):
             views = ", ".join(
                 _base_name(t) if hasattr(t, "_schema") else "getitem" for t, _, _ in a.chain
             )

@@ -229,3 +229,20 @@ def _op_target(op: str) -> str:
         "relu": "aten.relu.default",
         "cast": "aten._to_copy.default",
     }[op]
+
+
+def test_a_slice_of_the_whole_tensor_is_its_buffer_even_for_cat() -> None:
+    # a U-Net's crop of the skip to the upsampled size, when the sizes already agree:
+    # torch exports it as an alias, which cat (reading shapes) reads as the buffer itself
+    class Crop(nn.Module):
+        def forward(self, y: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+            return torch.cat([y, skip[..., : y.shape[-2], : y.shape[-1]]], dim=1) * 2.0
+
+    y, skip = torch.randn(1, 2, 4, 4), torch.randn(1, 3, 4, 4)
+    model, (want,) = import_with_eager(Crop(), (y, skip))
+    assert not model.opaque
+    (cat,) = [k for k in model.graph.kernels() if k.op.startswith("cat_")]
+    assert model.graph.buffer(cat.inputs[1]).name == "skip"
+    plan = ExecutionPlan.build(model.graph)
+    (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    np.testing.assert_array_equal(got, want)
