@@ -2141,13 +2141,15 @@ class _Converter:
         layout (:data:`_SHAPE_ONLY`, given a stand-in of those): computed now, held as a
         constant buffer."""
         torch = _torch()
-        args = _cpu(tuple(self.env.get(a, a) if _hashable(a) else a for a in node.args))
+        given = node.args
         if _op_name(node.target) in _SHAPE_ONLY:
-            like = node.args[0].meta["val"]
+            like, given = node.args[0].meta["val"], node.args[1:]
+        args = _cpu(tuple(self.env.get(a, a) if _hashable(a) else a for a in given))
+        if given is not node.args:
             shape = _meta(like, f"the input of {node.name!r}").shape  # (static, checked)
             # eager's strides and dtype: *_like keeps them unless told otherwise
             stand_in = torch.empty_strided(shape, tuple(like.stride()), dtype=like.dtype)
-            args = (stand_in.zero_(), *args[1:])
+            args = (stand_in.zero_(), *args)
         kwargs = {k: _cpu(v) for k, v in node.kwargs.items()}
         with torch.no_grad():
             value = node.target(*args, **kwargs)
