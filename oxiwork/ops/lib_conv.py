@@ -18,8 +18,10 @@ shapes (depthwise: ``groups = C``). Padding may differ on each side, so a zero
 folds into it. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
-``pad_left``, ``pad_right`` and ``dilation``. Integer hyper-parameters are op parameters (floats holding integers, as
-every op parameter is a float); shape rules refuse fractional, negative or zero strides.
+``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
+``factor_h x factor_w`` times (whole factors). Integer hyper-parameters are op parameters
+(floats holding integers, as every op parameter is a float); shape rules refuse
+fractional, negative or zero strides.
 
 References compute in float64 and round once to float32, so they are within one rounding
 of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
