@@ -168,6 +168,8 @@ def _single_op_graphs():
             [(rows, cols), (cols, cols)],  # matmul, mm
             [nchw, (rows, rows, 3, 3)],  # conv2d
             [nchw, (rows, rows, 3, 3), (rows,)],  # conv2d_bias
+            [(1, rows, cols), (rows, rows, 3)],  # conv1d
+            [(1, rows, cols), (rows, rows, 3), (rows,)],  # conv1d_bias
             [(2, rows, cols), (2, cols, 3)],  # bmm
             [(3,), (rows, cols), (cols, 3)],  # addmm
             [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
