@@ -1773,6 +1773,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.mean.dim": _mean_dims,
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
+    "aten.amin.default": _any_axes("amin_dims", None, lambda call: None),
     # any/all over one dim, several, or every one: bool, NaN counting as true
     **{
         f"aten.{f}.{o}": _any_axes(f"{f}_dims", None, lambda call: None)

@@ -685,6 +685,16 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
         True,
     ),
     "rms_norm": (_rms_norm_recipe, False),
+    # torch.amin: -amax(-x), exactly (a negation is exact), NaN propagating as amax's
+    "amin": (
+        _reduce_recipe(
+            _NEG_INF,
+            "(({acc}) != ({acc}) || ({v}) != ({v})) ? ({acc}) - ({v}) : fmaxf({acc}, -({v}))",
+            2,
+            "-acc",
+        ),
+        True,
+    ),
     # torch.any / torch.all: count the non-zero (zero) elements, NaN being non-zero; a
     # float count of ones is 0 exactly when there are none (it never rounds to 0)
     "any": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0, "acc > 0.0f"), True),

@@ -883,6 +883,7 @@ _ANY_AXES: tuple[OpDef, ...] = (
         "mean_dims", "mean", lambda rows: rows.sum(axis=-1, dtype=F32) / F32(rows.shape[-1])
     ),
     _any_axes_op("amax_dims", "amax", _nan_amax),
+    _any_axes_op("amin_dims", "amin", lambda rows: -_nan_amax(-rows)),
     OpDef(
         "softmax_dim",
         FusionClass.REDUCTION,
@@ -906,8 +907,8 @@ _ANY_AXES: tuple[OpDef, ...] = (
         axes=_dim_axis,
     ),
 )
-"""``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims`` (``axes``,
-``keepdim``) and ``softmax_dim``,
+"""``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims``, ``amin_dims``
+(``axes``, ``keepdim``) and ``softmax_dim``,
 ``log_softmax_dim`` (``dim``): the reductions above over any axes.
 
 >>> import numpy as np

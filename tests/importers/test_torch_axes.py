@@ -1,4 +1,4 @@
-"""Reductions over any dims of imported modules: sum/mean/amax over any axes (keepdim or
+"""Reductions over any dims of imported modules: sum/mean/amax/amin over any axes (keepdim or
 not) and softmax/log_softmax over any dim map to the library's ``*_dims``/``*_dim`` ops
 (over the last axis: its row ops, as before), never to opaque kernels; the simulator gives
 eager's outputs with fusion on and off, and the generated C compiles with NVRTC."""
@@ -22,6 +22,7 @@ class Reductions(nn.Module):
             y.sum(dim=(0, 2)),
             y.mean(dim=1, keepdim=True),
             y.amax(dim=(1, 3)),
+            y.amin(dim=(0, 3), keepdim=True),
             torch.softmax(y, dim=1),
             torch.log_softmax(y, dim=0) + 1.0,
             torch.log_softmax(y, dim=-1),
@@ -68,6 +69,7 @@ WANT = {
     "sum_dims": 1,
     "mean_dims": 2,
     "amax_dims": 1,
+    "amin_dims": 1,
     "softmax_dim": 1,
     "log_softmax_dim": 2,
     "sum": 1,

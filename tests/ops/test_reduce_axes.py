@@ -1,5 +1,5 @@
-"""Reductions over any axes (``sum_dims``, ``mean_dims``, ``amax_dims``, and ``any_dims`` /
-``all_dims`` to bool) and softmax / log_softmax over any dim (``softmax_dim``,
+"""Reductions over any axes (``sum_dims``, ``mean_dims``, ``amax_dims``, ``amin_dims``, and
+``any_dims`` / ``all_dims`` to bool) and softmax / log_softmax over any dim (``softmax_dim``,
 ``log_softmax_dim``) of ``oxiwork.ops.lib_reduce``.
 
 On random shapes (rank 1-4) and random axis subsets: the reference equals numpy's own
@@ -51,7 +51,7 @@ def cases(draw):
     # sizes of 1 are rarer: they coalesce away, and the strided cases need two sizes > 1
     shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
     rank = len(shape)
-    name = draw(st.sampled_from(["sum_dims", "mean_dims", "amax_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
+    name = draw(st.sampled_from(["sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
     if name.endswith("_dim"):
         d = draw(st.integers(-rank, rank - 1))
         f = _softmax if name == "softmax_dim" else _log_softmax
@@ -60,7 +60,7 @@ def cases(draw):
     keep = draw(st.booleans())
     params = {"axes": axes_mask(axes or None, rank), "keepdim": float(keep)}
     ax = tuple(a % rank for a in axes) or None
-    np_fn = {"sum_dims": np.sum, "mean_dims": np.mean, "amax_dims": np.max}[name]
+    np_fn = {"sum_dims": np.sum, "mean_dims": np.mean, "amax_dims": np.max, "amin_dims": np.min}[name]  # fmt: skip
     return name, shape, params, lambda x: np_fn(x, axis=ax, keepdims=keep)
 
 
@@ -178,7 +178,7 @@ class TestReduceAxes:
         # prologue and epilogue fused, as one NVRTC unit (each compile costs a second)
         shape = (2, 3, 4, 5)
         sources = []
-        for k, name in enumerate(["sum_dims", "mean_dims", "amax_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
+        for k, name in enumerate(["sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
             if name.endswith("_dim"):
                 params = {"dim": 1.0}
             else:
@@ -299,3 +299,18 @@ class TestTruthReductions:
                 ks = kernel_source(g, node)
                 sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
         nvrtc_compile("\n".join(sources), "truth_reductions")
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+@pytest.mark.parametrize("name", ["amax_dims", "amin_dims"])
+def test_extrema_propagate_nan_and_take_infinities_in_c_as_in_the_reference(name, so_dir) -> None:
+    # torch.amax/amin: a NaN anywhere in a row makes it NaN; ±inf are ordinary values
+    x = np.array(
+        [[1.0, np.nan, -2.0], [np.inf, -np.inf, 0.0], [-0.5, 3.0, -7.0], [np.nan] * 3], F32
+    )
+    params = {"axes": axes_mask([1], 2), "keepdim": 0.0}
+    g, _ = _graph(name, x.shape, params)
+    want = evaluate(g, {"x": x})["out"]
+    np.testing.assert_array_equal(want, getattr(np, "max" if name == "amax_dims" else "min")(x, 1))
+    (got,) = _run_c(g, g.kernels()[0], [x], so_dir)
+    np.testing.assert_array_equal(got, want)
