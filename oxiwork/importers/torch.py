@@ -2260,11 +2260,11 @@ class _Converter:
             order = _physical_order(out)
             phys = _Meta(tuple(out.shape[k] for k in order), None, out.dtype)
             tried = attempt(phys, True)
-            order = None
             if not isinstance(tried[3], str):
-                (inputs, metas, call, lib), physical = tried, phys
+                (inputs, metas, call, lib), physical = tried, (phys, order)
             else:
                 inputs, metas, call, lib = first
+            order = None
         if isinstance(lib, str) and library_only:
             self.kernel_names.discard(name)
             return None
@@ -2278,7 +2278,7 @@ class _Converter:
                 # its CUDA C reads whole row-major buffers: a strided view goes through a copy
                 reads = [self._contiguous(r) if r in self.strided else r for r in reads]
         self.targets[name] = op_name
-        buf, bid = self._buffer(name, out if physical is None else physical, external=False)
+        buf, bid = self._buffer(name, out if physical is None else physical[0], external=False)
         numel = math.prod(out.ir_shape)
         kb = self.builder.add_kernel(
             name, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
@@ -2286,12 +2286,11 @@ class _Converter:
         kb.op(op).params(**params).fusible(not isinstance(lib, str))
         kb.inputs([self.ids[r] for r in reads]).outputs([bid]).finish()
         if physical is not None:  # the permute back to torch's order (and strides)
-            back = [0] * len(out.shape)
-            for k, d in enumerate(_physical_order(out)):
-                back[d] = k
+            phys, kept = physical
+            back = sorted(range(len(kept)), key=kept.__getitem__)  # the inverse permutation
             step = (_torch().ops.aten.permute.default, (back,), ())
             lay = _layout(val, (0, ()), True)
-            return _Tensor(buf, physical, (step,), False, out.shape, lay)
+            return _Tensor(buf, phys, (step,), False, out.shape, lay)
         return _Tensor(buf, out, layout=_layout(val, None, False) if out.strides is None else None)
 
     def output(self, node: Any) -> tuple[list[str], list[tuple[int, ...]]]:

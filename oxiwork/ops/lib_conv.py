@@ -689,10 +689,9 @@ def _upsample_element(
     g = {"H": h, "W": w, "P": out[2], "Q": out[3], "FH": fh, "FW": fw}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
+    lines = _pool_head(j, var, z)
     lines.append(
-        f"float t{j} = {ptrs[0]}[({v}o * {z['H']} + {v}p / {z['FH']}) * {z['W']} + "
-        f"{v}q / {z['FW']}];"
+        f"float t{j} = {ptrs[0]}[{v}x + ({v}p / {z['FH']}) * {z['W']} + {v}q / {z['FW']}];"
     )
     return lines, [(z[name], g[name]) for name in g]
 
