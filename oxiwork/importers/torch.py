@@ -1005,6 +1005,41 @@ def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) 
     return rule
 
 
+def _spread(lib: str) -> _Rule:
+    """torch.var/torch.std over dims (``correction``, default 1: Bessel's)."""
+    over = _any_axes(lib, None, lambda call: None)
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        found = over(call)
+        if isinstance(found, str):
+            return found
+        correction = call.kw("correction")
+        name, params, args = found
+        return (
+            name,
+            {**params, "correction": 1.0 if correction is None else float(correction)},
+            args,
+        )
+
+    return rule
+
+
+def _vector_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """linalg_vector_norm(x, ord, dim, keepdim, *, dtype) with ord 2 or 1 over dims."""
+    x = call.args[0]
+    order = call.args[1] if len(call.args) > 1 else call.kw("ord", 2)
+    lib = {2: "norm2_dims", 1: "norm1_dims"}.get(order)
+    if lib is None:
+        return f"it is the {order!r}-norm; the library has the 2-norm and the 1-norm"
+    if call.kw("dtype") is not None:
+        return f"it accumulates in {call.kw('dtype')}"
+    dims = call.args[2] if len(call.args) > 2 else call.kw("dim")
+    keep = call.args[3] if len(call.args) > 3 else call.kw("keepdim", False)
+    # (as a reduction over dims: sum_dims' argument order)
+    shifted = replace(call, args=(x, dims, keep), kwargs=())
+    return _any_axes(lib, None, lambda c: None)(shifted)
+
+
 def _buffer_axes(
     held: tuple[int, ...], shape: tuple[int, ...], axes: set[int]
 ) -> tuple[int, ...] | None:
@@ -1222,11 +1257,59 @@ def _copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("copy", {}, [src])
 
 
+def _group_norm_op(
+    call: _Call, x: Any, block: int, groups: int, weight: Any, bias: Any, eps: float
+) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """The library's group_norm(_affine) normalising each of ``groups`` equal consecutive
+    parts of every block of ``block`` elements of ``x`` (row-major, so read on the buffer
+    behind a reshape), the weight and bias entries spread evenly over a block."""
+    if call.index != 0:
+        return "its mean/rstd output is used; the library's norms give the result only"
+    if (weight is None) != (bias is None):
+        return "it has a weight without a bias (or the reverse); the library's affine norm has both"
+    affine = [a for a in (weight, bias) if a is not None]
+    why = _plain(call, [x, *affine])
+    if why:
+        return why
+    held = tuple(x.base.ir_shape)
+    dims = next(
+        (d for d in range(1, len(held) + 1) if math.prod(held[len(held) - d :]) == block), None
+    )
+    if dims is None:
+        return (
+            f"it normalises blocks of {block} elements, which are no trailing axes of its "
+            f"buffer of shape {held}"
+        )
+    params = {"groups": float(groups), "dims": float(dims), "eps": float(eps)}
+    return ("group_norm_affine", params, [x, *affine]) if affine else ("group_norm", params, [x])
+
+
+def _group_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # native_group_norm(input, weight, bias, N, C, HxW, group, eps): GroupNorm
+    x, weight, bias, _, c, hw, groups, eps = call.args[:8]
+    return _group_norm_op(call, x, int(c) * int(hw), int(groups), weight, bias, eps)
+
+
+def _instance_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps): the
+    # batch's own statistics; InstanceNorm calls it on a batch of one, (1, N * C, H, W)
+    x, weight, bias = call.args[:3]
+    eps = call.args[5] if len(call.args) > 5 else call.kw("eps", 1e-5)
+    if not isinstance(x, _Arg) or len(x.shape) < 2 or x.shape[0] != 1:
+        return (
+            "it normalises each channel over a batch of several samples; the library's norms "
+            "normalise consecutive elements (InstanceNorm's batch of one)"
+        )
+    return _group_norm_op(call, x, math.prod(x.shape), int(x.shape[1]), weight, bias, eps)
+
+
 def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, shape, weight, bias, eps = call.args
     why = _plain(call, [x])
     if why:
         return why
+    if len(shape) > 1:  # over several axes: one group of the trailing block
+        return _group_norm_op(call, x, math.prod(shape), 1, weight, bias, eps)
     if list(shape) != [x.shape[-1]] or not _rows_kept(x):
         return f"it normalises over {list(shape)}; the library's layer_norm the last axis only"
     if call.index != 0:
@@ -1765,6 +1848,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.baddbmm.default": _gemm_rule(batched=True, added=True),
     "aten.linear.default": _linear,
     "aten.native_layer_norm.default": _layer_norm,
+    "aten.native_group_norm.default": _group_norm,
+    "aten._native_batch_norm_legit.no_stats": _instance_norm,
     "aten.convolution.default": _conv,
     "aten.max_pool2d_with_indices.default": _max_pool,
     "aten.max_pool2d.default": _max_pool,
@@ -1774,6 +1859,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.mean.dim": _mean_dims,
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
     "aten.amin.default": _any_axes("amin_dims", None, lambda call: None),
+    "aten.var.correction": _spread("var_dims"),
+    "aten.std.correction": _spread("std_dims"),
+    "aten.linalg_vector_norm.default": _vector_norm,
     # any/all over one dim, several, or every one: bool, NaN counting as true
     **{
         f"aten.{f}.{o}": _any_axes(f"{f}_dims", None, lambda call: None)
@@ -1796,6 +1884,8 @@ _LIBRARY: dict[str, _Rule] = {
 _MULTI_OUTPUT = frozenset(
     {
         "aten.native_layer_norm.default",
+        "aten.native_group_norm.default",
+        "aten._native_batch_norm_legit.no_stats",
         "aten.max_pool2d_with_indices.default",
         "aten._native_batch_norm_legit_no_training.default",
     }

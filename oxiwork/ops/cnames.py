@@ -59,11 +59,11 @@ C_KEYWORDS = frozenset(
 )
 #: Fixed identifiers of the generated kernels: loop indices, sizes, accumulators, helpers.
 GENERATED = frozenset(
-    """i j k m n o q r c s v d row col rows cols total acc mx sm mean var den red is_max
+    """i j k m n o q r c s v d row col rows cols total acc mx sm mean var den red is_max xg
     ox_block_reduce OXIWORK_BLOCK_REDUCE""".split()  # noqa: SIM905
 )
 # Numbered identifiers: pointer arguments, step values, moduli, loop counters, fused params.
-_NUMBERED = re.compile(r"(in|out|t|m|q)\d+|m\d+[a-z]\w*|s\d+_.*")
+_NUMBERED = re.compile(r"(in|out|t|m|q|xs)\d+|m\d+[a-z]\w*|s\d+_.*|r[kc]\d+[dms]")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Numeric literals (2, 0.5f, 1e-3f, 0x1F, 10u), removed before looking for identifiers.
 _NUMBER = re.compile(

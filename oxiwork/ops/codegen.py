@@ -490,6 +490,23 @@ class _Gen:
         full = math.prod(in_shape)
         cols = math.prod(m for _, m, _ in reduced)
         rows = full // cols
+        block = cols  # the elements a further input's entries spread over
+        groups = red.op.row_groups(in_shape, red.params)
+        if groups != 1:
+            # group norm: each block of trailing reduced elements splits into consecutive
+            # rows, so the input must be read as rows of a row-major array
+            if kept not in ((), ((1, rows, cols),)) or reduced not in ((), ((1, cols, 1),)):
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name} splits its reduced axes into {groups} "
+                    "rows, which needs them to be the trailing axes"
+                )
+            if groups < 1 or cols % groups:
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name} cannot split {cols} elements into "
+                    f"{groups} equal rows"
+                )
+            rows, cols = rows * groups, cols // groups
+            kept, reduced = ((1, rows, cols),), ((1, cols, 1),)
         index, index_sizes = _row_index(kept, reduced, rows, cols)
         out_space = math.prod(red.shape)
         self.check_space(pre, full, f"prologue of {red.op.name}")
@@ -522,19 +539,35 @@ class _Gen:
         post_lines = [line for j in post for line in self.step_lines(j, out_var, out_space)]
         writes = [self.store(k, out_var, s) for k, s in enumerate(self.b.outputs)]
         params = {p: self.param_name(r, p) for p in red.params}
-        # inputs after the first (an affine norm's weight and bias) are read per column
+        # inputs after the first (an affine norm's weight and bias) are read per column,
+        # or per run of block // k columns of the unsplit block (group norm's channels)
         extra = []
+        extra_sizes: list[tuple[str, int]] = []
         for kind, i in red.args[1:]:
             if kind != "in":
                 raise UnsupportedOp(
                     f"{self.b.where}: {red.op.name}'s input {len(extra) + 1} is computed in "
                     "the kernel; a reduction reads only its first input from a step"
                 )
-            extra.append(self.arg(kind, i, "col", cols))
+            k = math.prod(self.b.in_shapes[i])
+            if k < 1 or block % k:
+                raise UnsupportedOp(
+                    f"{self.b.where}: {red.op.name}'s input {len(extra) + 1} has {k} "
+                    f"elements, which do not divide the {block} reduced elements"
+                )
+            at = "col" if groups == 1 else "((row % xg) * cols + col)"
+            if block != k:
+                at = f"({at} / xs{len(extra)})"
+                extra_sizes.append((f"xs{len(extra)}", block // k))
+            extra.append(self.arg(kind, i, at, k))
+        if groups != 1 and extra:
+            extra_sizes.append(("xg", groups))
         # every recipe defines t{r} right before the tail: round it there (half dtypes)
         tail = self.rounding(r) + post_lines + writes
         body = recipe(_RowParts(r, pre_lines, value, tail, params, extra, index))
-        sig, scalars = self.signature(fname, [("rows", rows), ("cols", cols), *index_sizes])
+        sig, scalars = self.signature(
+            fname, [("rows", rows), ("cols", cols), *index_sizes, *extra_sizes]
+        )
         src = (
             self.prelude()
             + _BLOCK_REDUCE
@@ -667,6 +700,25 @@ def _rms_norm_recipe(p: _RowParts) -> list[str]:
     return lines
 
 
+def _spread_recipe(root: bool) -> Callable[[_RowParts], list[str]]:
+    # torch.var / torch.std: two passes (the mean, then squared deviations), divided by
+    # max(cols - correction, 0): 0 gives inf (or NaN without spread), as torch
+    def recipe(p: _RowParts) -> list[str]:
+        lines = ["float mean = 0.0f;"]
+        lines += _row_loop(p, [f"mean += {p.value};"])
+        lines += ["mean = ox_block_reduce(mean, red, 0) / (float)cols;", "float var = 0.0f;"]
+        lines += _row_loop(p, [f"float d = {p.value} - mean;", "var += d * d;"])
+        corr = p.params["correction"]
+        lines += [
+            f"var = ox_block_reduce(var, red, 0) / fmaxf((float)cols - {corr}, 0.0f);",
+            "if (threadIdx.x == 0) {",
+            f"    float t{p.r} = {'sqrtf(var)' if root else 'var'};",
+        ]
+        return [*lines, *(f"    {x}" for x in p.tail), "}"]
+
+    return recipe
+
+
 # Row recipe per OpDef.row: how a row of the (prologue-transformed) input becomes t{r},
 # and whether that is one value per row (True) or a row again (False).
 _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
@@ -697,6 +749,10 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     ),
     # torch.any / torch.all: count the non-zero (zero) elements, NaN being non-zero; a
     # float count of ones is 0 exactly when there are none (it never rounds to 0)
+    "var": (_spread_recipe(False), True),
+    "std": (_spread_recipe(True), True),
+    "norm2": (_reduce_recipe("0.0f", "{acc} + ({v}) * ({v})", 0, "sqrtf(acc)"), True),
+    "norm1": (_reduce_recipe("0.0f", "{acc} + fabsf({v})", 0), True),
     "any": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0, "acc > 0.0f"), True),
     "all": (
         _reduce_recipe("0.0f", "{acc} + (({v}) == 0.0f ? 1.0f : 0.0f)", 0, "acc == 0.0f"),

@@ -733,6 +733,94 @@ References: J. L. Ba, J. R. Kiros, G. E. Hinton, "Layer Normalization", 2016; B.
 R. Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019."""
 
 
+# ----------------------------------------------------------------------------- group norm
+# Normalisation over the trailing ``dims`` axes, each block of them split into ``groups``
+# consecutive rows: GroupNorm (an (N, C, H, W) input, dims 3, a row per group of C/groups
+# channels), InstanceNorm (a row per channel), LayerNorm over several axes (groups 1). The
+# row kernel is layer norm's; the weight and bias are read per channel (or per element).
+def _norm_block(shape: Shape, params: Mapping[str, float]) -> tuple[int, int]:
+    """(dims, groups) of a group norm of input ``shape``, checked."""
+    dims, groups = params["dims"], params["groups"]
+    _need(
+        dims == int(dims) and 1 <= dims <= len(shape),
+        f"dims={dims!r} must count 1..{len(shape)} trailing axes of shape {tuple(shape)}",
+    )
+    block = math.prod(shape[len(shape) - int(dims) :])
+    _need(
+        groups == int(groups) and groups >= 1 and block % int(groups) == 0,
+        f"groups={groups!r} must split the {block} elements of the trailing {int(dims)} "
+        f"axes of shape {tuple(shape)} into equal rows",
+    )
+    return int(dims), int(groups)
+
+
+def _norm_axes(shape: Shape, params: Mapping[str, float]) -> tuple[int, ...]:
+    dims, _ = _norm_block(shape, params)
+    return tuple(range(len(shape) - dims, len(shape)))
+
+
+def _norm_groups(shape: Shape, params: Mapping[str, float]) -> int:
+    return _norm_block(shape, params)[1]
+
+
+def _group_norm_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, *per = shapes
+    dims, _ = _norm_block(x, params)
+    block = math.prod(x[len(x) - dims :])
+    for k, s in enumerate(per, start=1):
+        n = math.prod(s)
+        _need(
+            n >= 1 and block % n == 0,
+            f"input {k} (shape {tuple(s)}) has {n} elements, which must divide the {block} "
+            f"normalised elements of x {tuple(x)} (one per channel, or one per element)",
+        )
+    return x
+
+
+def _group_norm(xs: Sequence[np.ndarray], groups: float, dims: float, eps: float) -> np.ndarray:
+    x, *per = xs
+    _, g = _norm_block(x.shape, {"groups": groups, "dims": dims})
+    d = int(dims)
+    block = math.prod(x.shape[x.ndim - d :])
+    rows = x.reshape(-1, block // g)
+    y = _layer_norm(rows, eps).reshape(-1, block)
+    if per:
+        w, b = (np.repeat(v.reshape(-1), block // v.size) for v in per)
+        y = y * w + b
+    return y.reshape(x.shape).astype(F32)
+
+
+_GROUP_NORMS: tuple[OpDef, ...] = tuple(
+    OpDef(
+        name,
+        FusionClass.REDUCTION,
+        arity,
+        reference=lambda xs, groups, dims, eps: _group_norm(xs, groups, dims, eps),
+        params=(("groups", 1.0), ("dims", 1.0), ("eps", 1e-5)),
+        row="layer_norm",
+        shape=_group_norm_shape,
+        cost=_row_cost(10.0),
+        axes=_norm_axes,
+        groups=_norm_groups,
+    )
+    for name, arity in (("group_norm", 1), ("group_norm_affine", 3))
+)
+"""``group_norm`` (x) and ``group_norm_affine`` (x, weight, bias): layer norm of each of
+``groups`` equal consecutive parts of x's trailing ``dims`` axes, then (affine) each
+element scaled and shifted by the weight and bias entry of its channel: with ``k``
+entries, element ``j`` of the ``block`` trailing elements takes entry ``j // (block // k)``.
+
+References: Y. Wu, K. He, "Group Normalization", ECCV 2018; D. Ulyanov, A. Vedaldi,
+V. Lempitsky, "Instance Normalization", 2016.
+
+>>> import numpy as np
+>>> x = np.arange(8, dtype=np.float32).reshape(1, 4, 2)  # (N, C, L)
+>>> y = get("group_norm").reference([x], 2.0, 2.0, 0.0)  # two groups of two channels
+>>> np.round(y.reshape(2, 4), 3).tolist()
+[[-1.342, -0.447, 0.447, 1.342], [-1.342, -0.447, 0.447, 1.342]]
+"""
+
+
 # ----------------------------------------------------------------------------- any axes
 # sum/mean/amax over any set of axes and softmax/log_softmax over any dim. The axes are
 # parameters (as a convolution's strides are): ``axes`` is a bit mask over input 0's axes
@@ -875,7 +963,49 @@ def _truth_op(name: str, reduce: Callable[..., np.ndarray]) -> OpDef:
     )
 
 
+def _spread(rows: np.ndarray, correction: float) -> np.ndarray:
+    """Each row's variance with ``correction`` (Bessel's is 1), as the kernel computes it:
+    the float32 mean, the float32 sum of squared deviations, over max(cols - correction, 0)
+    (0 gives inf, or NaN for a row without spread, as in torch)."""
+    n = rows.shape[-1]
+    mean = rows.sum(axis=-1, keepdims=True, dtype=F32) / F32(n)
+    d = rows - mean
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (d * d).sum(axis=-1, dtype=F32) / F32(max(n - correction, 0.0))
+
+
+def _spread_op(name: str, root: bool) -> OpDef:
+    """``var_dims``/``std_dims``: torch.var/torch.std over ``axes`` with ``correction``."""
+
+    def reference(
+        xs: Sequence[np.ndarray], axes: float, keepdim: float, correction: float
+    ) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        var = _spread(_rows_of(xs[0], _mask_axes(xs[0].shape, params)), correction)
+        shape = _dims_shape([xs[0].shape], params)
+        return (np.sqrt(var) if root else var).astype(F32).reshape(shape)
+
+    return OpDef(
+        name,
+        FusionClass.REDUCTION,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0), ("correction", 1.0)),
+        row=name.removesuffix("_dims"),
+        shape=_dims_shape,
+        cost=_row_cost(4.0),
+        axes=_mask_axes,
+    )
+
+
 _ANY_AXES: tuple[OpDef, ...] = (
+    _spread_op("var_dims", False),
+    _spread_op("std_dims", True),
+    # torch.linalg.vector_norm with ord 2 and 1 (F.normalize divides by the first)
+    _any_axes_op(
+        "norm2_dims", "norm2", lambda rows: np.sqrt((rows * rows).sum(axis=-1, dtype=F32))
+    ),
+    _any_axes_op("norm1_dims", "norm1", lambda rows: np.abs(rows).sum(axis=-1, dtype=F32)),
     _any_axes_op("sum_dims", "sum", lambda rows: rows.sum(axis=-1, dtype=F32)),
     _truth_op("any_dims", np.any),
     _truth_op("all_dims", np.all),
@@ -907,8 +1037,9 @@ _ANY_AXES: tuple[OpDef, ...] = (
         axes=_dim_axis,
     ),
 )
-"""``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims``, ``amin_dims``
-(``axes``, ``keepdim``) and ``softmax_dim``,
+"""``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims``, ``amin_dims``,
+``norm2_dims`` (the Euclidean norm), ``norm1_dims`` (the sum of magnitudes) (``axes``,
+``keepdim``), ``var_dims``, ``std_dims`` (also ``correction``) and ``softmax_dim``,
 ``log_softmax_dim`` (``dim``): the reductions above over any axes.
 
 >>> import numpy as np
@@ -922,13 +1053,15 @@ _ANY_AXES: tuple[OpDef, ...] = (
 References: PyTorch documentation, ``torch.sum``, ``torch.amax``, ``torch.softmax``,
 ``torch.log_softmax`` (``dim``, ``keepdim``)."""
 
-for _op in (*_MATMULS, *_REDUCTIONS, *_ANY_AXES):
+for _op in (*_MATMULS, *_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES):
     register(_op)
 
-REDUCTIONS: frozenset[str] = frozenset(op.name for op in (*_REDUCTIONS, *_ANY_AXES))
+REDUCTIONS: frozenset[str] = frozenset(op.name for op in (*_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES))
 #: The reductions over any axes (their ``axes``/``dim`` parameters are axis masks and
 #: indices, not free numbers; tests/ops/test_reduce_axes.py draws valid ones).
 ANY_AXES: frozenset[str] = frozenset(op.name for op in _ANY_AXES)
+#: The group norms (their ``groups``/``dims`` are structural; tests/ops/test_group_norm.py).
+GROUP_NORMS: frozenset[str] = frozenset(op.name for op in _GROUP_NORMS)
 
 MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
 """The matmul variants this module registers (strided ones, registered later, aside)."""

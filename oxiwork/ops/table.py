@@ -579,6 +579,13 @@ class OpDef:
         For reductions (``row``): ``axes(in_shape, params) -> axes``, the axes of input 0
         the row recipe reduces (sorted, non-negative). Default: the last axis. The
         generated C reads the input through :func:`reduction_terms` of them.
+    groups
+        For reductions whose ``axes`` are the trailing ones: ``groups(in_shape, params) ->
+        g``, the elements each row would reduce split into ``g`` consecutive equal rows
+        (group norm's groups of channels). Default: 1. Further inputs (a norm's weight and
+        bias, of ``k`` elements) are read per element of the unsplit block: its element
+        ``j`` reads entry ``j // (block // k)`` (``k`` = the block: per element; the
+        channels of an ``(N, C, H, W)`` block: per channel).
 
     Examples
     --------
@@ -614,6 +621,7 @@ class OpDef:
     axes: Callable[[Shape, Mapping[str, float]], tuple[int, ...]] | None = field(
         default=None, repr=False
     )
+    groups: Callable[[Shape, Mapping[str, float]], int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -691,6 +699,14 @@ class OpDef:
         if self.axes is None:
             return (len(in_shape) - 1,)
         return tuple(self.axes(in_shape, params))
+
+    def row_groups(self, in_shape: Shape, params: Mapping[str, float]) -> int:
+        """How many rows each block of reduced elements splits into (see ``groups``).
+
+        >>> get("sum").row_groups((2, 3, 4), {})
+        1
+        """
+        return 1 if self.groups is None else int(self.groups(in_shape, params))
 
     def read_shapes(self, in_shapes: Sequence[Shape], params: Mapping[str, float]) -> list[Shape]:
         """The shape each input is read as, broadcast against the output (see ``align``).

@@ -839,7 +839,7 @@ def _classify_op(graph: ComputeGraph, n: GraphNode) -> tuple[_Info | str, bool]:
     if step.op.row is not None:
         full = step.in_shapes[0]
         cols = math.prod(full[a] for a in step.op.reduced_axes(full, step.params))
-        rows = math.prod(full) // cols
+        rows = math.prod(full) // cols * step.op.row_groups(full, step.params)
     out_numel = math.prod(step.shape)
     in_numel = tuple(math.prod(s) for s in bound.in_shapes)
     info = _Info(

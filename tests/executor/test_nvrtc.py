@@ -175,6 +175,7 @@ def _single_op_graphs():
             [(rows, 3), (2, rows, cols), (2, cols, 3)],  # baddbmm
             [(rows, cols), (3, cols), (3,)],  # linear
             [nchw, (rows,), (rows,), (rows,), (rows,)],  # batch_norm (x, mean, var, w, b)
+            [(rows, cols), (cols,), (cols,)],  # layer_norm_affine, group_norm_affine
         ]
         candidates = [c for c in candidates if len(c) == op.arity]
         candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity]
@@ -247,7 +248,7 @@ class TestCompilesEveryGeneratedKernel:
         shipped |= {op.name for op in lib_dtype.DTYPE_OPS}
         shipped |= {op.name for op in lib_elementwise.ELEMENTWISE_OPS}
         shipped |= {op.name for op in lib_elementwise.BOOL_OPS}
-        assert shipped | set(lib_reduce.MATMULS) <= names
+        assert shipped | set(lib_reduce.MATMULS) | set(lib_reduce.REDUCTIONS) <= names
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")
         assert len(mod.function_names) == len(sources)

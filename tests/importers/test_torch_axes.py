@@ -1,5 +1,5 @@
-"""Reductions over any dims of imported modules: sum/mean/amax/amin over any axes (keepdim or
-not) and softmax/log_softmax over any dim map to the library's ``*_dims``/``*_dim`` ops
+"""Reductions over any dims of imported modules: sum/mean/amax/amin/var/std and the 1- and
+2-norms over any axes (keepdim or not) and softmax/log_softmax over any dim map to the library's ``*_dims``/``*_dim`` ops
 (over the last axis: its row ops, as before), never to opaque kernels; the simulator gives
 eager's outputs with fusion on and off, and the generated C compiles with NVRTC."""
 
@@ -28,6 +28,10 @@ class Reductions(nn.Module):
             torch.log_softmax(y, dim=-1),
             y.sum(dim=-1),  # the last axis: the library's row op
             y.mean(dim=(-1, -2, 0)),
+            y.var(dim=(1, 2)),
+            y.std(dim=0, keepdim=True, correction=0),
+            nn.functional.normalize(y, dim=1),  # the 2-norm, clamped, divided by
+            torch.linalg.vector_norm(y, ord=1, dim=(0, 3)),
         )
 
 
@@ -73,6 +77,9 @@ WANT = {
     "softmax_dim": 1,
     "log_softmax_dim": 2,
     "sum": 1,
+    "var_dims": 2,  # std too: torch's decomposition is sqrt(var)
+    "norm2_dims": 1,
+    "norm1_dims": 1,
 }
 
 

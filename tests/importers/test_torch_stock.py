@@ -60,6 +60,20 @@ STOCK = {
         ),
         lambda: (_x(1, 3, 6, 6),),
     ),
+    "group norm block": (
+        lambda: nn.Sequential(
+            nn.Conv2d(4, 8, 3, padding=1), nn.GroupNorm(4, 8), nn.SiLU(), nn.GroupNorm(1, 8)
+        ),
+        lambda: (_x(2, 4, 5, 6),),
+    ),
+    "instance norm": (
+        lambda: nn.Sequential(nn.Conv2d(3, 6, 3), nn.InstanceNorm2d(6), nn.ReLU()),
+        lambda: (_x(2, 3, 7, 7),),
+    ),
+    "layer norm over several axes": (
+        lambda: nn.Sequential(nn.Conv1d(3, 4, 1), nn.LayerNorm([4, 6]), nn.GELU()),
+        lambda: (_x(2, 3, 6),),
+    ),
     "embedding bag of ops": (
         lambda: nn.Sequential(nn.Embedding(10, 6), nn.Flatten(), nn.Linear(18, 4), nn.Softplus()),
         lambda: (torch.tensor([[1, 2, 3], [4, 5, 9]]),),

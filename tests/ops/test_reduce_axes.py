@@ -11,6 +11,7 @@ equals the reference, alone and with a broadcasting prologue and an epilogue fus
 from __future__ import annotations
 
 import math
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -51,7 +52,7 @@ def cases(draw):
     # sizes of 1 are rarer: they coalesce away, and the strided cases need two sizes > 1
     shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
     rank = len(shape)
-    name = draw(st.sampled_from(["sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
+    name = draw(st.sampled_from([*SPREADS, "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
     if name.endswith("_dim"):
         d = draw(st.integers(-rank, rank - 1))
         f = _softmax if name == "softmax_dim" else _log_softmax
@@ -60,8 +61,27 @@ def cases(draw):
     keep = draw(st.booleans())
     params = {"axes": axes_mask(axes or None, rank), "keepdim": float(keep)}
     ax = tuple(a % rank for a in axes) or None
+    if name in SPREADS:
+        if name.startswith(("var", "std")):
+            params["correction"] = float(draw(st.sampled_from([0, 1, 2])))
+        return name, shape, params, lambda x: SPREADS[name](x, ax, keep, params.get("correction"))
     np_fn = {"sum_dims": np.sum, "mean_dims": np.mean, "amax_dims": np.max, "amin_dims": np.min}[name]  # fmt: skip
     return name, shape, params, lambda x: np_fn(x, axis=ax, keepdims=keep)
+
+
+def _var(x, ax, keep, correction):
+    # numpy's own: inf (or NaN without spread) where no degree of freedom is left
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.var(x, axis=ax, keepdims=keep, ddof=correction)
+
+
+SPREADS = {
+    "var_dims": _var,
+    "std_dims": lambda x, ax, keep, c: np.sqrt(_var(x, ax, keep, c)),
+    "norm2_dims": lambda x, ax, keep, _: np.sqrt((x * x).sum(axis=ax, keepdims=keep)),
+    "norm1_dims": lambda x, ax, keep, _: np.abs(x).sum(axis=ax, keepdims=keep),
+}
 
 
 def _graph(name, shape, params, dtype="float32", fused=False):
@@ -178,7 +198,7 @@ class TestReduceAxes:
         # prologue and epilogue fused, as one NVRTC unit (each compile costs a second)
         shape = (2, 3, 4, 5)
         sources = []
-        for k, name in enumerate(["sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
+        for k, name in enumerate([*SPREADS, "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
             if name.endswith("_dim"):
                 params = {"dim": 1.0}
             else:

@@ -317,6 +317,8 @@ OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
 # Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
 OWN_TESTS |= lib_reduce.ANY_AXES
+# Group norms take structural groups and dims: tests/ops/test_group_norm.py.
+OWN_TESTS |= lib_reduce.GROUP_NORMS
 
 
 def _computable() -> list[str]:
