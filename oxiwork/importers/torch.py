@@ -1371,9 +1371,26 @@ def _zero_pad(chain: Sequence[Any]) -> tuple[int, int, int, int] | None:
 
 
 def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, w, b, stride, padding, dilation, transposed, _, _ = call.args
+    x, w, b, stride, padding, dilation, transposed, out_pad, groups = call.args
     if transposed:
-        return "it is a transposed convolution; the library's conv2d is a direct one"
+        if len(stride) != 2:
+            return (
+                f"it is a {len(stride)}-d transposed convolution; the library's "
+                "conv_transpose2d is 2-d (NCHW)"
+            )
+        args = [x, w] if b is None else [x, w, b]
+        why = _nchw(call, args)
+        if why:
+            return why
+        (ph, pw), (oh, ow) = _pair(padding), _pair(out_pad)
+        params = {"stride_h": stride[0], "stride_w": stride[1], "pad_h": ph, "pad_w": pw}
+        params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
+        params |= {"out_pad_h": oh, "out_pad_w": ow, "groups": groups}
+        return (
+            ("conv_transpose2d" if b is None else "conv_transpose2d_bias"),
+            {k: float(v) for k, v in params.items()},
+            args,
+        )
     if len(stride) == 1:
         return _conv1d(call)
     if len(stride) != 2:
@@ -1442,6 +1459,32 @@ def _upsample_nearest(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] |
     if chosen.shape != expected.shape or not np.array_equal(chosen, expected):
         return "torch's nearest sources here are not p // factor; no library op picks them"
     return "upsample_nearest2d", {"factor_h": float(fh), "factor_w": float(fw)}, [x]
+
+
+def _upsample_bilinear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Bilinear resizing: the library's upsample_bilinear2d, with the float32 ratio torch's
+    kernel computes (aten/src/ATen/native/UpSample.h, area_pixel_compute_scale): (in - 1) /
+    (out - 1) with align_corners, else 1 / the scale factor it was given, or in / out."""
+    x, _, align = call.args[:3]
+    why = _nchw(call, [x])
+    if why:
+        return why
+    if _op_name(call.target).endswith(".vec"):
+        factors = call.args[3] if len(call.args) > 3 else call.kw("scale_factors")
+    else:
+        factors = [call.args[k] if len(call.args) > k else None for k in (3, 4)]
+    (_, _, h, w), (_, _, p, q) = x.shape, call.out.shape
+    ratios = []
+    for size, out, factor in zip((h, w), (p, q), factors or (None, None), strict=True):
+        if align:
+            r = np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.float32(0)
+        elif factor is not None and factor > 0:
+            r = np.float32(1.0 / factor)
+        else:
+            r = np.float32(size) / np.float32(out)
+        ratios.append(float(r))
+    params = {"out_h": float(p), "out_w": float(q), "align_corners": float(bool(align))}
+    return "upsample_bilinear2d", params | {"ratio_h": ratios[0], "ratio_w": ratios[1]}, [x]
 
 
 def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[Any]:
@@ -1871,6 +1914,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_nearest2d.default": _upsample_nearest,
+    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
+    "aten.upsample_bilinear2d.default": _upsample_bilinear,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
     "aten.embedding.default": _embedding,

@@ -1,5 +1,5 @@
-"""Convolution, pooling, nearest upsampling, constant padding and concatenation: the ops
-CNNs are made of.
+"""Convolution, transposed convolution, pooling, nearest and bilinear upsampling, constant
+padding and concatenation: the ops CNNs are made of.
 
 Every op here is ``OUT_ELEMENTWISE`` (TVM's "out-elemwise-fusable" class, like matmul):
 each output element is computed on its own from whole input buffers, by C statements that
@@ -19,7 +19,10 @@ folds into it. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
 ``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
-``factor_h x factor_w`` times (whole factors). Integer hyper-parameters are op parameters
+``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
+torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
+axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
+S)`` and ``groups`` a parameter. Integer hyper-parameters are op parameters
 (floats holding integers, as every op parameter is a float); shape rules refuse
 fractional, negative or zero strides.
 
@@ -324,6 +327,148 @@ def _conv1d_element(
 ) -> Lines:
     shapes, p2 = _as_conv2d(ins, params)
     return _conv_element(j, ptrs, var, shapes, (out[0], out[1], 1, out[2]), p2)
+
+
+# ----------------------------------------------------------------------------- conv_transpose2d
+# The transposed (fractionally strided) convolution, the gradient of conv2d with respect to
+# its input: input element (h, w) of channel c adds x * weight[c, k, r, s] to output
+# (h sh - pad_h + r dh, w sw - pad_w + s dw) of channel k (Dumoulin & Visin, section 4). The
+# weight is (C, K/groups, R, S), as torch's ConvTranspose2d holds it; the output is
+# (N, K, P, Q) with P = (H - 1) sh - 2 pad_h + dh (R - 1) + out_pad_h + 1. Each output element
+# gathers the taps that land on it (the C below), so no two threads write one element.
+_CONV_T_PARAMS = (
+    ("stride_h", 1.0),
+    ("stride_w", 1.0),
+    ("pad_h", 0.0),
+    ("pad_w", 0.0),
+    ("dilation_h", 1.0),
+    ("dilation_w", 1.0),
+    ("out_pad_h", 0.0),
+    ("out_pad_w", 0.0),
+    ("groups", 1.0),
+)
+
+
+def _conv_t_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[str, int]:
+    """Every size of a transposed convolution (checked), by the names the C code uses."""
+    n, c, h, w = _spatial(ins, "conv_transpose2d")
+    wt = ins[1]
+    if len(wt) != 4:
+        raise _ShapeProblem(
+            f"conv_transpose2d needs a weight of shape (C, K/groups, R, S), got {wt}"
+        )
+    groups = _int(params, "groups", 1)
+    if wt[0] != c or c % groups:
+        raise _ShapeProblem(
+            f"the input has {c} channels; weight {wt} needs C = {c} rows, and C must split "
+            f"into groups={groups}"
+        )
+    _, kg, r, s = wt
+    g = {"N": n, "C": c, "H": h, "W": w, "K": kg * groups, "Cg": c // groups, "Kg": kg}
+    g |= {"R": r, "S": s, "sh": _int(params, "stride_h", 1), "sw": _int(params, "stride_w", 1)}
+    g |= {"ph": _int(params, "pad_h", 0), "pw": _int(params, "pad_w", 0)}
+    g |= {"dh": _int(params, "dilation_h", 1), "dw": _int(params, "dilation_w", 1)}
+    g |= {"oh": _int(params, "out_pad_h", 0), "ow": _int(params, "out_pad_w", 0)}
+    if g["oh"] >= max(g["sh"], g["dh"]) or g["ow"] >= max(g["sw"], g["dw"]):
+        raise _ShapeProblem(
+            f"output padding {g['oh']}x{g['ow']} must be smaller than the stride or the "
+            f"dilation ({g['sh']}x{g['sw']}, {g['dh']}x{g['dw']}), as in torch"
+        )
+    g["P"] = (h - 1) * g["sh"] - 2 * g["ph"] + g["dh"] * (r - 1) + g["oh"] + 1
+    g["Q"] = (w - 1) * g["sw"] - 2 * g["pw"] + g["dw"] * (s - 1) + g["ow"] + 1
+    if g["P"] < 1 or g["Q"] < 1:
+        raise _ShapeProblem(
+            f"padding {g['ph']}x{g['pw']} crops the whole {h}x{w} input's transposed "
+            "convolution: the output would be empty"
+        )
+    if len(ins) == 3 and math.prod(ins[2]) != g["K"]:
+        raise _ShapeProblem(
+            f"conv_transpose2d's bias needs {g['K']} elements (one per output channel), got {ins[2]}"
+        )
+    return g
+
+
+def _conv_t_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _conv_t_geometry(ins, params)
+    return (g["N"], g["K"], g["P"], g["Q"])
+
+
+def _conv_t_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # Scatter each tap's (grouped) matrix product into the uncropped output, in float64,
+    # then crop the padding (Dumoulin & Visin 2016, section 4).
+    x, wt = xs[0], xs[1]
+    g = _conv_t_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
+    n, groups, cg, kg = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"]
+    h, w, sh, sw = g["H"], g["W"], g["sh"], g["sw"]
+    full = np.zeros(
+        (n, groups, kg, g["P"] + 2 * g["ph"], g["Q"] + 2 * g["pw"]), F64
+    )  # (every tap fits: P + 2 pad is the span of the last tap, plus the output padding)
+    xg = x.astype(F64).reshape(n, groups, cg, h * w)
+    wg = wt.astype(F64).reshape(groups, cg, kg, g["R"], g["S"])
+    with np.errstate(all="ignore"):
+        for r in range(g["R"]):
+            for s in range(g["S"]):
+                part = np.matmul(wg[:, :, :, r, s].transpose(0, 2, 1), xg)  # (n, G, kg, h w)
+                h0, w0 = r * g["dh"], s * g["dw"]
+                full[..., h0 : h0 + sh * (h - 1) + 1 : sh, w0 : w0 + sw * (w - 1) + 1 : sw] += (
+                    part.reshape(n, groups, kg, h, w)
+                )
+        out = full[..., g["ph"] : g["ph"] + g["P"], g["pw"] : g["pw"] + g["Q"]]
+        if len(xs) > 2:
+            out = out + xs[2].astype(F64).reshape(1, groups, kg, 1, 1)
+        return out.reshape(n, g["K"], g["P"], g["Q"]).astype(F32)
+
+
+def _conv_t_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    g = _conv_t_geometry(ins, params)
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    lines = _decompose(
+        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
+    )
+    lines += [
+        f"size_t {v}g = {v}k / {z['Kg']};",
+        f"size_t {v}kk = {v}k % {z['Kg']};",
+        f"float t{j} = 0.0f;",
+        f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
+        f"    size_t {v}ci = {v}g * {z['Cg']} + {v}c;",
+        f"    size_t {v}x = ({v}n * {z['C']} + {v}ci) * {z['H']} * {z['W']};",
+        f"    size_t {v}w = ({v}ci * {z['Kg']} + {v}kk) * {z['R']} * {z['S']};",
+        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
+        # the input row whose tap r lands on output row p: (p + pad - r dh) / sh, exactly
+        f"        long long {v}hs = (long long)({v}p + {z['ph']}) - (long long)({v}r * {z['dh']});",
+        f"        if ({v}hs < 0 || {v}hs % (long long){z['sh']} != 0) continue;",
+        f"        long long {v}h = {v}hs / (long long){z['sh']};",
+        f"        if ({v}h >= (long long){z['H']}) continue;",
+        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
+        f"            long long {v}ws = (long long)({v}q + {z['pw']}) - (long long)({v}s * {z['dw']});",
+        f"            if ({v}ws < 0 || {v}ws % (long long){z['sw']} != 0) continue;",
+        f"            long long {v}c2 = {v}ws / (long long){z['sw']};",
+        f"            if ({v}c2 >= (long long){z['W']}) continue;",
+        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
+        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
+        "        }",
+        "    }",
+        "}",
+    ]
+    if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
+        lines.append(f"t{j} += {ptrs[2]}[{v}k];")
+    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
+    return lines, [(z[name], g[name]) for name in used]
+
+
+def _conv_t_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # 2 N C H W (K/g) R S: every input element meets every tap of its group's K/g filters
+    flops = 2.0 * math.prod(ins[0]) * math.prod(ins[1][1:])
+    flops += math.prod(out) if len(ins) > 2 else 0
+    return flops, 4.0 * (sum(math.prod(s) for s in ins) + math.prod(out))
 
 
 # ----------------------------------------------------------------------------- pooling
@@ -696,6 +841,115 @@ def _upsample_element(
     return lines, [(z[name], g[name]) for name in g]
 
 
+# ----------------------------------------------------------------------------- bilinear
+# Bilinear resizing as torch's CPU kernel computes it (aten/src/ATen/native/UpSample.h,
+# area_pixel_compute_source_index, and UpSampleKernel.cpp, guard_index_and_lambda), in
+# float32: output row p reads rows h0 and h1 = h0 + (h0 < H - 1) with weights 1 - l and l,
+# where src = ratio p (align_corners) or max(ratio (p + 0.5) - 0.5, 0), h0 = min(floor(src),
+# H - 1) and l = min(max(src - h0, 0), 1); an output as large as the input copies it. The
+# ratio is a parameter, the float32 value torch computes from the sizes or the scale factor
+# it was given (the importer works it out), so no size decides it twice.
+_BILINEAR_PARAMS = (
+    ("out_h", 1.0),
+    ("out_w", 1.0),
+    ("ratio_h", 1.0),
+    ("ratio_w", 1.0),
+    ("align_corners", 0.0),
+)
+
+
+def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    n, c, _, _ = _spatial(ins, "upsample_bilinear2d")
+    for name in ("ratio_h", "ratio_w"):
+        if not 0 <= params[name] < 2**24:
+            raise _ShapeProblem(f"parameter {name}={params[name]!r} must be in [0, 2**24)")
+    _int(params, "align_corners", 0)
+    return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
+
+
+def _bilinear_taps(
+    size: int, out: int, ratio: float, align: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per output index along one axis: the two source indices and their weights."""
+    p = np.arange(out)
+    if out == size:  # torch copies: no arithmetic on the indices
+        return p, p, np.ones(out, F32), np.zeros(out, F32)
+    r = F32(ratio)
+    src = (
+        r * p.astype(F32)
+        if align
+        else np.maximum(r * (p.astype(F32) + F32(0.5)) - F32(0.5), F32(0))
+    )
+    i0 = np.minimum(np.floor(src).astype(np.int64), size - 1)
+    lam = np.minimum(np.maximum(src - i0.astype(F32), F32(0)), F32(1))
+    i1 = i0 + (i0 < size - 1)
+    return i0, i1, (F32(1) - lam).astype(F32), lam.astype(F32)
+
+
+def _bilinear_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    x = xs[0].astype(F32)
+    _, _, p, q = _bilinear_shape([x.shape], params)
+    align = bool(params["align_corners"])
+    h0, h1, a0, a1 = _bilinear_taps(x.shape[2], p, params["ratio_h"], align)
+    w0, w1, b0, b1 = _bilinear_taps(x.shape[3], q, params["ratio_w"], align)
+    with np.errstate(all="ignore"):
+        top = x[:, :, h0][..., w0] * b0 + x[:, :, h0][..., w1] * b1
+        bottom = x[:, :, h1][..., w0] * b0 + x[:, :, h1][..., w1] * b1
+        return (top * a0[:, None] + bottom * a1[:, None]).astype(F32)
+
+
+def _bilinear_axis(
+    v: str, axis: str, out: str, size: str, out_size: str, ratio: str, align: bool
+) -> list[str]:
+    """C lines giving ``{v}{axis}0``, ``{v}{axis}1`` and weights ``{v}{axis}l0``/``l1`` of
+    output index ``{v}{out}`` (of ``out_size``) along one axis of ``size`` inputs."""
+    a = f"{v}{axis}"
+    src = (
+        f"{ratio} * (float){v}{out}"
+        if align
+        else f"fmaxf({ratio} * ((float){v}{out} + 0.5f) - 0.5f, 0.0f)"
+    )
+    return [
+        f"size_t {a}0 = {v}{out}, {a}1 = {v}{out};",
+        f"float {a}l0 = 1.0f, {a}l1 = 0.0f;",
+        f"if ({out_size} != {size}) {{",
+        f"    float {a}s = {src};",
+        f"    long long {a}f = (long long)floorf({a}s);",
+        f"    if ({a}f > (long long){size} - 1) {a}f = (long long){size} - 1;",
+        f"    {a}0 = (size_t){a}f;",
+        f"    {a}l1 = fminf(fmaxf({a}s - (float){a}f, 0.0f), 1.0f);",
+        f"    {a}1 = {a}0 + ({a}0 < {size} - 1 ? 1 : 0);",
+        f"    {a}l0 = 1.0f - {a}l1;",
+        "}",
+    ]
+
+
+def _bilinear_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    _, _, h, w = ins[0]
+    align = bool(_int(params, "align_corners", 0))
+    g = {"H": h, "W": w, "P": out[2], "Q": out[3]}
+    z = {name: f"s{j}_{name}" for name in g}
+    v = f"v{j}_"
+    x = ptrs[0]
+    lines = _pool_head(j, var, z)
+    lines += _bilinear_axis(v, "h", "p", z["H"], z["P"], "{ratio_h}", align)
+    lines += _bilinear_axis(v, "w", "q", z["W"], z["Q"], "{ratio_w}", align)
+    lines += [
+        f"float t{j} = ({x}[{v}x + {v}h0 * {z['W']} + {v}w0] * {v}wl0 + "
+        f"{x}[{v}x + {v}h0 * {z['W']} + {v}w1] * {v}wl1) * {v}hl0 + "
+        f"({x}[{v}x + {v}h1 * {z['W']} + {v}w0] * {v}wl0 + "
+        f"{x}[{v}x + {v}h1 * {z['W']} + {v}w1] * {v}wl1) * {v}hl1;",
+    ]
+    return lines, [(z[name], g[name]) for name in g]
+
+
 # ----------------------------------------------------------------------------- cat
 def _cat_axis(ins: Sequence[Shape], params: Mapping[str, float]) -> int:
     nd = len(ins[0])
@@ -843,6 +1097,21 @@ CONV_OPS: tuple[OpDef, ...] = (
         )
         for name, arity in (("conv1d", 2), ("conv1d_bias", 3))
     ),
+    # the transposed convolution (ConvTranspose2d), with and without a bias
+    *(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            arity,
+            reference=_conv_t_reference,
+            params=_CONV_T_PARAMS,
+            element=_conv_t_element,
+            shape=_conv_t_shape,
+            cost=_conv_t_cost,
+            typed_pointers=True,
+        )
+        for name, arity in (("conv_transpose2d", 2), ("conv_transpose2d_bias", 3))
+    ),
     OpDef(
         "max_pool2d",
         FusionClass.OUT_ELEMENTWISE,
@@ -886,6 +1155,18 @@ CONV_OPS: tuple[OpDef, ...] = (
         element=_upsample_element,
         shape=_upsample_shape,
         flops_per_element=0.0,
+        typed_pointers=True,
+    ),
+    # bilinear resizing to any size (nn.Upsample(mode="bilinear"), F.interpolate)
+    OpDef(
+        "upsample_bilinear2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_bilinear_reference,
+        params=_BILINEAR_PARAMS,
+        element=_bilinear_element,
+        shape=_bilinear_shape,
+        flops_per_element=11.0,
         typed_pointers=True,
     ),
     OpDef(

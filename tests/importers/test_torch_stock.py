@@ -20,6 +20,26 @@ def _x(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
 
+class _Resize(nn.Module):
+    """Bilinear resizing as segmentation heads and FPNs do it: by a factor, to a size, with
+    and without align_corners."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.up = nn.Upsample(scale_factor=2.5, mode="bilinear")
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.relu(self.conv(x))
+        f = nn.functional
+        return (
+            self.up(y),
+            f.interpolate(y, size=(11, 4), mode="bilinear", align_corners=True),
+            f.interpolate(y, size=(5, 7), mode="bilinear") + y,  # the same size: a copy
+            f.interpolate(y, scale_factor=(0.5, 1.5), mode="bilinear"),
+        )
+
+
 STOCK = {
     "transformer encoder": (
         lambda: nn.TransformerEncoder(
@@ -73,6 +93,20 @@ STOCK = {
     "layer norm over several axes": (
         lambda: nn.Sequential(nn.Conv1d(3, 4, 1), nn.LayerNorm([4, 6]), nn.GELU()),
         lambda: (_x(2, 3, 6),),
+    ),
+    "transposed convolutions (a decoder)": (
+        lambda: nn.Sequential(
+            nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1),
+            nn.ReLU(),
+            nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2),
+            nn.ConvTranspose2d(4, 2, 3, dilation=2, bias=False),
+            nn.Sigmoid(),
+        ),
+        lambda: (_x(2, 6, 3, 4),),
+    ),
+    "bilinear upsampling (a segmentation head)": (
+        lambda: _Resize(),
+        lambda: (_x(2, 3, 5, 7),),
     ),
     "embedding bag of ops": (
         lambda: nn.Sequential(nn.Embedding(10, 6), nn.Flatten(), nn.Linear(18, 4), nn.Softplus()),

@@ -291,6 +291,110 @@ class TestConv1d:
         assert moved == 4 * (2 * 8 * 10 + 4 * 8 * 3 + 2 * 4 * 8)
 
 
+# ------------------------------------------------------------------------------ conv_transpose2d
+@st.composite
+def conv_t_cases(draw):
+    """(input shapes, params, groups) of a valid transposed convolution, bias or not."""
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    cg, kg, n = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    params = {"stride_h": sh, "stride_w": sw, "dilation_h": dh, "dilation_w": dw}
+    params["out_pad_h"] = draw(st.integers(0, max(sh, dh) - 1))
+    params["out_pad_w"] = draw(st.integers(0, max(sw, dw) - 1))
+    # padding that leaves at least one output row and column
+    full_h = (h - 1) * sh + dh * (r - 1) + params["out_pad_h"] + 1
+    full_w = (w - 1) * sw + dw * (s - 1) + params["out_pad_w"] + 1
+    params["pad_h"] = draw(st.integers(0, (full_h - 1) // 2))
+    params["pad_w"] = draw(st.integers(0, (full_w - 1) // 2))
+    params["groups"] = groups
+    shapes = [(n, groups * cg, h, w), (groups * cg, kg, r, s)]
+    if draw(st.booleans()):
+        shapes.append((groups * kg,))
+    return shapes, params, groups
+
+
+def torch_conv_t(xs, params, dtype):
+    """PyTorch's F.conv_transpose2d of ``xs`` in ``dtype``."""
+    t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
+    return (
+        F.conv_transpose2d(
+            t[0],
+            t[1],
+            t[2] if len(t) > 2 else None,
+            stride=(params["stride_h"], params["stride_w"]),
+            padding=(params["pad_h"], params["pad_w"]),
+            output_padding=(params["out_pad_h"], params["out_pad_w"]),
+            groups=params["groups"],
+            dilation=(params["dilation_h"], params["dilation_w"]),
+        )
+        .numpy()
+        .astype(np.float64)
+    )
+
+
+def conv_t_bound(xs, params):
+    """``(n + 1) u sum |x_i w_i|`` per output element, n the taps of one output element at
+    most (C/groups R S)."""
+    mag = torch_conv_t([np.abs(x) for x in xs], params, torch.float64)
+    taps = math.prod(xs[1].shape[:1]) // params["groups"] * math.prod(xs[1].shape[2:])
+    return (taps + len(xs) - 1) * U * mag + 2.0**-126
+
+
+class TestConvTranspose2d:
+    @SETTINGS
+    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
+        exact = torch_conv_t(xs, params, torch.float64)
+        assert (
+            got.shape == exact.shape == ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+        )
+        assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
+        assert np.all(
+            np.abs(got - torch_conv_t(xs, params, torch.float32)) <= conv_t_bound(xs, params)
+        )
+
+    @needs_cxx
+    @SETTINGS
+    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    def test_generated_c_equals_reference_within_the_summation_bound(
+        self, case, seed, block, so_dir
+    ):
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        name = "conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d"
+        g, node = graph_of(name, shapes, params)
+        want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
+        (c,) = run_c(g, node, xs, so_dir, block)
+        assert c.shape == want.shape
+        assert np.all(np.abs(c.astype(np.float64) - want) <= conv_t_bound(xs, params))
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 4, 3, 3), (2, 2, 3, 3)], {}, r"weight \(2, 2, 3, 3\) needs C = 4 rows"),
+            ([(1, 4, 3, 3), (4, 2, 3, 3)], {"groups": 3}, r"must split into groups=3"),
+            ([(1, 2, 3, 3), (2, 2, 3, 3)], {"out_pad_h": 1}, r"output padding 1x0 must be smaller"),
+            ([(1, 2, 1, 1), (2, 2, 1, 1)], {"pad_h": 1}, r"the output would be empty"),
+            ([(1, 2, 3, 3), (2, 2, 3, 3), (3,)], {}, r"bias needs 2 elements"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, shapes, params, match):
+        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    def test_cost_counts_two_flops_per_input_element_and_tap(self):
+        flops, _ = ops.get("conv_transpose2d").op_cost([(2, 4, 5, 5), (4, 3, 2, 2)], (2, 3, 10, 10))
+        assert flops == 2 * (2 * 4 * 5 * 5) * (3 * 2 * 2)
+
+
 # ------------------------------------------------------------------------------ epilogues
 def conv_block(depthwise: bool, bn: bool = False):
     """x -> conv -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->] relu ->
@@ -491,6 +595,62 @@ class TestPooling:
             assert np.all(np.abs(c - got) <= (window + 2) * U * mag + 1e-30)
 
 
+# ------------------------------------------------------------------------------ bilinear
+def bilinear_ratio(size: int, out: int, align: bool, factor: float | None) -> float:
+    """The float32 ratio torch's kernel uses (what the importer passes)."""
+    if align:
+        return float(np.float32(size - 1) / np.float32(out - 1)) if out > 1 else 0.0
+    if factor is not None:
+        return float(np.float32(1.0 / factor))
+    return float(np.float32(size) / np.float32(out))
+
+
+class TestBilinear:
+    @SETTINGS
+    @given(
+        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 7), st.integers(1, 7)),
+        data=st.data(),
+        align=st.booleans(),
+        seed=st.integers(0, 2**31),
+        block=st.sampled_from([1, 4, 32]),
+    )
+    def test_reference_near_torch_and_c_equal_to_it(self, shape, data, align, seed, block, so_dir):
+        (x,) = randn(seed, shape)
+        if data.draw(st.booleans(), label="by factor"):
+            shrink = [0.5] if min(shape[2:]) >= 2 else []  # (a size of 1 halves to nothing)
+            factor = data.draw(st.sampled_from([*shrink, 1.0, 1.5, 2.0, 2.5, 3.0]), label="factor")
+            want = F.interpolate(
+                torch.from_numpy(x), scale_factor=factor, mode="bilinear", align_corners=align
+            ).numpy()
+            out = want.shape[2:]
+        else:
+            factor = None
+            out = (data.draw(st.integers(1, 12)), data.draw(st.integers(1, 12)))
+            want = F.interpolate(
+                torch.from_numpy(x), size=out, mode="bilinear", align_corners=align
+            ).numpy()
+        params = {"out_h": out[0], "out_w": out[1], "align_corners": float(align)}
+        params["ratio_h"] = bilinear_ratio(shape[2], out[0], align, factor)
+        params["ratio_w"] = bilinear_ratio(shape[3], out[1], align, factor)
+        got = ops.get("upsample_bilinear2d").reference([x], **params)
+        assert got.shape == want.shape
+        # torch's vectorised kernel rounds its sums in another order: a few float32 roundings
+        # of values no larger than the input's
+        assert np.all(np.abs(got - want) <= 8 * U * np.abs(x).max() + 1e-30)
+        if CXX is not None:  # the same float32 operations in the same order: bit for bit
+            g, node = graph_of("upsample_bilinear2d", [shape], params)
+            (c,) = run_c(g, node, [x], so_dir, block)
+            np.testing.assert_array_equal(c, got)
+
+    def test_raises_on_a_negative_ratio_or_a_fractional_size(self):
+        op = ops.get("upsample_bilinear2d")
+        base = {"out_h": 4.0, "out_w": 4.0, "ratio_h": 0.5, "ratio_w": 0.5, "align_corners": 0.0}
+        with pytest.raises(InvalidArgument, match=r"ratio_w=-1\.0 must be in \[0, 2\*\*24\)"):
+            ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "ratio_w": -1.0}, "u")
+        with pytest.raises(InvalidArgument, match=r"out_h=2\.5 must be an integer >= 1"):
+            ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "out_h": 2.5}, "u")
+
+
 # ------------------------------------------------------------------------------ pad and cat
 class TestPadAndCat:
     @needs_cxx
@@ -587,11 +747,17 @@ NVRTC_CASES = {
     "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
     "conv1d": ([(1, 4, 16), (6, 2, 3)], {"stride": 2, "pad_left": 1}),
     "conv1d_bias": ([(2, 4, 9), (4, 1, 3), (4,)], {"dilation": 2, "pad_right": 2}),
+    "conv_transpose2d": ([(1, 4, 5, 5), (4, 3, 4, 4)], {"stride_h": 2, "stride_w": 2, "pad_h": 1}),
+    "conv_transpose2d_bias": ([(1, 4, 5, 5), (4, 1, 3, 3), (2,)], {"groups": 2, "out_pad_w": 0}),
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
     "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
+    "upsample_bilinear2d": (
+        [(1, 2, 3, 5)],
+        {"out_h": 7, "out_w": 10, "ratio_h": 3 / 7, "ratio_w": 0.5, "align_corners": 0},
+    ),
     "cat_3": ([(2, 1, 3), (2, 2, 3), (2, 4, 3)], {"axis": 1}),
 }
 
