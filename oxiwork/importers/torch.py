@@ -1884,6 +1884,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
     "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
     "aten.sum.dim_IntList": _any_axes("sum_dims", "sum", _sum_extra),
+    "aten.sum.default": _any_axes("sum_dims", "sum", _sum_extra),  # of every element
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
@@ -1900,6 +1901,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.mean.dim": _mean_dims,
+    "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
     "aten.amin.default": _any_axes("amin_dims", None, lambda call: None),
     "aten.var.correction": _spread("var_dims"),
@@ -1943,7 +1945,7 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     rule = _LIBRARY.get(name)
     if rule is None:
         return f"no op of the library computes {name.rsplit('.', 1)[0]}"
-    if call.out.strides is not None or not call.out.shape:
+    if call.out.strides is not None:
         return f"its result has shape {call.out.shape}; library ops write row-major arrays"
     if call.index is not None and name not in _MULTI_OUTPUT:
         return "it has several outputs; library ops have one"

@@ -102,3 +102,33 @@ def test_reductions_over_any_dims_match_eager() -> None:
             for n in kernels:
                 ks = kernel_source(plan.graph, n)
                 nvrtc_compile(ks.source, ks.function_name)
+
+
+class Scalars(nn.Module):
+    """Reductions of every element to a 0-d tensor (a loss, a norm), and arithmetic on them."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loss = ((x - y) ** 2).mean()
+        return (
+            loss,
+            x.sum() * 2.0 + 1.0,
+            x.amax() - x.amin(),
+            x.var() + x.std(),
+            torch.linalg.vector_norm(x),
+            x.mean() - y,  # a 0-d value broadcast back over a tensor
+            nn.functional.l1_loss(x, y),
+        )
+
+
+def test_reductions_to_0d_tensors_match_eager() -> None:
+    torch.manual_seed(2)
+    model, eager = import_with_eager(Scalars(), (torch.randn(3, 4, 5), torch.randn(3, 4, 5)))
+    assert model.opaque == ()
+    assert [w.shape for w in eager][:5] == [()] * 5
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        verify(plan)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, eager, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
