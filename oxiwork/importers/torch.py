@@ -459,6 +459,29 @@ def _leaves(x: Any) -> list[Any]:
     return [x]
 
 
+def _drop_unread_constants(conv: Any, graph: ComputeGraph) -> ComputeGraph:
+    """``graph`` without the folded constants nothing reads any more (roll's ``arange``,
+    read only by ops that folded too), and their values dropped from ``conv``."""
+    used = {b for n in graph.nodes for b in (*n.inputs, *n.outputs)}
+    used |= {graph.storage(b) for b in used}  # (a view read: its base too)
+    dead = {b.name for b in graph.buffers if b.name in conv.values and b.id not in used} & set(
+        conv.folded
+    )
+    if not dead:
+        return graph
+    for name in dead:
+        del conv.values[name]
+    conv.folded = [f for f in conv.folded if f not in dead]
+    return graph.with_changes(buffers=[b for b in graph.buffers if b.name not in dead])
+
+
+def _map_leaves(x: Any, f: Callable[[Any], Any]) -> Any:
+    """``x`` with ``f`` applied to every leaf of its nested lists and tuples."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map_leaves(v, f) for v in x)
+    return f(x)
+
+
 def _op_name(target: Any) -> str:
     """``aten.addmm.default`` for an OpOverload, the callable's name otherwise."""
     if hasattr(target, "_overloadname"):  # str() of an OpOverload is its qualified name
@@ -1634,6 +1657,30 @@ def _index(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or (lib_dtype.index_op(len(indices)).name, {}, [x, *indices])
 
 
+def _index_select(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, dim, index = call.args[:3]
+    why = _plain(call, [x, index], reshape_ok=False)
+    return why or ("index_select", {"dim": float(dim % max(1, len(x.shape)))}, [x, index])
+
+
+def _flip(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, dims = call.args[:2]
+    why = _plain(call, [x], reshape_ok=False)
+    return why or ("flip", {"axes": lib_reduce.axes_mask(dims, len(x.shape)) if dims else 0.0}, [x])
+
+
+def _repeat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, times = call.args[:2]
+    why = _plain(call, [x], reshape_ok=False)
+    if why:
+        return why
+    if len(times) > lib_dtype.MAX_REPEAT_AXES:
+        return f"it repeats over {len(times)} axes; the library's repeat takes at most {lib_dtype.MAX_REPEAT_AXES}"
+    params = {"lead": float(len(times) - len(x.shape))}
+    params |= {f"times{k}": float(t) for k, t in enumerate(reversed(times))}
+    return "repeat", params, [x]
+
+
 def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, dim = call.args[:2]
     if call.kw("dtype") is not None:
@@ -1904,6 +1951,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
     "aten.amin.default": _any_axes("amin_dims", None, lambda call: None),
+    # argmax/argmin over one dim, or the flattened tensor (dim None)
+    "aten.argmax.default": _any_axes("argmax_dims", None, lambda call: None),
+    "aten.argmin.default": _any_axes("argmin_dims", None, lambda call: None),
     "aten.var.correction": _spread("var_dims"),
     "aten.std.correction": _spread("std_dims"),
     "aten.linalg_vector_norm.default": _vector_norm,
@@ -1924,6 +1974,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
     "aten.cumsum.default": _cumsum,
+    "aten.index_select.default": _index_select,
+    "aten.flip.default": _flip,
+    "aten.repeat.default": _repeat,
     "attention": _attention,  # eager attention, matched over several nodes
 }
 
@@ -2075,7 +2128,11 @@ class _Converter:
         tensors = [
             a for a in _leaves((node.args, tuple(node.kwargs.values()))) if self._is_tensor(a)
         ]
-        if not tensors or (_op_name(target) in _SHAPE_ONLY and tensors == [node.args[0]]):
+        if (
+            not tensors
+            or (_op_name(target) in _SHAPE_ONLY and tensors == [node.args[0]])
+            or all(self._folded_value(a) is not None for a in tensors)
+        ):
             self.fold(node)
             return
         if isinstance(val, (list, tuple)):
@@ -2275,20 +2332,26 @@ class _Converter:
             raise UnsupportedModel(f"getitem {node.name!r} indexes {type(src).__name__}")
 
     def fold(self, node: Any) -> None:
-        """An op without tensor inputs, or one that reads only its input's shape, dtype and
-        layout (:data:`_SHAPE_ONLY`, given a stand-in of those): computed now, held as a
-        constant buffer."""
+        """An op without tensor inputs, one that reads only its input's shape, dtype and
+        layout (:data:`_SHAPE_ONLY`, given a stand-in of those), or one reading only
+        constants folded before it: computed now, held as a constant buffer."""
         torch = _torch()
         given = node.args
         if _op_name(node.target) in _SHAPE_ONLY:
             like, given = node.args[0].meta["val"], node.args[1:]
-        args = _cpu(tuple(self.env.get(a, a) if _hashable(a) else a for a in given))
+        args = _cpu(
+            tuple(
+                _map_leaves(given, self._fold_arg)
+                if given is node.args
+                else (self.env.get(a, a) if _hashable(a) else a for a in given)
+            )
+        )
         if given is not node.args:
             shape = _meta(like, f"the input of {node.name!r}").shape  # (static, checked)
             # eager's strides and dtype: *_like keeps them unless told otherwise
             stand_in = torch.empty_strided(shape, tuple(like.stride()), dtype=like.dtype)
             args = (stand_in.zero_(), *args)
-        kwargs = {k: _cpu(v) for k, v in node.kwargs.items()}
+        kwargs = {k: _cpu(_map_leaves(v, self._fold_arg)) for k, v in node.kwargs.items()}
         with torch.no_grad():
             value = node.target(*args, **kwargs)
         if not isinstance(value, torch.Tensor):
@@ -2299,6 +2362,23 @@ class _Converter:
         t = self._external(f"const.{node.name}", value, f"constant {node.name!r}")
         self.folded.append(t.buffer)
         self.env[node] = t
+
+    def _fold_arg(self, a: Any) -> Any:
+        """An argument of a folded op: a folded constant's value, a specialised Python
+        input's value, or the argument itself."""
+        if self._is_tensor(a):
+            return self._folded_value(a)
+        return self.env.get(a, a) if _hashable(a) else a
+
+    def _folded_value(self, a: Any) -> Any:
+        """The value of ``a`` if it is a constant this import folded (read whole, no view),
+        as a torch tensor of eager's shape; else None. Ops reading only such constants fold
+        too (roll's ``fmod(arange + shift, n)`` indices): a parameter or input never does,
+        so a value the user binds at run time is never baked in."""
+        v = self.env.get(a) if _hashable(a) else None
+        if not isinstance(v, _Tensor) or v.chain or v.buffer not in self.folded:
+            return None
+        return _torch().from_numpy(self.values[v.buffer].copy()).reshape(v.base.shape)
 
     def _module_path(self, node: Any) -> str:
         stack = node.meta.get("nn_module_stack") or {}
@@ -2608,7 +2688,7 @@ def from_exported_program(
                 f"node {node.name!r} is a {node.op} ({node.target}); exported programs hold "
                 "placeholders, calls and one output only (a torch.cond branch?)"
             )
-    graph = conv.builder.build()
+    graph = _drop_unread_constants(conv, conv.builder.build())
     return ImportedModel(
         graph=graph,
         inputs=MappingProxyType(conv.values),

@@ -719,6 +719,25 @@ def _spread_recipe(root: bool) -> Callable[[_RowParts], list[str]]:
     return recipe
 
 
+def _arg_recipe(sign: str) -> Callable[[_RowParts], list[str]]:
+    # torch.argmax / argmin: the first column holding the row's extreme (of sign * x), a NaN
+    # counting as the extreme (the first NaN wins, as in torch). Two passes: the
+    # NaN-propagating maximum, then the least column holding it, as a maximum of -col (a
+    # column below 2**24 is exact in float; the op's shape rule refuses more).
+    def recipe(p: _RowParts) -> list[str]:
+        v = f"({sign}({p.value}))"
+        lines = [f"float mx = {_NEG_INF};"]
+        lines += _row_loop(p, [f"mx = (mx != mx || {v} != {v}) ? mx + {v} : fmaxf(mx, {v});"])
+        lines += ["mx = ox_block_reduce(mx, red, 2);", f"float at = {_NEG_INF};"]
+        hit = f"({v} == mx || (mx != mx && {v} != {v}))"
+        lines += _row_loop(p, [f"if {hit} at = fmaxf(at, -(float)col);"])
+        lines += ["at = ox_block_reduce(at, red, 1);", "if (threadIdx.x == 0) {"]
+        lines += [f"    float t{p.r} = -at;", *(f"    {x}" for x in p.tail)]
+        return [*lines, "}"]
+
+    return recipe
+
+
 # Row recipe per OpDef.row: how a row of the (prologue-transformed) input becomes t{r},
 # and whether that is one value per row (True) or a row again (False).
 _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
@@ -749,6 +768,8 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     ),
     # torch.any / torch.all: count the non-zero (zero) elements, NaN being non-zero; a
     # float count of ones is 0 exactly when there are none (it never rounds to 0)
+    "argmax": (_arg_recipe(""), True),
+    "argmin": (_arg_recipe("-"), True),
     "var": (_spread_recipe(False), True),
     "std": (_spread_recipe(True), True),
     "norm2": (_reduce_recipe("0.0f", "{acc} + ({v}) * ({v})", 0, "sqrtf(acc)"), True),

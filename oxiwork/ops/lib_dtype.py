@@ -21,6 +21,11 @@
 - ``index_<k>`` (:func:`index_op`, ``x[i0, ..., ik-1]``, ``aten.index.Tensor``): the
   leading ``k`` axes indexed by integer tensors broadcast together (GPT-2's mask builder
   reads position ids so), out-element-wise like ``gather``.
+- ``index_select`` (``torch.index_select(x, dim, index)``, roll's decomposition), ``flip``
+  (``axes``, a bit mask) and ``repeat`` (``Tensor.repeat``: ``lead`` new leading axes and
+  ``times{k}``, the repeats of the k-th axis from the last): each output element copies
+  one input element, of any dtype; ``index_select`` takes indices in ``[0, n)`` (as torch),
+  refused by the reference and NaN or 0 in the C outside it.
 - ``cumsum`` along parameter ``dim``: bool and integers sum exactly in int64, floats in
   float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
 
@@ -64,7 +69,10 @@ __all__ = [
     "CUMSUM",
     "DTYPE_OPS",
     "EMBEDDING",
+    "FLIP",
     "GATHER",
+    "INDEX_SELECT",
+    "REPEAT",
     "cast_name",
     "index_op",
     "typed_value",
@@ -510,7 +518,214 @@ CUMSUM = OpDef(
     typed_pointers=True,
 )
 
-DTYPE_OPS: tuple[OpDef, ...] = (*CASTS, EMBEDDING, GATHER, CUMSUM)
+
+# ----------------------------------------------------------------------------- moves
+# index_select, flip and repeat: each output element copies one input element, found from
+# its coordinates (out-element-wise, so element-wise epilogues fuse after them).
+def _same_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the input (input 0) is {dtypes[0]}, which kernels do not compute on")
+    return dtypes[0]
+
+
+def _coords(j: int, var: str, out: Shape, sizes: list[tuple[str, int]]) -> list[str]:
+    """C lines splitting ``var`` into ``c{j}_{a}`` for every axis a of ``out``."""
+    lines = [f"size_t q{j} = {var};"]
+    for a in range(len(out) - 1, -1, -1):
+        e = f"s{j}_e{a}"
+        sizes.append((e, out[a]))
+        lines += [f"size_t c{j}_{a} = q{j} % {e};", f"q{j} /= {e};"]
+    return lines
+
+
+def _select_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, idx = shapes
+    axis = _gather_axis(shapes, params)
+    if len(idx) > 1:
+        raise _ShapeProblem(f"index_select needs a vector of indices, got shape {idx}")
+    return (*x[:axis], math.prod(idx), *x[axis + 1 :])
+
+
+def _select(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
+    x, idx = xs
+    axis = int(dim) % x.ndim
+    n = x.shape[axis]
+    idx = np.asarray(idx).reshape(-1)
+    bad = (idx < 0) | (idx >= n)  # (torch.index_select refuses negative indices too)
+    if bad.any():
+        raise IndexError(
+            f"index {int(idx[bad][0])} is out of range for axis {axis} of extent {n}; indices "
+            f"must be in [0, {n})"
+        )
+    return np.take(x, idx.astype(np.int64), axis=axis)
+
+
+def _select_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # the input offset of the output's coordinates, the selected axis's one replaced by the
+    # index read at it (out of [0, n), a negative one too: NaN or 0)
+    x, ix = ptrs
+    axis = _gather_axis(ins, params)
+    xst = _row_major(ins[0])
+    sizes: list[tuple[str, int]] = [(f"s{j}_n", ins[0][axis])]
+    lines = _coords(j, var, out, sizes)
+    r = f"r{j}"
+    lines += [
+        f"long long {r} = (long long){ix}[c{j}_{axis}];",
+        f"bool ok{j} = {r} >= 0 && {r} < (long long)s{j}_n;",
+        f"size_t o{j} = (size_t)(ok{j} ? {r} : 0) * s{j}_x{axis};",
+    ]
+    for a in range(len(out)):
+        sizes.append((f"s{j}_x{a}", xst[a]))
+        if a != axis:
+            lines.append(f"o{j} += c{j}_{a} * s{j}_x{a};")
+    return [*lines, *typed_value(j, x, f"ok{j}", f"o{j}")], sizes
+
+
+INDEX_SELECT = OpDef(
+    "index_select",
+    FusionClass.OUT_ELEMENTWISE,
+    2,
+    reference=_select,
+    params=(("dim", 0.0),),
+    element=_select_element,
+    shape=_select_shape,
+    flops_per_element=0.0,
+    cost=lambda ins, out: (0.0, 4.0 * 3 * int(np.prod(out))),
+    dtype=_gather_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+
+def _flip_axes(shape: Shape, params: Mapping[str, float]) -> list[int]:
+    mask, rank = params["axes"], len(shape)
+    if mask != int(mask) or not 0 <= mask < 2**rank:
+        raise _ShapeProblem(
+            f"axes={mask!r} is not a bit mask of the {rank} axes of shape {tuple(shape)} "
+            "(bit d flips axis d)"
+        )
+    return [d for d in range(rank) if int(mask) >> d & 1]
+
+
+def _flip_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    _flip_axes(shapes[0], params)
+    return tuple(shapes[0])
+
+
+def _flip(xs: Sequence[np.ndarray], axes: float) -> np.ndarray:
+    flipped = _flip_axes(xs[0].shape, {"axes": axes})
+    return np.flip(xs[0], axis=tuple(flipped)).copy() if flipped else xs[0].copy()
+
+
+def _flip_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    flipped = _flip_axes(ins[0], params)
+    xst = _row_major(ins[0])
+    sizes: list[tuple[str, int]] = []
+    lines = [*_coords(j, var, out, sizes), f"size_t o{j} = 0;"]
+    for a in range(len(out)):
+        c = f"(s{j}_e{a} - 1 - c{j}_{a})" if a in flipped else f"c{j}_{a}"
+        sizes.append((f"s{j}_x{a}", xst[a]))
+        lines.append(f"o{j} += {c} * s{j}_x{a};")
+    return [*lines, *typed_value(j, ptrs[0], "true", f"o{j}")], sizes
+
+
+FLIP = OpDef(
+    "flip",
+    FusionClass.OUT_ELEMENTWISE,
+    1,
+    reference=_flip,
+    params=(("axes", 0.0),),
+    element=_flip_element,
+    shape=_flip_shape,
+    flops_per_element=0.0,
+    dtype=_same_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+MAX_REPEAT_AXES = 6
+_REPEAT_PARAMS = (("lead", 0.0), *((f"times{k}", 1.0) for k in range(MAX_REPEAT_AXES)))
+
+
+def _repeats(shape: Shape, params: Mapping[str, float]) -> tuple[Shape, list[int]]:
+    """The input's shape with ``lead`` leading axes of 1 added, and the repeats of each of
+    its axes (``times{k}``: the k-th axis from the last)."""
+    lead = params["lead"]
+    if lead != int(lead) or lead < 0 or len(shape) + lead > MAX_REPEAT_AXES:
+        raise _ShapeProblem(
+            f"lead={lead!r} must be a whole number of new leading axes, at most "
+            f"{MAX_REPEAT_AXES} axes in all (the input has {len(shape)})"
+        )
+    padded = (1,) * int(lead) + tuple(shape)
+    times = []
+    for k in range(MAX_REPEAT_AXES):
+        t = params[f"times{k}"]
+        if t != int(t) or t < 1 or (k >= len(padded) and t != 1):
+            raise _ShapeProblem(
+                f"times{k}={t!r} must be a whole number >= 1 (1 past the {len(padded)} axes)"
+            )
+        times.append(int(t))
+    return padded, times[: len(padded)][::-1]
+
+
+def _repeat_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    padded, times = _repeats(shapes[0], params)
+    return tuple(s * t for s, t in zip(padded, times, strict=True))
+
+
+def _repeat(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    padded, times = _repeats(xs[0].shape, params)
+    return np.tile(xs[0].reshape(padded), times)
+
+
+def _repeat_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    padded, _ = _repeats(ins[0], params)
+    xst = _row_major(padded)
+    sizes: list[tuple[str, int]] = []
+    lines = [*_coords(j, var, out, sizes), f"size_t o{j} = 0;"]
+    for a in range(len(out)):
+        if padded[a] != 1:  # (a repeated axis of one element reads its only one)
+            sizes += [(f"s{j}_m{a}", padded[a]), (f"s{j}_x{a}", xst[a])]
+            lines.append(f"o{j} += (c{j}_{a} % s{j}_m{a}) * s{j}_x{a};")
+    return [*lines, *typed_value(j, ptrs[0], "true", f"o{j}")], sizes
+
+
+REPEAT = OpDef(
+    "repeat",
+    FusionClass.OUT_ELEMENTWISE,
+    1,
+    reference=_repeat,
+    params=_REPEAT_PARAMS,
+    element=_repeat_element,
+    shape=_repeat_shape,
+    flops_per_element=0.0,
+    dtype=_same_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+DTYPE_OPS: tuple[OpDef, ...] = (*CASTS, EMBEDDING, GATHER, CUMSUM, INDEX_SELECT, FLIP, REPEAT)
 
 for _op in DTYPE_OPS:
     register(_op)

@@ -47,6 +47,7 @@ from oxiwork.error import InvalidArgument
 from oxiwork.ops.codegen import _NEG_INF  # -inf as the row kernels write it
 from oxiwork.ops.table import (
     COMPUTE_DTYPES,
+    FLOAT_COMPUTE,
     DtypeProblem,
     FusionClass,
     OpDef,
@@ -998,7 +999,55 @@ def _spread_op(name: str, root: bool) -> OpDef:
     )
 
 
+def _arg_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in FLOAT_COMPUTE:
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; argmax/argmin compare float32, float16 or bfloat16 values"
+        )
+    return "int64"
+
+
+def _arg_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    cols = math.prod(shapes[0][d] for d in _mask_axes(shapes[0], params))
+    _need(
+        cols < 2**24,
+        f"argmax/argmin over {cols} elements: indices from 2**24 on are not exact in the "
+        "kernel's float arithmetic",
+    )
+    return _dims_shape(shapes, params)
+
+
+def _arg_op(name: str, sign: float) -> OpDef:
+    """``argmax_dims``/``argmin_dims``: the index (int64) of the first extreme over
+    ``axes`` (one axis, or every one: the flat index), a NaN counting as the extreme."""
+
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = sign * _rows_of(xs[0].astype(F32), _mask_axes(xs[0].shape, params))
+        nan = np.isnan(rows)
+        at = np.where(
+            nan.any(axis=-1), nan.argmax(axis=-1), np.argmax(np.where(nan, 0, rows), axis=-1)
+        )
+        return at.astype(np.int64).reshape(_dims_shape([xs[0].shape], params))
+
+    return OpDef(
+        name,
+        FusionClass.REDUCTION,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        row=name.removesuffix("_dims"),
+        shape=_arg_shape,
+        cost=_row_cost(2.0),
+        axes=_mask_axes,
+        dtype=_arg_dtype,
+        widen=False,
+    )
+
+
 _ANY_AXES: tuple[OpDef, ...] = (
+    _arg_op("argmax_dims", 1.0),
+    _arg_op("argmin_dims", -1.0),
     _spread_op("var_dims", False),
     _spread_op("std_dims", True),
     # torch.linalg.vector_norm with ord 2 and 1 (F.normalize divides by the first)

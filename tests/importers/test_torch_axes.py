@@ -1,5 +1,5 @@
-"""Reductions over any dims of imported modules: sum/mean/amax/amin/var/std and the 1- and
-2-norms over any axes (keepdim or not) and softmax/log_softmax over any dim map to the library's ``*_dims``/``*_dim`` ops
+"""Reductions over any dims of imported modules: sum/mean/amax/amin/var/std, the 1- and
+2-norms and argmax/argmin over any axes (keepdim or not) and softmax/log_softmax over any dim map to the library's ``*_dims``/``*_dim`` ops
 (over the last axis: its row ops, as before), never to opaque kernels; the simulator gives
 eager's outputs with fusion on and off, and the generated C compiles with NVRTC."""
 
@@ -32,6 +32,8 @@ class Reductions(nn.Module):
             y.std(dim=0, keepdim=True, correction=0),
             nn.functional.normalize(y, dim=1),  # the 2-norm, clamped, divided by
             torch.linalg.vector_norm(y, ord=1, dim=(0, 3)),
+            y.argmax(dim=1) + 1,  # an int64 epilogue fuses after the index
+            y.argmin(),  # over the flattened tensor: 0-d
         )
 
 
@@ -80,6 +82,8 @@ WANT = {
     "var_dims": 2,  # std too: torch's decomposition is sqrt(var)
     "norm2_dims": 1,
     "norm1_dims": 1,
+    "argmax_dims": 1,
+    "argmin_dims": 1,
 }
 
 

@@ -40,6 +40,24 @@ class _Resize(nn.Module):
         )
 
 
+class _Moves(nn.Module):
+    """Data movement as Swin's shifted windows (roll), flips (test-time augmentation) and
+    repeated embeddings do it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, 4, 6))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.roll(x, shifts=(1, -2), dims=(1, 2)) * 2.0
+        return (
+            y + self.pos.repeat(x.shape[0], 1, 1),
+            torch.flip(x, dims=(0, 2)) - x,
+            torch.roll(x, 3) + 1.0,  # over the flattened tensor
+            x.repeat(2, 1, 1, 2),
+        )
+
+
 STOCK = {
     "transformer encoder": (
         lambda: nn.TransformerEncoder(
@@ -86,6 +104,11 @@ STOCK = {
         ),
         lambda: (_x(2, 4, 5, 6),),
     ),
+    "instance norm, affine": (
+        lambda: nn.Sequential(nn.InstanceNorm2d(3, affine=True), nn.Tanh()),
+        lambda: (_x(2, 3, 4, 5),),
+    ),
+    "roll, flip and repeat": (lambda: _Moves(), lambda: (_x(2, 4, 6),)),
     "instance norm": (
         lambda: nn.Sequential(nn.Conv2d(3, 6, 3), nn.InstanceNorm2d(6), nn.ReLU()),
         lambda: (_x(2, 3, 7, 7),),

@@ -506,6 +506,91 @@ class TestGather:
             _bits_equal(_c_graph(plan.graph, inputs, so_dir), want, f"C fusion={fusion}")
 
 
+@st.composite
+def moves(draw):
+    """(op, x, index or None, params, torch's result) of index_select, flip or repeat."""
+    import torch
+
+    dtype = draw(st.sampled_from(["float32", "float16", "bfloat16", "int64", "int32"]))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    x = np.arange(math.prod(shape)).reshape(shape).astype(np.float32) - 3.5
+    x = x.astype(BF16 if dtype == "bfloat16" else dtype)
+    tx = torch.from_numpy(x.astype(np.float32))
+    name = draw(st.sampled_from(["index_select", "flip", "repeat"]))
+    rank = len(shape)
+    if name == "index_select":
+        dim = draw(st.integers(-rank, rank - 1))
+        n = shape[dim]
+        ix = np.array(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=5)), np.int64)
+        want = torch.index_select(tx, dim, torch.from_numpy(ix))
+        return name, x, ix, {"dim": float(dim % rank)}, want
+    if name == "flip":
+        dims = draw(st.lists(st.integers(0, rank - 1), unique=True))
+        return name, x, None, {"axes": float(sum(1 << d for d in dims))}, torch.flip(tx, dims)
+    times = draw(st.lists(st.integers(1, 3), min_size=rank, max_size=min(6, rank + 2)))
+    params = {"lead": float(len(times) - rank)}
+    params |= {f"times{k}": float(t) for k, t in enumerate(reversed(times))}
+    return name, x, None, params, tx.repeat(*times)
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestMoves:
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=moves())
+    def test_index_select_flip_and_repeat_equal_torch_and_c(self, case, so_dir):
+        name, x, ix, params, eager = case
+        dtype = "bfloat16" if x.dtype == BF16 else x.dtype.name
+        b = GraphBuilder()
+        ins = [b.alloc_external_buffer("x", x.nbytes, dtype=dtype, shape=x.shape)]
+        if ix is not None:
+            ins.append(b.alloc_external_buffer("ix", ix.nbytes, dtype="int64", shape=ix.shape))
+        out_shape = ops.infer_shape(ops.get(name), [x.shape] + ([ix.shape] if ix is not None else []), {**ops.get(name).defaults, **params}, "t")  # fmt: skip
+        out = b.alloc_buffer("out", DTYPES[dtype] * math.prod(out_shape), dtype=dtype, shape=out_shape)  # fmt: skip
+        b.add_kernel(name, 1, 32).op(name).params(**params).inputs(ins).outputs([out]).finish()
+        g = b.build()
+        inputs = {"x": x} | ({"ix": ix} if ix is not None else {})
+        want = evaluate(g, inputs)["out"]
+        assert want.shape == tuple(eager.shape)
+        _bits_equal(want.astype(np.float32), eager.numpy(), "reference vs torch")
+        plan = ExecutionPlan.build(g)
+        _bits_equal(SequentialExecutor(plan).run(inputs).outputs["out"], want, "simulator")
+        if CXX is not None:
+            _bits_equal(_c_graph(g, inputs, so_dir), want, "generated C")
+
+    def test_out_of_range_index_is_refused_by_the_reference_and_nan_in_c(self, so_dir):
+        x, ix = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([0, 3], np.int64)
+        with pytest.raises(IndexError, match=r"index 3 is out of range for axis 1 of extent 3"):
+            ops.get("index_select").reference([x, ix], dim=1.0)
+        with pytest.raises(IndexError, match=r"index -1 is out of range"):  # as torch
+            ops.get("index_select").reference([x, -ix[:1] - 1], dim=1.0)
+        if CXX is not None:
+            b = GraphBuilder()
+            xb = b.alloc_external_buffer("x", 24, shape=(2, 3))
+            ib = b.alloc_external_buffer("ix", 16, dtype="int64", shape=(2,))
+            out = b.alloc_buffer("out", 16, shape=(2, 2))
+            b.add_kernel("s", 1, 32).op("index_select").params(dim=1.0).inputs([xb, ib]).outputs(
+                [out]
+            ).finish()
+            g = b.build()
+            (got,) = _run_c(g, g.kernels()[0], [x, ix], so_dir)
+            np.testing.assert_array_equal(got, [[0.0, np.nan], [3.0, np.nan]])
+
+    @pytest.mark.parametrize(
+        ("name", "shapes", "params", "match"),
+        [
+            ("index_select", [(2, 3), (2, 2)], {"dim": 0.0}, r"needs a vector of indices"),
+            ("flip", [(2, 3)], {"axes": 4.0}, r"axes=4\.0 is not a bit mask of the 2 axes"),
+            ("repeat", [(2, 3)], {"lead": 5.0}, r"lead=5\.0 must be a whole number"),
+            ("repeat", [(2, 3)], {"times0": 0.0}, r"times0=0\.0 must be a whole number >= 1"),
+            ("repeat", [(2, 3)], {"times3": 2.0}, r"times3=2\.0 must be .* \(1 past the 2 axes\)"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, name, shapes, params, match):
+        op = ops.get(name)
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "t")
+
+
 # ------------------------------------------------------------------ NVRTC
 def _probe_graphs():
     """(label, graph) per registered op with CUDA C and per input dtypes its rule accepts:
@@ -516,7 +601,7 @@ def _probe_graphs():
         if not op.has_cuda or op.source is not None:
             continue
         combos = [[d] * op.arity for d in sorted(COMPUTE_DTYPES)]
-        if name in ("embedding", "gather"):
+        if name in ("embedding", "gather", "index_select"):
             combos = [[w, i] for w in FLOATS for i in ("int64", "int32")]
         shapes = None
         for cand in ([(2, 5)] * op.arity, [(2, 5), (5,)], [(2, 5), (5, 3)], [(4, 3), (2,)]):
