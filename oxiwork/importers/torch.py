@@ -1578,6 +1578,17 @@ def _adaptive_avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] 
     return "adaptive_avg_pool2d", {"out_h": float(oh), "out_w": float(ow)}, [x]
 
 
+def _adaptive_max_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    if call.index != 0:
+        return "its indices output is used; the library's adaptive_max_pool2d gives the maxima"
+    x, size = call.args[:2]
+    why = _nchw(call, [x])
+    if why:
+        return why
+    oh, ow = _pair(size)
+    return "adaptive_max_pool2d", {"out_h": float(oh), "out_w": float(ow)}, [x]
+
+
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
     # adaptive average pooling to 1x1 (means over other axes: mean_dims, _mean_dims).
@@ -1947,6 +1958,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
@@ -1987,6 +1999,7 @@ _MULTI_OUTPUT = frozenset(
         "aten.native_group_norm.default",
         "aten._native_batch_norm_legit.no_stats",
         "aten.max_pool2d_with_indices.default",
+        "aten.adaptive_max_pool2d.default",
         "aten._native_batch_norm_legit_no_training.default",
     }
 )

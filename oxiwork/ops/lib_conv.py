@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -686,14 +687,22 @@ def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
 
 
 def _adaptive_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    x = xs[0]
+    return _adaptive_windows(xs[0], params, lambda win: win.astype(F64).mean(axis=(2, 3)))
+
+
+def _adaptive_max_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    # np.max propagates NaN, as torch's adaptive max pooling (``val > max || isnan(val)``)
+    return _adaptive_windows(xs[0], params, lambda win: win.astype(F32).max(axis=(2, 3)))
+
+
+def _adaptive_windows(x: np.ndarray, params: Mapping[str, float], f: Any) -> np.ndarray:
+    """``f`` of every adaptive window of ``x`` (NCHW), as float32."""
     n, c, oh, ow = _adaptive_shape([x.shape], params)
     out = np.empty((n, c, oh, ow), F32)
-    x64 = x.astype(F64)
     with np.errstate(all="ignore"):
         for i, (h0, h1) in enumerate(_adaptive_bounds(x.shape[2], oh)):
             for k, (w0, w1) in enumerate(_adaptive_bounds(x.shape[3], ow)):
-                out[:, :, i, k] = x64[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+                out[:, :, i, k] = f(x[:, :, h0:h1, w0:w1])
     return out
 
 
@@ -705,25 +714,49 @@ def _adaptive_element(
     out: Shape,
     params: Mapping[str, float],
 ) -> Lines:
+    return _adaptive_lines(j, ptrs, var, ins, out, maximum=False)
+
+
+def _adaptive_max_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    return _adaptive_lines(j, ptrs, var, ins, out, maximum=True)
+
+
+def _adaptive_lines(
+    j: int, ptrs: Sequence[str], var: str, ins: Sequence[Shape], out: Shape, maximum: bool
+) -> Lines:
+    """The mean (or NaN-propagating maximum) of output element ``var``'s adaptive window."""
     _, _, h, w = ins[0]
     _, _, oh, ow = out
     g = {"H": h, "W": w, "P": oh, "Q": ow}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
+    val = f"{ptrs[0]}[{v}x + {v}h * {z['W']} + {v}c2]"
     lines = _pool_head(j, var, z)
     lines += [
         f"size_t {v}h0 = {v}p * {z['H']} / {z['P']};",
         f"size_t {v}h1 = (({v}p + 1) * {z['H']} + {z['P']} - 1) / {z['P']};",
         f"size_t {v}w0 = {v}q * {z['W']} / {z['Q']};",
         f"size_t {v}w1 = (({v}q + 1) * {z['W']} + {z['Q']} - 1) / {z['Q']};",
-        f"float t{j} = 0.0f;",
+        f"float t{j} = {'__int_as_float(0xff800000u)' if maximum else '0.0f'};",
         f"for (size_t {v}h = {v}h0; {v}h < {v}h1; ++{v}h) {{",
         f"    for (size_t {v}c2 = {v}w0; {v}c2 < {v}w1; ++{v}c2) {{",
-        f"        t{j} += {ptrs[0]}[{v}x + {v}h * {z['W']} + {v}c2];",
+        # NaN wins and stays, as in max_pool2d
+        f"        float {v}val = {val};",
+        f"        if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"
+        if maximum
+        else f"        t{j} += {v}val;",
         "    }",
         "}",
-        f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));",
     ]
+    if not maximum:
+        lines.append(f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));")
     return lines, [(z[name], g[name]) for name in ("H", "W", "P", "Q")]
 
 
@@ -1141,6 +1174,17 @@ CONV_OPS: tuple[OpDef, ...] = (
         reference=_adaptive_reference,
         params=(("out_h", 1.0), ("out_w", 1.0)),
         element=_adaptive_element,
+        shape=_adaptive_shape,
+        cost=_adaptive_cost,
+        typed_pointers=True,
+    ),
+    OpDef(
+        "adaptive_max_pool2d",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_adaptive_max_reference,
+        params=(("out_h", 1.0), ("out_w", 1.0)),
+        element=_adaptive_max_element,
         shape=_adaptive_shape,
         cost=_adaptive_cost,
         typed_pointers=True,

@@ -109,6 +109,10 @@ STOCK = {
         lambda: (_x(2, 3, 4, 5),),
     ),
     "roll, flip and repeat": (lambda: _Moves(), lambda: (_x(2, 4, 6),)),
+    "adaptive max pooling head": (
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((2, 3)), nn.Flatten()),
+        lambda: (_x(2, 3, 9, 8),),
+    ),
     "instance norm": (
         lambda: nn.Sequential(nn.Conv2d(3, 6, 3), nn.InstanceNorm2d(6), nn.ReLU()),
         lambda: (_x(2, 3, 7, 7),),

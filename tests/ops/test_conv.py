@@ -651,6 +651,26 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "out_h": 2.5}, "u")
 
 
+@SETTINGS
+@given(
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
+    out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    seed=st.integers(0, 2**31),
+)
+def test_adaptive_max_pool_reference_and_c_equal_torch_with_nan_and_inf(
+    shape, out, seed, tmp_path_factory
+):
+    x = with_specials(seed, shape)
+    params = {"out_h": out[0], "out_w": out[1]}
+    got = ops.get("adaptive_max_pool2d").reference([x], **params)
+    eager = F.adaptive_max_pool2d(torch.from_numpy(x), out).numpy()
+    np.testing.assert_array_equal(got, eager)  # (NaN == NaN here)
+    if CXX is not None:
+        g, node = graph_of("adaptive_max_pool2d", [shape], params)
+        (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive_max"))
+        np.testing.assert_array_equal(c, got)
+
+
 # ------------------------------------------------------------------------------ pad and cat
 class TestPadAndCat:
     @needs_cxx
@@ -752,6 +772,7 @@ NVRTC_CASES = {
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
+    "adaptive_max_pool2d": ([(1, 2, 9, 7)], {"out_h": 4, "out_w": 3}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
     "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
     "upsample_bilinear2d": (
