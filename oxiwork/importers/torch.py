@@ -1108,6 +1108,14 @@ def _sum_extra(call: _Call) -> str | None:
     return f"it accumulates in {call.kw('dtype')}" if call.kw("dtype") is not None else None
 
 
+def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """A sum over dims; of a bool tensor (int64 in torch), a count of the true elements."""
+    x = call.args[0]
+    if isinstance(x, _Arg) and x.base.dtype == "bool" and call.kw("dtype") is None:
+        return _any_axes("count_dims", None, lambda c: None)(call)
+    return _any_axes("sum_dims", "sum", _sum_extra)(call)
+
+
 def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
     """``a`` as a GEMM operand of ``rank`` 2 or 3: its :class:`Strided` layout in its buffer
     and its shape, or why it cannot be read in place."""
@@ -1395,11 +1403,23 @@ def _zero_pad(chain: Sequence[Any]) -> tuple[int, int, int, int] | None:
 
 def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, w, b, stride, padding, dilation, transposed, out_pad, groups = call.args
+    if transposed and len(stride) == 1:  # ConvTranspose1d: NCL
+        args = [x, w] if b is None else [x, w, b]
+        why = _plain(call, args, reshape_ok=False)
+        if why:
+            return why
+        params = {"stride": stride[0], "pad": padding[0], "dilation": dilation[0]}
+        params |= {"out_pad": out_pad[0], "groups": groups}
+        return (
+            ("conv_transpose1d" if b is None else "conv_transpose1d_bias"),
+            {k: float(v) for k, v in params.items()},
+            args,
+        )
     if transposed:
         if len(stride) != 2:
             return (
                 f"it is a {len(stride)}-d transposed convolution; the library's "
-                "conv_transpose2d is 2-d (NCHW)"
+                "conv_transpose1d and conv_transpose2d are 1-d (NCL) and 2-d (NCHW)"
             )
         args = [x, w] if b is None else [x, w, b]
         why = _nchw(call, args)
@@ -1941,8 +1961,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.copy.default": _copy,
     "aten._softmax.default": _any_axes("softmax_dim", "softmax", _softmax_extra),
     "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
-    "aten.sum.dim_IntList": _any_axes("sum_dims", "sum", _sum_extra),
-    "aten.sum.default": _any_axes("sum_dims", "sum", _sum_extra),  # of every element
+    "aten.sum.dim_IntList": _sum,
+    "aten.sum.default": _sum,  # of every element
+    "aten.count_nonzero.dim_IntList": _any_axes("count_dims", None, lambda call: None),
+    "aten.count_nonzero.default": _any_axes("count_dims", None, lambda call: None),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),

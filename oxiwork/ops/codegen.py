@@ -774,6 +774,8 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "std": (_spread_recipe(True), True),
     "norm2": (_reduce_recipe("0.0f", "{acc} + ({v}) * ({v})", 0, "sqrtf(acc)"), True),
     "norm1": (_reduce_recipe("0.0f", "{acc} + fabsf({v})", 0), True),
+    # count_nonzero: a float count of ones, exact below 2**24 (the op's shape rule)
+    "count": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0), True),
     "any": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0, "acc > 0.0f"), True),
     "all": (
         _reduce_recipe("0.0f", "{acc} + (({v}) == 0.0f ? 1.0f : 0.0f)", 0, "acc == 0.0f"),

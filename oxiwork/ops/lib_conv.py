@@ -22,7 +22,7 @@ as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride`
 ``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
 axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
-S)`` and ``groups`` a parameter. Integer hyper-parameters are op parameters
+S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one). Integer hyper-parameters are op parameters
 (floats holding integers, as every op parameter is a float); shape rules refuse
 fractional, negative or zero strides.
 
@@ -463,6 +463,61 @@ def _conv_t_element(
         lines.append(f"t{j} += {ptrs[2]}[{v}k];")
     used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
     return lines, [(z[name], g[name]) for name in used]
+
+
+# ConvTranspose1d: the 2-d one over a height of one, as conv1d is conv2d's.
+_CONV_T1D_PARAMS = (
+    ("stride", 1.0),
+    ("pad", 0.0),
+    ("dilation", 1.0),
+    ("out_pad", 0.0),
+    ("groups", 1.0),
+)
+
+
+def _as_conv_t2d(
+    ins: Sequence[Shape], params: Mapping[str, float]
+) -> tuple[list[Shape], dict[str, float]]:
+    x, wt = ins[0], ins[1]
+    if len(x) != 3 or len(wt) != 3:
+        raise _ShapeProblem(
+            f"conv_transpose1d needs an NCL input and a (C, K/groups, S) weight, got {x} and {wt}"
+        )
+    shapes = [(x[0], x[1], 1, x[2]), (wt[0], wt[1], 1, wt[2]), *ins[2:]]
+    return shapes, {
+        "stride_h": 1.0,
+        "stride_w": float(_int(params, "stride", 1)),
+        "pad_h": 0.0,
+        "pad_w": float(_int(params, "pad", 0)),
+        "dilation_h": 1.0,
+        "dilation_w": float(_int(params, "dilation", 1)),
+        "out_pad_h": 0.0,
+        "out_pad_w": float(_int(params, "out_pad", 0)),
+        "groups": float(_int(params, "groups", 1)),
+    }
+
+
+def _conv_t1d_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    g = _conv_t_geometry(*_as_conv_t2d(ins, params))
+    return (g["N"], g["K"], g["Q"])
+
+
+def _conv_t1d_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    shapes, p2 = _as_conv_t2d([x.shape for x in xs], params)
+    out = _conv_t_reference([x.reshape(s) for x, s in zip(xs, shapes, strict=True)], **p2)
+    return out.reshape(out.shape[0], out.shape[1], out.shape[3])
+
+
+def _conv_t1d_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> Lines:
+    shapes, p2 = _as_conv_t2d(ins, params)
+    return _conv_t_element(j, ptrs, var, shapes, (out[0], out[1], 1, out[2]), p2)
 
 
 def _conv_t_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
@@ -1144,6 +1199,20 @@ CONV_OPS: tuple[OpDef, ...] = (
             typed_pointers=True,
         )
         for name, arity in (("conv_transpose2d", 2), ("conv_transpose2d_bias", 3))
+    ),
+    *(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            arity,
+            reference=_conv_t1d_reference,
+            params=_CONV_T1D_PARAMS,
+            element=_conv_t1d_element,
+            shape=_conv_t1d_shape,
+            cost=_conv_t_cost,
+            typed_pointers=True,
+        )
+        for name, arity in (("conv_transpose1d", 2), ("conv_transpose1d_bias", 3))
     ),
     OpDef(
         "max_pool2d",

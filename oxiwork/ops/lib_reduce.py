@@ -1045,7 +1045,43 @@ def _arg_op(name: str, sign: float) -> OpDef:
     )
 
 
+def _count_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
+    return "int64"
+
+
+def _count_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    cols = math.prod(shapes[0][d] for d in _mask_axes(shapes[0], params))
+    _need(
+        cols < 2**24,
+        f"a count over {cols} elements: counts from 2**24 on are not exact in the kernel's "
+        "float arithmetic",
+    )
+    return _dims_shape(shapes, params)
+
+
+def _count(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+    params = {"axes": axes, "keepdim": keepdim}
+    rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+    return (rows != 0).sum(axis=-1, dtype=np.int64).reshape(_dims_shape([xs[0].shape], params))
+
+
 _ANY_AXES: tuple[OpDef, ...] = (
+    # torch.count_nonzero, and the sum of a bool tensor (int64, NaN counting as non-zero)
+    OpDef(
+        "count_dims",
+        FusionClass.REDUCTION,
+        1,
+        reference=_count,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        row="count",
+        shape=_count_shape,
+        cost=_row_cost(1.0),
+        axes=_mask_axes,
+        dtype=_count_dtype,
+        widen=False,
+    ),
     _arg_op("argmax_dims", 1.0),
     _arg_op("argmin_dims", -1.0),
     _spread_op("var_dims", False),
@@ -1088,7 +1124,8 @@ _ANY_AXES: tuple[OpDef, ...] = (
 )
 """``sum_dims``, ``any_dims``, ``all_dims``, ``mean_dims``, ``amax_dims``, ``amin_dims``,
 ``norm2_dims`` (the Euclidean norm), ``norm1_dims`` (the sum of magnitudes) (``axes``,
-``keepdim``), ``var_dims``, ``std_dims`` (also ``correction``) and ``softmax_dim``,
+``keepdim``), ``count_dims`` (int64: the non-zero elements), ``argmax_dims``,
+``argmin_dims`` (int64), ``var_dims``, ``std_dims`` (also ``correction``) and ``softmax_dim``,
 ``log_softmax_dim`` (``dim``): the reductions above over any axes.
 
 >>> import numpy as np

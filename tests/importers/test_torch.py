@@ -403,7 +403,7 @@ class TestMapping:
     @pytest.mark.parametrize(
         ("module", "shape", "reason"),
         [
-            (nn.ConvTranspose1d(2, 2, 3), (1, 2, 5), "1-d transposed convolution"),
+            (nn.ConvTranspose3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d transposed convolution"),
             (nn.Conv3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d convolution"),
         ],
     )

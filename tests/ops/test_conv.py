@@ -390,6 +390,35 @@ class TestConvTranspose2d:
         with pytest.raises(InvalidArgument, match=match):
             ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
 
+    @needs_cxx
+    @SETTINGS
+    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1))
+    def test_1d_is_the_2d_one_over_a_height_of_one_in_reference_and_c(self, case, seed, so_dir):
+        shapes, params, _ = case
+        shapes = [(s[0], s[1], s[3]) if len(s) == 4 else s for s in shapes]  # drop the height
+        p1 = {"stride": params["stride_w"], "pad": params["pad_w"], "groups": params["groups"]}
+        p1 |= {"dilation": params["dilation_w"], "out_pad": params["out_pad_w"]}
+        xs = randn(seed, *shapes)
+        name = "conv_transpose1d_bias" if len(shapes) == 3 else "conv_transpose1d"
+        g, node = graph_of(name, shapes, p1)
+        want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
+
+        def torch_1d(arrays):
+            t = [torch.from_numpy(x).double() for x in arrays]
+            return F.conv_transpose1d(
+                t[0], t[1], t[2] if len(t) > 2 else None, stride=p1["stride"], padding=p1["pad"],
+                output_padding=p1["out_pad"], groups=p1["groups"], dilation=p1["dilation"],
+            ).numpy()  # fmt: skip
+
+        exact = torch_1d(xs)
+        assert want.shape == exact.shape
+        assert np.all(np.abs(want - exact) <= U * np.abs(exact) + 2.0**-140)
+        (c,) = run_c(g, node, xs, so_dir)
+        # the summation bound of conv_t_bound: taps C/groups S per output element
+        taps = shapes[1][0] // p1["groups"] * shapes[1][2]
+        bound = (taps + len(xs) - 1) * U * torch_1d([np.abs(x) for x in xs]) + 2.0**-126
+        assert np.all(np.abs(c - want) <= bound)
+
     def test_cost_counts_two_flops_per_input_element_and_tap(self):
         flops, _ = ops.get("conv_transpose2d").op_cost([(2, 4, 5, 5), (4, 3, 2, 2)], (2, 3, 10, 10))
         assert flops == 2 * (2 * 4 * 5 * 5) * (3 * 2 * 2)
@@ -767,6 +796,8 @@ NVRTC_CASES = {
     "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
     "conv1d": ([(1, 4, 16), (6, 2, 3)], {"stride": 2, "pad_left": 1}),
     "conv1d_bias": ([(2, 4, 9), (4, 1, 3), (4,)], {"dilation": 2, "pad_right": 2}),
+    "conv_transpose1d": ([(2, 4, 7), (4, 3, 3)], {"stride": 2, "pad": 1, "out_pad": 1}),
+    "conv_transpose1d_bias": ([(1, 4, 7), (4, 1, 3), (2,)], {"groups": 2, "dilation": 2}),
     "conv_transpose2d": ([(1, 4, 5, 5), (4, 3, 4, 4)], {"stride_h": 2, "stride_w": 2, "pad_h": 1}),
     "conv_transpose2d_bias": ([(1, 4, 5, 5), (4, 1, 3, 3), (2,)], {"groups": 2, "out_pad_w": 0}),
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),

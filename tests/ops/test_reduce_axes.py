@@ -52,7 +52,7 @@ def cases(draw):
     # sizes of 1 are rarer: they coalesce away, and the strided cases need two sizes > 1
     shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
     rank = len(shape)
-    name = draw(st.sampled_from([*ARGS, *SPREADS, "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
+    name = draw(st.sampled_from([*ARGS, *SPREADS, "count_dims", "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]))  # fmt: skip
     if name.endswith("_dim"):
         d = draw(st.integers(-rank, rank - 1))
         f = _softmax if name == "softmax_dim" else _log_softmax
@@ -65,6 +65,8 @@ def cases(draw):
         one = draw(st.integers(-rank, rank - 1)) if draw(st.booleans()) else None
         params["axes"] = axes_mask(None if one is None else [one], rank)
         return name, shape, params, lambda x: ARGS[name](x, axis=one, keepdims=keep)
+    if name == "count_dims":
+        return name, shape, params, lambda x: np.count_nonzero(x, axis=ax, keepdims=keep)
     if name in SPREADS:
         if name.startswith(("var", "std")):
             params["correction"] = float(draw(st.sampled_from([0, 1, 2])))
@@ -173,7 +175,7 @@ class TestReduceAxes:
         x = np.random.default_rng(seed).uniform(-3, 3, shape).astype(F32)
         got = ops.get(name).reference([x], **params)
         want = formula(x.astype(np.float64))
-        assert got.dtype == (np.int64 if name in ARGS else F32)
+        assert got.dtype == (np.int64 if name in ARGS or name == "count_dims" else F32)
         assert got.shape == ops.infer_shape(ops.get(name), [shape], params, "t")
         np.testing.assert_allclose(got.reshape(-1), np.reshape(want, -1), rtol=1e-5, atol=1e-5)
 
@@ -210,7 +212,7 @@ class TestReduceAxes:
         # prologue and epilogue fused, as one NVRTC unit (each compile costs a second)
         shape = (2, 3, 4, 5)
         sources = []
-        for k, name in enumerate([*ARGS, *SPREADS, "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
+        for k, name in enumerate([*ARGS, *SPREADS, "count_dims", "sum_dims", "mean_dims", "amax_dims", "amin_dims", "softmax_dim", "log_softmax_dim"]):  # fmt: skip
             if name.endswith("_dim"):
                 params = {"dim": 1.0}
             else:
@@ -331,6 +333,17 @@ class TestTruthReductions:
                 ks = kernel_source(g, node)
                 sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
         nvrtc_compile("\n".join(sources), "truth_reductions")
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+def test_count_counts_nan_as_non_zero_and_zero_signs_as_zero_in_c(so_dir) -> None:
+    x = np.array([[0.0, -0.0, np.nan, 1.0], [np.inf, 0.0, 0.0, 0.0], [0.0] * 4], F32)
+    params = {"axes": axes_mask([1], 2), "keepdim": 1.0}
+    g, _ = _graph("count_dims", x.shape, params)
+    want = evaluate(g, {"x": x})["out"]
+    np.testing.assert_array_equal(want, [[2], [1], [0]])
+    (got,) = _run_c(g, g.kernels()[0], [x], so_dir)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
