@@ -469,8 +469,11 @@ def _drop_unread_constants(conv: Any, graph: ComputeGraph) -> ComputeGraph:
     )
     if not dead:
         return graph
+    gone = {graph.buffer_by_name(name).id for name in dead}
+    # unread views of them go too (a read view keeps its base: it is used)
+    dead |= {b.name for b in graph.buffers if b.base in gone and b.id not in used}
     for name in dead:
-        del conv.values[name]
+        conv.values.pop(name, None)
     conv.folded = [f for f in conv.folded if f not in dead]
     return graph.with_changes(buffers=[b for b in graph.buffers if b.name not in dead])
 
@@ -1515,7 +1518,10 @@ def _upsample_bilinear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] 
     if _op_name(call.target).endswith(".vec"):
         factors = call.args[3] if len(call.args) > 3 else call.kw("scale_factors")
     else:
-        factors = [call.args[k] if len(call.args) > k else None for k in (3, 4)]
+        factors = [
+            call.args[k] if len(call.args) > k else call.kw(name)
+            for k, name in ((3, "scales_h"), (4, "scales_w"))
+        ]
     (_, _, h, w), (_, _, p, q) = x.shape, call.out.shape
     ratios = []
     for size, out, factor in zip((h, w), (p, q), factors or (None, None), strict=True):

@@ -766,8 +766,6 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
         ),
         True,
     ),
-    # torch.any / torch.all: count the non-zero (zero) elements, NaN being non-zero; a
-    # float count of ones is 0 exactly when there are none (it never rounds to 0)
     "argmax": (_arg_recipe(""), True),
     "argmin": (_arg_recipe("-"), True),
     "var": (_spread_recipe(False), True),
@@ -776,6 +774,8 @@ _ROW_RECIPES: dict[str, tuple[Callable[[_RowParts], list[str]], bool]] = {
     "norm1": (_reduce_recipe("0.0f", "{acc} + fabsf({v})", 0), True),
     # count_nonzero: a float count of ones, exact below 2**24 (the op's shape rule)
     "count": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0), True),
+    # torch.any / torch.all: count the non-zero (zero) elements, NaN being non-zero; a
+    # float count of ones is 0 exactly when there are none (it never rounds to 0)
     "any": (_reduce_recipe("0.0f", "{acc} + (({v}) != 0.0f ? 1.0f : 0.0f)", 0, "acc > 0.0f"), True),
     "all": (
         _reduce_recipe("0.0f", "{acc} + (({v}) == 0.0f ? 1.0f : 0.0f)", 0, "acc == 0.0f"),

@@ -951,7 +951,8 @@ def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
     for name in ("ratio_h", "ratio_w"):
         if not 0 <= params[name] < 2**24:
             raise _ShapeProblem(f"parameter {name}={params[name]!r} must be in [0, 2**24)")
-    _int(params, "align_corners", 0)
+    if params["align_corners"] not in (0, 1):
+        raise _ShapeProblem(f"parameter align_corners={params['align_corners']!r} must be 0 or 1")
     return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
 
 

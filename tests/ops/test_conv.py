@@ -678,6 +678,8 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "ratio_w": -1.0}, "u")
         with pytest.raises(InvalidArgument, match=r"out_h=2\.5 must be an integer >= 1"):
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "out_h": 2.5}, "u")
+        with pytest.raises(InvalidArgument, match=r"align_corners=2\.0 must be 0 or 1"):
+            ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "align_corners": 2.0}, "u")
 
 
 @SETTINGS
