@@ -1921,6 +1921,12 @@ def _attention(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return op.name, params, [_whole_arg(bases[i]) for i in order]
 
 
+# one-input math ops the library has under torch's name (oxiwork.ops.lib_elementwise)
+_MATH_UNARY = (
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2",
+    "erf", "floor", "ceil", "trunc", "sign", "reciprocal", "isnan",
+)  # fmt: skip
+
 _LIBRARY: dict[str, _Rule] = {
     # torch.relu keeps a NaN: relu_nan, not relu (whose fmaxf gives 0)
     "aten.relu.default": _unary("relu_nan"),
@@ -1951,6 +1957,14 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.sqrt.default": _unary("sqrt"),
     "aten.log1p.default": _unary("log1p"),
     "aten.expm1.default": _unary("expm1"),
+    **{f"aten.{f}.default": _unary(f) for f in _MATH_UNARY},
+    "aten.round.default": _unary("round"),  # (half to even; round with decimals: opaque)
+    "aten.maximum.default": _binary("maximum"),
+    "aten.minimum.default": _binary("minimum"),
+    "aten.pow.Tensor_Tensor": _binary("pow"),
+    "aten.atan2.default": _binary("atan2"),
+    "aten.fmod.Scalar": _scalar_or("fmod_scalar"),
+    "aten.remainder.Scalar": _scalar_or("remainder_scalar"),
     "aten.leaky_relu.default": _leaky_relu,
     "aten.elu.default": _elu,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,

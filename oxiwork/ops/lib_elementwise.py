@@ -72,7 +72,7 @@ from oxiwork.ops.table import (
     typed_scalar,
 )
 
-__all__ = ["BOOL_OPS", "ELEMENTWISE_OPS", "channel_align"]
+__all__ = ["BOOL_OPS", "ELEMENTWISE_OPS", "MATH_OPS", "channel_align"]
 
 F32 = np.float32
 Arrays = Sequence[np.ndarray]
@@ -407,6 +407,135 @@ BOOL_OPS: tuple[OpDef, ...] = (
 )
 
 
+# ----------------------------------------------------------------------------- math
+def _unary(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return ufunc(xs[0], out=out)
+
+    return fn
+
+
+def _sign(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
+    # torch.sign: (0 < x) - (x < 0), so NaN gives 0 (numpy's sign keeps NaN)
+    x = xs[0]
+    return _into((x > 0).astype(F32) - (x < 0).astype(F32), out)
+
+
+def _extreme(larger: bool) -> Callable[..., np.ndarray]:
+    # torch.maximum/minimum: a NaN on either side is the result; a tie keeps the first
+    # operand (of -0.0 and 0.0, torch's vector and scalar loops choose differently, numpy
+    # the second: a fixed rule here, the same in the C)
+    def fn(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
+        a, b = np.broadcast_arrays(*xs)
+        keep = (a >= b) if larger else (a <= b)
+        if a.dtype.kind == "f":
+            keep = keep | np.isnan(a)
+        r = np.where(keep, a, b)
+        if out is None:
+            return r
+        np.copyto(out, r, casting="unsafe")
+        return out
+
+    return fn
+
+
+def _remainder(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
+    # torch.remainder of floats: fmod, then + other where the signs differ (zero keeps fmod's
+    # sign, where numpy's takes the divisor's)
+    b = typed_scalar(xs[0], other)
+    with np.errstate(all="ignore"):
+        m = np.fmod(xs[0], b)
+        r = np.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+    return _into(r, out)
+
+
+def _fmod(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.fmod(xs[0], typed_scalar(xs[0], other), out=out)
+
+
+def _binary_math(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return _into(ufunc(xs[0], xs[1]), out)
+
+    return fn
+
+
+def _isnan_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
+    return "bool"
+
+
+MATH_OPS: tuple[OpDef, ...] = (
+    # libm functions (numpy's float32 ufuncs on the reference side, the CUDA single
+    # precision functions in the C: each within a few ulp of the true value)
+    *(
+        _ew(name, 1, _unary(ufunc), f"{c}({{0}})", flops=8.0)
+        for name, ufunc, c in (
+            ("sin", np.sin, "sinf"),
+            ("cos", np.cos, "cosf"),
+            ("tan", np.tan, "tanf"),
+            ("asin", np.arcsin, "asinf"),
+            ("acos", np.arccos, "acosf"),
+            ("atan", np.arctan, "atanf"),
+            ("sinh", np.sinh, "sinhf"),
+            ("cosh", np.cosh, "coshf"),
+            ("log2", np.log2, "log2f"),
+            ("log10", np.log10, "log10f"),
+            ("exp2", np.exp2, "exp2f"),
+        )
+    ),
+    _ew("erf", 1, lambda xs, out=None: _into(_erf(xs[0]), out), "erff({0})", flops=8.0),
+    # exact: rounding to integers (torch.round: half to even, rintf), sign, 1 / x
+    *(
+        _ew(name, 1, _unary(ufunc), f"{c}({{0}})")
+        for name, ufunc, c in (
+            ("floor", np.floor, "floorf"),
+            ("ceil", np.ceil, "ceilf"),
+            ("trunc", np.trunc, "truncf"),
+            ("round", np.rint, "rintf"),
+        )
+    ),
+    _ew("sign", 1, _sign, "((float)(0.0f < ({0})) - (float)(({0}) < 0.0f))"),
+    _ew("reciprocal", 1, _unary(np.reciprocal), "(1.0f / ({0}))"),
+    _bool_op("isnan", 1, lambda xs: np.isnan(xs[0]), "(({0}) != ({0}))", _isnan_dtype),
+    # binary, broadcasting: NaN propagating extremes (integers exact), pow, atan2
+    _ew(
+        "maximum",
+        2,
+        _extreme(True),
+        "((({0}) != ({0}) || ({0}) >= ({1})) ? ({0}) : ({1}))",
+        dtype=numeric_dtype,
+    ),
+    _ew(
+        "minimum",
+        2,
+        _extreme(False),
+        "((({0}) != ({0}) || ({0}) <= ({1})) ? ({0}) : ({1}))",
+        dtype=numeric_dtype,
+    ),
+    _ew("pow", 2, _binary_math(np.power), "powf({0}, {1})", flops=8.0, inplace=False),
+    _ew("atan2", 2, _binary_math(np.arctan2), "atan2f({0}, {1})", flops=8.0, inplace=False),
+    # x fmod / remainder a number (fmod is exact; remainder one addition after it)
+    _ew("fmod_scalar", 1, _fmod, "fmodf({0}, {other})", params=(("other", 1.0),)),
+    _ew(
+        "remainder_scalar",
+        1,
+        _remainder,
+        "((fmodf({0}, {other}) != 0.0f && (({other}) < 0.0f) != (fmodf({0}, {other}) < 0.0f))"
+        " ? fmodf({0}, {other}) + ({other}) : fmodf({0}, {other}))",
+        params=(("other", 1.0),),
+        inplace=False,
+    ),
+)
+"""Math functions: libm ones (sin ... exp2, erf), roundings, sign, reciprocal, isnan (bool),
+maximum/minimum (NaN propagating as torch, a tie keeping the first operand), pow and atan2
+of two tensors, fmod and remainder by a number (torch's sign rules)."""
+
+
 def _scalar(
     name: str, ufunc: np.ufunc, expr: str, *, swap: bool = False, ints: bool = True
 ) -> OpDef:
@@ -501,5 +630,5 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
     _ew("where", 3, _where, "(({0}) != 0 ? ({1}) : ({2}))", dtype=_where_dtype),
 )
 
-for _op in (*ELEMENTWISE_OPS, *BOOL_OPS):
+for _op in (*ELEMENTWISE_OPS, *BOOL_OPS, *MATH_OPS):
     register(_op)

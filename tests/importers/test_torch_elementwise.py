@@ -352,3 +352,47 @@ def test_a_clamp_whose_min_exceeds_its_max_stays_opaque() -> None:
     assert "its min 1.0 exceeds its max -1.0" in o.reason
     (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
     np.testing.assert_array_equal(got, want)
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings (LLaMA's): cos/sin of positions times frequencies, the
+    halves rotated; and the math ops models use around it (floor, round, extremes, pow,
+    atan2, remainder, isnan, reciprocal, sign, erf)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        d = x.shape[-1]
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+        pos = torch.arange(x.shape[-2]).float()
+        ang = torch.outer(pos, freqs)
+        emb = torch.cat([ang, ang], -1)
+        half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1)
+        rot = x * torch.cos(emb) + half * torch.sin(emb)
+        return (
+            rot,
+            torch.sin(x) * torch.cos(y) + torch.tan(x * 0.1),
+            torch.floor(x) + torch.ceil(y) - torch.trunc(x) + torch.round(y * 3.0),
+            torch.maximum(x, y) - torch.minimum(x, 0.5 * y),
+            torch.pow(y.abs() + 0.5, x) + torch.atan2(x, y),
+            torch.remainder(x, 1.5) + torch.fmod(y, -0.75),
+            torch.isnan(torch.log(x)) & (y > 0),
+            torch.reciprocal(y + 3.0) * torch.sign(x) + torch.erf(x),
+            torch.log2(y.abs() + 1.0) + torch.log10(x.abs() + 1.0) + torch.exp2(x),
+            torch.sinh(x)
+            - torch.cosh(y)
+            + torch.atan(x)
+            + torch.asin(x * 0.3)
+            + torch.acos(y * 0.3),
+        )
+
+
+def test_rotary_embeddings_and_math_ops_map_to_library_ops() -> None:
+    torch.manual_seed(3)
+    x, y = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    model, eager = import_with_eager(Rotary(), (x, y))
+    assert model.opaque == (), model.opaque_counts()
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, eager, strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -73,6 +73,18 @@ EXACT = {
     "clamp_min",
     "clamp_max",
     "leaky_relu",
+    # MATH_OPS: roundings to integers, sign, 1 / x and fmod are exact; maximum and minimum
+    # selections; remainder one correctly rounded addition after fmod
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+    "sign",
+    "reciprocal",
+    "maximum",
+    "minimum",
+    "fmod_scalar",
+    "remainder_scalar",
     "add_scalar",
     "sub_scalar",
     "rsub_scalar",
@@ -90,6 +102,12 @@ LIBM_ULPS = {"exp": 4, "log": 4, "tanh": 4, "sigmoid": 6, "gelu": 8}
 LIBM_ULPS |= {"gelu_erf": 8, "silu": 6, "pow_scalar": 4}
 # log1p (np.log1p / log1pf), expm1 and elu's expm1 (np.expm1 / expm1f), then two products
 LIBM_ULPS |= {"log1p": 4, "expm1": 4, "elu": 6}
+# lib_elementwise.MATH_OPS: numpy's float32 ufuncs (SIMD sin/cos within 1.5 ulp, the rest
+# the C library's) against the C library's single precision functions; erf as gelu_erf's
+LIBM_ULPS |= dict.fromkeys(
+    ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "log2", "log10", "exp2"), 4
+)
+LIBM_ULPS |= {"erf": 4, "pow": 4, "atan2": 4}
 # - SUMS: sums over a row (sum, softmax, layer_norm, matmul) whose order differs: numpy sums
 #   pairwise (BLAS for matmul), the kernel per thread then as a tree. The difference is
 #   bounded by the classic error bound of recursive summation, |error| <= (n-1) u sum|x_i|
@@ -317,6 +335,8 @@ OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
 # Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
 OWN_TESTS |= lib_reduce.ANY_AXES
+# isnan gives bool: tests/ops/test_lib_elementwise.py.
+OWN_TESTS |= {"isnan"}
 # Group norms take structural groups and dims: tests/ops/test_group_norm.py.
 OWN_TESTS |= lib_reduce.GROUP_NORMS
 
