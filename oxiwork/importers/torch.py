@@ -2426,14 +2426,17 @@ class _Converter:
         return self.env.get(a, a) if _hashable(a) else a
 
     def _folded_value(self, a: Any) -> Any:
-        """The value of ``a`` if it is a constant this import folded (read whole, no view),
-        as a torch tensor of eager's shape; else None. Ops reading only such constants fold
+        """The value of ``a`` if it is a constant this import folded (or a view of one, the
+        views replayed), as a torch tensor of eager's shape; else None. Ops reading only such constants fold
         too (roll's ``fmod(arange + shift, n)`` indices): a parameter or input never does,
         so a value the user binds at run time is never baked in."""
         v = self.env.get(a) if _hashable(a) else None
-        if not isinstance(v, _Tensor) or v.chain or v.buffer not in self.folded:
+        if not isinstance(v, _Tensor) or v.buffer not in self.folded:
             return None
-        return _torch().from_numpy(self.values[v.buffer].copy()).reshape(v.base.shape)
+        value = _torch().from_numpy(self.values[v.buffer].copy()).reshape(v.base.shape)
+        for target, args, kwargs in v.chain:  # its views, replayed on the value
+            value = target(value, *args, **dict(kwargs))
+        return value
 
     def _module_path(self, node: Any) -> str:
         stack = node.meta.get("nn_module_stack") or {}

@@ -21,14 +21,15 @@ T = 6  # tokens
 
 
 class CausalMask(nn.Module):
-    """GPT-2's mask builder in small: positions from ``arange + 0``, a padded copy
+    """GPT-2's mask builder in small: positions from ``arange + start`` (an int64 input, as a
+    KV cache's offset: with a constant instead, the importer folds the whole mask), a padded copy
     ``cat([pos[:, :1] - 1, pos])`` and its differences (slices of one buffer), segment ids
     by ``cumsum`` of ``ne``, positions read by advanced indexing ``pos[b, q]``, and the
     causal and same-segment tests and-ed into a bool mask turned into an additive bias."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
         t = x.shape[1]
-        cache = torch.arange(t) + 0
+        cache = torch.arange(t) + start
         pos = cache.unsqueeze(0)
         ext = torch.cat([pos[:, :1] - 1, pos], dim=-1)
         step = ext[:, 1:] - ext[:, :-1]
@@ -68,7 +69,7 @@ class PaddingMask(nn.Module):
 def _make(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     if name == "causal":
-        return CausalMask(), (torch.randn(1, T, 4),)
+        return CausalMask(), (torch.randn(1, T, 4), torch.tensor([0]))
     return PaddingMask(), (torch.randint(1, 10, (1, T)),)
 
 
@@ -122,3 +123,28 @@ def test_mask_ops_are_the_library_ops() -> None:
     assert {"index_2", "cumsum", "cat_2", "le", "eq", "bitwise_and", "ne_scalar", "where"} <= ops_
     ops_ = {n.op for n in _imported("padding")[0].graph.nodes if n.is_kernel}
     assert {"gather", "ge_scalar", "where", "embedding", "scale", "sub_scalar"} <= ops_
+
+
+class ConstantStart(CausalMask):
+    """The same mask from ``arange + 0``: nothing in it depends on an input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(x, torch.zeros(1, dtype=torch.long))
+
+
+def test_a_mask_of_constants_only_folds_into_one_constant() -> None:
+    # every op of the mask reads only constants folded before it (the aranges, their views
+    # and results), so it folds at import: no int64 or bool kernel is left, and the
+    # constants only the folded ops read are dropped from the graph and its inputs
+    model, want = import_with_eager(ConstantStart(), (torch.randn(1, T, 4),))
+    assert model.opaque == ()
+    kernel_dtypes = {
+        model.graph.buffer(b).dtype for n in model.graph.kernels() for b in (*n.inputs, *n.outputs)
+    }
+    assert kernel_dtypes == {"float32"}
+    assert set(model.folded) <= set(model.inputs)
+    read = {model.graph.storage(b) for n in model.graph.nodes for b in n.inputs}
+    assert {model.graph.buffer_by_name(f).id for f in model.folded} <= read
+    plan = ExecutionPlan.build(model.graph, max_streams=2)
+    got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
