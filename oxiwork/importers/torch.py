@@ -2431,8 +2431,8 @@ class _Converter:
         too (roll's ``fmod(arange + shift, n)`` indices): a parameter or input never does,
         so a value the user binds at run time is never baked in."""
         v = self.env.get(a) if _hashable(a) else None
-        if not isinstance(v, _Tensor) or v.buffer not in self.folded:
-            return None
+        if not isinstance(v, _Tensor) or v.list_views or v.buffer not in self.folded:
+            return None  # (a split not yet indexed is a list: its ops take their own path)
         value = _torch().from_numpy(self.values[v.buffer].copy()).reshape(v.base.shape)
         for target, args, kwargs in v.chain:  # its views, replayed on the value
             value = target(value, *args, **dict(kwargs))
