@@ -1686,12 +1686,15 @@ def _gather(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 def _index(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    # x[i0, i1, ...]: integer index tensors for the leading axes (no None, no bool mask)
+    # x[i0, i1, ...] or x[:, :, i0, i1]: integer index tensors for adjacent axes after whole
+    # ones (no None between or after them, no bool mask)
     x, indices = call.args[:2]
-    if any(i is None for i in indices):
-        return "it indexes with None (a kept axis) between index tensors; the library's index takes leading axes"
-    why = _plain(call, [x, *indices], reshape_ok=False)
-    return why or (lib_dtype.index_op(len(indices)).name, {}, [x, *indices])
+    lead = next((k for k, i in enumerate(indices) if i is not None), len(indices))
+    tensors = list(indices[lead:])
+    if not tensors or any(i is None for i in tensors):
+        return "it indexes with None (a kept axis) between or after index tensors; the library's index takes adjacent axes"
+    why = _plain(call, [x, *tensors], reshape_ok=False)
+    return why or (lib_dtype.index_op(len(tensors), lead).name, {}, [x, *tensors])
 
 
 def _index_select(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:

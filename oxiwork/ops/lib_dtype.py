@@ -20,7 +20,8 @@
   a parameter.
 - ``index_<k>`` (:func:`index_op`, ``x[i0, ..., ik-1]``, ``aten.index.Tensor``): the
   leading ``k`` axes indexed by integer tensors broadcast together (GPT-2's mask builder
-  reads position ids so), out-element-wise like ``gather``.
+  reads position ids so), out-element-wise like ``gather``; ``index_<k>_after_<n>`` the
+  same after ``n`` whole axes (``x[:, :, rows, cols]``, as bicubic resizing reads).
 - ``index_select`` (``torch.index_select(x, dim, index)``, roll's decomposition), ``flip``
   (``axes``, a bit mask) and ``repeat`` (``Tensor.repeat``: ``lead`` new leading axes and
   ``times{k}``, the repeats of the k-th axis from the last): each output element copies
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -320,16 +322,18 @@ GATHER = OpDef(
 
 
 # ----------------------------------------------------------------------------- index
-def _index_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+def _index_shape(shapes: Sequence[Shape], params: Mapping[str, float], lead: int = 0) -> Shape:
     x, *idx = shapes
-    if len(idx) > len(x):
-        raise _ShapeProblem(f"{len(idx)} index tensors index an input of {len(x)} axes {x}")
-    return (*broadcast_shape(idx), *x[len(idx) :])
+    if lead + len(idx) > len(x):
+        raise _ShapeProblem(
+            f"{len(idx)} index tensors after {lead} whole axes index an input of {len(x)} axes {x}"
+        )
+    return (*x[:lead], *broadcast_shape(idx), *x[lead + len(idx) :])
 
 
-def _index(xs: Sequence[np.ndarray]) -> np.ndarray:
+def _index(xs: Sequence[np.ndarray], lead: int = 0) -> np.ndarray:
     x, *idx = xs
-    for k, ix in enumerate(idx):
+    for k, ix in enumerate(idx, start=lead):
         n = x.shape[k]
         bad = (ix < -n) | (ix >= n)
         if bad.any():
@@ -338,9 +342,9 @@ def _index(xs: Sequence[np.ndarray]) -> np.ndarray:
                 f"index {first} is out of range for axis {k} of extent {n}; indices must be "
                 f"in [-{n}, {n})"
             )
-    # numpy's advanced indexing of the leading axes is torch's: the index tensors
-    # broadcast together, the axes left over follow, a negative index counts from the end
-    return x[tuple(ix.astype(np.int64) for ix in idx)]
+    # numpy's advanced indexing of adjacent axes after whole ones is torch's: the index
+    # tensors broadcast together in their place, a negative index counts from the end
+    return x[(slice(None),) * lead + tuple(ix.astype(np.int64) for ix in idx)]
 
 
 def _row_major(shape: Sequence[int]) -> list[int]:
@@ -357,10 +361,12 @@ def _index_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    lead: int = 0,
 ) -> tuple[list[str], list[tuple[str, int]]]:
-    # out = (broadcast index shape B) + (x's axes after the indexed ones): split the output
-    # index into coordinates; each index tensor is read at its broadcast position in B, and
-    # x at (the indices read, then the remaining coordinates)
+    # out = (x's ``lead`` whole axes) + (broadcast index shape B) + (x's axes after the
+    # indexed ones): split the output index into coordinates; each index tensor is read at
+    # its broadcast position in B, and x at (the whole axes' coordinates, the indices read,
+    # then the remaining coordinates)
     x, *ix = ptrs
     xshape, idx = ins[0], ins[1:]
     nb = len(out) - (len(xshape) - len(idx))
@@ -381,17 +387,20 @@ def _index_element(
             if d != 1:
                 name = f"s{j}_i{p}s{a}"
                 sizes.append((name, st))
-                terms.append(f"c{j}_{pad + a} * {name}")
-        n = f"s{j}_n{p}"
-        sizes += [(n, xshape[p]), (f"s{j}_x{p}", xst[p])]
+                terms.append(f"c{j}_{lead + pad + a} * {name}")
+        n, xa = f"s{j}_n{p}", lead + p  # (the index's axis of x)
+        sizes += [(n, xshape[xa]), (f"s{j}_x{xa}", xst[xa])]
         r = f"r{j}_{p}"
         lines += [
             f"long long {r} = (long long){ptr}[{' + '.join(terms) or '0'}];",
             f"if ({r} < 0) {r} += (long long){n};",
             f"{ok} = {ok} && {r} >= 0 && {r} < (long long){n};",
-            f"{off} += (size_t)({ok} ? {r} : 0) * s{j}_x{p};",
+            f"{off} += (size_t)({ok} ? {r} : 0) * s{j}_x{xa};",
         ]
-    for a in range(nb, len(out)):
+    for a in range(lead):  # the whole axes before the indexed ones
+        sizes.append((f"s{j}_x{a}", xst[a]))
+        lines.append(f"{off} += c{j}_{a} * s{j}_x{a};")
+    for a in range(lead + nb, len(out)):
         k = len(idx) + a - nb
         name = f"s{j}_x{k}"
         sizes.append((name, xst[k]))
@@ -414,10 +423,12 @@ def _index_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     return x
 
 
-def index_op(count: int) -> OpDef:
-    """The op indexing the leading ``count`` axes of its input by ``count`` integer index
-    tensors (``x[i0, i1]``, ``aten.index.Tensor`` without ``None``), ``index_<count>``,
-    registered on first use (an op has a fixed number of inputs).
+def index_op(count: int, lead: int = 0) -> OpDef:
+    """The op indexing ``count`` adjacent axes of its input by ``count`` integer index
+    tensors after ``lead`` whole axes (``x[i0, i1]``; ``x[:, :, i0, i1]`` with ``lead=2``:
+    ``aten.index.Tensor`` with leading ``None`` only), ``index_<count>`` (``lead`` 0) or
+    ``index_<count>_after_<lead>``, registered on first use (an op has a fixed number of
+    inputs, and its whole axes are part of what it is).
 
     Out-element-wise, like :data:`GATHER`: the output element reads the index tensors at
     its broadcast position and the input where they point; a negative index counts from
@@ -433,17 +444,23 @@ def index_op(count: int) -> OpDef:
         raise InvalidArgument(
             f"index_op needs 1 to {cnames.MAX_ARITY - 1} index tensors, got {count!r}"
         )
-    name = f"index_{count}"
+    if isinstance(lead, bool) or not isinstance(lead, int) or not 0 <= lead <= 8:
+        raise InvalidArgument(f"index_op takes 0 to 8 whole leading axes, got {lead!r}")
+    name = f"index_{count}" if lead == 0 else f"index_{count}_after_{lead}"
     op = get(name)
     if op is None:
+
+        def element(*args: Any) -> tuple[list[str], list[tuple[str, int]]]:
+            return _index_element(*args, lead=lead)
+
         op = register(
             OpDef(
                 name,
                 FusionClass.OUT_ELEMENTWISE,
                 count + 1,
-                reference=_index,
-                element=_index_element,
-                shape=_index_shape,
+                reference=lambda xs: _index(xs, lead),
+                element=element,
+                shape=lambda shapes, params: _index_shape(shapes, params, lead),
                 flops_per_element=0.0,
                 cost=lambda ins, out: (0.0, 4.0 * (1 + len(ins)) * int(np.prod(out))),
                 dtype=_index_dtype,

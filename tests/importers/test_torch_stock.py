@@ -22,7 +22,7 @@ def _x(*shape: int) -> torch.Tensor:
 
 class _Resize(nn.Module):
     """Bilinear resizing as segmentation heads and FPNs do it: by a factor, to a size, with
-    and without align_corners."""
+    and without align_corners; and a bicubic one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,6 +37,8 @@ class _Resize(nn.Module):
             f.interpolate(y, size=(11, 4), mode="bilinear", align_corners=True),
             f.interpolate(y, size=(5, 7), mode="bilinear") + y,  # the same size: a copy
             f.interpolate(y, scale_factor=(0.5, 1.5), mode="bilinear"),
+            # bicubic's source rows and columns fold into constants and index whole axes
+            f.interpolate(y, size=(7, 9), mode="bicubic", align_corners=False),
         )
 
 

@@ -533,6 +533,66 @@ def moves(draw):
     return name, x, None, params, tx.repeat(*times)
 
 
+@st.composite
+def indexings(draw):
+    """(x, index tensors, lead): adjacent axes after ``lead`` whole ones, indexed by int64
+    tensors of one shape (negative indices included)."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    lead = draw(st.integers(0, len(shape) - 1))
+    count = draw(st.integers(1, len(shape) - lead))
+    ishape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    idx = [
+        np.array(draw(hnp.arrays(np.int64, ishape, elements=st.integers(-n, n - 1))))
+        for n in shape[lead : lead + count]
+    ]
+    return np.arange(math.prod(shape), dtype=np.float32).reshape(shape), idx, lead
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestIndex:
+    @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=indexings())
+    def test_index_after_whole_axes_equals_torch_and_c(self, case, so_dir):
+        import torch
+
+        x, idx, lead = case
+        op = lib_dtype.index_op(len(idx), lead)
+        b = GraphBuilder()
+        ins = [b.alloc_external_buffer("x", x.nbytes, shape=x.shape)]
+        ins += [
+            b.alloc_external_buffer(f"i{k}", ix.nbytes, dtype="int64", shape=ix.shape)
+            for k, ix in enumerate(idx)
+        ]
+        shape = ops.infer_shape(op, [x.shape] + [ix.shape for ix in idx], {}, "t")
+        out = b.alloc_buffer("out", 4 * math.prod(shape), shape=shape)
+        b.add_kernel("ix", 1, 32).op(op.name).inputs(ins).outputs([out]).finish()
+        g = b.build()
+        inputs = {"x": x} | {f"i{k}": ix for k, ix in enumerate(idx)}
+        want = evaluate(g, inputs)["out"]
+        key = (slice(None),) * lead + tuple(torch.from_numpy(ix) for ix in idx)
+        _bits_equal(want, torch.from_numpy(x)[key].numpy(), "reference vs torch")
+        if CXX is not None:
+            _bits_equal(_c_graph(g, inputs, so_dir), want, "generated C")
+
+    def test_compiles_with_nvrtc(self, nvrtc_compile):
+        op = lib_dtype.index_op(2, 2)  # bicubic's x[:, :, rows, cols]
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * 120, shape=(2, 3, 4, 5))
+        i = b.alloc_external_buffer("i", 8 * 6, dtype="int64", shape=(6, 1))
+        j = b.alloc_external_buffer("j", 8 * 7, dtype="int64", shape=(1, 7))
+        out = b.alloc_buffer("out", 4 * 2 * 3 * 6 * 7, shape=(2, 3, 6, 7))
+        b.add_kernel("ix", 1, 32).op(op.name).inputs([x, i, j]).outputs([out]).finish()
+        g = b.build()
+        ks = kernel_source(g, g.kernels()[0])
+        assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
+
+    def test_refuses_more_axes_than_the_input_has(self):
+        with pytest.raises(InvalidArgument, match=r"2 index tensors after 2 whole axes"):
+            ops.infer_shape(lib_dtype.index_op(2, 2), [(2, 3, 4), (1,), (1,)], {}, "t")
+        with pytest.raises(InvalidArgument, match=r"0 to 8 whole leading axes"):
+            lib_dtype.index_op(1, 9)
+
+
 @pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
 class TestMoves:
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
