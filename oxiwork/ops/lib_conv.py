@@ -22,7 +22,8 @@ as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride`
 ``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
 axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
-S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one). Integer hyper-parameters are op parameters
+S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one).
+Integer hyper-parameters are op parameters
 (floats holding integers, as every op parameter is a float); shape rules refuse
 fractional, negative or zero strides.
 
