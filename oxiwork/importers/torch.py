@@ -1595,24 +1595,23 @@ def _avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "avg_pool2d", params, [x]
 
 
-def _adaptive_avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, size = call.args[:2]
-    why = _nchw(call, [x])
-    if why:
-        return why
-    oh, ow = _pair(size)
-    return "adaptive_avg_pool2d", {"out_h": float(oh), "out_w": float(ow)}, [x]
+def _adaptive_pool(lib: str) -> _Rule:
+    """Adaptive average or max pooling to ``output_size``: the library's ``lib``."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        if call.index not in (None, 0):
+            return f"its indices output is used; the library's {lib} gives the maxima"
+        x, size = call.args[:2]
+        why = _nchw(call, [x])
+        if why:
+            return why
+        oh, ow = _pair(size)
+        return lib, {"out_h": float(oh), "out_w": float(ow)}, [x]
+
+    return rule
 
 
-def _adaptive_max_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    if call.index != 0:
-        return "its indices output is used; the library's adaptive_max_pool2d gives the maxima"
-    x, size = call.args[:2]
-    why = _nchw(call, [x])
-    if why:
-        return why
-    oh, ow = _pair(size)
-    return "adaptive_max_pool2d", {"out_h": float(oh), "out_w": float(ow)}, [x]
+_adaptive_avg_pool = _adaptive_pool("adaptive_avg_pool2d")
 
 
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2003,7 +2002,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
+    "aten.adaptive_max_pool2d.default": _adaptive_pool("adaptive_max_pool2d"),
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),

@@ -60,6 +60,7 @@ from oxiwork.ops.table import (
     OpDef,
     Shape,
     _ShapeProblem,
+    any_dtype,
     broadcast_shape,
     float_dtype,
     get,
@@ -354,6 +355,16 @@ def _row_major(shape: Sequence[int]) -> list[int]:
     return strides
 
 
+def _coords(j: int, var: str, out: Shape, sizes: list[tuple[str, int]]) -> list[str]:
+    """C lines splitting ``var`` into ``c{j}_{a}`` for every axis a of ``out``."""
+    lines = [f"size_t q{j} = {var};"]
+    for a in range(len(out) - 1, -1, -1):
+        e = f"s{j}_e{a}"
+        sizes.append((e, out[a]))
+        lines += [f"size_t c{j}_{a} = q{j} % {e};", f"q{j} /= {e};"]
+    return lines
+
+
 def _index_element(
     j: int,
     ptrs: Sequence[str],
@@ -372,11 +383,7 @@ def _index_element(
     nb = len(out) - (len(xshape) - len(idx))
     xst = _row_major(xshape)
     sizes: list[tuple[str, int]] = []
-    lines = [f"size_t q{j} = {var};"]
-    for a in range(len(out) - 1, -1, -1):
-        e = f"s{j}_e{a}"
-        sizes.append((e, out[a]))
-        lines += [f"size_t c{j}_{a} = q{j} % {e};", f"q{j} /= {e};"]
+    lines = _coords(j, var, out, sizes)
     ok, off = f"ok{j}", f"o{j}"
     lines += [f"bool {ok} = true;", f"size_t {off} = 0;"]
     for p, (ptr, shape) in enumerate(zip(ix, idx, strict=True)):
@@ -539,22 +546,6 @@ CUMSUM = OpDef(
 # ----------------------------------------------------------------------------- moves
 # index_select, flip and repeat: each output element copies one input element, found from
 # its coordinates (out-element-wise, so element-wise epilogues fuse after them).
-def _same_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
-    if dtypes[0] not in COMPUTE_DTYPES:
-        raise DtypeProblem(f"the input (input 0) is {dtypes[0]}, which kernels do not compute on")
-    return dtypes[0]
-
-
-def _coords(j: int, var: str, out: Shape, sizes: list[tuple[str, int]]) -> list[str]:
-    """C lines splitting ``var`` into ``c{j}_{a}`` for every axis a of ``out``."""
-    lines = [f"size_t q{j} = {var};"]
-    for a in range(len(out) - 1, -1, -1):
-        e = f"s{j}_e{a}"
-        sizes.append((e, out[a]))
-        lines += [f"size_t c{j}_{a} = q{j} % {e};", f"q{j} /= {e};"]
-    return lines
-
-
 def _select_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
     x, idx = shapes
     axis = _gather_axis(shapes, params)
@@ -669,7 +660,7 @@ FLIP = OpDef(
     element=_flip_element,
     shape=_flip_shape,
     flops_per_element=0.0,
-    dtype=_same_dtype,
+    dtype=any_dtype,
     widen=False,
     typed_pointers=True,
 )
@@ -737,7 +728,7 @@ REPEAT = OpDef(
     element=_repeat_element,
     shape=_repeat_shape,
     flops_per_element=0.0,
-    dtype=_same_dtype,
+    dtype=any_dtype,
     widen=False,
     typed_pointers=True,
 )

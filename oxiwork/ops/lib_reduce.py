@@ -1007,14 +1007,22 @@ def _arg_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     return "int64"
 
 
-def _arg_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    cols = math.prod(shapes[0][d] for d in _mask_axes(shapes[0], params))
-    _need(
-        cols < 2**24,
-        f"argmax/argmin over {cols} elements: indices from 2**24 on are not exact in the "
-        "kernel's float arithmetic",
-    )
-    return _dims_shape(shapes, params)
+def _counted_shape(
+    what: str, values: str
+) -> Callable[[Sequence[Shape], Mapping[str, float]], Shape]:
+    """The shape rule of a reduction whose int64 result the kernel counts in float (an
+    index, a count): ``_dims_shape``, refusing rows of 2**24 elements or more."""
+
+    def shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+        cols = math.prod(shapes[0][d] for d in _mask_axes(shapes[0], params))
+        _need(
+            cols < 2**24,
+            f"{what} over {cols} elements: {values} from 2**24 on are not exact in the "
+            "kernel's float arithmetic",
+        )
+        return _dims_shape(shapes, params)
+
+    return shape
 
 
 def _arg_op(name: str, sign: float) -> OpDef:
@@ -1037,7 +1045,7 @@ def _arg_op(name: str, sign: float) -> OpDef:
         reference=reference,
         params=(("axes", 0.0), ("keepdim", 0.0)),
         row=name.removesuffix("_dims"),
-        shape=_arg_shape,
+        shape=_counted_shape("argmax/argmin", "indices"),
         cost=_row_cost(2.0),
         axes=_mask_axes,
         dtype=_arg_dtype,
@@ -1049,16 +1057,6 @@ def _count_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     if dtypes[0] not in COMPUTE_DTYPES:
         raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
     return "int64"
-
-
-def _count_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    cols = math.prod(shapes[0][d] for d in _mask_axes(shapes[0], params))
-    _need(
-        cols < 2**24,
-        f"a count over {cols} elements: counts from 2**24 on are not exact in the kernel's "
-        "float arithmetic",
-    )
-    return _dims_shape(shapes, params)
 
 
 def _count(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
@@ -1076,7 +1074,7 @@ _ANY_AXES: tuple[OpDef, ...] = (
         reference=_count,
         params=(("axes", 0.0), ("keepdim", 0.0)),
         row="count",
-        shape=_count_shape,
+        shape=_counted_shape("a count", "counts"),
         cost=_row_cost(1.0),
         axes=_mask_axes,
         dtype=_count_dtype,
