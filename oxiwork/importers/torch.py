@@ -921,9 +921,12 @@ def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     eps = call.args[6] if len(call.args) > 6 else call.kw("eps", 1e-5)
     if call.index != 0:
         return "its saved mean/rstd output is used; the library's batch_norm gives the result"
-    if weight is None or bias is None:
-        return "it has no affine weight/bias; the library's batch_norm needs both"
-    args = [x, mean, var, weight, bias]
+    if (weight is None) != (bias is None):
+        return (
+            "it has only one of the affine weight and bias; the library's batch_norm takes "
+            "both or neither"
+        )
+    args = [x, mean, var] if weight is None else [x, mean, var, weight, bias]
     why = _plain(call, args)
     if why:
         return why
@@ -932,7 +935,7 @@ def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
             f"it normalises a reshape ({x.base.ir_shape} read as {x.shape}); the library's "
             "batch_norm takes the channel axis of its buffer's shape"
         )
-    return "batch_norm", {"eps": float(eps)}, args
+    return "batch_norm" if weight is not None else "batch_norm_plain", {"eps": float(eps)}, args
 
 
 def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:

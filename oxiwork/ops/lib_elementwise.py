@@ -1,6 +1,7 @@
-"""Element-wise ops real networks contain: inference batch norm, erf-GELU, SiLU,
-hardtanh/ReLU6, one-sided clamps, leaky ReLU, ELU (SELU), abs, sqrt, rsqrt, log1p, expm1,
-pow by a scalar, scalar arithmetic, where and comparisons.
+"""Element-wise ops real networks contain: inference batch norm (with or without affine
+weight and bias), erf-GELU, SiLU, hardtanh/ReLU6, one-sided clamps, leaky ReLU, ELU
+(SELU), abs, sqrt, rsqrt, log1p, expm1, pow by a scalar, scalar arithmetic, where and
+comparisons.
 
 One :class:`~oxiwork.ops.table.OpDef` each (registered on import of :mod:`oxiwork.ops`):
 numpy reference, in-place form where one is safe, CUDA C expression (so fused kernels
@@ -119,12 +120,16 @@ def _batch_norm_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> S
 def _batch_norm(xs: Arrays, out: np.ndarray | None = None, *, eps: float) -> np.ndarray:
     # (x - mean) / sqrt(var + eps) * weight + bias, one float32 operation at a time in the
     # order of the CUDA expression (all correctly rounded, so numpy and C agree bit for
-    # bit); only the first step reads x, so ``out`` may be x itself.
+    # bit); only the first step reads x, so ``out`` may be x itself. Without weight and
+    # bias (``batch_norm_plain``, 3 inputs) it stops after the division.
     shapes = channel_align([a.shape for a in xs], {})
-    x, mean, var, w, b = (a.reshape(s) for a, s in zip(xs, shapes, strict=True))
+    x, mean, var, *affine = (a.reshape(s) for a, s in zip(xs, shapes, strict=True))
     den = np.sqrt(np.add(var, F32(eps), dtype=F32))
     t = np.subtract(x, mean, out=out, dtype=F32)
     np.divide(t, den, out=t)
+    if not affine:
+        return t
+    w, b = affine
     np.multiply(t, w, out=t)
     return np.add(t, b, out=t)
 
@@ -563,6 +568,21 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
         shape=_batch_norm_shape,
         align=channel_align,
         flops_per_element=5.0,
+    ),
+    # batch norm without affine weight and bias (BatchNorm(affine=False), InstanceNorm with
+    # running statistics): the same expression, stopped before the scale and shift, so no
+    # multiplication by 1 or addition of 0 (which would turn a -0.0 result into +0.0)
+    OpDef(
+        "batch_norm_plain",
+        FusionClass.BROADCAST,
+        3,
+        reference=lambda xs, eps: _batch_norm(xs, eps=eps),
+        inplace=_batch_norm,
+        params=(("eps", 1e-5),),
+        expr="(({0} - {1}) / sqrtf({2} + {eps}))",
+        shape=_batch_norm_shape,
+        align=channel_align,
+        flops_per_element=3.0,
     ),
     # gelu_erf and its two reads of 0.5x: the default rule (a temporary, then a copy)
     _ew(

@@ -236,12 +236,16 @@ def test_log1p_special_values_as_torch_but_for_denormals() -> None:
     np.testing.assert_allclose(got[keep], want[keep], rtol=2e-7, atol=0)
 
 
-def test_batch_norm_special_values_as_torch() -> None:
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_special_values_as_torch(affine: bool) -> None:
     x = _SPECIAL.reshape(1, 1, -1).repeat(1, 3, 1)
     mean, var = torch.tensor([0.0, 1.0, -2.0]), torch.tensor([1.0, 0.25, 4.0])
     w, b = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.0, 0.5, -1.0])
+    if not affine:
+        w = b = None
     want = F.batch_norm(x, mean, var, w, b, training=False, eps=1e-5).numpy()
-    got = ops.get("batch_norm").reference([t.numpy() for t in (x, mean, var, w, b)], eps=1e-5)
+    args = [t.numpy() for t in (x, mean, var, w, b) if t is not None]
+    got = ops.get("batch_norm" if affine else "batch_norm_plain").reference(args, eps=1e-5)
     assert np.array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30)

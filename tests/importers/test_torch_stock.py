@@ -20,6 +20,16 @@ def _x(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
 
+def _with_running_stats(module: nn.Module) -> nn.Module:
+    """``module`` with random running statistics in its norms (fresh ones are 0 and 1, which
+    would hide a mean or variance read from the wrong channel)."""
+    for m in module.modules():
+        if getattr(m, "running_mean", None) is not None:
+            m.running_mean.copy_(torch.randn_like(m.running_mean))
+            m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
+    return module
+
+
 class _Resize(nn.Module):
     """Bilinear resizing as segmentation heads and FPNs do it: by a factor, to a size, with
     and without align_corners; and a bicubic one."""
@@ -117,6 +127,19 @@ STOCK = {
     ),
     "instance norm": (
         lambda: nn.Sequential(nn.Conv2d(3, 6, 3), nn.InstanceNorm2d(6), nn.ReLU()),
+        lambda: (_x(2, 3, 7, 7),),
+    ),
+    "norms without affine weights, on running statistics": (
+        lambda: _with_running_stats(
+            nn.Sequential(
+                nn.Conv2d(3, 6, 3),
+                nn.BatchNorm2d(6, affine=False),
+                nn.ReLU(),
+                nn.InstanceNorm2d(6, track_running_stats=True),
+                nn.Flatten(2),
+                nn.BatchNorm1d(6, affine=False),
+            )
+        ),
         lambda: (_x(2, 3, 7, 7),),
     ),
     "layer norm over several axes": (

@@ -68,8 +68,8 @@ def test_math_ops_follow_torchs_nan_zero_and_tie_rules_in_reference_and_c(name, 
 
 def _shapes(name: str) -> list[tuple[int, ...]]:
     op = ops.get(name)
-    if name == "batch_norm":
-        return [(2, 3, 4, 5)] + [(3,)] * 4
+    if name in ("batch_norm", "batch_norm_plain"):
+        return [(2, 3, 4, 5)] + [(3,)] * (op.arity - 1)
     return [(4, 8)] * op.arity
 
 

@@ -64,6 +64,7 @@ EXACT = {
     # oxiwork.ops.lib_elementwise: batch norm's sqrtf and division are correctly rounded
     # too, rsqrt is 1 / sqrtf (not the approximate rsqrtf), and the rest are selections
     "batch_norm",
+    "batch_norm_plain",
     "hardtanh",
     "relu6",
     "rsqrt",
@@ -454,7 +455,11 @@ def _chain_graph(names, rows, cols, params):
             ins_shapes = [cur_shape, (cols, cols)]
         else:
             ins_shapes = [cur_shape]
-            if name in ("bias_add", "batch_norm"):  # vectors over the last axis / channels
+            if name in (
+                "bias_add",
+                "batch_norm",
+                "batch_norm_plain",
+            ):  # vectors over the last axis / channels
                 ins_shapes += [(cur_shape[-1],)] * (op.arity - 1)
             else:
                 ins_shapes += [cur_shape] * (op.arity - 1)
