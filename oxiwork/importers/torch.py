@@ -1112,11 +1112,22 @@ def _sum_extra(call: _Call) -> str | None:
 
 
 def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    """A sum over dims; of a bool tensor (int64 in torch), a count of the true elements."""
+    """A sum over dims: of floats, sum_dims; of bool and integers (int64 in torch),
+    sum_int_dims, exact in int64; of bool over fewer than 2**24 elements, count_dims (a
+    count of the true elements, block-parallel rather than one thread's loop per result,
+    exact below 2**24: its own shape rule decides)."""
     x = call.args[0]
-    if isinstance(x, _Arg) and x.base.dtype == "bool" and call.kw("dtype") is None:
-        return _any_axes("count_dims", None, lambda c: None)(call)
-    return _any_axes("sum_dims", "sum", _sum_extra)(call)
+    if not isinstance(x, _Arg) or x.base.dtype in (*FLOAT_COMPUTE, "float64"):
+        return _any_axes("sum_dims", "sum", _sum_extra)(call)
+    found = _any_axes("sum_int_dims", None, _sum_extra)(call)
+    if x.base.dtype == "bool" and not isinstance(found, str):
+        _, params, args = found
+        try:
+            ops.infer_shape(ops.get("count_dims"), [x.base.ir_shape], params, "count_dims")
+        except InvalidArgument:  # 2**24 elements or more: not exact in count_dims' floats
+            return found
+        return "count_dims", params, args
+    return found
 
 
 def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
@@ -1720,12 +1731,17 @@ def _repeat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "repeat", params, [x]
 
 
-def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, dim = call.args[:2]
-    if call.kw("dtype") is not None:
-        return f"it accumulates in {call.kw('dtype')}"
-    why = _plain(call, [x], reshape_ok=False)
-    return why or ("cumsum", {"dim": float(dim)}, [x])
+def _scan(lib: str) -> _Rule:
+    """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape)."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, dim = call.args[:2]
+        if call.kw("dtype") is not None:
+            return f"it accumulates in {call.kw('dtype')}"
+        why = _plain(call, [x], reshape_ok=False)
+        return why or (lib, {"dim": float(dim)}, [x])
+
+    return rule
 
 
 # ----------------------------------------------------------------------------- attention
@@ -1985,6 +2001,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
     "aten.sum.dim_IntList": _sum,
     "aten.sum.default": _sum,  # of every element
+    # torch.prod over one dim or every element (floats in float, bool and integers in int64)
+    "aten.prod.dim_int": _any_axes("prod_dims", None, _sum_extra),
+    "aten.prod.default": _any_axes("prod_dims", None, _sum_extra),
     "aten.count_nonzero.dim_IntList": _any_axes("count_dims", None, lambda call: None),
     "aten.count_nonzero.default": _any_axes("count_dims", None, lambda call: None),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
@@ -2029,7 +2048,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
-    "aten.cumsum.default": _cumsum,
+    "aten.cumsum.default": _scan("cumsum"),
+    "aten.cumprod.default": _scan("cumprod"),
     "aten.index_select.default": _index_select,
     "aten.flip.default": _flip,
     "aten.repeat.default": _repeat,
