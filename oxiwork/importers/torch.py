@@ -897,6 +897,32 @@ def _clamp(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
 
 
+def _clamp_tensor(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """``clamp`` by tensors (``aten.clamp.Tensor``, ``clamp_min.Tensor``,
+    ``clamp_max.Tensor``) with one bound: torch computes it as ``maximum(x, min)`` or
+    ``minimum(x, max)`` (its maximum/minimum kernels: a NaN in x or in the bound is the
+    result, operands broadcast, the dtype their promotion), which the library's maximum and
+    minimum compute. With both bounds torch's clamp is ``minimum(maximum(x, min), max)``,
+    two library ops: refused (one ATen op maps to one library op)."""
+    name = _op_name(call.target)
+    if name == "aten.clamp_min.Tensor":
+        (x, lo), hi = _argv(call, ("self", "min"), ()), None
+    elif name == "aten.clamp_max.Tensor":
+        (x, hi), lo = _argv(call, ("self", "max"), ()), None
+    else:
+        x, lo, hi = _argv(call, ("self", "min", "max"), (None, None))
+    if lo is not None and hi is not None:
+        return (
+            "it clamps by two tensors at once, minimum(maximum(x, min), max) in torch; the "
+            "library's maximum and minimum take one bound each"
+        )
+    lib, bound = ("maximum", lo) if hi is None else ("minimum", hi)
+    args = [x, bound]
+    # (a tie of -0.0 and 0.0 keeps x, as torch's scalar loop; its vector loop keeps the
+    # bound: torch itself has no one choice there, as for torch.maximum)
+    return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
+
+
 def _leaky_relu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, slope = _argv(call, ("self", "negative_slope"), (0.01,))
     if not _number(slope):
@@ -1971,6 +1997,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
     "aten.clamp_max.default": _clamp,
+    # by tensors, one bound: maximum or minimum (torch's own kernels for them)
+    "aten.clamp.Tensor": _clamp_tensor,
+    "aten.clamp_min.Tensor": _clamp_tensor,
+    "aten.clamp_max.Tensor": _clamp_tensor,
     "aten.abs.default": _unary("abs"),
     "aten.sqrt.default": _unary("sqrt"),
     "aten.log1p.default": _unary("log1p"),
@@ -1981,6 +2011,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.minimum.default": _binary("minimum"),
     "aten.pow.Tensor_Tensor": _binary("pow"),
     "aten.atan2.default": _binary("atan2"),
+    "aten.hypot.default": _binary("hypot"),
     "aten.fmod.Scalar": _scalar_or("fmod_scalar"),
     "aten.remainder.Scalar": _scalar_or("remainder_scalar"),
     "aten.leaky_relu.default": _leaky_relu,
