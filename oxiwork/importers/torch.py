@@ -897,6 +897,32 @@ def _clamp(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "hardtanh", {"min_val": float(lo), "max_val": float(hi)}, [x]
 
 
+def _clamp_tensor(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """``clamp`` by tensors (``aten.clamp.Tensor``, ``clamp_min.Tensor``,
+    ``clamp_max.Tensor``) with one bound: torch computes it as ``maximum(x, min)`` or
+    ``minimum(x, max)`` (its maximum/minimum kernels: a NaN in x or in the bound is the
+    result, operands broadcast, the dtype their promotion), which the library's maximum and
+    minimum compute. With both bounds torch's clamp is ``minimum(maximum(x, min), max)``,
+    two library ops: refused (one ATen op maps to one library op)."""
+    name = _op_name(call.target)
+    if name == "aten.clamp_min.Tensor":
+        (x, lo), hi = _argv(call, ("self", "min"), ()), None
+    elif name == "aten.clamp_max.Tensor":
+        (x, hi), lo = _argv(call, ("self", "max"), ()), None
+    else:
+        x, lo, hi = _argv(call, ("self", "min", "max"), (None, None))
+    if lo is not None and hi is not None:
+        return (
+            "it clamps by two tensors at once, minimum(maximum(x, min), max) in torch; the "
+            "library's maximum and minimum take one bound each"
+        )
+    lib, bound = ("maximum", lo) if hi is None else ("minimum", hi)
+    args = [x, bound]
+    # (a tie of -0.0 and 0.0 keeps x, as torch's scalar loop; its vector loop keeps the
+    # bound: torch itself has no one choice there, as for torch.maximum)
+    return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
+
+
 def _leaky_relu(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, slope = _argv(call, ("self", "negative_slope"), (0.01,))
     if not _number(slope):
@@ -1115,11 +1141,22 @@ def _sum_extra(call: _Call) -> str | None:
 
 
 def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    """A sum over dims; of a bool tensor (int64 in torch), a count of the true elements."""
+    """A sum over dims: of floats, sum_dims; of bool and integers (int64 in torch),
+    sum_int_dims, exact in int64; of bool over fewer than 2**24 elements, count_dims (a
+    count of the true elements, block-parallel rather than one thread's loop per result,
+    exact below 2**24: its own shape rule decides)."""
     x = call.args[0]
-    if isinstance(x, _Arg) and x.base.dtype == "bool" and call.kw("dtype") is None:
-        return _any_axes("count_dims", None, lambda c: None)(call)
-    return _any_axes("sum_dims", "sum", _sum_extra)(call)
+    if not isinstance(x, _Arg) or x.base.dtype in (*FLOAT_COMPUTE, "float64"):
+        return _any_axes("sum_dims", "sum", _sum_extra)(call)
+    found = _any_axes("sum_int_dims", None, _sum_extra)(call)
+    if x.base.dtype == "bool" and not isinstance(found, str):
+        _, params, args = found
+        try:
+            ops.infer_shape(ops.get("count_dims"), [x.base.ir_shape], params, "count_dims")
+        except InvalidArgument:  # 2**24 elements or more: not exact in count_dims' floats
+            return found
+        return "count_dims", params, args
+    return found
 
 
 def _strided(a: Any, rank: int) -> tuple[Strided, tuple[int, ...]] | str:
@@ -1723,12 +1760,17 @@ def _repeat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return "repeat", params, [x]
 
 
-def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, dim = call.args[:2]
-    if call.kw("dtype") is not None:
-        return f"it accumulates in {call.kw('dtype')}"
-    why = _plain(call, [x], reshape_ok=False)
-    return why or ("cumsum", {"dim": float(dim)}, [x])
+def _scan(lib: str) -> _Rule:
+    """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape)."""
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, dim = call.args[:2]
+        if call.kw("dtype") is not None:
+            return f"it accumulates in {call.kw('dtype')}"
+        why = _plain(call, [x], reshape_ok=False)
+        return why or (lib, {"dim": float(dim)}, [x])
+
+    return rule
 
 
 # ----------------------------------------------------------------------------- attention
@@ -1958,6 +2000,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
     "aten.clamp_max.default": _clamp,
+    # by tensors, one bound: maximum or minimum (torch's own kernels for them)
+    "aten.clamp.Tensor": _clamp_tensor,
+    "aten.clamp_min.Tensor": _clamp_tensor,
+    "aten.clamp_max.Tensor": _clamp_tensor,
     "aten.abs.default": _unary("abs"),
     "aten.sqrt.default": _unary("sqrt"),
     "aten.log1p.default": _unary("log1p"),
@@ -1968,6 +2014,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.minimum.default": _binary("minimum"),
     "aten.pow.Tensor_Tensor": _binary("pow"),
     "aten.atan2.default": _binary("atan2"),
+    "aten.hypot.default": _binary("hypot"),
     "aten.fmod.Scalar": _scalar_or("fmod_scalar"),
     "aten.remainder.Scalar": _scalar_or("remainder_scalar"),
     "aten.leaky_relu.default": _leaky_relu,
@@ -1988,6 +2035,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten._log_softmax.default": _any_axes("log_softmax_dim", None, _softmax_extra),
     "aten.sum.dim_IntList": _sum,
     "aten.sum.default": _sum,  # of every element
+    # torch.prod over one dim or every element (floats in float, bool and integers in int64)
+    "aten.prod.dim_int": _any_axes("prod_dims", None, _sum_extra),
+    "aten.prod.default": _any_axes("prod_dims", None, _sum_extra),
     "aten.count_nonzero.dim_IntList": _any_axes("count_dims", None, lambda call: None),
     "aten.count_nonzero.default": _any_axes("count_dims", None, lambda call: None),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
@@ -2032,7 +2082,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
-    "aten.cumsum.default": _cumsum,
+    "aten.cumsum.default": _scan("cumsum"),
+    "aten.cumprod.default": _scan("cumprod"),
     "aten.index_select.default": _index_select,
     "aten.flip.default": _flip,
     "aten.repeat.default": _repeat,

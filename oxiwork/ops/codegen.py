@@ -600,18 +600,23 @@ def _row_index(
     reduced: tuple[tuple[int, int, int], ...],
     rows: int,
     cols: int,
+    names: tuple[str, str, str, str] = ("row", "col", "cols", ""),
 ) -> tuple[str, list[tuple[str, int]]]:
     """The C expression of the input's flat index of column ``col`` of row ``row`` from
     :func:`~oxiwork.ops.table.reduction_terms`, and the ``size_t`` arguments it uses.
 
     As in broadcast indexing, operations are left out by structure (innermost term: no
     division, outermost: no modulo, unit stride: no product), never by a size's value.
+    ``names``: the row and column variables, the argument holding ``cols`` and a prefix of
+    the arguments' names (an out-element-wise step's own, ``s{j}_``: steps do not collide).
     """
+    row, col, ncols, prefix = names
     if kept in ((), ((1, rows, cols),)) and reduced in ((), ((1, cols, 1),)):
-        return "row * cols + col", []
+        return f"{row} * {ncols} + {col}", []
     parts: list[str] = []
     sizes: list[tuple[str, int]] = []
-    for var, terms, total, pre in (("row", kept, rows, "rk"), ("col", reduced, cols, "rc")):
+    for var, terms, total, pre in ((row, kept, rows, "rk"), (col, reduced, cols, "rc")):
+        pre = prefix + pre
         for t, (div, mod, stride) in enumerate(terms):
             e = var
             if div != 1:

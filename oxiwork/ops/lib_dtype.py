@@ -29,6 +29,8 @@
   refused by the reference and NaN or 0 in the C outside it.
 - ``cumsum`` along parameter ``dim``: bool and integers sum exactly in int64, floats in
   float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
+  ``cumprod`` likewise multiplies it: bool and integers in int64, wrapping around as
+  torch's int64 does, floats in float32 in order.
 
 Example
 -------
@@ -69,6 +71,7 @@ from oxiwork.ops.table import (
 
 __all__ = [
     "CASTS",
+    "CUMPROD",
     "CUMSUM",
     "DTYPE_OPS",
     "EMBEDDING",
@@ -76,9 +79,13 @@ __all__ = [
     "GATHER",
     "INDEX_SELECT",
     "REPEAT",
+    "accumulate_dtype",
     "cast_name",
     "index_op",
     "typed_value",
+    "wrapping_result",
+    "wrapping_start",
+    "wrapping_step",
 ]
 
 _FLOATS = ("float32", "float16", "bfloat16")
@@ -479,11 +486,48 @@ def index_op(count: int, lead: int = 0) -> OpDef:
 
 
 # ----------------------------------------------------------------------------- cumsum
-def _cumsum_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
-    # torch: bool and integers sum in int64, floats in their own dtype (float32 math)
+def accumulate_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    """torch's result dtype of a sum or product of ``dtypes[0]`` (cumsum, cumprod, prod):
+    bool and integers accumulate in int64, floats in their own dtype (float32 math).
+
+    >>> accumulate_dtype(["bool"], {}), accumulate_dtype(["bfloat16"], {})
+    ('int64', 'bfloat16')
+    """
     if dtypes[0] in ("bool", *_INDEX):
         return "int64"
     return float_dtype(dtypes, params)
+
+
+def wrapping_step(j: int, x: str, acc: str, at: str, op: str) -> str:
+    """The C statement combining ``acc`` (declared by :func:`wrapping_start`) with
+    ``x[at]`` by ``op`` (``"*"`` or ``"+"``), in the accumulator's type.
+
+    >>> wrapping_step(0, "in0", "a0", "q0", "*")
+    'a0 *= (U0)in0[q0];'
+    """
+    return f"{acc} {op}= (U{j}){x}[{at}];"
+
+
+def wrapping_start(j: int, x: str, acc: str, init: int) -> list[str]:
+    """C lines declaring the accumulator ``acc`` = ``init`` of a product or sum of the
+    elements of ``x`` (cumprod, prod_dims, sum_int_dims): ``float`` for float arrays (halves are read as float), ``unsigned
+    long long`` for bool and integers, whose products wrap around modulo 2**64 there as in
+    torch's int64 (a signed overflow is undefined behaviour in C; an unsigned one is
+    defined, and the bits are the same two's complement ones).
+
+    >>> wrapping_start(0, "in0", "a0", 1)[1]
+    'U0 a0 = (U0)1;'
+    """
+    return [f"typedef decltype({x}[0] * 0ull) U{j};", f"U{j} {acc} = (U{j}){init};"]
+
+
+def wrapping_result(j: int, x: str, acc: str) -> list[str]:
+    """C lines defining ``t{j}`` from the accumulator of :func:`wrapping_start`: ``float``
+    for floats, ``long long`` (the int64 result, the same bits) for bool and integers."""
+    return [
+        f"typedef decltype({x}[0] * (long long)0) T{j};",
+        f"T{j} t{j} = (T{j}){acc};",
+    ]
 
 
 def _cumsum_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
@@ -491,10 +535,34 @@ def _cumsum_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape
     return tuple(shapes[0])
 
 
-def _cumsum(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
-    x = xs[0]
-    out = np.int64 if x.dtype.kind in "biu" else np.float32
-    return np.cumsum(x, axis=int(dim) % max(1, x.ndim), dtype=out)
+def _cumulative(scan: Any) -> Any:
+    def reference(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
+        # np.cumsum / np.cumprod accumulate in order (out[k] = out[k - 1] op x[k]), the
+        # kernel's order; int64 wraps around on overflow, as in torch
+        x = xs[0]
+        out = np.int64 if x.dtype.kind in "biu" else np.float32
+        r = scan(x, axis=int(dim) % max(1, x.ndim), dtype=out)
+        if scan is np.cumsum and out is np.float32:
+            # the kernel (and torch) starts the sum at 0, and 0 + -0.0 is +0.0: a prefix
+            # of zeros sums to +0.0 there, where numpy's first element is x[0] itself
+            r += np.float32(0)
+        return r
+
+    return reference
+
+
+def _scan_head(
+    j: int, var: str, ins: Sequence[Shape], out: Shape, params: Mapping[str, float]
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """C lines placing output element ``var`` of a scan along ``dim``: its coordinate
+    ``c{j}`` along the axis and ``b{j}``, the offset of the axis's first element."""
+    axis = _gather_axis(ins, params)
+    n, sin = f"s{j}_n", f"s{j}_inner"
+    lines = [
+        f"size_t c{j} = ({var} / {sin}) % {n};",
+        f"size_t b{j} = {var} - c{j} * {sin};",
+    ]
+    return lines, [(n, out[axis]), (sin, math.prod(out[axis + 1 :]))]
 
 
 def _cumsum_element(
@@ -508,19 +576,38 @@ def _cumsum_element(
     # the output element at coordinate c along the axis sums the input from 0 to c, in
     # order (numpy's cumsum order); integers in long long, floats in float
     (x,) = ptrs
-    axis = _gather_axis(ins, params)
-    inner = math.prod(out[axis + 1 :])
-    n, sin = f"s{j}_n", f"s{j}_inner"
+    head, sizes = _scan_head(j, var, ins, out, params)
     lines = [
         f"typedef decltype({x}[0] + (long long)0) T{j};",
-        f"size_t c{j} = ({var} / {sin}) % {n};",
-        f"size_t b{j} = {var} - c{j} * {sin};",
+        *head,
         f"T{j} t{j} = 0;",
         f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
-        f"    t{j} += {x}[b{j} + q{j} * {sin}];",
+        f"    t{j} += {x}[b{j} + q{j} * s{j}_inner];",
         "}",
     ]
-    return lines, [(n, out[axis]), (sin, inner)]
+    return lines, sizes
+
+
+def _cumprod_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # the product of the prefix, in order; bool and integers wrap around in int64
+    (x,) = ptrs
+    head, sizes = _scan_head(j, var, ins, out, params)
+    lines = [
+        *head,
+        *wrapping_start(j, x, f"a{j}", 1),
+        f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
+        f"    {wrapping_step(j, x, f'a{j}', f'b{j} + q{j} * s{j}_inner', '*')}",
+        "}",
+        *wrapping_result(j, x, f"a{j}"),
+    ]
+    return lines, sizes
 
 
 def _cumsum_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
@@ -533,12 +620,27 @@ CUMSUM = OpDef(
     "cumsum",
     FusionClass.OUT_ELEMENTWISE,
     1,
-    reference=_cumsum,
+    reference=_cumulative(np.cumsum),
     params=(("dim", -1.0),),
     element=_cumsum_element,
     shape=_cumsum_shape,
     cost=_cumsum_cost,
-    dtype=_cumsum_dtype,
+    dtype=accumulate_dtype,
+    typed_pointers=True,
+)
+
+# torch.cumprod: cumsum's structure and rules, a product (float products in order, so the
+# reference's and the kernel's roundings are the same ones)
+CUMPROD = OpDef(
+    "cumprod",
+    FusionClass.OUT_ELEMENTWISE,
+    1,
+    reference=_cumulative(np.cumprod),
+    params=(("dim", -1.0),),
+    element=_cumprod_element,
+    shape=_cumsum_shape,
+    cost=_cumsum_cost,
+    dtype=accumulate_dtype,
     typed_pointers=True,
 )
 
@@ -733,7 +835,16 @@ REPEAT = OpDef(
     typed_pointers=True,
 )
 
-DTYPE_OPS: tuple[OpDef, ...] = (*CASTS, EMBEDDING, GATHER, CUMSUM, INDEX_SELECT, FLIP, REPEAT)
+DTYPE_OPS: tuple[OpDef, ...] = (
+    *CASTS,
+    EMBEDDING,
+    GATHER,
+    CUMSUM,
+    CUMPROD,
+    INDEX_SELECT,
+    FLIP,
+    REPEAT,
+)
 
 for _op in DTYPE_OPS:
     register(_op)

@@ -524,6 +524,9 @@ MATH_OPS: tuple[OpDef, ...] = (
     ),
     _ew("pow", 2, _binary_math(np.power), "powf({0}, {1})", flops=8.0, inplace=False),
     _ew("atan2", 2, _binary_math(np.arctan2), "atan2f({0}, {1})", flops=8.0, inplace=False),
+    # sqrt(x^2 + y^2) without overflow or underflow on the way; an infinity wins over a NaN
+    # (C99's hypot, numpy's and torch's): hypot(inf, NaN) is inf
+    _ew("hypot", 2, _binary_math(np.hypot), "hypotf({0}, {1})", flops=8.0, inplace=False),
     # x fmod / remainder a number (fmod is exact; remainder one addition after it)
     _ew("fmod_scalar", 1, _fmod, "fmodf({0}, {other})", params=(("other", 1.0),)),
     _ew(
@@ -537,8 +540,8 @@ MATH_OPS: tuple[OpDef, ...] = (
     ),
 )
 """Math functions: libm ones (sin ... exp2, erf), roundings, sign, reciprocal, isnan (bool),
-maximum/minimum (NaN propagating as torch, a tie keeping the first operand), pow and atan2
-of two tensors, fmod and remainder by a number (torch's sign rules)."""
+maximum/minimum (NaN propagating as torch, a tie keeping the first operand), pow, atan2
+and hypot of two tensors, fmod and remainder by a number (torch's sign rules)."""
 
 
 def _scalar(

@@ -44,7 +44,16 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from oxiwork.error import InvalidArgument
-from oxiwork.ops.codegen import _NEG_INF  # -inf as the row kernels write it
+from oxiwork.ops.codegen import (
+    _NEG_INF,  # -inf as the row kernels write it
+    _row_index,  # a reduced element's index, from the terms
+)
+from oxiwork.ops.lib_dtype import (
+    accumulate_dtype,
+    wrapping_result,
+    wrapping_start,
+    wrapping_step,
+)
 from oxiwork.ops.table import (
     COMPUTE_DTYPES,
     FLOAT_COMPUTE,
@@ -59,6 +68,7 @@ from oxiwork.ops.table import (
     _ShapeProblem,
     _softmax,
     get,
+    reduction_terms,
     register,
 )
 
@@ -1065,6 +1075,91 @@ def _count(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
     return (rows != 0).sum(axis=-1, dtype=np.int64).reshape(_dims_shape([xs[0].shape], params))
 
 
+# ----------------------------------------------------------------------------- element loops
+# prod_dims (torch.prod) and sum_int_dims (sums of bool and integer tensors) over ``axes``:
+# one thread per output element combines its reduced elements in order, out-element-wise
+# as cumsum. A float product then rounds as the reference's in-order product does, and
+# bool and integers combine exactly in int64, wrapping around as torch's int64 does, which
+# the row kernels' float arithmetic (ox_block_reduce, shared by every block reduction)
+# cannot give. The price: one thread walks a whole row (x.prod() is one thread's loop).
+def _sum_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in ("bool", "int64", "int32"):
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; sum_int_dims sums bool, int32 and int64 exactly in "
+            "int64 (float sums: sum_dims)"
+        )
+    return "int64"
+
+
+def _loop_op(name: str, op: str, init: int, ufunc: np.ufunc) -> OpDef:
+    """An element-loop reduction over ``axes`` (``keepdim``): ``acc = acc op x`` from
+    ``init`` over the reduced elements in row-major order (``ufunc``: np.multiply, np.add)."""
+
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+        if rows.dtype.kind in "biu":  # exact modulo 2**64: any order gives the same bits
+            acc = ufunc.reduce(rows, axis=-1, dtype=np.int64)
+        else:  # the last of the in-order partial results: the kernel's roundings
+            acc = ufunc.accumulate(rows, axis=-1, dtype=F32)[:, -1]
+        return acc.reshape(_dims_shape([xs[0].shape], params))
+
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float],
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        # output element var is row var of the reduction's (row, col) terms (rows are the
+        # result's elements in row-major order): it walks its columns q{j} in order
+        (x,) = ptrs
+        kept, reduced = reduction_terms(ins[0], _mask_axes(ins[0], params))
+        rows = math.prod(m for _, m, _ in kept)
+        cols = math.prod(m for _, m, _ in reduced)
+        n = f"s{j}_n"
+        at, sizes = _row_index(kept, reduced, rows, cols, (var, f"q{j}", n, f"s{j}_"))
+        lines = [
+            *wrapping_start(j, x, f"a{j}", init),
+            f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
+            f"    {wrapping_step(j, x, f'a{j}', at, op)}",
+            "}",
+            *wrapping_result(j, x, f"a{j}"),
+        ]
+        return lines, [(n, cols), *sizes]
+
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        element=element,
+        shape=_dims_shape,
+        cost=_row_cost(1.0),
+        dtype=accumulate_dtype if op == "*" else _sum_int_dtype,
+        typed_pointers=True,
+    )
+
+
+_LOOPS: tuple[OpDef, ...] = (
+    _loop_op("prod_dims", "*", 1, np.multiply),
+    _loop_op("sum_int_dims", "+", 0, np.add),
+)
+"""``prod_dims`` (torch.prod: float dtypes in float32 math, in order, rounded once to their
+dtype; bool and integers in int64) and ``sum_int_dims`` (bool and integers only, int64)
+over ``axes`` with ``keepdim``, as ``sum_dims``.
+
+>>> import numpy as np
+>>> x = np.array([[2**40, 2**30], [3, -4]])
+>>> get("prod_dims").reference([x], axes=axes_mask([1], 2), keepdim=0.0).tolist()  # 2**70 wraps
+[0, -12]
+>>> get("sum_int_dims").reference([x > 0], axes=0.0, keepdim=0.0).tolist()
+[3]
+"""
+
+
 _ANY_AXES: tuple[OpDef, ...] = (
     # torch.count_nonzero, and the sum of a bool tensor (int64, NaN counting as non-zero)
     OpDef(
@@ -1137,13 +1232,16 @@ _ANY_AXES: tuple[OpDef, ...] = (
 References: PyTorch documentation, ``torch.sum``, ``torch.amax``, ``torch.softmax``,
 ``torch.log_softmax`` (``dim``, ``keepdim``)."""
 
-for _op in (*_MATMULS, *_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES):
+for _op in (*_MATMULS, *_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES, *_LOOPS):
     register(_op)
 
-REDUCTIONS: frozenset[str] = frozenset(op.name for op in (*_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES))
+REDUCTIONS: frozenset[str] = frozenset(
+    op.name for op in (*_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES, *_LOOPS)
+)
 #: The reductions over any axes (their ``axes``/``dim`` parameters are axis masks and
-#: indices, not free numbers; tests/ops/test_reduce_axes.py draws valid ones).
-ANY_AXES: frozenset[str] = frozenset(op.name for op in _ANY_AXES)
+#: indices, not free numbers; tests/ops/test_reduce_axes.py draws valid ones), the
+#: element-loop ones (prod_dims, sum_int_dims: out-element-wise) included.
+ANY_AXES: frozenset[str] = frozenset(op.name for op in (*_ANY_AXES, *_LOOPS))
 #: The group norms (their ``groups``/``dims`` are structural; tests/ops/test_group_norm.py).
 GROUP_NORMS: frozenset[str] = frozenset(op.name for op in _GROUP_NORMS)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -400,3 +401,101 @@ def test_rotary_embeddings_and_math_ops_map_to_library_ops() -> None:
         for g, w in zip(got, eager, strict=True):
             assert g.dtype == w.dtype
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _import_any_dtype(module: nn.Module, args: tuple[torch.Tensor, ...]):
+    """``module`` imported, its eager output as float32 and its dtype's name (numpy has
+    no bfloat16: import_with_eager cannot keep one)."""
+    with torch.no_grad():
+        eager = module(*args)
+    return from_module(module, args), eager.float().numpy(), str(eager.dtype).split(".")[-1]
+
+
+# clamp by tensors: (module body, the library op)
+_GRID = _SPECIAL[_SPECIAL.abs() < 1e30]  # (3.4e38 overflows float16)
+_CLAMP_BY_TENSOR = {
+    "clamp min": (lambda x, b: torch.clamp(x, min=b), "maximum"),
+    "clamp max": (lambda x, b: torch.clamp(x, max=b), "minimum"),
+    "clamp_min": (lambda x, b: torch.clamp_min(x, b), "maximum"),
+    "clamp_max": (lambda x, b: torch.clamp_max(x, b), "minimum"),
+    "Tensor.clamp min": (lambda x, b: x.clamp(b), "maximum"),
+}
+
+
+@pytest.mark.parametrize(
+    "dtypes",
+    [
+        (torch.float32, torch.float32),
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.float32),  # promoted to float32, as torch
+        (torch.int64, torch.int64),
+    ],
+)
+@pytest.mark.parametrize("name", sorted(_CLAMP_BY_TENSOR))
+def test_clamp_by_one_tensor_is_maximum_or_minimum_as_torch(name, dtypes) -> None:
+    # every special value against every one (x a row, the bound a column: broadcast both
+    # ways): NaN in x or in the bound gives NaN, infinities are ordinary values
+    body, lib = _CLAMP_BY_TENSOR[name]
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return body(x, b)
+
+    dx, db = dtypes
+    grid = _GRID if dx.is_floating_point else torch.tensor([0, 1, -1, 7, -(2**40), 2**62, -(2**63)])
+    x, b = grid.reshape(1, -1).to(dx), grid.reshape(-1, 1).to(db)
+    model, want, dtype = _import_any_dtype(M(), (x, b))
+    assert not model.opaque, model.opaque
+    assert [k.op for k in model.graph.kernels()] == [lib]
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert got.dtype.name == dtype and got.shape == want.shape
+        # bit for bit but for the zero sign of a tie of -0.0 and 0.0 (torch's vector loop
+        # keeps the bound, its scalar loop x, as in torch.maximum)
+        np.testing.assert_array_equal(got.astype(want.dtype), want)
+
+
+def test_clamp_by_tensors_torch_computes_otherwise_stays_opaque_saying_why() -> None:
+    class M(nn.Module):
+        def forward(self, x, lo, hi, i):
+            return torch.clamp(x, lo, hi), torch.clamp(i, min=lo), torch.clamp(x, max=i)
+
+    x, lo, hi = torch.randn(3, 4), torch.full((4,), -0.5), torch.full((3, 1), 0.5)
+    i = torch.arange(-6, 6).reshape(3, 4)
+    model, want = import_with_eager(M(), (x, lo, hi, i))
+    reasons = [o.reason for o in model.opaque]
+    assert len(reasons) == 3, reasons
+    assert "it clamps by two tensors at once" in reasons[0]
+    # int64 and float32 operands: torch promotes to float32, the library's maximum and
+    # minimum take one integer dtype or floats
+    assert all("do not fit the library's" in r for r in reasons[1:]), reasons
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_hypot_maps_to_the_librarys_hypot(dtype) -> None:
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.hypot(x, y)
+
+    grid = _SPECIAL if dtype == torch.float32 else _GRID
+    x, y = grid.reshape(1, -1).to(dtype), grid.reshape(-1, 1).to(dtype)
+    model, w, name = _import_any_dtype(M(), (x, y))
+    assert not model.opaque and [k.op for k in model.graph.kernels()] == ["hypot"]
+    want = w.astype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert got.dtype.name == name
+        g = got.astype(np.float32)
+        # NaN only where both are (hypot(inf, NaN) is inf), infinities alike, and finite
+        # values within one ulp of the dtype (torch's CPU loop is within 1 ulp of the
+        # correctly rounded result that C's hypotf gives; halves round that once)
+        assert np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(np.isinf(g), np.isinf(w))
+        ok = np.isfinite(w)
+        ulp = np.spacing(np.abs(want[ok])).astype(np.float32)  # (in the dtype)
+        assert (np.abs(g[ok] - w[ok]) <= ulp).all(), (g[ok], w[ok])

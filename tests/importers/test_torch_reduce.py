@@ -16,6 +16,8 @@ from torch import nn
 from oxiwork import ExecutionPlan, SequentialExecutor, ops, verify
 from oxiwork.importers.torch import from_exported_program, from_module
 from oxiwork.ops import lib_reduce
+from oxiwork.reference import evaluate
+from tests.importers._eager import import_with_eager
 from tests.importers.test_torch import _assert_matches, _imported
 
 MATMUL_TARGETS = {
@@ -201,3 +203,91 @@ def test_torch_transformer_encoder_layers_import_without_opaque_ops() -> None:
         plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
         (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class Products(nn.Module):
+    """torch.prod over one dim and every element, sums of bool and integer tensors, and
+    cumulative products, of floats, bool, int32 and int64 (int64 products wrap around)."""
+
+    def forward(self, x, b, i, big):
+        return (
+            x.prod(1, keepdim=True),
+            torch.prod(x, -1) * 2.0,  # an epilogue fused after the product
+            x.prod(),
+            b.prod(0),
+            i.prod(dim=1),
+            big.prod(),  # 2**40 * 2**40 ...: wraps modulo 2**64 as in torch
+            i.sum(1),
+            i.sum(),
+            big.sum((0, 1)),
+            b.sum((0,)),
+            b.sum(),
+            torch.cumprod(x, 1),
+            torch.cumprod(i, 0),
+            torch.cumprod(b, 1),
+            torch.cumprod(big, 1),
+            x.half().prod(0),
+        )
+
+
+def _products_args() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    x[0, 1] = float("nan")
+    x[2, 0] = -0.0
+    b = torch.rand(3, 4) > 0.3
+    i = torch.randint(-5, 6, (3, 4), dtype=torch.int32)
+    big = torch.tensor([[2**40, 3, -(2**30)], [2**40 + 7, -1, 2**62]])
+    return x, b, i, big
+
+
+def test_prods_cumprods_and_integer_sums_map_to_library_ops() -> None:
+    model, eager = import_with_eager(Products(), _products_args())
+    assert model.opaque == (), model.opaque_counts()
+    used = [n.op for n in model.graph.kernels()]
+    assert used.count("prod_dims") == 7 and used.count("cumprod") == 4
+    assert used.count("sum_int_dims") == 3 and used.count("count_dims") == 2
+    for fusion in (False, True):
+        for streams in (1, 3):
+            plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=fusion)
+            verify(plan)
+            got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+            for g, w in zip(got, eager, strict=True):
+                assert g.shape == w.shape and g.dtype == w.dtype
+                if w.dtype.kind in "biu":
+                    np.testing.assert_array_equal(g, w)  # exact, wrapped as in torch
+                else:
+                    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)  # NaN where NaN
+
+
+def test_a_bool_sum_of_2_to_the_24_elements_is_exact() -> None:
+    # count_dims counts in float (exact below 2**24): from there on sum_int_dims, in int64
+    class Count(nn.Module):
+        def forward(self, b):
+            return b.sum(), b[:8].sum()
+
+    b = torch.ones(2**24 + 1, dtype=torch.bool)
+    model, eager = import_with_eager(Count(), (b,))
+    assert model.opaque == ()
+    assert sorted(n.op for n in model.graph.kernels()) == ["count_dims", "sum_int_dims"]
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    assert [int(g) for g in got] == [2**24 + 1, 8] == [int(w) for w in eager]
+
+
+def test_prods_and_sums_torch_computes_otherwise_stay_opaque_saying_why() -> None:
+    class M(nn.Module):
+        def forward(self, x, u):
+            return (
+                x.prod(1, dtype=torch.float64),
+                u.sum(0),
+                torch.cumprod(x, 0, dtype=torch.float64),
+            )
+
+    model, eager = import_with_eager(M(), (torch.randn(2, 3), torch.ones(2, 3, dtype=torch.uint8)))
+    reasons = sorted(o.reason for o in model.opaque)
+    assert len(reasons) == 3, reasons
+    assert sum("it accumulates in torch.float64" in r for r in reasons) == 2
+    assert any("input 0 is uint8; sum_int_dims sums bool, int32 and int64" in r for r in reasons)
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    for g, w in zip(got, eager, strict=True):
+        np.testing.assert_array_equal(g, w)

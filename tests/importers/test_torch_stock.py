@@ -70,6 +70,20 @@ class _Moves(nn.Module):
         )
 
 
+class _Survival(nn.Module):
+    """A survival (stick-breaking) head: hazards, their cumulative products and the product
+    over all steps, and the count of positive logits per row (an integer sum)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hazard = torch.sigmoid(self.head(x))
+        alive = torch.cumprod(1.0 - hazard, dim=-1)
+        return alive, hazard.prod(-1, keepdim=True), (x > 0).long().sum(-1)
+
+
 STOCK = {
     "transformer encoder": (
         lambda: nn.TransformerEncoder(
@@ -160,6 +174,7 @@ STOCK = {
         lambda: _Resize(),
         lambda: (_x(2, 3, 5, 7),),
     ),
+    "survival head (cumprod, prod, integer sums)": (lambda: _Survival(), lambda: (_x(3, 4, 6),)),
     "embedding bag of ops": (
         lambda: nn.Sequential(nn.Embedding(10, 6), nn.Flatten(), nn.Linear(18, 4), nn.Softplus()),
         lambda: (torch.tensor([[1, 2, 3], [4, 5, 9]]),),

@@ -651,6 +651,105 @@ class TestMoves:
             ops.infer_shape(op, shapes, {**op.defaults, **params}, "t")
 
 
+# ------------------------------------------------------------------ cumsum, cumprod
+SCAN_NP = {"bool": np.dtype(bool), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
+           "float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16}  # fmt: skip
+# floats whose partial sums and products are exact in float32 (powers of two, at most 4
+# of them along the axis) and the IEEE special values: torch's CPU scans accumulate in
+# double, so only exact values can be compared with them bit for bit
+EXACT_STEPS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0]
+# integers near the int64 ends too: sums and products wrap around modulo 2**64, as in torch
+BIG_INTS = [0, 1, -1, 3, -7, 2**31 - 1, -(2**31), 2**40 + 3, -(2**62), 2**63 - 1, -(2**63)]
+
+
+@st.composite
+def scans(draw, exact: bool = True):
+    """(op, dtype, x, dim) of cumsum or cumprod."""
+    name = draw(st.sampled_from(["cumsum", "cumprod"]))
+    dtype = draw(st.sampled_from(sorted(SCAN_NP)))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    if dtype == "bool":
+        x = draw(hnp.arrays(bool, shape))
+    elif dtype in ("int32", "int64"):
+        lim = np.iinfo(dtype)
+        el = st.one_of(st.sampled_from(BIG_INTS), st.integers(-9, 9))
+        x = draw(hnp.arrays(dtype, shape, elements=el.filter(lambda v: lim.min <= v <= lim.max)))
+    else:
+        el = st.sampled_from(EXACT_STEPS) if exact else st.floats(-4, 4, width=32)
+        x = draw(hnp.arrays(np.float32, shape, elements=el)).astype(SCAN_NP[dtype])
+    return name, dtype, x, draw(st.integers(-len(shape), len(shape) - 1))
+
+
+def _scan_graph(name: str, dtype: str, shape: tuple[int, ...], dim: int, epilogue: bool = False):
+    """``name`` of external ``x`` along ``dim`` (``epilogue``: then a scale by -3, fused)."""
+    op = ops.get(name)
+    odt = ops.infer_dtype(op, [dtype], {"dim": float(dim)}, name)
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", DTYPES[dtype] * math.prod(shape), dtype=dtype, shape=shape)
+    size = DTYPES[odt] * math.prod(shape)
+    r = b.alloc_buffer("r" if epilogue else "out", size, dtype=odt, shape=shape)
+    b.add_kernel("s", 1, 32).op(name).params(dim=float(dim)).inputs([x]).outputs([r]).fusible(
+        True
+    ).finish()
+    if epilogue:
+        out = b.alloc_buffer("out", size, dtype=odt, shape=shape)
+        b.add_kernel("k", 1, 32).op("scale").params(alpha=-3.0).inputs([r]).outputs([out]).fusible(
+            True
+        ).finish()
+    return b.build()
+
+
+@pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
+class TestScans:
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=scans())
+    def test_scan_equals_torch(self, case):
+        import torch
+
+        name, dtype, x, dim = case
+        g = _scan_graph(name, dtype, x.shape, dim)
+        want = evaluate(g, {"x": x})["out"]
+        # torch's dtypes: bool and integers give int64, floats their own
+        assert want.dtype == (
+            SCAN_NP[dtype] if x.dtype.kind == "f" or dtype == "bfloat16" else np.int64
+        )
+        tx = torch.from_numpy(x.astype(np.float32) if dtype == "bfloat16" else x)
+        tx = tx.to(torch.bfloat16) if dtype == "bfloat16" else tx
+        eager = getattr(torch, name)(tx, dim)
+        eager = eager.float().numpy().astype(BF16) if dtype == "bfloat16" else eager.numpy()
+        _bits_equal(want, eager, f"{name} {dtype} dim={dim}: reference vs torch")
+
+    @needs_cxx
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=st.one_of(scans(), scans(exact=False)), epilogue=st.booleans())
+    def test_generated_c_equals_the_reference_bit_for_bit(self, case, epilogue, so_dir):
+        # one thread per element sums (multiplies) its prefix in the reference's order
+        name, dtype, x, dim = case
+        g = _scan_graph(name, dtype, x.shape, dim, epilogue)
+        want = evaluate(g, {"x": x})["out"]
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=epilogue)
+        assert len(plan.graph.kernels()) == 1  # an epilogue fuses after the scan
+        _bits_equal(_c_graph(plan.graph, {"x": x}, so_dir), want, f"{name} {dtype} dim={dim}")
+
+    @pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+    def test_zero_signs_and_nan_as_torch_in_c(self, name, so_dir):
+        # the sum starts at +0.0 (0 + -0.0 is +0.0, where numpy's cumsum copies x[0]); the
+        # product at 1 (-0.0 kept); inf - inf and 0 * inf are NaN from there on
+        import torch
+
+        x = np.array([[-0.0, -0.0, 2.0, -np.inf, np.inf, 1.0], [0.0, -0.0, np.nan, 1.0, 0.5, -2.0]],
+                     np.float32)  # fmt: skip
+        g = _scan_graph(name, "float32", x.shape, 1)
+        want = evaluate(g, {"x": x})["out"]
+        _bits_equal(want, getattr(torch, name)(torch.from_numpy(x), 1).numpy(), "vs torch")
+        if CXX is not None:
+            _bits_equal(_c_graph(g, {"x": x}, so_dir), want, "generated C")
+
+    def test_refuses_dim_outside_the_input(self):
+        with pytest.raises(InvalidArgument, match=r"dim 2\.0 is not an axis of the input"):
+            ops.infer_shape(ops.get("cumprod"), [(2, 3)], {"dim": 2.0}, "t")
+
+
 # ------------------------------------------------------------------ NVRTC
 def _probe_graphs():
     """(label, graph) per registered op with CUDA C and per input dtypes its rule accepts:

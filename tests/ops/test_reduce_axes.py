@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from oxiwork import GraphBuilder, ops
 from oxiwork.error import InvalidArgument
@@ -378,3 +379,172 @@ def test_extrema_propagate_nan_and_take_infinities_in_c_as_in_the_reference(name
     np.testing.assert_array_equal(want, getattr(np, "max" if name == "amax_dims" else "min")(x, 1))
     (got,) = _run_c(g, g.kernels()[0], [x], so_dir)
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------- prod_dims, sum_int_dims
+LOOP_NP = {"bool": np.dtype(bool), "int32": np.dtype(np.int32), **NP}
+# float values whose products are exact in float32 over at most 4**4 elements (powers of
+# two) and the IEEE special values: any order of multiplication gives the same bits, so
+# torch's (vectorised) order and a float64 formula must agree with the in-order kernel
+EXACT_FACTORS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0]
+# integers near the int64 ends too: products and sums wrap around modulo 2**64, as in torch
+BIG_INTS = [0, 1, -1, 3, -7, 2**31 - 1, -(2**31), 2**40 + 3, -(2**62), 2**63 - 1, -(2**63)]
+
+
+@st.composite
+def loop_cases(draw, exact: bool = True):
+    """(op, dtype, x, axes, keepdim): prod_dims of any dtype or sum_int_dims of bool and
+    integers, over a random axis subset (none: every axis)."""
+    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 3]), min_size=1, max_size=4)))
+    rank = len(shape)
+    name = draw(st.sampled_from(["prod_dims", "sum_int_dims"]))
+    kinds = sorted(LOOP_NP) if name == "prod_dims" else ["bool", "int32", "int64"]
+    dtype = draw(st.sampled_from(kinds))
+    if dtype == "bool":
+        x = draw(hnp.arrays(bool, shape))
+    elif dtype in ("int32", "int64"):
+        lim = np.iinfo(dtype)
+        el = st.one_of(st.sampled_from(BIG_INTS), st.integers(-9, 9))
+        x = draw(hnp.arrays(dtype, shape, elements=el.filter(lambda v: lim.min <= v <= lim.max)))
+    else:
+        el = st.sampled_from(EXACT_FACTORS) if exact else st.floats(-4, 4, width=32)
+        x = draw(hnp.arrays(F32, shape, elements=el)).astype(LOOP_NP[dtype])
+    axes = draw(st.lists(st.integers(0, rank - 1), max_size=rank, unique=True))
+    return name, dtype, x, sorted(axes), draw(st.booleans())
+
+
+def _loop_formula(name: str, x: np.ndarray, axes: list[int], keep: bool) -> np.ndarray:
+    """numpy's own result in float64 (exact here), or in Python integers wrapped to int64."""
+    ax = tuple(axes) or None
+    if x.dtype.kind == "f" or x.dtype == ml_dtypes.bfloat16:
+        with np.errstate(all="ignore"):
+            return np.prod(x.astype(np.float64), axis=ax, keepdims=keep)
+    fn = math.prod if name == "prod_dims" else sum
+    objs = np.asarray(x.astype(np.int64), dtype=object)
+    kept = [d for d in range(x.ndim) if ax is not None and d not in ax]
+    rows = np.transpose(objs, kept + [d for d in range(x.ndim) if d not in kept])
+    rows = rows.reshape(math.prod(x.shape[d] for d in kept), -1)
+    wrapped = [(int(fn(r)) + 2**63) % 2**64 - 2**63 for r in rows]
+    shape = (
+        [1 if ax is None or d in ax else s for d, s in enumerate(x.shape)]
+        if keep
+        else [s for d, s in enumerate(x.shape) if d in kept]
+    )
+    return np.array(wrapped, np.int64).reshape(shape)
+
+
+def _torch_loop(name: str, x: np.ndarray, axes: list[int], keep: bool) -> np.ndarray:
+    """torch.prod (one dim at a time: it takes one) or torch.sum over ``axes``."""
+    import torch
+
+    t = torch.from_numpy(x.astype(np.float32) if x.dtype == ml_dtypes.bfloat16 else x)
+    if x.dtype == ml_dtypes.bfloat16:
+        t = t.to(torch.bfloat16)
+    axes = axes or list(range(x.ndim))
+    if name == "sum_int_dims":
+        r = torch.sum(t, dim=axes, keepdim=keep)
+    else:
+        r = t
+        for d in axes:
+            r = torch.prod(r, d, keepdim=True)
+        r = r if keep else r.reshape([s for d, s in enumerate(x.shape) if d not in axes])
+    return r.float().numpy() if r.dtype == torch.bfloat16 else r.numpy()
+
+
+def _loop_graph(name, dtype, shape, params, epilogue=False):
+    """``name`` of external ``x`` (``epilogue``: then ``neg``, fused into its kernel)."""
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", DTYPES[dtype] * math.prod(shape), dtype=dtype, shape=shape)
+    op = ops.get(name)
+    odt = ops.infer_dtype(op, [dtype], params, name)
+    out_shape = ops.infer_shape(op, [shape], params, name)
+    size = DTYPES[odt] * math.prod(out_shape)
+    r = b.alloc_buffer("r" if epilogue else "out", size, dtype=odt, shape=out_shape)
+    b.add_kernel("red", 2, 32).op(name).params(**params).inputs([x]).outputs([r]).fusible(
+        True
+    ).finish()
+    if epilogue:
+        out = b.alloc_buffer("out", size, dtype=odt, shape=out_shape)
+        b.add_kernel("neg", 2, 32).op("neg" if odt != "int64" else "scale").params(
+            **({} if odt != "int64" else {"alpha": -1.0})
+        ).inputs([r]).outputs([out]).fusible(True).finish()
+    return b.build()
+
+
+def _bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Equal bit for bit: integers exactly, floats with NaN positions and zero signs."""
+    assert got.shape == want.shape and got.dtype == want.dtype, (what, got.dtype, want.dtype)
+    if got.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    g, w = got.astype(F32), want.astype(F32)
+    np.testing.assert_array_equal(g, w, err_msg=what)  # NaN == NaN here
+    assert np.array_equal(np.signbit(g), np.signbit(w)) or np.isnan(w).any(), what
+    ok = ~np.isnan(w)
+    assert np.array_equal(np.signbit(g[ok]), np.signbit(w[ok])), f"{what}: zero signs"
+
+
+class TestLoopReductions:
+    @SETTINGS
+    @given(case=loop_cases())
+    def test_reference_is_torchs_and_the_exact_formula(self, case) -> None:
+        name, dtype, x, axes, keep = case
+        op = ops.get(name)
+        params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
+        odt = ops.infer_dtype(op, [dtype], params, "t")
+        g = _loop_graph(name, dtype, x.shape, params)
+        got = evaluate(g, {"x": x})["out"]  # the reference, half inputs widened
+        assert got.dtype == np.dtype(LOOP_NP[odt])
+        assert odt == (dtype if dtype in ("float32", "float16", "bfloat16") else "int64")
+        assert got.shape == ops.infer_shape(op, [x.shape], params, "t")
+        want = _loop_formula(name, x, axes, keep).reshape(got.shape)  # (a 0-d result is (1,))
+        # (floats: the exact float64 product rounded once to the dtype, as torch's CUDA
+        # kernels compute it in float; torch's CPU prod of float16 accumulates in float16)
+        _bits(got, want.astype(got.dtype), f"{name} {dtype} {axes} vs formula")
+        eager = _torch_loop(name, x, axes, keep).reshape(got.shape)
+        if dtype not in ("float16", "bfloat16"):
+            _bits(got, eager.astype(got.dtype), f"{name} {dtype} {axes} vs torch")
+
+    @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
+    @SETTINGS
+    @given(case=st.one_of(loop_cases(), loop_cases(exact=False)), epilogue=st.booleans())
+    def test_generated_c_equals_reference_bit_for_bit(self, case, epilogue, so_dir) -> None:
+        # the kernel multiplies (adds) in the reference's order: the same roundings
+        name, dtype, x, axes, keep = case
+        params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
+        g = _loop_graph(name, dtype, x.shape, params, epilogue)
+        want = evaluate(g, {"x": x})["out"]
+        plan = ExecutionPlan.build(g, max_streams=1, fusion=epilogue)
+        (node,) = plan.graph.kernels() if epilogue else [g.kernels()[0]]
+        (got,) = _run_c(plan.graph if epilogue else g, node, [x], so_dir)
+        _bits(got.reshape(want.shape), want, f"{name} {dtype} {x.shape} {axes} fused={epilogue}")
+
+    def test_sum_int_refuses_floats_and_prod_refuses_float64(self) -> None:
+        p = {"axes": 0.0, "keepdim": 0.0}
+        with pytest.raises(
+            InvalidArgument, match=r"input 0 is float32; sum_int_dims sums bool, int32"
+        ):
+            ops.infer_dtype(ops.get("sum_int_dims"), ["float32"], p, "t")
+        with pytest.raises(InvalidArgument, match=r"input 0 is float64"):
+            ops.infer_dtype(ops.get("prod_dims"), ["float64"], p, "t")
+
+    def test_sums_are_exact_past_two_to_the_24(self) -> None:
+        # no float count: a bool sum over 2**24 + 1 elements is exact (count_dims refuses it)
+        op = ops.get("sum_int_dims")
+        x = np.ones(2**24 + 1, bool)
+        assert ops.infer_shape(op, [x.shape], {"axes": 0.0, "keepdim": 0.0}, "t") == (1,)
+        assert op.reference([x], axes=0.0, keepdim=0.0).tolist() == [2**24 + 1]
+
+    def test_compiles_with_nvrtc_alone_and_fused(self, nvrtc_compile) -> None:
+        shape, params = (2, 3, 4, 5), {"axes": axes_mask([0, 2], 4), "keepdim": 0.0}
+        sources = []
+        cases = [("prod_dims", d, e) for d in sorted(LOOP_NP) for e in (False, True)]
+        cases += [("sum_int_dims", d, e) for d in ("bool", "int32", "int64") for e in (False, True)]
+        for k, (name, dtype, epilogue) in enumerate(cases):
+            g = _loop_graph(name, dtype, shape, params, epilogue)
+            g = ExecutionPlan.build(g, max_streams=1, fusion=epilogue).graph
+            for node in g.kernels():
+                ks = kernel_source(g, node)
+                assert "s0_rk0d" in ks.source or "s0_rc0d" in ks.source  # index terms
+                sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
+        nvrtc_compile("\n".join(sources), "loop_reductions")
