@@ -899,11 +899,11 @@ def _clamp(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 def _clamp_tensor(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """``clamp`` by tensors (``aten.clamp.Tensor``, ``clamp_min.Tensor``,
-    ``clamp_max.Tensor``) with one bound: torch computes it as ``maximum(x, min)`` or
+    ``clamp_max.Tensor``): with one bound torch computes it as ``maximum(x, min)`` or
     ``minimum(x, max)`` (its maximum/minimum kernels: a NaN in x or in the bound is the
     result, operands broadcast, the dtype their promotion), which the library's maximum and
-    minimum compute. With both bounds torch's clamp is ``minimum(maximum(x, min), max)``,
-    two library ops: refused (one ATen op maps to one library op)."""
+    minimum compute; with both, ``minimum(maximum(x, min), max)``, the library's
+    ``clamp_tensors``."""
     name = _op_name(call.target)
     if name == "aten.clamp_min.Tensor":
         (x, lo), hi = _argv(call, ("self", "min"), ()), None
@@ -912,12 +912,9 @@ def _clamp_tensor(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str
     else:
         x, lo, hi = _argv(call, ("self", "min", "max"), (None, None))
     if lo is not None and hi is not None:
-        return (
-            "it clamps by two tensors at once, minimum(maximum(x, min), max) in torch; the "
-            "library's maximum and minimum take one bound each"
-        )
-    lib, bound = ("maximum", lo) if hi is None else ("minimum", hi)
-    args = [x, bound]
+        lib, args = "clamp_tensors", [x, lo, hi]
+    else:
+        lib, args = ("maximum", [x, lo]) if hi is None else ("minimum", [x, hi])
     # (a tie of -0.0 and 0.0 keeps x, as torch's scalar loop; its vector loop keeps the
     # bound: torch itself has no one choice there, as for torch.maximum)
     return _plain(call, args) or _broadcasts(call, args) or (lib, {}, args)
@@ -2000,7 +1997,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.clamp.default": _clamp,
     "aten.clamp_min.default": _clamp,
     "aten.clamp_max.default": _clamp,
-    # by tensors, one bound: maximum or minimum (torch's own kernels for them)
+    # by tensors: maximum or minimum with one bound (torch's own kernels for it), clamp_tensors
+    # with both
     "aten.clamp.Tensor": _clamp_tensor,
     "aten.clamp_min.Tensor": _clamp_tensor,
     "aten.clamp_max.Tensor": _clamp_tensor,

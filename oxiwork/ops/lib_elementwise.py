@@ -427,6 +427,12 @@ def _sign(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
     return _into((x > 0).astype(F32) - (x < 0).astype(F32), out)
 
 
+# NaN-propagating extremes in C (a NaN first operand is the result, a NaN second one fails
+# the comparison), a tie keeping the first operand: as _extreme
+_MAXIMUM = "((({0}) != ({0}) || ({0}) >= ({1})) ? ({0}) : ({1}))"
+_MINIMUM = "((({0}) != ({0}) || ({0}) <= ({1})) ? ({0}) : ({1}))"
+
+
 def _extreme(larger: bool) -> Callable[..., np.ndarray]:
     # torch.maximum/minimum: a NaN on either side is the result; a tie keeps the first
     # operand (of -0.0 and 0.0, torch's vector and scalar loops choose differently, numpy
@@ -443,6 +449,12 @@ def _extreme(larger: bool) -> Callable[..., np.ndarray]:
         return out
 
     return fn
+
+
+def _clamp_tensors(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
+    # torch.clamp(x, min, max) by tensors: minimum(maximum(x, min), max), torch's own order
+    # (a NaN anywhere is the result; min > max gives max, as torch)
+    return _extreme(False)([_extreme(True)(xs[:2]), xs[2]], out)
 
 
 def _remainder(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
@@ -512,14 +524,22 @@ MATH_OPS: tuple[OpDef, ...] = (
         "maximum",
         2,
         _extreme(True),
-        "((({0}) != ({0}) || ({0}) >= ({1})) ? ({0}) : ({1}))",
+        _MAXIMUM,
         dtype=numeric_dtype,
     ),
     _ew(
         "minimum",
         2,
         _extreme(False),
-        "((({0}) != ({0}) || ({0}) <= ({1})) ? ({0}) : ({1}))",
+        _MINIMUM,
+        dtype=numeric_dtype,
+    ),
+    # clamp by two tensors: minimum's expression around maximum's, as _clamp_tensors
+    _ew(
+        "clamp_tensors",
+        3,
+        _clamp_tensors,
+        _MINIMUM.replace("{1}", "{2}").replace("{0}", _MAXIMUM),
         dtype=numeric_dtype,
     ),
     _ew("pow", 2, _binary_math(np.power), "powf({0}, {1})", flops=8.0, inplace=False),
@@ -540,8 +560,8 @@ MATH_OPS: tuple[OpDef, ...] = (
     ),
 )
 """Math functions: libm ones (sin ... exp2, erf), roundings, sign, reciprocal, isnan (bool),
-maximum/minimum (NaN propagating as torch, a tie keeping the first operand), pow, atan2
-and hypot of two tensors, fmod and remainder by a number (torch's sign rules)."""
+maximum/minimum (NaN propagating as torch, a tie keeping the first operand) and clamp by
+two tensors (their composition), pow, atan2 and hypot of two tensors, fmod and remainder by a number (torch's sign rules)."""
 
 
 def _scalar(

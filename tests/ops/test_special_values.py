@@ -84,6 +84,7 @@ EXACT = {
     "reciprocal",
     "maximum",
     "minimum",
+    "clamp_tensors",
     "fmod_scalar",
     "remainder_scalar",
     "add_scalar",
