@@ -1728,7 +1728,9 @@ def _cumsum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("cumsum", {"dim": float(dim)}, [x])
 
 
-def _ordered(call: _Call, x: Any, dim: int, k: int | None, descending: Any) -> Any:
+def _ordered(
+    call: _Call, x: Any, dim: int, k: int | None, descending: Any
+) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """sort/argsort/topk of ``x`` along ``dim``: the library's sort_* (``k`` None) or
     topk_* op giving the call's output (``call.index``: 0 the values, 1 the indices)."""
     why = _plain(call, [x], reshape_ok=False)
@@ -1751,6 +1753,10 @@ def _sort(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # the order of equal elements free (the library's: lower index first)
     x, dim, descending = _argv(call, ("self", "dim", "descending"), (-1, False))
     return _ordered(call, x, dim, None, descending)
+
+
+def _msort(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    return _ordered(call, call.args[0], 0, None, False)  # sort(x, dim=0)'s values
 
 
 def _topk(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2073,6 +2079,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.repeat.default": _repeat,
     # values and indices (one kernel each, as used), argsort's indices
     **{f"aten.{f}.{o}": _sort for f in ("sort", "argsort") for o in ("default", "stable")},
+    "aten.msort.default": _msort,
     "aten.topk.default": _topk,
     "attention": _attention,  # eager attention, matched over several nodes
 }

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from oxiwork.importers.torch import from_exported_program
 from oxiwork.ops import kernel_source
 from oxiwork.reference import evaluate
 from tests.executor.emulated_driver import CXX
@@ -103,6 +104,32 @@ def test_sorts_map_to_library_ops_and_match_eager_without_ties() -> None:
         for g, w in zip(_simulated(model, fusion), eager, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype
             _bits_equal(g, w, f"fusion={fusion}")
+
+
+class Undecomposed(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.argsort(x, dim=1),
+            torch.argsort(x, dim=0, descending=True, stable=True),
+            torch.msort(x),
+            torch.sort(x, dim=-1, stable=True)[0],
+            torch.topk(x, 2, dim=1)[1],
+        )
+
+
+def test_undecomposed_argsort_and_msort_map_too() -> None:
+    # torch.export keeps argsort and msort whole until run_decompositions makes them sorts
+    x = _inputs(ties=False)[0]
+    ep = torch.export.export(Undecomposed(), (x,))
+    assert {"aten.argsort.default", "aten.argsort.stable", "aten.msort.default"} <= {
+        str(n.target) for n in ep.graph.nodes
+    }
+    model = from_exported_program(ep)
+    assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
+    with torch.no_grad():
+        eager = [t.numpy() for t in Undecomposed()(x)]
+    for g, w in zip(_simulated(model, True), eager, strict=True):
+        _bits_equal(g, w, "undecomposed")
 
 
 def test_with_ties_values_match_and_indices_gather_them() -> None:
