@@ -1770,6 +1770,50 @@ def _scan(lib: str) -> _Rule:
     return rule
 
 
+def _ordered(
+    call: _Call, x: Any, dim: int, k: int | None, descending: Any
+) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """sort/argsort/topk of ``x`` along ``dim``: the library's sort_* (``k`` None) or
+    topk_* op giving the call's output (``call.index``: 0 the values, 1 the indices)."""
+    why = _plain(call, [x], reshape_ok=False)
+    if why:
+        return why
+    if not x.shape:
+        return "it sorts a 0-d tensor; the library's sorts order the elements along an axis"
+    indices = call.index == 1 or _base_name(call.target) == "argsort"
+    params = {"dim": float(dim % len(x.shape))}
+    if k is None:
+        lib, params["descending"] = "sort", float(bool(descending))
+    else:
+        lib, params["k"], params["largest"] = "topk", float(k), float(bool(descending))
+    return f"{lib}_{'indices' if indices else 'values'}", params, [x]
+
+
+def _sort(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # sort.default(self, dim, descending), sort.stable(self, *, stable, dim, descending) and
+    # argsort's two: the library's order is the stable one, and torch's unstable sort leaves
+    # the order of equal elements free (the library's: lower index first)
+    x, dim, descending = _argv(call, ("self", "dim", "descending"), (-1, False))
+    return _ordered(call, x, dim, None, descending)
+
+
+def _msort(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    return _ordered(call, call.args[0], 0, None, False)  # sort(x, dim=0)'s values
+
+
+def _topk(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, k, dim, largest, ordered = _argv(
+        call, ("self", "k", "dim", "largest", "sorted"), (-1, True, True)
+    )
+    if not ordered:
+        return (
+            "it asks for the top k unsorted (sorted=False), in an order torch leaves "
+            "unspecified (on the CPU std::nth_element's, unless it sorts them anyway); the "
+            "library's topk gives them sorted: drop sorted=False"
+        )
+    return _ordered(call, x, dim, k, largest)
+
+
 # ----------------------------------------------------------------------------- attention
 # Eager attention (transformers' "eager" implementation, what torch.export sees) is
 # bmm(q, k^T) -> views -> [mul|div by a number] -> [add mask] -> _softmax(-1) -> [clone]
@@ -2085,6 +2129,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.index_select.default": _index_select,
     "aten.flip.default": _flip,
     "aten.repeat.default": _repeat,
+    # values and indices (one kernel each, as used), argsort's indices
+    **{f"aten.{f}.{o}": _sort for f in ("sort", "argsort") for o in ("default", "stable")},
+    "aten.msort.default": _msort,
+    "aten.topk.default": _topk,
     "attention": _attention,  # eager attention, matched over several nodes
 }
 
@@ -2097,6 +2145,9 @@ _MULTI_OUTPUT = frozenset(
         "aten.max_pool2d_with_indices.default",
         "aten.adaptive_max_pool2d.default",
         "aten._native_batch_norm_legit_no_training.default",
+        "aten.sort.default",
+        "aten.sort.stable",
+        "aten.topk.default",
     }
 )
 

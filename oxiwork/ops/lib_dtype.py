@@ -31,6 +31,18 @@
   float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
   ``cumprod`` likewise multiplies it: bool and integers in int64, wrapping around as
   torch's int64 does, floats in float32 in order.
+- ``sort_values``/``sort_indices`` (``torch.sort``, ``argsort``: ``dim``, ``descending``)
+  and ``topk_values``/``topk_indices`` (``torch.topk``: ``k``, ``dim``, ``largest``; its
+  sorted order): the values (the input's dtype, any) or their indices (int64) in torch's
+  order on the CPU: NaN above every number (last ascending, first descending), -0.0 equal
+  to 0.0, and equal elements lower index first. That is the stable sort's order; torch's
+  unstable sort and its topk leave the order of equal elements unspecified (its topk
+  returns them in other orders), and these ops take lower index first there too.
+  Out-element-wise: output element ``j`` of a row of ``n`` is the element of rank ``j``,
+  found by a radix select over the row (one pass per bit of a 32-bit key, 64-bit for
+  int64, and one for the ties): ``33 n`` reads per thread (``65 n`` for int64), O(1)
+  registers, no shared memory; a whole sort is ``33 n**2`` reads per row, a top-k
+  ``33 n k``.
 
 Example
 -------
@@ -42,12 +54,25 @@ array([ 1. ,  inf, -2.5], dtype=float16)
 >>> ops.get("embedding").reference([w, np.array([[2, 0]])])
 array([[[4., 5.],
         [0., 1.]]], dtype=float32)
+>>> x = np.array([[1.0, np.nan, -0.0, 0.0, 3.0]], np.float32)
+>>> ops.get("sort_indices").reference([x], dim=-1.0, descending=1.0)   # NaN first, ties in order
+array([[1, 4, 0, 2, 3]])
+>>> ops.get("topk_values").reference([x], k=2.0, dim=-1.0, largest=0.0)
+array([[-0.,  0.]], dtype=float32)
+
+References
+----------
+T. Alabi, J. D. Blanchard, B. Gordon and R. Steinbach, "Fast k-Selection Algorithms for
+Graphics Processing Units", ACM Journal of Experimental Algorithmics 17 (2012), radix
+select; PyTorch's ``aten/src/ATen/native/cuda/SortingRadixSelect.cuh``, whose
+``TopKTypeConfig`` maps values to order-preserving unsigned keys as ``sort_*`` and
+``topk_*`` do.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,6 +104,7 @@ __all__ = [
     "GATHER",
     "INDEX_SELECT",
     "REPEAT",
+    "SORT_OPS",
     "accumulate_dtype",
     "cast_name",
     "index_op",
@@ -249,7 +275,7 @@ def _gather_axis(shapes: Sequence[Shape], params: Mapping[str, float]) -> int:
     x = shapes[0]
     d = params["dim"]
     if d != int(d) or not -len(x) <= d < len(x):
-        raise _ShapeProblem(f"gather's dim {d} is not an axis of the input {x}")
+        raise _ShapeProblem(f"dim {d} is not an axis of the input {x}")
     return int(d) % len(x)
 
 
@@ -835,6 +861,184 @@ REPEAT = OpDef(
     typed_pointers=True,
 )
 
+
+# ----------------------------------------------------------------------------- sort, topk
+# torch.sort / argsort / topk (the module docstring has their order): each output element
+# is the element of one rank in its row along ``dim``, its value or its index (int64).
+def _order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """The stable order of ``x`` along ``axis`` (int64 indices, moved to the last axis):
+    ascending or descending, NaN greatest, -0.0 equal to 0.0, ties lower index first."""
+    x = np.moveaxis(x, axis, -1)
+    if x.dtype.kind == "f" or x.dtype.name in HALF_DTYPES:
+        v = x.astype(np.float32)  # (halves exactly)
+        nan = np.isnan(v)
+        v = np.where(nan, np.float32(0), v)
+        # np.lexsort is stable; its last key is the primary one: NaN or not, then the value
+        # (negated for descending: exact, and -0.0 still equals 0.0)
+        keys = (-v, ~nan) if descending else (v, nan)
+        return np.lexsort(keys, axis=-1).astype(np.int64)
+    v = x.astype(np.int64)
+    # ~v = -v - 1 reverses the order without overflowing at the lowest int64 (as -v would)
+    return np.argsort(~v if descending else v, axis=-1, kind="stable").astype(np.int64)
+
+
+def _sort_axis(shapes: Sequence[Shape], params: Mapping[str, float]) -> int:
+    if not shapes[0]:
+        raise _ShapeProblem("the input is 0-d; sort along an axis of an input with one")
+    return _gather_axis(shapes, params)
+
+
+def _sort_k(shapes: Sequence[Shape], params: Mapping[str, float]) -> int:
+    """The elements each row keeps: ``k`` for topk (1 to the row's length), else all."""
+    n = shapes[0][_sort_axis(shapes, params)]
+    if "k" not in params:
+        return n
+    k = params["k"]
+    if k != int(k) or not 1 <= k <= n:
+        raise _ShapeProblem(
+            f"k={k!r} must be a whole number from 1 to {n}, the length of dim "
+            f"{int(params['dim'])} of the input {tuple(shapes[0])}"
+        )
+    return int(k)
+
+
+def _sort_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    axis = _sort_axis(shapes, params)
+    return (*shapes[0][:axis], _sort_k(shapes, params), *shapes[0][axis + 1 :])
+
+
+def _descending(params: Mapping[str, float]) -> str:
+    """The parameter naming the direction: sort's ``descending``, topk's ``largest``."""
+    return "largest" if "largest" in params else "descending"
+
+
+def _sorted(values: bool) -> Callable[..., np.ndarray]:
+    def reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+        x = xs[0]
+        axis = _sort_axis([x.shape], params)
+        k = _sort_k([x.shape], params)
+        order = _order(x, axis, params[_descending(params)] != 0)[..., :k]
+        if values:
+            order = np.take_along_axis(np.moveaxis(x, axis, -1), order, axis=-1)
+        return np.ascontiguousarray(np.moveaxis(order, -1, axis))
+
+    return reference
+
+
+# The key of a value: an unsigned integer whose order is the values' (NaN greatest, -0.0
+# as 0.0): a float's bits with the sign bit flipped, or all of them flipped when negative;
+# an integer with its sign bit flipped. Descending order flips every bit of the key.
+_KEY = (
+    "T{j} v{j} = {x}[b{j} + q{j} * s{j}_in];",
+    "float f{j} = (float)v{j};",
+    "unsigned u{j} = (unsigned)__float_as_int(f{j} == 0.0f ? 0.0f : f{j});",
+    "unsigned long long k{j} = (fl{j} ? (f{j} != f{j} ? 0xffffffffull : (u{j} >> 31) ? "
+    "(unsigned long long)~u{j} : (unsigned long long)(u{j} | 0x80000000u)) : "
+    "(((unsigned long long)(long long)v{j} ^ (1ull << (nb{j} - 1))) & mask{j})) ^ flip{j};",
+)
+
+
+def _sort_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+    values: bool,
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # The output element of rank ``want`` in its row of n: a radix select, one pass over
+    # the row per key bit from the top (is the sought key's bit 0 or 1? count the elements
+    # agreeing with the bits found so far and holding a 0 there), then one pass for the
+    # ``left``-th element holding that key in index order (ties lower index first). The
+    # key's bits: 32 for float32, float16, bfloat16 (widened exactly), int32 and bool; 64
+    # for int64. Per thread, (bits + 1) * n reads of the row and O(1) registers.
+    (x,) = ptrs
+    axis = _sort_axis(ins, params)
+    n, m, inner = ins[0][axis], out[axis], math.prod(out[axis + 1 :])
+    key = [ln.format(j=j, x=x) for ln in _KEY]
+    desc = "{" + _descending(params) + "}"
+    lines = [
+        f"typedef decltype(+{x}[0]) T{j};",
+        f"const bool fl{j} = (T{j})0.5f != (T{j})0;  // a float: keys from its bits",
+        f"const int nb{j} = fl{j} || sizeof(T{j}) < 8 ? 32 : 64;",
+        f"const unsigned long long mask{j} = nb{j} == 64 ? ~0ull : 0xffffffffull;",
+        f"const unsigned long long flip{j} = {desc} != 0 ? mask{j} : 0ull;",
+        f"size_t want{j} = ({var} / s{j}_in) % s{j}_m;",
+        f"size_t b{j} = ({var} / s{j}_in / s{j}_m) * s{j}_n * s{j}_in + {var} % s{j}_in;",
+        f"unsigned long long pre{j} = 0;",
+        f"size_t left{j} = want{j};",
+        f"for (int bit{j} = nb{j} - 1; bit{j} >= 0; --bit{j}) {{",
+        f"    size_t c{j} = 0;",
+        f"    for (size_t q{j} = 0; q{j} < s{j}_n; ++q{j}) {{",
+        *(f"        {ln}" for ln in key),
+        f"        c{j} += ((k{j} ^ pre{j}) >> bit{j}) == 0;",
+        "    }",
+        f"    if (left{j} >= c{j}) {{",
+        f"        left{j} -= c{j};",
+        f"        pre{j} |= 1ull << bit{j};",
+        "    }",
+        "}",
+        f"size_t at{j} = 0;",
+        f"for (size_t q{j} = 0; q{j} < s{j}_n; ++q{j}) {{",
+        *(f"    {ln}" for ln in key),
+        f"    if (k{j} == pre{j} && left{j}-- == 0) {{",
+        f"        at{j} = q{j};",
+        "        break;",
+        "    }",
+        "}",
+    ]
+    if values:
+        lines.append(f"T{j} t{j} = {x}[b{j} + at{j} * s{j}_in];")
+    else:
+        lines.append(f"long long t{j} = (long long)at{j};")
+    return lines, [(f"s{j}_n", n), (f"s{j}_m", m), (f"s{j}_in", inner)]
+
+
+def _sort_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # 33 passes over the row per output element (32-bit keys; int64's 64-bit ones take 65):
+    # counted as key comparisons. The rule sees shapes only: the row is the axis topk
+    # shortened, else (a sort) the longest axis, an upper bound (as cumsum's rule).
+    changed = [a for a, (i, o) in enumerate(zip(ins[0], out, strict=True)) if i != o]
+    n = ins[0][changed[0]] if changed else max(ins[0])
+    return 33.0 * n * math.prod(out), 4.0 * (math.prod(ins[0]) + math.prod(out))
+
+
+def _sort_op(name: str, values: bool, params: tuple[tuple[str, float], ...]) -> OpDef:
+    """The op giving a row's elements in order (``values``) or their indices (int64), the
+    whole row (sort's ``params``) or its first ``k`` (topk's); any input dtype."""
+
+    def element(*args: Any) -> tuple[list[str], list[tuple[str, int]]]:
+        return _sort_element(*args, values=values)
+
+    def dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+        moved = any_dtype(dtypes, params)  # (its check of the input's dtype)
+        return moved if values else "int64"
+
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_sorted(values),
+        params=params,
+        element=element,
+        shape=_sort_shape,
+        cost=_sort_cost,
+        dtype=dtype,
+        widen=False,
+        typed_pointers=True,
+    )
+
+
+_SORT_PARAMS = (("dim", -1.0), ("descending", 0.0))
+_TOPK_PARAMS = (("k", 1.0), ("dim", -1.0), ("largest", 1.0))
+SORT_OPS: tuple[OpDef, ...] = (
+    _sort_op("sort_values", True, _SORT_PARAMS),
+    _sort_op("sort_indices", False, _SORT_PARAMS),
+    _sort_op("topk_values", True, _TOPK_PARAMS),
+    _sort_op("topk_indices", False, _TOPK_PARAMS),
+)
+
 DTYPE_OPS: tuple[OpDef, ...] = (
     *CASTS,
     EMBEDDING,
@@ -844,6 +1048,7 @@ DTYPE_OPS: tuple[OpDef, ...] = (
     INDEX_SELECT,
     FLIP,
     REPEAT,
+    *SORT_OPS,
 )
 
 for _op in DTYPE_OPS:

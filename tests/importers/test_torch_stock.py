@@ -84,6 +84,21 @@ class _Survival(nn.Module):
         return alive, hazard.prod(-1, keepdim=True), (x > 0).long().sum(-1)
 
 
+class _TopK(nn.Module):
+    """A classifier's top-k predictions (probabilities and classes) and its scores ranked,
+    as evaluation code and beam search write them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        probs = torch.softmax(self.head(x), dim=-1)
+        top, classes = probs.topk(3, dim=-1)
+        ranked, order = torch.sort(self.head(x), dim=-1, descending=True)
+        return top, classes, ranked[:, :2] * 2.0, order, torch.argsort(probs, dim=0)
+
+
 STOCK = {
     "transformer encoder": (
         lambda: nn.TransformerEncoder(
@@ -135,6 +150,7 @@ STOCK = {
         lambda: (_x(2, 3, 4, 5),),
     ),
     "roll, flip and repeat": (lambda: _Moves(), lambda: (_x(2, 4, 6),)),
+    "top-k predictions and a ranking": (lambda: _TopK(), lambda: (_x(5, 8),)),
     "adaptive max pooling head": (
         lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveMaxPool2d((2, 3)), nn.Flatten()),
         lambda: (_x(2, 3, 9, 8),),

@@ -337,6 +337,8 @@ def so_dir(tmp_path_factory):
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
 # Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py.
 OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
+# Sorts and top-k take a dim and k, and give int64 indices: tests/ops/test_sort.py.
+OWN_TESTS |= {op.name for op in lib_dtype.SORT_OPS}
 # Comparisons, bitwise and logical ops give bool or take integers: tests/ops/test_bool_int.py.
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
 # Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
