@@ -54,7 +54,8 @@ training mode: call ``module.eval()``), empty tensors, and dtypes outside
 :data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
 bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
 library ops compute in float32 and round once per op, as PyTorch's kernels do, and
-``_to_copy`` (``.to(dtype)``) becomes a ``cast_<dtype>`` kernel.
+``_to_copy`` (``.to(dtype)``) becomes a ``cast_<dtype>`` kernel, as do ``aten.to`` and
+``type_as`` with a new dtype in programs not decomposed (never a view: they copy).
 
 Example
 -------
@@ -502,6 +503,17 @@ def _base_name(target: Any) -> str:
 def _is_view(target: Any) -> bool:
     schema = target._schema
     return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def _converts(node: Any) -> bool:
+    """Is ``node`` a ``to`` (``aten.to.dtype``, ``.other``, ``.device``...) that changes the
+    dtype? Its schema says it may return its input (an alias), which it does only when
+    nothing changes; with a new dtype it is a copy in that dtype, a cast, not a view of its
+    input's bytes."""
+    if _base_name(node.target) != "to" or not node.args:
+        return False
+    src, out = getattr(node.args[0], "meta", {}).get("val"), node.meta.get("val")
+    return getattr(src, "dtype", None) is not None and src.dtype != getattr(out, "dtype", None)
 
 
 def _mutates(target: Any) -> bool:
@@ -1694,7 +1706,9 @@ def _to_copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x = call.args[0]
     # device, layout and memory format say where and how eager lays the copy out: the IR
     # holds row-major buffers on one device (_library checks the result is row-major)
-    ignored = {"dtype", "device", "layout", "memory_format"}
+    # (non_blocking, pin_memory and copy change when and where, not the values; a cast
+    # always copies)
+    ignored = {"dtype", "device", "layout", "memory_format", "non_blocking", "pin_memory", "copy"}
     extra = {k for k, v in call.kwargs if v not in (None, False)} - ignored
     if extra:
         return f"it sets {', '.join(sorted(extra))}; the library's casts change the dtype only"
@@ -2121,6 +2135,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.upsample_bilinear2d.default": _upsample_bilinear,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
+    # ``to`` with a new dtype (un-decomposed programs; see _converts): the same cast
+    **{f"aten.to.{o}": _to_copy for o in ("dtype", "dtype_layout", "other", "device")},
+    "aten.type_as.default": _to_copy,  # (its other tensor gives the dtype only)
     "aten.embedding.default": _embedding,
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
@@ -2279,7 +2296,7 @@ class _Converter:
         val = node.meta.get("val")
         if val is None and not node.users:
             return  # an assertion (aten._assert_tensor_metadata...): checks, computes nothing
-        if _is_view(target):
+        if _is_view(target) and not _converts(node):
             self.view(node)
             return
         if self.patterns and _pad_for_convolutions(node):

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
-from oxiwork.importers.torch import UnsupportedModel, from_module
+from oxiwork.importers.torch import UnsupportedModel, from_exported_program, from_module
 from oxiwork.reference import evaluate
 
 pytestmark = pytest.mark.filterwarnings("ignore::oxiwork.error.GraphWarning")
@@ -139,6 +139,32 @@ class TestDtypes:
         assert not model.opaque
         fused = ExecutionPlan.build(model.graph, fusion=True)
         assert fused.kernel_count_fused < len(model.graph.kernels())
+
+    @pytest.mark.parametrize("mid", [torch.float16, torch.bfloat16, torch.int64])
+    def test_undecomposed_to_with_a_new_dtype_is_a_cast_not_a_view(self, mid) -> None:
+        # torch.export without decompositions keeps aten.to.dtype and .device, whose
+        # schemas return an alias of the input: with a new dtype each is a copy, so a cast
+        # kernel, and a view-reading op after it (flip) reads the cast (it crashed for
+        # bfloat16, and left float16 and int64 conversions opaque)
+        class To(nn.Module):
+            def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                a = torch.flip(x.to(mid), [0])
+                b = x.to("cpu", mid) * 2
+                c = y.type_as(x) + x  # aten.type_as: a cast too
+                return a, b, c, x.to(torch.float32)  # the last: the same dtype, an alias
+
+        x, y = torch.randn(5, 4) * 50, torch.randint(-9, 9, (5, 4))
+        ep = torch.export.export(To(), (x, y))
+        targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+        assert {"aten.to.dtype", "aten.to.device", "aten.type_as.default"} <= targets, targets
+        model = from_exported_program(ep)
+        assert not model.opaque, model.opaque
+        casts = [k.op for k in model.graph.kernels() if k.op.startswith("cast_")]
+        assert len(casts) == 3, casts  # (x.to(float32) is x itself: no kernel)
+        want = _eager(To(), (x, y))
+        got = model.outputs_from(evaluate(model.graph, model.inputs))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(g).astype(w.dtype), w)  # casts are exact
 
     def test_gather_with_int64_indices(self) -> None:
         class Pick(nn.Module):
