@@ -2190,6 +2190,14 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return f"its operands' dtypes do not fit the library's {lib}: {str(e).split(': ', 1)[-1]}"
     if got != call.out.dtype:
         return f"it computes {call.out.dtype}; the library's {lib} computes {got} from its inputs"
+    # and take its operands' shapes (the buffers the kernel binds to): a rule a shape
+    # breaks (argmax over 2**24 elements or more, counted in float) leaves the op opaque,
+    # saying why, rather than a kernel nothing could bind
+    try:
+        op = ops.get(lib)
+        ops.infer_shape(op, [a.base.ir_shape for a in args], {**op.defaults, **params}, lib)
+    except InvalidArgument as e:
+        return f"its operands' shapes do not fit the library's {lib}: {str(e).split(': ', 1)[-1]}"
     return found
 
 

@@ -274,6 +274,25 @@ def test_a_bool_sum_of_2_to_the_24_elements_is_exact() -> None:
     assert [int(g) for g in got] == [2**24 + 1, 8] == [int(w) for w in eager]
 
 
+def test_an_op_whose_shape_a_library_rule_refuses_stays_opaque_saying_why() -> None:
+    # argmax counts its index in float (exact below 2**24): over more elements the library's
+    # shape rule refuses it, so the import leaves it opaque with that reason (it used to map
+    # it anyway, to a kernel that failed only when a plan bound it) and eager's answer holds
+    class Arg(nn.Module):
+        def forward(self, x):
+            return x.argmax(), x[:16].argmax()
+
+    x = torch.zeros(2**24 + 3, dtype=torch.float16)
+    x[2**24 + 1] = 1.0  # the answer needs the index's low bits
+    model, eager = import_with_eager(Arg(), (x,))
+    (why,) = [o.reason for o in model.opaque]
+    assert why.startswith("its operands' shapes do not fit the library's argmax_dims")
+    assert "indices from 2**24 on are not exact" in why
+    assert [n.op for n in model.graph.kernels()].count("argmax_dims") == 1  # the short one
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    assert [int(g) for g in got] == [2**24 + 1, 0] == [int(w) for w in eager]
+
+
 def test_prods_and_sums_torch_computes_otherwise_stay_opaque_saying_why() -> None:
     class M(nn.Module):
         def forward(self, x, u):
