@@ -15,7 +15,11 @@ Layouts are NCHW (PyTorch's default): ``x`` is ``(N, C, H, W)``, a convolution's
 likewise). Groups are not a parameter: ``groups = C / weight.shape[1]`` follows from the
 shapes (depthwise: ``groups = C``). Padding may differ on each side, so a zero
 ``constant_pad_nd`` before a convolution (MobileNet's TensorFlow-style "same" padding)
-folds into it. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
+folds into it. ``conv3d`` (``conv3d_bias``) is the same convolution over NCDHW: ``x`` is
+``(N, C, D, H, W)``, its weight ``(K, C / groups, T, R, S)``, its output ``(N, K, O, P, Q)``,
+with a depth stride, dilation and padding (``pad_front``, ``pad_back``) too; one geometry,
+reference and C generator serve both, the 3-d C nesting a loop over the depth taps around
+conv2d's. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
 ``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
@@ -29,10 +33,11 @@ fractional, negative or zero strides.
 
 References compute in float64 and round once to float32, so they are within one rounding
 of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
-kernel rows, then columns), within the recursive-summation bound
+kernel depths, rows, then columns), within the recursive-summation bound
 ``|error| <= (n - 1) u sum |x_i w_i|`` of the exact value (Higham, below), ``n = C/groups R
-S`` terms and ``u = 2**-24``. PyTorch's own kernels sum in float32 in yet another order, so
-references and torch agree within that bound too (the tests check it).
+S`` terms (``C/groups T R S`` in 3-d) and ``u = 2**-24``. PyTorch's own kernels sum in
+float32 in yet another order, so references and torch agree within that bound too (the
+tests check it).
 
 Example
 -------
@@ -64,9 +69,11 @@ window bounds, average-pool divisors).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,12 +107,46 @@ def _int(params: Mapping[str, float], name: str, low: int) -> int:
     return int(v)
 
 
-def _spatial(ins: Sequence[Shape], what: str) -> Shape:
+class _Axis(NamedTuple):
+    """One spatial axis of a window op (convolution, pooling), by the names its sizes take
+    in the geometry dicts and the generated C: the input extent, the window extent, the
+    output extent; a convolution's padding before and after (pools pad both sides by one
+    amount, ``"p" + name``; strides are ``"s" + name``, dilations ``"d" + name``); the C
+    variables of the window tap, the input coordinate and the output coordinate; and a
+    convolution's padding parameters."""
+
+    name: str
+    size: str
+    taps: str
+    out: str
+    lo: str
+    hi: str
+    tap: str
+    coord: str
+    index: str
+    pads: tuple[str, str]
+
+
+# Depth, height and width of NCDHW; the 2-d ops use the last two (the names the 2-d code
+# always had: a 3-d op adds the depth's without changing theirs).
+_DEPTH = _Axis("d", "D", "T", "O", "pf", "pk", "t", "d", "o", ("pad_front", "pad_back"))
+_HEIGHT = _Axis("h", "H", "R", "P", "pt", "pb", "r", "h", "p", ("pad_top", "pad_bottom"))
+_WIDTH = _Axis("w", "W", "S", "Q", "pl", "pr", "s", "c2", "q", ("pad_left", "pad_right"))
+
+
+def _axes(dims: int) -> tuple[_Axis, ...]:
+    """The last ``dims`` of depth, height and width."""
+    return (_DEPTH, _HEIGHT, _WIDTH)[3 - dims :]
+
+
+def _spatial(ins: Sequence[Shape], what: str, dims: int = 2) -> Shape:
+    """Input 0's shape, checked to be ``(N, C)`` and ``dims`` spatial axes."""
     x = ins[0]
-    if len(x) != 4:
+    if len(x) != dims + 2:
+        names = "".join(a.size for a in _axes(dims))
         raise _ShapeProblem(
-            f"{what} needs an NCHW input of 4 dimensions, got shape {x}; give the buffer "
-            "shape=(N, C, H, W)"
+            f"{what} needs an NC{names} input of {dims + 2} dimensions, got shape {x}; give "
+            f"the buffer shape=(N, C, {', '.join(names)})"
         )
     return x
 
@@ -135,28 +176,75 @@ def _decompose(j: int, var: str, dims: Sequence[tuple[str, str]]) -> list[str]:
     return [*lines, f"size_t {dims[0][0]} = v{j}_rest;"]
 
 
-# ----------------------------------------------------------------------------- conv2d
-_CONV_PARAMS = (
-    ("stride_h", 1.0),
-    ("stride_w", 1.0),
-    ("pad_top", 0.0),
-    ("pad_bottom", 0.0),
-    ("pad_left", 0.0),
-    ("pad_right", 0.0),
-    ("dilation_h", 1.0),
-    ("dilation_w", 1.0),
-)
+def _horner(terms: Sequence[str], sizes: Sequence[str]) -> str:
+    """The C row-major offset of coordinates ``terms`` in extents ``sizes``: ``a * B + b``
+    in 2-d, ``(a * B + b) * C + c`` in 3-d."""
+    expr = terms[0]
+    for term, size in zip(terms[1:], sizes[1:], strict=True):
+        expr = f"{f'({expr})' if ' + ' in expr else expr} * {size} + {term}"
+    return expr
+
+
+def _window_loops(
+    v: str,
+    z: Mapping[str, str],
+    axes: Sequence[_Axis],
+    lo: Callable[[_Axis], str],
+    inner: Callable[[str, str], list[str]],
+) -> list[str]:
+    """C loops over the window taps of output ``({v}o,) {v}p, {v}q``, one per axis, skipping
+    taps that fall in the padding (``lo(axis)`` names the padding before each axis).
+
+    ``inner(x_index, tap_index)`` writes the innermost statements: ``x_index`` is the tap's
+    input element (offset from ``{v}x``, the plane), ``tap_index`` its window position
+    (offset from ``{v}w``, a convolution's filter)."""
+    coords = [f"(size_t){v}{a.coord}" for a in axes]
+    x_index = f"{v}x + {_horner(coords, [z[a.size] for a in axes])}"
+    tap_index = f"{v}w + {_horner([v + a.tap for a in axes], [z[a.taps] for a in axes])}"
+
+    def level(k: int) -> list[str]:
+        if k == len(axes):
+            return inner(x_index, tap_index)
+        a = axes[k]
+        tap, coord = v + a.tap, v + a.coord
+        return [
+            f"for (size_t {tap} = 0; {tap} < {z[a.taps]}; ++{tap}) {{",
+            f"    long long {coord} = (long long)({v}{a.index} * {z['s' + a.name]} + {tap} * "
+            f"{z['d' + a.name]}) - (long long){z[lo(a)]};",
+            f"    if ({coord} < 0 || {coord} >= (long long){z[a.size]}) continue;",
+            *[f"    {line}" for line in level(k + 1)],
+            "}",
+        ]
+
+    return level(0)
+
+
+# ----------------------------------------------------------------------------- conv2d, conv3d
+def _conv_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """A ``dims``-d convolution's parameters: strides, padding before and after each axis,
+    dilations (conv2d: ``stride_h, stride_w, pad_top, ..., dilation_w``)."""
+    axes = _axes(dims)
+    return (
+        *((f"stride_{a.name}", 1.0) for a in axes),
+        *((pad, 0.0) for a in axes for pad in a.pads),
+        *((f"dilation_{a.name}", 1.0) for a in axes),
+    )
+
+
+_CONV_PARAMS = _conv_params(2)
 
 
 def _conv_geometry(
-    ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d"
+    ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d", dims: int = 2
 ) -> dict[str, int]:
-    """Every size of a convolution (checked), by the names the C code uses."""
-    n, c, h, w = _spatial(ins, what)
+    """Every size of a ``dims``-d convolution (checked), by the names the C code uses."""
+    n, c, *sizes = _spatial(ins, what, dims)
+    axes = _axes(dims)
     wt = ins[1]
-    if len(wt) != 4:
-        raise _ShapeProblem(f"{what} needs a weight of shape (K, C/groups, R, S), got {wt}")
-    k, cg, r, s = wt
+    if len(wt) != dims + 2:
+        taps = ", ".join(a.taps for a in axes)
+        raise _ShapeProblem(f"{what} needs a weight of shape (K, C/groups, {taps}), got {wt}")
+    k, cg, *taps = wt
     if c % cg:
         raise _ShapeProblem(
             f"the input has {c} channels, which weight {wt} (C/groups = {cg}) does not divide"
@@ -164,31 +252,17 @@ def _conv_geometry(
     groups = c // cg
     if k % groups:
         raise _ShapeProblem(f"{k} output channels do not split into {groups} groups")
-    g = {
-        "N": n,
-        "C": c,
-        "H": h,
-        "W": w,
-        "K": k,
-        "Cg": cg,
-        "Kg": k // groups,
-        "R": r,
-        "S": s,
-        "sh": _int(params, "stride_h", 1),
-        "sw": _int(params, "stride_w", 1),
-        "pt": _int(params, "pad_top", 0),
-        "pb": _int(params, "pad_bottom", 0),
-        "pl": _int(params, "pad_left", 0),
-        "pr": _int(params, "pad_right", 0),
-        "dh": _int(params, "dilation_h", 1),
-        "dw": _int(params, "dilation_w", 1),
-    }
-    g["P"] = _out_size(h, g["pt"], g["pb"], r, g["sh"], g["dh"], False)
-    g["Q"] = _out_size(w, g["pl"], g["pr"], s, g["sw"], g["dw"], False)
-    if g["P"] < 1 or g["Q"] < 1:
+    g = {"N": n, "C": c, "K": k, "Cg": cg, "Kg": k // groups}
+    for a, size, tap in zip(axes, sizes, taps, strict=True):
+        g |= {a.size: size, a.taps: tap, "s" + a.name: _int(params, f"stride_{a.name}", 1)}
+        g |= {a.lo: _int(params, a.pads[0], 0), a.hi: _int(params, a.pads[1], 0)}
+        g["d" + a.name] = _int(params, f"dilation_{a.name}", 1)
+        g[a.out] = _out_size(size, g[a.lo], g[a.hi], tap, g["s" + a.name], g["d" + a.name], False)
+    if min(g[a.out] for a in axes) < 1:
         raise _ShapeProblem(
-            f"a {r}x{s} kernel (dilation {g['dh']}x{g['dw']}) does not fit the padded "
-            f"{h}x{w} input: the output would be empty"
+            f"a {'x'.join(map(str, taps))} kernel (dilation "
+            f"{'x'.join(str(g['d' + a.name]) for a in axes)}) does not fit the padded "
+            f"{'x'.join(map(str, sizes))} input: the output would be empty"
         )
     if len(ins) == 3 and math.prod(ins[2]) != k:
         raise _ShapeProblem(
@@ -197,31 +271,36 @@ def _conv_geometry(
     return g
 
 
-def _conv_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_geometry(ins, params)
-    return (g["N"], g["K"], g["P"], g["Q"])
+def _conv_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    g = _conv_geometry(ins, params, f"conv{dims}d", dims)
+    return (g["N"], g["K"], *(g[a.out] for a in _axes(dims)))
 
 
-def _conv_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    # A sum over the R x S kernel taps of (grouped) matrix products of the weight's tap with
-    # the input shifted by it (Chellapilla et al. 2006), in float64.
+def _conv_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    # A sum over the kernel taps (R x S, or T x R x S) of (grouped) matrix products of the
+    # weight's tap with the input shifted by it (Chellapilla et al. 2006), in float64.
     x, wt = xs[0], xs[1]
-    g = _conv_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
-    n, groups, cg, kg, p, q = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"], g["P"], g["Q"]
-    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), (g["pt"], g["pb"]), (g["pl"], g["pr"])))
+    shapes = [x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else [])
+    g = _conv_geometry(shapes, params, f"conv{dims}d", dims)
+    axes = _axes(dims)
+    n, groups, cg, kg = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"]
+    outs = [g[a.out] for a in axes]
+    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), *((g[a.lo], g[a.hi]) for a in axes)))
     xp = xp.reshape(n, groups, cg, *xp.shape[2:])
-    wg = wt.astype(F64).reshape(groups, kg, cg, g["R"], g["S"])
-    out = np.zeros((n, groups, kg, p * q), F64)
+    wg = wt.astype(F64).reshape(groups, kg, cg, *(g[a.taps] for a in axes))
+    out = np.zeros((n, groups, kg, math.prod(outs)), F64)
     with np.errstate(all="ignore"):
-        for r in range(g["R"]):
-            for s in range(g["S"]):
-                h0, w0 = r * g["dh"], s * g["dw"]
-                win = xp[:, :, :, h0 : h0 + g["sh"] * (p - 1) + 1 : g["sh"]]
-                win = win[..., w0 : w0 + g["sw"] * (q - 1) + 1 : g["sw"]]
-                out += np.matmul(wg[:, :, :, r, s], win.reshape(n, groups, cg, p * q))
+        for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
+            win = xp
+            for k, (a, t, o) in enumerate(zip(axes, tap, outs, strict=True)):
+                start, step = t * g["d" + a.name], g["s" + a.name]
+                cut = slice(start, start + step * (o - 1) + 1, step)
+                win = win[(slice(None),) * (3 + k) + (cut,)]
+            part = wg[(slice(None),) * 3 + tap]
+            out += np.matmul(part, win.reshape(n, groups, cg, math.prod(outs)))
         if len(xs) > 2:
             out += xs[2].astype(F64).reshape(1, groups, kg, 1)
-        return out.reshape(n, g["K"], p, q).astype(F32)
+        return out.reshape(n, g["K"], *outs).astype(F32)
 
 
 def _conv_element(
@@ -231,12 +310,21 @@ def _conv_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _conv_geometry(ins, params)
+    g = _conv_geometry(ins, params, f"conv{dims}d", dims)
+    axes = _axes(dims)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(
-        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
+    coords = [(f"{v}{a.index}", z[a.out]) for a in axes]
+    lines = _decompose(j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), *coords])
+    loops = _window_loops(
+        v,
+        z,
+        axes,
+        lambda a: a.lo,
+        lambda x, w: [f"t{j} += {ptrs[0]}[{x}] * {ptrs[1]}[{w}];"],
     )
     lines += [
         f"size_t {v}g = {v}k / {z['Kg']};",
@@ -244,25 +332,26 @@ def _conv_element(
         f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
         # element offsets, not pointers: the inputs are indexed only (typed_pointers), so
         # float16/bfloat16 buffers are read as floats through the generator's ox_wide
-        f"    size_t {v}x = (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * {z['H']} * {z['W']};",
-        f"    size_t {v}w = ({v}k * {z['Cg']} + {v}c) * {z['R']} * {z['S']};",
-        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
-        f"        long long {v}h = (long long)({v}p * {z['sh']} + {v}r * {z['dh']}) - "
-        f"(long long){z['pt']};",
-        f"        if ({v}h < 0 || {v}h >= (long long){z['H']}) continue;",
-        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
-        f"            long long {v}c2 = (long long)({v}q * {z['sw']} + {v}s * {z['dw']}) - "
-        f"(long long){z['pl']};",
-        f"            if ({v}c2 < 0 || {v}c2 >= (long long){z['W']}) continue;",
-        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
-        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
-        "        }",
-        "    }",
+        f"    size_t {v}x = (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * "
+        f"{' * '.join(z[a.size] for a in axes)};",
+        f"    size_t {v}w = ({v}k * {z['Cg']} + {v}c) * {' * '.join(z[a.taps] for a in axes)};",
+        *[f"    {line}" for line in loops],
         "}",
     ]
     if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
         lines.append(f"t{j} += {ptrs[2]}[{v}k];")
-    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "pt", "pl", "dh", "dw")
+    used = (
+        "C",
+        *(a.size for a in axes),
+        "K",
+        "Cg",
+        "Kg",
+        *(a.taps for a in axes),
+        *(a.out for a in axes),
+        *("s" + a.name for a in axes),
+        *(a.lo for a in axes),
+        *("d" + a.name for a in axes),
+    )
     return lines, [(z[name], g[name]) for name in used]
 
 
@@ -606,24 +695,16 @@ def _max_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray
     return out
 
 
-def _window_loops(j: int, ptr: str, g: Mapping[str, str], body: list[str]) -> list[str]:
-    """C loops over a pooling window at output ``(v{j}_p, v{j}_q)`` of input ``ptr``,
-    skipping padding."""
-    v = f"v{j}_"
-    return [
-        f"for (size_t {v}r = 0; {v}r < {g['R']}; ++{v}r) {{",
-        f"    long long {v}h = (long long)({v}p * {g['sh']} + {v}r * {g['dh']}) - "
-        f"(long long){g['ph']};",
-        f"    if ({v}h < 0 || {v}h >= (long long){g['H']}) continue;",
-        f"    for (size_t {v}s = 0; {v}s < {g['S']}; ++{v}s) {{",
-        f"        long long {v}c2 = (long long)({v}q * {g['sw']} + {v}s * {g['dw']}) - "
-        f"(long long){g['pw']};",
-        f"        if ({v}c2 < 0 || {v}c2 >= (long long){g['W']}) continue;",
-        f"        float {v}val = {ptr}[{v}x + (size_t){v}h * {g['W']} + (size_t){v}c2];",
-        *[f"        {line}" for line in body],
-        "    }",
-        "}",
-    ]
+def _pool_loops(v: str, z: Mapping[str, str], ptr: str, dims: int, body: list[str]) -> list[str]:
+    """C loops over a pooling window (padding skipped) reading each tap of input ``ptr`` into
+    ``{v}val``, then running ``body``."""
+    return _window_loops(
+        v,
+        z,
+        _axes(dims),
+        lambda a: "p" + a.name,
+        lambda x, _: [f"float {v}val = {ptr}[{x}];", *body],
+    )
 
 
 _POOL_SIZES = ("C", "H", "W", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
@@ -650,8 +731,8 @@ def _max_pool_element(
     lines = _pool_head(j, var, z)
     lines += [f"float t{j} = __int_as_float(0xff800000u);"]
     # NaN wins and stays (v != v), as in PyTorch and the reference.
-    lines += _window_loops(
-        j, ptrs[0], z, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"]
+    lines += _pool_loops(
+        v, z, ptrs[0], 2, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"]
     )
     return lines, [(z[name], g[name]) for name in _POOL_SIZES]
 
@@ -707,7 +788,7 @@ def _avg_pool_element(
     v = f"v{j}_"
     lines = _pool_head(j, var, z)
     lines += [f"float t{j} = 0.0f;"]
-    lines += _window_loops(j, ptrs[0], z, [f"t{j} += {v}val;"])
+    lines += _pool_loops(v, z, ptrs[0], 2, [f"t{j} += {v}val;"])
     if override:
         lines.append(f"t{j} /= (float){override};")
     else:
@@ -1171,6 +1252,21 @@ CONV_OPS: tuple[OpDef, ...] = (
         shape=_conv_shape,
         cost=_conv_cost,
         typed_pointers=True,
+    ),
+    # the 3-d convolution (NCDHW, Conv3d): conv2d's rules over a third spatial axis
+    *(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            arity,
+            reference=functools.partial(_conv_reference, dims=3),
+            params=_conv_params(3),
+            element=functools.partial(_conv_element, dims=3),
+            shape=functools.partial(_conv_shape, dims=3),
+            cost=_conv_cost,
+            typed_pointers=True,
+        )
+        for name, arity in (("conv3d", 2), ("conv3d_bias", 3))
     ),
     # a 1-d convolution (NCL) as conv2d over a height of one, with and without a bias
     *(

@@ -1,5 +1,6 @@
-"""conv2d, pooling, constant pad and cat (oxiwork.ops.lib_conv): references against PyTorch,
-generated C run on the CPU against the references, fusion of epilogues, NVRTC compiles.
+"""conv1d/2d/3d, pooling, constant pad and cat (oxiwork.ops.lib_conv): references against
+PyTorch, generated C run on the CPU against the references, fusion of epilogues, NVRTC
+compiles.
 
 Parameters are drawn by hypothesis over the valid space (strides, asymmetric padding,
 dilation, groups including depthwise, ceil mode...). How closely two sides must agree:
@@ -81,46 +82,52 @@ def t64(x):
 
 
 # ------------------------------------------------------------------------------ conv cases
+AXES = {2: "hw", 3: "dhw"}
+PADS = {
+    "d": ("pad_front", "pad_back"),
+    "h": ("pad_top", "pad_bottom"),
+    "w": ("pad_left", "pad_right"),
+}
+
+
 @st.composite
-def conv_cases(draw):
-    """(input shapes, params, torch kwargs) of a valid convolution, bias or not."""
+def conv_cases(draw, dims=2):
+    """(input shapes, params, groups) of a valid ``dims``-d convolution, bias or not (3-d
+    extents kept small: the generated C runs on the CPU)."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = 1 if groups == "depthwise" else draw(st.integers(1, 3))
     groups = draw(st.integers(1, 4)) if groups == "depthwise" else groups
     kg = draw(st.integers(1, 3))
     n = draw(st.integers(1, 2))
-    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, bottom, left, right
-    h = draw(st.integers(max(1, dh * (r - 1) + 1 - pads[0] - pads[1]), 9))
-    w = draw(st.integers(max(1, dw * (s - 1) + 1 - pads[2] - pads[3]), 9))
-    params = {
-        "stride_h": draw(st.integers(1, 3)),
-        "stride_w": draw(st.integers(1, 3)),
-        "pad_top": pads[0],
-        "pad_bottom": pads[1],
-        "pad_left": pads[2],
-        "pad_right": pads[3],
-        "dilation_h": dh,
-        "dilation_w": dw,
-    }
-    shapes = [(n, groups * cg, h, w), (groups * kg, cg, r, s)]
+    largest = 9 if dims == 2 else 5
+    params, sizes, taps = {}, [], []
+    for a in AXES[dims]:
+        t, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        lo, hi = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+        sizes.append(draw(st.integers(max(1, d * (t - 1) + 1 - lo - hi), largest)))
+        taps.append(t)
+        params |= {f"stride_{a}": draw(st.integers(1, 3)), f"dilation_{a}": d}
+        params |= dict(zip(PADS[a], (lo, hi), strict=True))
+    shapes = [(n, groups * cg, *sizes), (groups * kg, cg, *taps)]
     if draw(st.booleans()):
         shapes.append((groups * kg,))
     return shapes, params, groups
 
 
 def torch_conv(xs, params, groups, dtype):
-    """PyTorch's convolution of ``xs`` (asymmetric padding through F.pad) in ``dtype``."""
+    """PyTorch's 2-d or 3-d convolution of ``xs`` (asymmetric padding through F.pad) in
+    ``dtype``."""
     t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
-    pad = (params["pad_left"], params["pad_right"], params["pad_top"], params["pad_bottom"])
+    axes = AXES[t[0].ndim - 2]
+    pad = tuple(params[p] for a in reversed(axes) for p in PADS[a])  # (last axis first)
+    conv = F.conv2d if len(axes) == 2 else F.conv3d
     return (
-        F.conv2d(
+        conv(
             F.pad(t[0], pad),
             t[1],
             t[2] if len(t) > 2 else None,
-            stride=(params["stride_h"], params["stride_w"]),
-            dilation=(params["dilation_h"], params["dilation_w"]),
+            stride=tuple(params[f"stride_{a}"] for a in axes),
+            dilation=tuple(params[f"dilation_{a}"] for a in axes),
             groups=groups,
         )
         .numpy()
@@ -136,7 +143,13 @@ def conv_bound(xs, params, groups):
     return (taps + 1) * U * mag + 2.0**-126
 
 
-class TestConv2d:
+def conv_name(dims, shapes):
+    return f"conv{dims}d_bias" if len(shapes) == 3 else f"conv{dims}d"
+
+
+class TestConv:
+    """conv2d's rules; the properties of conv2d and conv3d (drawn for both)."""
+
     def test_raises_on_fractional_stride(self):
         op = ops.get("conv2d")
         with pytest.raises(InvalidArgument, match=r"stride_h=1\.5 must be an integer"):
@@ -159,12 +172,13 @@ class TestConv2d:
         with pytest.raises(InvalidArgument, match="bias needs 4 elements"):
             ops.infer_shape(op, [(1, 2, 5, 5), (4, 2, 3, 3), (3,)], op.defaults, "c")
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1))
-    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
-        shapes, params, groups = case
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, dims, data, seed):
+        shapes, params, groups = data.draw(conv_cases(dims))
         xs = randn(seed, *shapes)
-        op = ops.get("conv2d_bias" if len(shapes) == 3 else "conv2d")
+        op = ops.get(conv_name(dims, shapes))
         got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
         exact = torch_conv(xs, params, groups, torch.float64)
         assert (
@@ -176,15 +190,15 @@ class TestConv2d:
         assert np.all(np.abs(got - torch_conv(xs, params, groups, torch.float32)) <= bound)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_generated_c_equals_reference_within_the_summation_bound(
-        self, case, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
-        shapes, params, groups = case
+        shapes, params, groups = data.draw(conv_cases(dims))
         xs = randn(seed, *shapes)
-        name = "conv2d_bias" if len(shapes) == 3 else "conv2d"
-        g, node = graph_of(name, shapes, params)
+        g, node = graph_of(conv_name(dims, shapes), shapes, params)
         want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
         (c,) = run_c(g, node, xs, so_dir, block)
         assert c.shape == want.shape
@@ -197,6 +211,51 @@ class TestConv2d:
         flops, moved = op.op_cost([(2, 8, 6, 6), (8, 1, 3, 3)], (2, 8, 4, 4))
         assert flops == 2 * 2 * 8 * 1 * 3 * 3 * 4 * 4
         assert moved == 4 * (2 * 8 * 6 * 6 + 8 * 9 + 2 * 8 * 4 * 4)
+
+
+# ------------------------------------------------------------------------------ conv3d
+class TestConv3d:
+    """conv3d's own rules (its values: TestConv's properties, drawn for dims=3)."""
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 2, 5, 5), (2, 2, 3, 3)], {}, r"conv3d needs an NCDHW input of 5 dimensions"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3)], {}, r"weight of shape \(K, C/groups, T, R, S\)"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"stride_d": 1.5}, r"stride_d=1\.5 must be an"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"dilation_d": 0}, r"dilation_d=0 must be an"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"pad_back": -1}, r"pad_back=-1 must be an"),
+            ([(1, 5, 5, 5, 5), (2, 2, 3, 3, 3)], {}, r"which weight .* does not divide"),
+            ([(1, 4, 5, 5, 5), (3, 2, 3, 3, 3)], {}, r"3 output channels do not split into 2"),
+            ([(1, 2, 2, 5, 5), (2, 2, 3, 3, 3)], {}, r"a 3x3x3 kernel \(dilation 1x1x1\) does"),
+            ([(1, 2, 5, 5, 5), (4, 2, 3, 3, 3), (3,)], {}, r"conv3d's bias needs 4 elements"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, shapes, params, match):
+        op = ops.get(conv_name(3, shapes))
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @SETTINGS
+    @given(case=conv_cases(2), seed=st.integers(0, 2**32 - 1))
+    def test_over_a_depth_of_one_it_is_conv2d_bit_for_bit(self, case, seed):
+        # a (1, T=1) depth adds no term: the same float64 sums in the same order
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        two = ops.get(conv_name(2, shapes))
+        three = ops.get(conv_name(3, shapes))
+        deep = [x.reshape((*x.shape[:2], 1, *x.shape[2:])) if x.ndim == 4 else x for x in xs]
+        want = two.reference(xs, **{**two.defaults, **params})
+        got = three.reference(deep, **{**three.defaults, **params})
+        np.testing.assert_array_equal(got[:, :, 0], want)
+
+    def test_cost_counts_two_flops_per_weight_tap(self):
+        # weight (4, 2, 3, 3, 3) on 4 channels in 2 groups, output (1, 4, 2, 3, 3), a bias
+        flops, moved = ops.get("conv3d_bias").op_cost(
+            [(1, 4, 4, 5, 5), (4, 2, 3, 3, 3), (4,)], (1, 4, 2, 3, 3)
+        )
+        assert flops == 2 * (4 * 2 * 3 * 3) * (2 * 3 * 3 * 3) + 4 * 2 * 3 * 3
+        assert moved == 4 * (4 * 4 * 5 * 5 + 4 * 2 * 27 + 4 + 4 * 2 * 3 * 3)
 
 
 # ------------------------------------------------------------------------------ conv1d
@@ -425,21 +484,21 @@ class TestConvTranspose2d:
 
 
 # ------------------------------------------------------------------------------ epilogues
-def conv_block(depthwise: bool, bn: bool = False):
-    """x -> conv -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->] relu ->
-    add(residual) -> out, every step its own fusible kernel."""
+def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
+    """x -> conv (2-d or 3-d) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
+    relu -> add(residual) -> out, every step its own fusible kernel."""
     b = GraphBuilder()
     c = 4
-    full = (2, c, 6, 6)
+    full = (2, c, 6, 6) if dims == 2 else (2, c, 3, 4, 5)
     nbytes = 4 * math.prod(full)
     x = b.alloc_external_buffer("x", nbytes, shape=full)
-    wshape = (c, 1, 3, 3) if depthwise else (c, c, 3, 3)
+    wshape = (c, 1 if depthwise else c, *(3,) * dims)
     w = b.alloc_external_buffer("w", 4 * math.prod(wshape), shape=wshape)
     res = b.alloc_external_buffer("res", nbytes, shape=full)
     names = ("mean", "var", "g", "b") if bn else ()
     vecs = [b.alloc_external_buffer(v, 4 * c, shape=(c,)) for v in names]
-    pads = {"pad_top": 1, "pad_bottom": 1, "pad_left": 1, "pad_right": 1}
-    chain = [("conv2d", pads, [x, w])]
+    pads = {p: 1 for a in AXES[dims] for p in PADS[a]}
+    chain = [(f"conv{dims}d", pads, [x, w])]
     if bn:
         chain += [("batch_norm", {}, vecs), ("hardtanh", {"min_val": 0.0, "max_val": 6.0}, [])]
     chain += [("relu", {}, []), ("add", {}, [res])]
@@ -462,10 +521,11 @@ def conv_block(depthwise: bool, bn: bool = False):
 
 
 class TestEpilogues:
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn):
-        g, inputs, names = conv_block(depthwise, bn)
+    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn, dims):
+        g, inputs, names = conv_block(depthwise, bn, dims)
         want = evaluate(g, inputs)["out"]
         for streams in (1, 2):
             fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
@@ -475,10 +535,11 @@ class TestEpilogues:
             np.testing.assert_array_equal(got, want)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, so_dir):
-        g, inputs, _ = conv_block(depthwise, bn)
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, so_dir):
+        g, inputs, _ = conv_block(depthwise, bn, dims)
         vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
         for nid in g.topological_order():
             node = g.node(nid)
@@ -796,6 +857,11 @@ class TestUpsampleNearest:
 NVRTC_CASES = {
     "conv2d": ([(1, 4, 8, 8), (6, 2, 3, 3)], {"stride_h": 2, "pad_top": 1, "pad_left": 1}),
     "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
+    "conv3d": (
+        [(1, 4, 5, 6, 6), (6, 2, 3, 3, 3)],
+        {"stride_d": 2, "pad_front": 1, "pad_back": 0, "pad_top": 1, "dilation_w": 2},
+    ),
+    "conv3d_bias": ([(2, 4, 3, 5, 5), (4, 1, 2, 3, 3), (4,)], {"dilation_d": 2, "stride_w": 2}),
     "conv1d": ([(1, 4, 16), (6, 2, 3)], {"stride": 2, "pad_left": 1}),
     "conv1d_bias": ([(2, 4, 9), (4, 1, 3), (4,)], {"dilation": 2, "pad_right": 2}),
     "conv_transpose1d": ([(2, 4, 7), (4, 3, 3)], {"stride": 2, "pad": 1, "out_pad": 1}),
@@ -830,10 +896,11 @@ class TestNvrtc:
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn):
-        g, _, _ = conv_block(depthwise, bn)
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims):
+        g, _, _ = conv_block(depthwise, bn, dims)
         fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
         (k,) = fg.kernels()
         ks = kernel_source(fg, k)
