@@ -404,7 +404,6 @@ class TestMapping:
         ("module", "shape", "reason"),
         [
             (nn.ConvTranspose3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d transposed convolution"),
-            (nn.Conv3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d convolution"),
         ],
     )
     def test_other_convolutions_are_opaque_with_a_reason(self, module, shape, reason) -> None:
