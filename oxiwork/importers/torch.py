@@ -2657,8 +2657,8 @@ class _Converter:
 
 
 def _pad_for_convolutions(node: Any, chain: tuple[Any, ...] = ()) -> bool:
-    """Is ``node`` a zero ``constant_pad_nd`` whose only readers are convolutions taking it
-    as their input (MobileNet's TensorFlow-style padding), or such pads (a padded input
+    """Is ``node`` a zero ``constant_pad_nd`` whose only readers are (not transposed)
+    convolutions taking it as their input (MobileNet's TensorFlow-style padding), or such pads (a padded input
     padded again: ``padding="same"`` with an even kernel), every convolution sliding over
     each axis the pads before it (``chain`` and ``node``) pad?"""
     if _op_name(node.target) != "aten.constant_pad_nd.default" or not node.users:
@@ -2667,7 +2667,9 @@ def _pad_for_convolutions(node: Any, chain: tuple[Any, ...] = ()) -> bool:
 
     def reads(u: Any) -> bool:
         if _op_name(u.target) == "aten.convolution.default":
-            return _zero_pad(chain, len(u.args[3])) is not None  # (its strides: one per axis)
+            # (its strides: one per axis); a transposed convolution's padding crops its
+            # output, so it cannot apply a pad of its input: the pad stays a kernel
+            return not u.args[6] and _zero_pad(chain, len(u.args[3])) is not None
         return _pad_for_convolutions(u, chain)
 
     return all(

@@ -353,3 +353,26 @@ def test_a_zero_pad_folds_only_over_the_axes_the_convolution_slides(dims, pad, f
         SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
     )
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_zero_pad_before_a_transposed_convolution_stays_a_library_kernel():
+    # the transposed convolution cannot apply it (its padding crops the output): the pad is
+    # constant_pad, not a view the convolution would have to read
+    conv = nn.ConvTranspose2d(2, 3, 3).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x, (1, 1, 0, 2)))
+
+    x = torch.randn(1, 2, 4, 4)
+    with torch.no_grad():
+        want = M()(x).numpy()
+    model = from_module(M(), (x,))
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.constant_pad_nd.default"] == "constant_pad"
+    assert ops_of["aten.convolution.default"] == "conv_transpose2d_bias"
+    (y,) = model.outputs_from(
+        SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+    )
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
