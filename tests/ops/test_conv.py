@@ -555,41 +555,38 @@ class TestEpilogues:
 
 # ------------------------------------------------------------------------------ pooling
 @st.composite
-def pool_cases(draw, kind):
-    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) if kind == "max" else (1, 1)
-    ph, pw = draw(st.integers(0, r // 2)), draw(st.integers(0, s // 2))
-    h = draw(st.integers(max(1, dh * (r - 1) + 1 - 2 * ph), 8))
-    w = draw(st.integers(max(1, dw * (s - 1) + 1 - 2 * pw), 8))
-    params = {
-        "kernel_h": r,
-        "kernel_w": s,
-        "stride_h": draw(st.integers(1, 3)),
-        "stride_w": draw(st.integers(1, 3)),
-        "pad_h": ph,
-        "pad_w": pw,
-        "ceil_mode": int(draw(st.booleans())),
-    }
-    if kind == "max":
-        params |= {"dilation_h": dh, "dilation_w": dw}
-    else:
+def pool_cases(draw, kind, dims=2):
+    """(input shape, params) of a valid ``dims``-d max or average pooling (3-d extents kept
+    small: the generated C runs on the CPU)."""
+    largest = 8 if dims == 2 else 5
+    params, sizes = {"ceil_mode": int(draw(st.booleans()))}, []
+    for a in AXES[dims]:
+        r = draw(st.integers(1, 3))
+        d = draw(st.integers(1, 2)) if kind == "max" else 1
+        p = draw(st.integers(0, r // 2))
+        # (torch's avg_pool3d refuses an input smaller than the window, padding or not)
+        least = r if (kind, dims) == ("avg", 3) else d * (r - 1) + 1 - 2 * p
+        sizes.append(draw(st.integers(max(1, least), largest)))
+        params |= {f"kernel_{a}": r, f"stride_{a}": draw(st.integers(1, 3)), f"pad_{a}": p}
+        if kind == "max":
+            params[f"dilation_{a}"] = d
+    if kind == "avg":
         params["count_include_pad"] = int(draw(st.booleans()))
         params["divisor_override"] = draw(st.sampled_from([0, 0, 0, 2]))
-    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w)
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), *sizes)
     return shape, params
 
 
 def torch_pool(kind, x, p, dtype=torch.float32):
+    """PyTorch's 2-d or 3-d max or average pooling of ``x`` with op parameters ``p``."""
     t = torch.from_numpy(x).to(dtype)
-    k, st_, pad = (
-        (p["kernel_h"], p["kernel_w"]),
-        (p["stride_h"], p["stride_w"]),
-        (p["pad_h"], p["pad_w"]),
-    )
+    axes = AXES[x.ndim - 2]
+    k, st_, pad = ([p[f"{name}_{a}"] for a in axes] for name in ("kernel", "stride", "pad"))
     if kind == "max":
-        d = (p["dilation_h"], p["dilation_w"])
-        return F.max_pool2d(t, k, st_, pad, d, ceil_mode=bool(p["ceil_mode"])).numpy()
-    return F.avg_pool2d(
+        d = [p[f"dilation_{a}"] for a in axes]
+        pool = F.max_pool2d if len(axes) == 2 else F.max_pool3d
+        return pool(t, k, st_, pad, d, ceil_mode=bool(p["ceil_mode"])).numpy()
+    return (F.avg_pool2d if len(axes) == 2 else F.avg_pool3d)(
         t,
         k,
         st_,
@@ -611,6 +608,18 @@ def with_specials(seed, shape):
     return x
 
 
+def adaptive_cases(dims):
+    """(input shape, output size) of a ``dims``-d adaptive pooling."""
+    largest = 9 if dims == 2 else 5
+    spatial = st.tuples(*[st.integers(1, largest)] * dims)
+    shape = st.tuples(st.integers(1, 2), st.integers(1, 3), spatial).map(lambda t: (*t[:2], *t[2]))
+    return st.tuples(shape, st.tuples(*[st.integers(1, 4)] * dims))
+
+
+def adaptive_params(out):
+    return {f"out_{a}": o for a, o in zip(AXES[len(out)], out, strict=True)}
+
+
 class TestPooling:
     def test_raises_on_padding_over_half_the_window(self):
         op = ops.get("max_pool2d")
@@ -623,27 +632,49 @@ class TestPooling:
         with pytest.raises(InvalidArgument, match="NCHW input of 4 dimensions"):
             ops.infer_shape(op, [(8, 8)], op.defaults, "p")
 
+    @pytest.mark.parametrize(
+        ("name", "shape", "params", "match"),
+        [
+            ("max_pool3d", (1, 2, 5, 5), {}, r"max_pool3d needs an NCDHW input of 5 dimensions"),
+            ("avg_pool3d", (1, 2, 5, 5, 5), {"kernel_d": 2, "pad_d": 2}, r"padding 2x0x0 is"),
+            ("max_pool3d", (1, 2, 5, 5, 5), {"stride_d": 0}, r"stride_d=0 must be an integer"),
+            ("max_pool3d", (1, 2, 5, 5, 5), {"dilation_d": 1.5}, r"dilation_d=1\.5 must be"),
+            ("avg_pool3d", (1, 2, 2, 5, 5), {"kernel_d": 3}, r"a 3x1x1 window does not fit"),
+            ("avg_pool3d", (1, 2, 2, 5, 5), {"kernel_d": 3, "pad_d": 1}, r"smaller than the 3x1x1"),
+            ("avg_pool3d", (1, 2, 5, 5, 5), {"divisor_override": -1}, r"divisor_override=-1"),
+            ("adaptive_avg_pool3d", (1, 2, 5, 5), {}, r"NCDHW input of 5 dimensions"),
+            ("adaptive_max_pool3d", (1, 2, 5, 5, 5), {"out_d": 0}, r"out_d=0 must be an"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, name, shape, params, match):
+        op = ops.get(name)
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "p")
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=pool_cases("max"), seed=st.integers(0, 2**31))
-    def test_max_pool_reference_equals_torch_with_nan_and_inf(self, case, seed):
-        shape, params = case
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_max_pool_reference_equals_torch_with_nan_and_inf(self, dims, data, seed):
+        shape, params = data.draw(pool_cases("max", dims))
         x = with_specials(seed, shape)
-        op = ops.get("max_pool2d")
+        op = ops.get(f"max_pool{dims}d")
         got = op.reference([x], **{**op.defaults, **params})
         np.testing.assert_array_equal(got, torch_pool("max", x, params))
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=pool_cases("avg"), seed=st.integers(0, 2**31))
-    def test_avg_pool_reference_is_one_rounding_from_torch_float64(self, case, seed):
-        shape, params = case
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_avg_pool_reference_is_one_rounding_from_torch_float64(self, dims, data, seed):
+        shape, params = data.draw(pool_cases("avg", dims))
         (x,) = randn(seed, shape)
-        op = ops.get("avg_pool2d")
+        op = ops.get(f"avg_pool{dims}d")
         got = op.reference([x], **{**op.defaults, **params}).astype(np.float64)
         exact = torch_pool("avg", x, params, torch.float64)
         assert got.shape == exact.shape
         assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
     @given(
         kind=st.sampled_from(["max", "avg"]),
@@ -651,37 +682,36 @@ class TestPooling:
         seed=st.integers(0, 2**31),
         block=st.sampled_from([1, 4, 32]),
     )
-    def test_generated_c_equals_reference(self, kind, data, seed, block, so_dir):
-        shape, params = data.draw(pool_cases(kind))
+    def test_generated_c_equals_reference(self, dims, kind, data, seed, block, so_dir):
+        shape, params = data.draw(pool_cases(kind, dims))
         x = with_specials(seed, shape) if kind == "max" else randn(seed, shape)[0]
-        g, node = graph_of(f"{kind}_pool2d", [shape], params)
+        g, node = graph_of(f"{kind}_pool{dims}d", [shape], params)
         want = evaluate(g, {"in0": x})["out"]
         (c,) = run_c(g, node, [x], so_dir, block)
         if kind == "max":
             np.testing.assert_array_equal(c, want)
-        else:  # a float32 sum of the window (at most 9 terms), then one division
-            window = params["kernel_h"] * params["kernel_w"]
+        else:  # a float32 sum of the window (at most 3**dims terms), then one division
+            window = math.prod(params[f"kernel_{a}"] for a in AXES[dims])
             mag = torch_pool("avg", np.abs(x), params, torch.float64)
             np.testing.assert_array_less(np.abs(c - want), (window + 2) * U * mag * 2 + 1e-30)
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
-        out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
-        seed=st.integers(0, 2**31),
-    )
-    def test_adaptive_avg_pool_reference_and_c(self, shape, out, seed, tmp_path_factory):
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_adaptive_avg_pool_reference_and_c(self, dims, data, seed, tmp_path_factory):
+        shape, out = data.draw(adaptive_cases(dims))
         (x,) = randn(seed, shape)
-        params = {"out_h": out[0], "out_w": out[1]}
-        op = ops.get("adaptive_avg_pool2d")
+        params = adaptive_params(out)
+        op = ops.get(f"adaptive_avg_pool{dims}d")
         got = op.reference([x], **params).astype(np.float64)
-        exact = F.adaptive_avg_pool2d(t64(x), out).numpy()
+        pool = F.adaptive_avg_pool2d if dims == 2 else F.adaptive_avg_pool3d
+        exact = pool(t64(x), out).numpy()
         assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
         if CXX is not None:
-            g, node = graph_of("adaptive_avg_pool2d", [shape], params)
+            g, node = graph_of(f"adaptive_avg_pool{dims}d", [shape], params)
             (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive"))
-            mag = F.adaptive_avg_pool2d(t64(np.abs(x)), out).numpy()
-            window = math.ceil(shape[2] / out[0] + 1) * math.ceil(shape[3] / out[1] + 1)
+            mag = pool(t64(np.abs(x)), out).numpy()
+            window = math.prod(math.ceil(s / o + 1) for s, o in zip(shape[2:], out, strict=True))
             assert np.all(np.abs(c - got) <= (window + 2) * U * mag + 1e-30)
 
 
@@ -743,22 +773,21 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "align_corners": 2.0}, "u")
 
 
+@pytest.mark.parametrize("dims", [2, 3])
 @SETTINGS
-@given(
-    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
-    out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
-    seed=st.integers(0, 2**31),
-)
+@given(data=st.data(), seed=st.integers(0, 2**31))
 def test_adaptive_max_pool_reference_and_c_equal_torch_with_nan_and_inf(
-    shape, out, seed, tmp_path_factory
+    dims, data, seed, tmp_path_factory
 ):
+    shape, out = data.draw(adaptive_cases(dims))
     x = with_specials(seed, shape)
-    params = {"out_h": out[0], "out_w": out[1]}
-    got = ops.get("adaptive_max_pool2d").reference([x], **params)
-    eager = F.adaptive_max_pool2d(torch.from_numpy(x), out).numpy()
+    params = adaptive_params(out)
+    got = ops.get(f"adaptive_max_pool{dims}d").reference([x], **params)
+    pool = F.adaptive_max_pool2d if dims == 2 else F.adaptive_max_pool3d
+    eager = pool(torch.from_numpy(x), out).numpy()
     np.testing.assert_array_equal(got, eager)  # (NaN == NaN here)
     if CXX is not None:
-        g, node = graph_of("adaptive_max_pool2d", [shape], params)
+        g, node = graph_of(f"adaptive_max_pool{dims}d", [shape], params)
         (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive_max"))
         np.testing.assert_array_equal(c, got)
 
@@ -872,6 +901,16 @@ NVRTC_CASES = {
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
     "adaptive_max_pool2d": ([(1, 2, 9, 7)], {"out_h": 4, "out_w": 3}),
+    "max_pool3d": (
+        [(1, 2, 5, 7, 7)],
+        {"kernel_d": 2, "kernel_h": 3, "kernel_w": 3, "stride_d": 2, "pad_h": 1, "dilation_w": 2},
+    ),
+    "avg_pool3d": (
+        [(1, 2, 5, 6, 6)],
+        {"kernel_d": 3, "kernel_h": 2, "kernel_w": 2, "pad_d": 1, "count_include_pad": 0},
+    ),
+    "adaptive_avg_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 2, "out_h": 2, "out_w": 3}),
+    "adaptive_max_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 3, "out_h": 4, "out_w": 1}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
     "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
     "upsample_bilinear2d": (
