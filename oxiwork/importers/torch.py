@@ -1563,13 +1563,20 @@ def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[An
     return [given.get(n, d) for n, d in zip(names, pad, strict=True)]
 
 
-def _pool_params(kernel: Any, stride: Any, padding: Any, ceil: Any) -> dict[str, float] | None:
-    sizes = (_pair(kernel), _pair(stride, kernel), _pair(padding))
+def _pool_params(
+    kernel: Any, stride: Any, padding: Any, ceil: Any, dims: int = 2
+) -> dict[str, float] | None:
+    """A ``dims``-d pooling's window, stride, padding and ceil mode as the library's
+    parameters (``kernel_h``...), or None if they are not ``dims``-d."""
+    sizes = (_sizes(kernel, dims), _sizes(stride, dims, kernel), _sizes(padding, dims))
     if any(v is None for v in sizes):
         return None
-    (kh, kw), (sh, sw), (ph, pw) = sizes  # type: ignore[misc]
-    names = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w")
-    params = dict(zip(names, map(float, (kh, kw, sh, sw, ph, pw)), strict=True))
+    axes = "dhw"[3 - dims :]
+    params = {
+        f"{kind}_{a}": float(v)
+        for kind, values in zip(("kernel", "stride", "pad"), sizes, strict=True)
+        for a, v in zip(axes, values, strict=True)  # type: ignore[arg-type]
+    }
     return {**params, "ceil_mode": float(bool(ceil))}
 
 
@@ -1585,52 +1592,68 @@ _AVG_POOL_ARGS = (
 )
 
 
-def _max_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, kernel, stride, padding, dilation, ceil = _argv(call, _MAX_POOL_ARGS, ([], 0, 1, False))
-    if call.index not in (None, 0):
-        return "its indices are used; the library's max_pool2d gives the values only"
-    params = _pool_params(kernel, stride, padding, ceil)
-    if params is None or _pair(dilation) is None:
-        return f"its window {kernel} is not 2-d; the library's max_pool2d is 2-d"
-    why = _nchw(call, [x])
-    if why:
-        return why
-    dh, dw = _pair(dilation)  # type: ignore[misc]
-    return "max_pool2d", {**params, "dilation_h": float(dh), "dilation_w": float(dw)}, [x]
+def _max_pool(dims: int) -> _Rule:
+    """``aten.max_pool{dims}d`` (its values; not its indices): the library's max_pool<dims>d."""
+    lib = f"max_pool{dims}d"
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, kernel, stride, padding, dilation, ceil = _argv(call, _MAX_POOL_ARGS, ([], 0, 1, False))
+        if call.index not in (None, 0):
+            return f"its indices are used; the library's {lib} gives the values only"
+        params = _pool_params(kernel, stride, padding, ceil, dims)
+        dilations = _sizes(dilation, dims)
+        if params is None or dilations is None:
+            return f"its window {kernel} is not {dims}-d; the library's {lib} is {dims}-d"
+        why = _nchw(call, [x], dims)
+        if why:
+            return why
+        params |= {
+            f"dilation_{a}": float(d) for a, d in zip("dhw"[3 - dims :], dilations, strict=True)
+        }
+        return lib, params, [x]
+
+    return rule
 
 
-def _avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, kernel, stride, padding, ceil, include, override = _argv(
-        call, _AVG_POOL_ARGS, ([], 0, False, True, None)
-    )
-    params = _pool_params(kernel, stride, padding, ceil)
-    if params is None:
-        return f"its window {kernel} is not 2-d; the library's avg_pool2d is 2-d"
-    why = _nchw(call, [x])
-    if why:
-        return why
-    params["count_include_pad"] = float(bool(include))
-    params["divisor_override"] = float(override or 0)
-    return "avg_pool2d", params, [x]
+def _avg_pool(dims: int) -> _Rule:
+    """``aten.avg_pool{dims}d``: the library's avg_pool<dims>d."""
+    lib = f"avg_pool{dims}d"
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, kernel, stride, padding, ceil, include, override = _argv(
+            call, _AVG_POOL_ARGS, ([], 0, False, True, None)
+        )
+        params = _pool_params(kernel, stride, padding, ceil, dims)
+        if params is None:
+            return f"its window {kernel} is not {dims}-d; the library's {lib} is {dims}-d"
+        why = _nchw(call, [x], dims)
+        if why:
+            return why
+        params["count_include_pad"] = float(bool(include))
+        params["divisor_override"] = float(override or 0)
+        return lib, params, [x]
+
+    return rule
 
 
 def _adaptive_pool(lib: str) -> _Rule:
-    """Adaptive average or max pooling to ``output_size``: the library's ``lib``."""
+    """Adaptive average or max pooling to ``output_size``: the library's ``lib`` (2-d or
+    3-d, as its name says)."""
+    dims = 3 if lib.endswith("3d") else 2
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         if call.index not in (None, 0):
             return f"its indices output is used; the library's {lib} gives the maxima"
         x, size = call.args[:2]
-        why = _nchw(call, [x])
+        why = _nchw(call, [x], dims)
         if why:
             return why
-        oh, ow = _pair(size)
-        return lib, {"out_h": float(oh), "out_w": float(ow)}, [x]
+        out = _sizes(size, dims)
+        if out is None:
+            return f"its output size {size} is not {dims}-d; the library's {lib} is {dims}-d"
+        return lib, {f"out_{a}": float(o) for a, o in zip("dhw"[3 - dims :], out, strict=True)}, [x]
 
     return rule
-
-
-_adaptive_avg_pool = _adaptive_pool("adaptive_avg_pool2d")
 
 
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2016,12 +2039,18 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.native_group_norm.default": _group_norm,
     "aten._native_batch_norm_legit.no_stats": _instance_norm,
     "aten.convolution.default": _conv,
-    "aten.max_pool2d_with_indices.default": _max_pool,
-    "aten.max_pool2d.default": _max_pool,
-    "aten.avg_pool2d.default": _avg_pool,
-    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.adaptive_max_pool2d.default": _adaptive_pool("adaptive_max_pool2d"),
+    **{
+        name: rule
+        for d in (2, 3)
+        for name, rule in (
+            (f"aten.max_pool{d}d_with_indices.default", _max_pool(d)),
+            (f"aten.max_pool{d}d.default", _max_pool(d)),
+            (f"aten.avg_pool{d}d.default", _avg_pool(d)),
+            (f"aten._adaptive_avg_pool{d}d.default", _adaptive_pool(f"adaptive_avg_pool{d}d")),
+            (f"aten.adaptive_avg_pool{d}d.default", _adaptive_pool(f"adaptive_avg_pool{d}d")),
+            (f"aten.adaptive_max_pool{d}d.default", _adaptive_pool(f"adaptive_max_pool{d}d")),
+        )
+    },
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
@@ -2063,6 +2092,8 @@ _MULTI_OUTPUT = frozenset(
         "aten._native_batch_norm_legit.no_stats",
         "aten.max_pool2d_with_indices.default",
         "aten.adaptive_max_pool2d.default",
+        "aten.max_pool3d_with_indices.default",
+        "aten.adaptive_max_pool3d.default",
         "aten._native_batch_norm_legit_no_training.default",
     }
 )
