@@ -1416,41 +1416,55 @@ def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 # ----------------------------------------------------------------------------- CNN rules
-# conv1d/conv2d, pooling, pad and cat (oxiwork.ops.lib_conv): NCL/NCHW buffers read whole.
-def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
-    """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
+# conv1d/2d/3d, pooling, pad and cat (oxiwork.ops.lib_conv): NCL/NCHW/NCDHW buffers read
+# whole.
+def _sizes(v: Any, n: int, default: Any = None) -> tuple[int, ...] | None:
+    """A torch int-or-list size as ``n`` ints (one int or a one-element list: the same on
+    every axis); ``default`` for an empty list; None if it has another number of axes."""
     if isinstance(v, (list, tuple)):
         if not v:
-            return _pair(default) if default is not None else None
-        v = list(v) * 2 if len(v) == 1 else list(v)
-        return (int(v[0]), int(v[1])) if len(v) == 2 else None
-    return (int(v), int(v))
+            return _sizes(default, n) if default is not None else None
+        v = list(v) * n if len(v) == 1 else list(v)
+        return tuple(int(x) for x in v) if len(v) == n else None
+    return (int(v),) * n
 
 
-def _nchw(call: _Call, args: Sequence[Any]) -> str | None:
-    """Why ``args`` are not whole float32 buffers (no view; input 0 NCHW), or None."""
+def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
+    """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
+    return _sizes(v, 2, default)  # type: ignore[return-value]
+
+
+def _nchw(call: _Call, args: Sequence[Any], dims: int = 2) -> str | None:
+    """Why ``args`` are not whole float32 buffers (no view; input 0 with ``dims`` spatial
+    axes: NCHW, or NCDHW), or None."""
     why = _plain(call, args, reshape_ok=False)
-    if why is None and len(args[0].shape) != 4:
-        return f"its input has shape {args[0].shape}; the library's op takes NCHW (4-d)"
+    if why is None and len(args[0].shape) != dims + 2:
+        layout = "NC" + "DHW"[3 - dims :]
+        return (
+            f"its input has shape {args[0].shape}; the library's op takes {layout} ({dims + 2}-d)"
+        )
     return why
 
 
-def _zero_pad(chain: Sequence[Any]) -> tuple[int, int, int, int] | None:
-    """(top, bottom, left, right) if ``chain`` is zero ``constant_pad_nd`` s of the last two
+def _zero_pad(chain: Sequence[Any], axes: int = 2) -> tuple[int, ...] | None:
+    """The amounts ``(before, after)`` of each of the last ``axes`` axes, first axis first
+    (2 axes: top, bottom, left, right), if ``chain`` is zero ``constant_pad_nd`` s of those
     axes by non-negative amounts (which a convolution can apply itself; zero pads of zero
     pads add up: ``padding="same"`` with an even kernel pads once more), else None."""
-    total = [0, 0, 0, 0]
+    total = [0] * (2 * axes)  # torch's order: the last axis first
     for target, args, _ in chain:
         if _op_name(target) != "aten.constant_pad_nd.default":
             return None
         pad, value = list(args[0]), (args[1:] or (0,))[0]
-        if value != 0 or len(pad) not in (2, 4) or min(pad) < 0:
+        if value != 0 or len(pad) % 2 or not pad or min(pad) < 0:
             return None
-        pad += [0] * (4 - len(pad))
+        if any(pad[2 * axes :]):  # it pads an axis the convolution does not slide over
+            return None
+        pad = (pad + [0] * (2 * axes))[: 2 * axes]
         total = [t + p for t, p in zip(total, pad, strict=True)]
     if not chain:
         return None
-    return total[2], total[3], total[0], total[1]
+    return tuple(total[2 * k + e] for k in reversed(range(axes)) for e in (0, 1))
 
 
 def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -1486,28 +1500,30 @@ def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
             {k: float(v) for k, v in params.items()},
             args,
         )
-    if len(stride) == 1:
+    dims = len(stride)
+    if dims == 1:
         return _conv1d(call)
-    if len(stride) != 2:
+    if dims not in (2, 3):
         return (
-            f"it is a {len(stride)}-d convolution; the library has conv1d (NCL) and conv2d "
-            "(NCHW) only"
+            f"it is a {dims}-d convolution; the library has conv1d (NCL), conv2d (NCHW) and "
+            "conv3d (NCDHW) only"
         )
-    ph, pw = _pair(padding)
-    pads = [ph, ph, pw, pw]
-    folded = _zero_pad(x.chain) if isinstance(x, _Arg) else None
+    pads = [p for p in _sizes(padding, dims) or () for _ in range(2)]  # (before, after)
+    folded = _zero_pad(x.chain, dims) if isinstance(x, _Arg) else None
     if folded is not None:  # a zero pad before the convolution: the convolution pads
         pads = [p + q for p, q in zip(pads, folded, strict=True)]
         x = _Arg(x.index, (), x.base, x.base.shape)
     args = [x, w] if b is None else [x, w, b]
-    why = _nchw(call, args)
+    why = _nchw(call, args, dims)
     if why:
         return why
-    params = dict(zip(("pad_top", "pad_bottom", "pad_left", "pad_right"), pads, strict=True))
-    params |= {"stride_h": stride[0], "stride_w": stride[1]}
-    params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
+    axes = "dhw"[3 - dims :]
+    names = ("pad_front", "pad_back", "pad_top", "pad_bottom", "pad_left", "pad_right")
+    params = dict(zip(names[6 - 2 * dims :], pads, strict=True))
+    params |= {f"stride_{a}": s for a, s in zip(axes, stride, strict=True)}
+    params |= {f"dilation_{a}": d for a, d in zip(axes, dilation, strict=True)}
     return (
-        ("conv2d" if b is None else "conv2d_bias"),
+        (f"conv{dims}d" if b is None else f"conv{dims}d_bias"),
         {k: float(v) for k, v in params.items()},
         args,
     )
@@ -1518,9 +1534,9 @@ def _conv1d(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     last axis before it folds into its padding."""
     x, w, b, (stride,), (pad,), (dilation,), _, _, _ = call.args
     pads = [pad, pad]
-    folded = _zero_pad(x.chain) if isinstance(x, _Arg) else None
-    if folded is not None and folded[:2] == (0, 0):  # (a pad of the last axis only)
-        pads = [pads[0] + folded[2], pads[1] + folded[3]]
+    folded = _zero_pad(x.chain, 1) if isinstance(x, _Arg) else None
+    if folded is not None:  # (a pad of the last axis only)
+        pads = [pads[0] + folded[0], pads[1] + folded[1]]
         x = _Arg(x.index, (), x.base, x.base.shape)
     args = [x, w] if b is None else [x, w, b]
     why = _plain(call, args, reshape_ok=False)
@@ -1593,13 +1609,20 @@ def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[An
     return [given.get(n, d) for n, d in zip(names, pad, strict=True)]
 
 
-def _pool_params(kernel: Any, stride: Any, padding: Any, ceil: Any) -> dict[str, float] | None:
-    sizes = (_pair(kernel), _pair(stride, kernel), _pair(padding))
+def _pool_params(
+    kernel: Any, stride: Any, padding: Any, ceil: Any, dims: int = 2
+) -> dict[str, float] | None:
+    """A ``dims``-d pooling's window, stride, padding and ceil mode as the library's
+    parameters (``kernel_h``...), or None if they are not ``dims``-d."""
+    sizes = (_sizes(kernel, dims), _sizes(stride, dims, kernel), _sizes(padding, dims))
     if any(v is None for v in sizes):
         return None
-    (kh, kw), (sh, sw), (ph, pw) = sizes  # type: ignore[misc]
-    names = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_h", "pad_w")
-    params = dict(zip(names, map(float, (kh, kw, sh, sw, ph, pw)), strict=True))
+    axes = "dhw"[3 - dims :]
+    params = {
+        f"{kind}_{a}": float(v)
+        for kind, values in zip(("kernel", "stride", "pad"), sizes, strict=True)
+        for a, v in zip(axes, values, strict=True)  # type: ignore[arg-type]
+    }
     return {**params, "ceil_mode": float(bool(ceil))}
 
 
@@ -1615,52 +1638,68 @@ _AVG_POOL_ARGS = (
 )
 
 
-def _max_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, kernel, stride, padding, dilation, ceil = _argv(call, _MAX_POOL_ARGS, ([], 0, 1, False))
-    if call.index not in (None, 0):
-        return "its indices are used; the library's max_pool2d gives the values only"
-    params = _pool_params(kernel, stride, padding, ceil)
-    if params is None or _pair(dilation) is None:
-        return f"its window {kernel} is not 2-d; the library's max_pool2d is 2-d"
-    why = _nchw(call, [x])
-    if why:
-        return why
-    dh, dw = _pair(dilation)  # type: ignore[misc]
-    return "max_pool2d", {**params, "dilation_h": float(dh), "dilation_w": float(dw)}, [x]
+def _max_pool(dims: int) -> _Rule:
+    """``aten.max_pool{dims}d`` (its values; not its indices): the library's max_pool<dims>d."""
+    lib = f"max_pool{dims}d"
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, kernel, stride, padding, dilation, ceil = _argv(call, _MAX_POOL_ARGS, ([], 0, 1, False))
+        if call.index not in (None, 0):
+            return f"its indices are used; the library's {lib} gives the values only"
+        params = _pool_params(kernel, stride, padding, ceil, dims)
+        dilations = _sizes(dilation, dims)
+        if params is None or dilations is None:
+            return f"its window {kernel} is not {dims}-d; the library's {lib} is {dims}-d"
+        why = _nchw(call, [x], dims)
+        if why:
+            return why
+        params |= {
+            f"dilation_{a}": float(d) for a, d in zip("dhw"[3 - dims :], dilations, strict=True)
+        }
+        return lib, params, [x]
+
+    return rule
 
 
-def _avg_pool(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, kernel, stride, padding, ceil, include, override = _argv(
-        call, _AVG_POOL_ARGS, ([], 0, False, True, None)
-    )
-    params = _pool_params(kernel, stride, padding, ceil)
-    if params is None:
-        return f"its window {kernel} is not 2-d; the library's avg_pool2d is 2-d"
-    why = _nchw(call, [x])
-    if why:
-        return why
-    params["count_include_pad"] = float(bool(include))
-    params["divisor_override"] = float(override or 0)
-    return "avg_pool2d", params, [x]
+def _avg_pool(dims: int) -> _Rule:
+    """``aten.avg_pool{dims}d``: the library's avg_pool<dims>d."""
+    lib = f"avg_pool{dims}d"
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x, kernel, stride, padding, ceil, include, override = _argv(
+            call, _AVG_POOL_ARGS, ([], 0, False, True, None)
+        )
+        params = _pool_params(kernel, stride, padding, ceil, dims)
+        if params is None:
+            return f"its window {kernel} is not {dims}-d; the library's {lib} is {dims}-d"
+        why = _nchw(call, [x], dims)
+        if why:
+            return why
+        params["count_include_pad"] = float(bool(include))
+        params["divisor_override"] = float(override or 0)
+        return lib, params, [x]
+
+    return rule
 
 
 def _adaptive_pool(lib: str) -> _Rule:
-    """Adaptive average or max pooling to ``output_size``: the library's ``lib``."""
+    """Adaptive average or max pooling to ``output_size``: the library's ``lib`` (2-d or
+    3-d, as its name says)."""
+    dims = 3 if lib.endswith("3d") else 2
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         if call.index not in (None, 0):
             return f"its indices output is used; the library's {lib} gives the maxima"
         x, size = call.args[:2]
-        why = _nchw(call, [x])
+        why = _nchw(call, [x], dims)
         if why:
             return why
-        oh, ow = _pair(size)
-        return lib, {"out_h": float(oh), "out_w": float(ow)}, [x]
+        out = _sizes(size, dims)
+        if out is None:
+            return f"its output size {size} is not {dims}-d; the library's {lib} is {dims}-d"
+        return lib, {f"out_{a}": float(o) for a, o in zip("dhw"[3 - dims :], out, strict=True)}, [x]
 
     return rule
-
-
-_adaptive_avg_pool = _adaptive_pool("adaptive_avg_pool2d")
 
 
 def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2106,12 +2145,18 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.native_group_norm.default": _group_norm,
     "aten._native_batch_norm_legit.no_stats": _instance_norm,
     "aten.convolution.default": _conv,
-    "aten.max_pool2d_with_indices.default": _max_pool,
-    "aten.max_pool2d.default": _max_pool,
-    "aten.avg_pool2d.default": _avg_pool,
-    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
-    "aten.adaptive_max_pool2d.default": _adaptive_pool("adaptive_max_pool2d"),
+    **{
+        name: rule
+        for d in (2, 3)
+        for name, rule in (
+            (f"aten.max_pool{d}d_with_indices.default", _max_pool(d)),
+            (f"aten.max_pool{d}d.default", _max_pool(d)),
+            (f"aten.avg_pool{d}d.default", _avg_pool(d)),
+            (f"aten._adaptive_avg_pool{d}d.default", _adaptive_pool(f"adaptive_avg_pool{d}d")),
+            (f"aten.adaptive_avg_pool{d}d.default", _adaptive_pool(f"adaptive_avg_pool{d}d")),
+            (f"aten.adaptive_max_pool{d}d.default", _adaptive_pool(f"adaptive_max_pool{d}d")),
+        )
+    },
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
     "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
@@ -2161,6 +2206,8 @@ _MULTI_OUTPUT = frozenset(
         "aten._native_batch_norm_legit.no_stats",
         "aten.max_pool2d_with_indices.default",
         "aten.adaptive_max_pool2d.default",
+        "aten.max_pool3d_with_indices.default",
+        "aten.adaptive_max_pool3d.default",
         "aten._native_batch_norm_legit_no_training.default",
         "aten.sort.default",
         "aten.sort.stable",
@@ -2765,18 +2812,27 @@ class _Converter:
         return self.kernel(clone, None, contiguous=True)
 
 
-def _pad_for_convolutions(node: Any) -> bool:
-    """Is ``node`` a zero ``constant_pad_nd`` of the last two axes whose only readers are
-    convolutions taking it as their input (MobileNet's TensorFlow-style padding), or such
-    pads (a padded input padded again: ``padding="same"`` with an even kernel)?"""
+def _pad_for_convolutions(node: Any, chain: tuple[Any, ...] = ()) -> bool:
+    """Is ``node`` a zero ``constant_pad_nd`` whose only readers are (not transposed)
+    convolutions taking it as their input (MobileNet's TensorFlow-style padding), or such pads (a padded input
+    padded again: ``padding="same"`` with an even kernel), every convolution sliding over
+    each axis the pads before it (``chain`` and ``node``) pad?"""
     if _op_name(node.target) != "aten.constant_pad_nd.default" or not node.users:
         return False
-    step = (node.target, tuple(node.args[1:]), ())
-    return _zero_pad([step]) is not None and all(
+    chain = (*chain, (node.target, tuple(node.args[1:]), ()))
+
+    def reads(u: Any) -> bool:
+        if _op_name(u.target) == "aten.convolution.default":
+            # (its strides: one per axis); a transposed convolution's padding crops its
+            # output, so it cannot apply a pad of its input: the pad stays a kernel
+            return not u.args[6] and _zero_pad(chain, len(u.args[3])) is not None
+        return _pad_for_convolutions(u, chain)
+
+    return all(
         getattr(u, "target", None) is not None
         and u.args[0] is node
         and all(a is not node for a in u.args[1:])
-        and (_op_name(u.target) == "aten.convolution.default" or _pad_for_convolutions(u))
+        and reads(u)
         for u in node.users
     )
 

@@ -15,7 +15,11 @@ Layouts are NCHW (PyTorch's default): ``x`` is ``(N, C, H, W)``, a convolution's
 likewise). Groups are not a parameter: ``groups = C / weight.shape[1]`` follows from the
 shapes (depthwise: ``groups = C``). Padding may differ on each side, so a zero
 ``constant_pad_nd`` before a convolution (MobileNet's TensorFlow-style "same" padding)
-folds into it. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
+folds into it. ``conv3d`` (``conv3d_bias``) is the same convolution over NCDHW: ``x`` is
+``(N, C, D, H, W)``, its weight ``(K, C / groups, T, R, S)``, its output ``(N, K, O, P, Q)``,
+with a depth stride, dilation and padding (``pad_front``, ``pad_back``) too; one geometry,
+reference and C generator serve both, the 3-d C nesting a loop over the depth taps around
+conv2d's. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`` input
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
 ``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
@@ -23,16 +27,20 @@ as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride`
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
 axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
 S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one).
-Integer hyper-parameters are op parameters
-(floats holding integers, as every op parameter is a float); shape rules refuse
-fractional, negative or zero strides.
+``max_pool2d``, ``avg_pool2d``, ``adaptive_avg_pool2d`` and ``adaptive_max_pool2d`` have
+3-d (NCDHW) twins ``max_pool3d``... with ``kernel_d``, ``stride_d``, ``pad_d``,
+``dilation_d`` (``out_d``) parameters, from the same geometry, reference and C generator;
+``avg_pool3d`` refuses an input smaller than its window, as torch's does. Integer
+hyper-parameters are op parameters (floats holding integers, as every op parameter is a
+float); shape rules refuse fractional, negative or zero strides.
 
 References compute in float64 and round once to float32, so they are within one rounding
 of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
-kernel rows, then columns), within the recursive-summation bound
+kernel depths, rows, then columns), within the recursive-summation bound
 ``|error| <= (n - 1) u sum |x_i w_i|`` of the exact value (Higham, below), ``n = C/groups R
-S`` terms and ``u = 2**-24``. PyTorch's own kernels sum in float32 in yet another order, so
-references and torch agree within that bound too (the tests check it).
+S`` terms (``C/groups T R S`` in 3-d) and ``u = 2**-24``. PyTorch's own kernels sum in
+float32 in yet another order, so references and torch agree within that bound too (the
+tests check it).
 
 Example
 -------
@@ -58,15 +66,18 @@ OSDI 2018, section 4.1 (out-element-wise fusion). K. Chellapilla, S. Puri, P. Si
 V. Dumoulin, F. Visin, "A guide to convolution arithmetic for deep learning", 2016
 (output sizes with padding, stride and dilation). N. J. Higham, "Accuracy and Stability of
 Numerical Algorithms", 2nd ed., SIAM 2002, section 4.2 (summation error). PyTorch,
-``aten/src/ATen/native/AdaptiveAveragePooling.cpp`` and ``AveragePool2d.cpp`` (adaptive
-window bounds, average-pool divisors).
+``aten/src/ATen/native/AdaptiveAveragePooling.cpp``, ``AveragePool2d.cpp``,
+``cpu/AvgPoolKernel.cpp`` and ``Pool.h`` (adaptive window bounds, average-pool divisors,
+pool3d_shape_check).
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,12 +111,46 @@ def _int(params: Mapping[str, float], name: str, low: int) -> int:
     return int(v)
 
 
-def _spatial(ins: Sequence[Shape], what: str) -> Shape:
+class _Axis(NamedTuple):
+    """One spatial axis of a window op (convolution, pooling), by the names its sizes take
+    in the geometry dicts and the generated C: the input extent, the window extent, the
+    output extent; a convolution's padding before and after (pools pad both sides by one
+    amount, ``"p" + name``; strides are ``"s" + name``, dilations ``"d" + name``); the C
+    variables of the window tap, the input coordinate and the output coordinate; and a
+    convolution's padding parameters."""
+
+    name: str
+    size: str
+    taps: str
+    out: str
+    lo: str
+    hi: str
+    tap: str
+    coord: str
+    index: str
+    pads: tuple[str, str]
+
+
+# Depth, height and width of NCDHW; the 2-d ops use the last two (the names the 2-d code
+# always had: a 3-d op adds the depth's without changing theirs).
+_DEPTH = _Axis("d", "D", "T", "O", "pf", "pk", "t", "d", "o", ("pad_front", "pad_back"))
+_HEIGHT = _Axis("h", "H", "R", "P", "pt", "pb", "r", "h", "p", ("pad_top", "pad_bottom"))
+_WIDTH = _Axis("w", "W", "S", "Q", "pl", "pr", "s", "c2", "q", ("pad_left", "pad_right"))
+
+
+def _axes(dims: int) -> tuple[_Axis, ...]:
+    """The last ``dims`` of depth, height and width."""
+    return (_DEPTH, _HEIGHT, _WIDTH)[3 - dims :]
+
+
+def _spatial(ins: Sequence[Shape], what: str, dims: int = 2) -> Shape:
+    """Input 0's shape, checked to be ``(N, C)`` and ``dims`` spatial axes."""
     x = ins[0]
-    if len(x) != 4:
+    if len(x) != dims + 2:
+        names = "".join(a.size for a in _axes(dims))
         raise _ShapeProblem(
-            f"{what} needs an NCHW input of 4 dimensions, got shape {x}; give the buffer "
-            "shape=(N, C, H, W)"
+            f"{what} needs an NC{names} input of {dims + 2} dimensions, got shape {x}; give "
+            f"the buffer shape=(N, C, {', '.join(names)})"
         )
     return x
 
@@ -135,28 +180,75 @@ def _decompose(j: int, var: str, dims: Sequence[tuple[str, str]]) -> list[str]:
     return [*lines, f"size_t {dims[0][0]} = v{j}_rest;"]
 
 
-# ----------------------------------------------------------------------------- conv2d
-_CONV_PARAMS = (
-    ("stride_h", 1.0),
-    ("stride_w", 1.0),
-    ("pad_top", 0.0),
-    ("pad_bottom", 0.0),
-    ("pad_left", 0.0),
-    ("pad_right", 0.0),
-    ("dilation_h", 1.0),
-    ("dilation_w", 1.0),
-)
+def _horner(terms: Sequence[str], sizes: Sequence[str]) -> str:
+    """The C row-major offset of coordinates ``terms`` in extents ``sizes``: ``a * B + b``
+    in 2-d, ``(a * B + b) * C + c`` in 3-d."""
+    expr = terms[0]
+    for term, size in zip(terms[1:], sizes[1:], strict=True):
+        expr = f"{f'({expr})' if ' + ' in expr else expr} * {size} + {term}"
+    return expr
+
+
+def _window_loops(
+    v: str,
+    z: Mapping[str, str],
+    axes: Sequence[_Axis],
+    lo: Callable[[_Axis], str],
+    inner: Callable[[str, str], list[str]],
+) -> list[str]:
+    """C loops over the window taps of output ``({v}o,) {v}p, {v}q``, one per axis, skipping
+    taps that fall in the padding (``lo(axis)`` names the padding before each axis).
+
+    ``inner(x_index, tap_index)`` writes the innermost statements: ``x_index`` is the tap's
+    input element (offset from ``{v}x``, the plane), ``tap_index`` its window position
+    (offset from ``{v}w``, a convolution's filter)."""
+    coords = [f"(size_t){v}{a.coord}" for a in axes]
+    x_index = f"{v}x + {_horner(coords, [z[a.size] for a in axes])}"
+    tap_index = f"{v}w + {_horner([v + a.tap for a in axes], [z[a.taps] for a in axes])}"
+
+    def level(k: int) -> list[str]:
+        if k == len(axes):
+            return inner(x_index, tap_index)
+        a = axes[k]
+        tap, coord = v + a.tap, v + a.coord
+        return [
+            f"for (size_t {tap} = 0; {tap} < {z[a.taps]}; ++{tap}) {{",
+            f"    long long {coord} = (long long)({v}{a.index} * {z['s' + a.name]} + {tap} * "
+            f"{z['d' + a.name]}) - (long long){z[lo(a)]};",
+            f"    if ({coord} < 0 || {coord} >= (long long){z[a.size]}) continue;",
+            *[f"    {line}" for line in level(k + 1)],
+            "}",
+        ]
+
+    return level(0)
+
+
+# ----------------------------------------------------------------------------- conv2d, conv3d
+def _conv_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """A ``dims``-d convolution's parameters: strides, padding before and after each axis,
+    dilations (conv2d: ``stride_h, stride_w, pad_top, ..., dilation_w``)."""
+    axes = _axes(dims)
+    return (
+        *((f"stride_{a.name}", 1.0) for a in axes),
+        *((pad, 0.0) for a in axes for pad in a.pads),
+        *((f"dilation_{a.name}", 1.0) for a in axes),
+    )
+
+
+_CONV_PARAMS = _conv_params(2)
 
 
 def _conv_geometry(
-    ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d"
+    ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d", dims: int = 2
 ) -> dict[str, int]:
-    """Every size of a convolution (checked), by the names the C code uses."""
-    n, c, h, w = _spatial(ins, what)
+    """Every size of a ``dims``-d convolution (checked), by the names the C code uses."""
+    n, c, *sizes = _spatial(ins, what, dims)
+    axes = _axes(dims)
     wt = ins[1]
-    if len(wt) != 4:
-        raise _ShapeProblem(f"{what} needs a weight of shape (K, C/groups, R, S), got {wt}")
-    k, cg, r, s = wt
+    if len(wt) != dims + 2:
+        taps = ", ".join(a.taps for a in axes)
+        raise _ShapeProblem(f"{what} needs a weight of shape (K, C/groups, {taps}), got {wt}")
+    k, cg, *taps = wt
     if c % cg:
         raise _ShapeProblem(
             f"the input has {c} channels, which weight {wt} (C/groups = {cg}) does not divide"
@@ -164,31 +256,17 @@ def _conv_geometry(
     groups = c // cg
     if k % groups:
         raise _ShapeProblem(f"{k} output channels do not split into {groups} groups")
-    g = {
-        "N": n,
-        "C": c,
-        "H": h,
-        "W": w,
-        "K": k,
-        "Cg": cg,
-        "Kg": k // groups,
-        "R": r,
-        "S": s,
-        "sh": _int(params, "stride_h", 1),
-        "sw": _int(params, "stride_w", 1),
-        "pt": _int(params, "pad_top", 0),
-        "pb": _int(params, "pad_bottom", 0),
-        "pl": _int(params, "pad_left", 0),
-        "pr": _int(params, "pad_right", 0),
-        "dh": _int(params, "dilation_h", 1),
-        "dw": _int(params, "dilation_w", 1),
-    }
-    g["P"] = _out_size(h, g["pt"], g["pb"], r, g["sh"], g["dh"], False)
-    g["Q"] = _out_size(w, g["pl"], g["pr"], s, g["sw"], g["dw"], False)
-    if g["P"] < 1 or g["Q"] < 1:
+    g = {"N": n, "C": c, "K": k, "Cg": cg, "Kg": k // groups}
+    for a, size, tap in zip(axes, sizes, taps, strict=True):
+        g |= {a.size: size, a.taps: tap, "s" + a.name: _int(params, f"stride_{a.name}", 1)}
+        g |= {a.lo: _int(params, a.pads[0], 0), a.hi: _int(params, a.pads[1], 0)}
+        g["d" + a.name] = _int(params, f"dilation_{a.name}", 1)
+        g[a.out] = _out_size(size, g[a.lo], g[a.hi], tap, g["s" + a.name], g["d" + a.name], False)
+    if min(g[a.out] for a in axes) < 1:
         raise _ShapeProblem(
-            f"a {r}x{s} kernel (dilation {g['dh']}x{g['dw']}) does not fit the padded "
-            f"{h}x{w} input: the output would be empty"
+            f"a {'x'.join(map(str, taps))} kernel (dilation "
+            f"{'x'.join(str(g['d' + a.name]) for a in axes)}) does not fit the padded "
+            f"{'x'.join(map(str, sizes))} input: the output would be empty"
         )
     if len(ins) == 3 and math.prod(ins[2]) != k:
         raise _ShapeProblem(
@@ -197,31 +275,36 @@ def _conv_geometry(
     return g
 
 
-def _conv_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_geometry(ins, params)
-    return (g["N"], g["K"], g["P"], g["Q"])
+def _conv_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    g = _conv_geometry(ins, params, f"conv{dims}d", dims)
+    return (g["N"], g["K"], *(g[a.out] for a in _axes(dims)))
 
 
-def _conv_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    # A sum over the R x S kernel taps of (grouped) matrix products of the weight's tap with
-    # the input shifted by it (Chellapilla et al. 2006), in float64.
+def _conv_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    # A sum over the kernel taps (R x S, or T x R x S) of (grouped) matrix products of the
+    # weight's tap with the input shifted by it (Chellapilla et al. 2006), in float64.
     x, wt = xs[0], xs[1]
-    g = _conv_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
-    n, groups, cg, kg, p, q = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"], g["P"], g["Q"]
-    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), (g["pt"], g["pb"]), (g["pl"], g["pr"])))
+    shapes = [x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else [])
+    g = _conv_geometry(shapes, params, f"conv{dims}d", dims)
+    axes = _axes(dims)
+    n, groups, cg, kg = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"]
+    outs = [g[a.out] for a in axes]
+    xp = np.pad(x.astype(F64), ((0, 0), (0, 0), *((g[a.lo], g[a.hi]) for a in axes)))
     xp = xp.reshape(n, groups, cg, *xp.shape[2:])
-    wg = wt.astype(F64).reshape(groups, kg, cg, g["R"], g["S"])
-    out = np.zeros((n, groups, kg, p * q), F64)
+    wg = wt.astype(F64).reshape(groups, kg, cg, *(g[a.taps] for a in axes))
+    out = np.zeros((n, groups, kg, math.prod(outs)), F64)
     with np.errstate(all="ignore"):
-        for r in range(g["R"]):
-            for s in range(g["S"]):
-                h0, w0 = r * g["dh"], s * g["dw"]
-                win = xp[:, :, :, h0 : h0 + g["sh"] * (p - 1) + 1 : g["sh"]]
-                win = win[..., w0 : w0 + g["sw"] * (q - 1) + 1 : g["sw"]]
-                out += np.matmul(wg[:, :, :, r, s], win.reshape(n, groups, cg, p * q))
+        for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
+            win = xp
+            for k, (a, t, o) in enumerate(zip(axes, tap, outs, strict=True)):
+                start, step = t * g["d" + a.name], g["s" + a.name]
+                cut = slice(start, start + step * (o - 1) + 1, step)
+                win = win[(slice(None),) * (3 + k) + (cut,)]
+            part = wg[(slice(None),) * 3 + tap]
+            out += np.matmul(part, win.reshape(n, groups, cg, math.prod(outs)))
         if len(xs) > 2:
             out += xs[2].astype(F64).reshape(1, groups, kg, 1)
-        return out.reshape(n, g["K"], p, q).astype(F32)
+        return out.reshape(n, g["K"], *outs).astype(F32)
 
 
 def _conv_element(
@@ -231,12 +314,21 @@ def _conv_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _conv_geometry(ins, params)
+    g = _conv_geometry(ins, params, f"conv{dims}d", dims)
+    axes = _axes(dims)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(
-        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
+    coords = [(f"{v}{a.index}", z[a.out]) for a in axes]
+    lines = _decompose(j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), *coords])
+    loops = _window_loops(
+        v,
+        z,
+        axes,
+        lambda a: a.lo,
+        lambda x, w: [f"t{j} += {ptrs[0]}[{x}] * {ptrs[1]}[{w}];"],
     )
     lines += [
         f"size_t {v}g = {v}k / {z['Kg']};",
@@ -244,25 +336,26 @@ def _conv_element(
         f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
         # element offsets, not pointers: the inputs are indexed only (typed_pointers), so
         # float16/bfloat16 buffers are read as floats through the generator's ox_wide
-        f"    size_t {v}x = (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * {z['H']} * {z['W']};",
-        f"    size_t {v}w = ({v}k * {z['Cg']} + {v}c) * {z['R']} * {z['S']};",
-        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
-        f"        long long {v}h = (long long)({v}p * {z['sh']} + {v}r * {z['dh']}) - "
-        f"(long long){z['pt']};",
-        f"        if ({v}h < 0 || {v}h >= (long long){z['H']}) continue;",
-        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
-        f"            long long {v}c2 = (long long)({v}q * {z['sw']} + {v}s * {z['dw']}) - "
-        f"(long long){z['pl']};",
-        f"            if ({v}c2 < 0 || {v}c2 >= (long long){z['W']}) continue;",
-        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
-        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
-        "        }",
-        "    }",
+        f"    size_t {v}x = (({v}n * {z['C']}) + {v}g * {z['Cg']} + {v}c) * "
+        f"{' * '.join(z[a.size] for a in axes)};",
+        f"    size_t {v}w = ({v}k * {z['Cg']} + {v}c) * {' * '.join(z[a.taps] for a in axes)};",
+        *[f"    {line}" for line in loops],
         "}",
     ]
     if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
         lines.append(f"t{j} += {ptrs[2]}[{v}k];")
-    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "pt", "pl", "dh", "dw")
+    used = (
+        "C",
+        *(a.size for a in axes),
+        "K",
+        "Cg",
+        "Kg",
+        *(a.taps for a in axes),
+        *(a.out for a in axes),
+        *("s" + a.name for a in axes),
+        *(a.lo for a in axes),
+        *("d" + a.name for a in axes),
+    )
     return lines, [(z[name], g[name]) for name in used]
 
 
@@ -529,111 +622,139 @@ def _conv_t_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- pooling
-_POOL_PARAMS = (
-    ("kernel_h", 1.0),
-    ("kernel_w", 1.0),
-    ("stride_h", 1.0),
-    ("stride_w", 1.0),
-    ("pad_h", 0.0),
-    ("pad_w", 0.0),
-    ("ceil_mode", 0.0),
-)
+def _pool_params(dims: int, *extra: tuple[str, float]) -> tuple[tuple[str, float], ...]:
+    """A ``dims``-d pooling's parameters: window, strides, padding (one amount per axis, both
+    sides, as torch), ceil mode, then ``extra`` (max_pool2d: ``kernel_h, kernel_w, stride_h,
+    stride_w, pad_h, pad_w, ceil_mode, dilation_h, dilation_w``)."""
+    axes = _axes(dims)
+    return (
+        *((f"{kind}_{a.name}", default) for kind, default in _POOL_KINDS for a in axes),
+        ("ceil_mode", 0.0),
+        *extra,
+    )
 
 
-def _pool_geometry(ins: Sequence[Shape], params: Mapping[str, float], what: str) -> dict[str, int]:
-    n, c, h, w = _spatial(ins, what)
-    g = {
-        "N": n,
-        "C": c,
-        "H": h,
-        "W": w,
-        "R": _int(params, "kernel_h", 1),
-        "S": _int(params, "kernel_w", 1),
-        "sh": _int(params, "stride_h", 1),
-        "sw": _int(params, "stride_w", 1),
-        "ph": _int(params, "pad_h", 0),
-        "pw": _int(params, "pad_w", 0),
-        "dh": _int(params, "dilation_h", 1) if "dilation_h" in params else 1,
-        "dw": _int(params, "dilation_w", 1) if "dilation_w" in params else 1,
-    }
+_POOL_KINDS = (("kernel", 1.0), ("stride", 1.0), ("pad", 0.0))
+
+
+def _dilations(dims: int) -> tuple[tuple[str, float], ...]:
+    return tuple((f"dilation_{a.name}", 1.0) for a in _axes(dims))
+
+
+_AVG_EXTRA = (("count_include_pad", 1.0), ("divisor_override", 0.0))
+
+
+def _pool_geometry(
+    ins: Sequence[Shape], params: Mapping[str, float], what: str, dims: int = 2
+) -> dict[str, int]:
+    n, c, *sizes = _spatial(ins, what, dims)
+    axes = _axes(dims)
+    g = {"N": n, "C": c}
+    for a, size in zip(axes, sizes, strict=True):
+        g |= {a.size: size, a.taps: _int(params, f"kernel_{a.name}", 1)}
+        g |= {"s" + a.name: _int(params, f"stride_{a.name}", 1)}
+        g |= {"p" + a.name: _int(params, f"pad_{a.name}", 0)}
+        dil = f"dilation_{a.name}"  # (average pooling has none)
+        g["d" + a.name] = _int(params, dil, 1) if dil in params else 1
     ceil = _int(params, "ceil_mode", 0) > 0
-    if 2 * g["ph"] > g["R"] or 2 * g["pw"] > g["S"]:
+    if any(2 * g["p" + a.name] > g[a.taps] for a in axes):
         raise _ShapeProblem(
-            f"padding {g['ph']}x{g['pw']} is more than half the {g['R']}x{g['S']} window "
-            "(PyTorch refuses it too)"
+            f"padding {'x'.join(str(g['p' + a.name]) for a in axes)} is more than half the "
+            f"{'x'.join(str(g[a.taps]) for a in axes)} window (PyTorch refuses it too)"
         )
-    g["P"] = _out_size(h, g["ph"], g["ph"], g["R"], g["sh"], g["dh"], ceil)
-    g["Q"] = _out_size(w, g["pw"], g["pw"], g["S"], g["sw"], g["dw"], ceil)
-    if g["P"] < 1 or g["Q"] < 1:
+    for a in axes:
+        pad = g["p" + a.name]
+        g[a.out] = _out_size(g[a.size], pad, pad, g[a.taps], g["s" + a.name], g["d" + a.name], ceil)
+    if min(g[a.out] for a in axes) < 1:
         raise _ShapeProblem(
-            f"a {g['R']}x{g['S']} window does not fit the padded {h}x{w} input: the output "
-            "would be empty"
+            f"a {'x'.join(str(g[a.taps]) for a in axes)} window does not fit the padded "
+            f"{'x'.join(map(str, sizes))} input: the output would be empty"
         )
     return g
 
 
 def _pool_windows(
-    x: np.ndarray, g: Mapping[str, int], fill: float
-) -> tuple[np.ndarray, list[tuple[int, int, np.ndarray]]]:
-    """``x`` padded with ``fill`` (enough on the bottom/right for ceil-mode windows) and, per
-    window tap, ``(r, s, the strided slice of the padded input it reads)``."""
-    p, q = g["P"], g["Q"]
-    hb = max(0, (p - 1) * g["sh"] + g["dh"] * (g["R"] - 1) + 1 - g["H"] - g["ph"])
-    wb = max(0, (q - 1) * g["sw"] + g["dw"] * (g["S"] - 1) + 1 - g["W"] - g["pw"])
-    xp = np.pad(x, ((0, 0), (0, 0), (g["ph"], hb), (g["pw"], wb)), constant_values=fill)
+    x: np.ndarray, g: Mapping[str, int], fill: float, dims: int = 2
+) -> list[np.ndarray]:
+    """Per window tap (first axis slowest), the strided slice of ``x`` padded with ``fill``
+    (enough after each axis for ceil-mode windows) that the tap reads."""
+    axes = _axes(dims)
+    after = [
+        max(
+            0,
+            (g[a.out] - 1) * g["s" + a.name]
+            + g["d" + a.name] * (g[a.taps] - 1)
+            + 1
+            - g[a.size]
+            - g["p" + a.name],
+        )
+        for a in axes
+    ]
+    widths = ((0, 0), (0, 0), *((g["p" + a.name], e) for a, e in zip(axes, after, strict=True)))
+    xp = np.pad(x, widths, constant_values=fill)
     taps = []
-    for r in range(g["R"]):
-        for s in range(g["S"]):
-            h0, w0 = r * g["dh"], s * g["dw"]
-            win = xp[:, :, h0 : h0 + g["sh"] * (p - 1) + 1 : g["sh"]]
-            taps.append((r, s, win[..., w0 : w0 + g["sw"] * (q - 1) + 1 : g["sw"]]))
-    return xp, taps
+    for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
+        win = xp
+        for k, (a, t) in enumerate(zip(axes, tap, strict=True)):
+            start, step = t * g["d" + a.name], g["s" + a.name]
+            cut = slice(start, start + step * (g[a.out] - 1) + 1, step)
+            win = win[(slice(None),) * (2 + k) + (cut,)]
+        taps.append(win)
+    return taps
 
 
-def _max_pool_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _pool_geometry(ins, params, "max_pool2d")
-    return (g["N"], g["C"], g["P"], g["Q"])
+def _pool_out(g: Mapping[str, int], dims: int) -> Shape:
+    return (g["N"], g["C"], *(g[a.out] for a in _axes(dims)))
 
 
-def _max_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _max_pool_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    return _pool_out(_pool_geometry(ins, params, f"max_pool{dims}d", dims), dims)
+
+
+def _max_pool_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     # np.maximum propagates NaN, as PyTorch's max pooling does (``val > max || isnan(val)``);
     # padding is -inf, so it never wins.
-    g = _pool_geometry([xs[0].shape], params, "max_pool2d")
-    _, taps = _pool_windows(xs[0].astype(F32), g, -np.inf)
-    out = np.full((g["N"], g["C"], g["P"], g["Q"]), -np.inf, F32)
-    for _, _, win in taps:
+    g = _pool_geometry([xs[0].shape], params, f"max_pool{dims}d", dims)
+    out = np.full(_pool_out(g, dims), -np.inf, F32)
+    for win in _pool_windows(xs[0].astype(F32), g, -np.inf, dims):
         np.maximum(out, win, out=out)
     return out
 
 
-def _window_loops(j: int, ptr: str, g: Mapping[str, str], body: list[str]) -> list[str]:
-    """C loops over a pooling window at output ``(v{j}_p, v{j}_q)`` of input ``ptr``,
-    skipping padding."""
-    v = f"v{j}_"
-    return [
-        f"for (size_t {v}r = 0; {v}r < {g['R']}; ++{v}r) {{",
-        f"    long long {v}h = (long long)({v}p * {g['sh']} + {v}r * {g['dh']}) - "
-        f"(long long){g['ph']};",
-        f"    if ({v}h < 0 || {v}h >= (long long){g['H']}) continue;",
-        f"    for (size_t {v}s = 0; {v}s < {g['S']}; ++{v}s) {{",
-        f"        long long {v}c2 = (long long)({v}q * {g['sw']} + {v}s * {g['dw']}) - "
-        f"(long long){g['pw']};",
-        f"        if ({v}c2 < 0 || {v}c2 >= (long long){g['W']}) continue;",
-        f"        float {v}val = {ptr}[{v}x + (size_t){v}h * {g['W']} + (size_t){v}c2];",
-        *[f"        {line}" for line in body],
-        "    }",
-        "}",
-    ]
+def _pool_loops(v: str, z: Mapping[str, str], ptr: str, dims: int, body: list[str]) -> list[str]:
+    """C loops over a pooling window (padding skipped) reading each tap of input ``ptr`` into
+    ``{v}val``, then running ``body``."""
+    return _window_loops(
+        v,
+        z,
+        _axes(dims),
+        lambda a: "p" + a.name,
+        lambda x, _: [f"float {v}val = {ptr}[{x}];", *body],
+    )
 
 
-_POOL_SIZES = ("C", "H", "W", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
+def _pool_sizes(dims: int) -> tuple[str, ...]:
+    """The size arguments of a pooling kernel, in order (2-d: ``C, H, W, R, S, P, Q, sh,
+    sw, ph, pw, dh, dw``)."""
+    axes = _axes(dims)
+    return (
+        "C",
+        *(a.size for a in axes),
+        *(a.taps for a in axes),
+        *(a.out for a in axes),
+        *("s" + a.name for a in axes),
+        *("p" + a.name for a in axes),
+        *("d" + a.name for a in axes),
+    )
 
 
-def _pool_head(j: int, var: str, z: Mapping[str, str]) -> list[str]:
+def _pool_head(j: int, var: str, z: Mapping[str, str], dims: int = 2) -> list[str]:
     # the (n, c) plane's element offset (inputs are indexed only: typed_pointers)
     v = f"v{j}_"
-    lines = _decompose(j, var, [(f"{v}nc", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
-    return [*lines, f"size_t {v}x = {v}nc * {z['H']} * {z['W']};"]
+    axes = _axes(dims)
+    coords = [(f"{v}{a.index}", z[a.out]) for a in axes]
+    lines = _decompose(j, var, [(f"{v}nc", ""), *coords])
+    return [*lines, f"size_t {v}x = {v}nc * {' * '.join(z[a.size] for a in axes)};"]
 
 
 def _max_pool_element(
@@ -643,22 +764,27 @@ def _max_pool_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _pool_geometry(ins, params, "max_pool2d")
+    g = _pool_geometry(ins, params, f"max_pool{dims}d", dims)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, var, z)
+    lines = _pool_head(j, var, z, dims)
     lines += [f"float t{j} = __int_as_float(0xff800000u);"]
     # NaN wins and stays (v != v), as in PyTorch and the reference.
-    lines += _window_loops(
-        j, ptrs[0], z, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"]
+    lines += _pool_loops(
+        v, z, ptrs[0], dims, [f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"]
     )
-    return lines, [(z[name], g[name]) for name in _POOL_SIZES]
+    return lines, [(z[name], g[name]) for name in _pool_sizes(dims)]
 
 
-def _avg_divisors(g: Mapping[str, int], include_pad: bool, override: int) -> np.ndarray:
-    """PyTorch's divisor of each output of avg_pool2d, shape ``(P, Q)``: the window clipped
-    to the padded input (``count_include_pad``) or to the input, or ``divisor_override``."""
+def _avg_divisors(
+    g: Mapping[str, int], include_pad: bool, override: int, dims: int = 2
+) -> np.ndarray:
+    """PyTorch's divisor of each output of an average pooling, shape ``(P, Q)`` (``(O, P,
+    Q)`` in 3-d): the window clipped to the padded input (``count_include_pad``) or to the
+    input, or ``divisor_override``."""
 
     def axis(out: int, size: int, pad: int, k: int, stride: int) -> np.ndarray:
         start = np.arange(out) * stride - pad
@@ -667,27 +793,40 @@ def _avg_divisors(g: Mapping[str, int], include_pad: bool, override: int) -> np.
             return end - start
         return np.minimum(end, size) - np.maximum(start, 0)
 
+    axes = _axes(dims)
     if override:
-        return np.full((g["P"], g["Q"]), override, F64)
-    hs = axis(g["P"], g["H"], g["ph"], g["R"], g["sh"])
-    ws = axis(g["Q"], g["W"], g["pw"], g["S"], g["sw"])
-    return np.outer(hs, ws).astype(F64)
+        return np.full([g[a.out] for a in axes], override, F64)
+    lengths = [axis(g[a.out], g[a.size], g["p" + a.name], g[a.taps], g["s" + a.name]) for a in axes]
+    return functools.reduce(np.multiply.outer, lengths).astype(F64)
 
 
-def _avg_pool_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _pool_geometry(ins, params, "avg_pool2d")
+def _avg_geometry(ins: Sequence[Shape], params: Mapping[str, float], dims: int) -> dict[str, int]:
+    """An average pooling's geometry (checked as torch checks it)."""
+    g = _pool_geometry(ins, params, f"avg_pool{dims}d", dims)
     _int(params, "divisor_override", 0)
-    return (g["N"], g["C"], g["P"], g["Q"])
+    axes = _axes(dims)
+    # torch's avg_pool3d (pool3d_shape_check with check_input_size) refuses an input smaller
+    # than the window on any axis, padding or not; avg_pool2d and max pooling do not
+    if dims == 3 and any(g[a.size] < g[a.taps] for a in axes):
+        raise _ShapeProblem(
+            f"the {'x'.join(str(g[a.size]) for a in axes)} input is smaller than the "
+            f"{'x'.join(str(g[a.taps]) for a in axes)} window on some axis, which PyTorch's "
+            "avg_pool3d refuses: give a window no larger than the input"
+        )
+    return g
 
 
-def _avg_pool_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    g = _pool_geometry([xs[0].shape], params, "avg_pool2d")
+def _avg_pool_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    return _pool_out(_avg_geometry(ins, params, dims), dims)
+
+
+def _avg_pool_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    g = _avg_geometry([xs[0].shape], params, dims)
     include = _int(params, "count_include_pad", 0) > 0
-    div = _avg_divisors(g, include, _int(params, "divisor_override", 0))
-    _, taps = _pool_windows(xs[0].astype(F64), g, 0.0)
-    out = np.zeros((g["N"], g["C"], g["P"], g["Q"]), F64)
+    div = _avg_divisors(g, include, _int(params, "divisor_override", 0), dims)
+    out = np.zeros(_pool_out(g, dims), F64)
     with np.errstate(all="ignore"):
-        for _, _, win in taps:
+        for win in _pool_windows(xs[0].astype(F64), g, 0.0, dims):
             out += win
         return (out / div).astype(F32)
 
@@ -699,42 +838,47 @@ def _avg_pool_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _pool_geometry(ins, params, "avg_pool2d")
+    g = _avg_geometry(ins, params, dims)
     include = _int(params, "count_include_pad", 0) > 0
     override = _int(params, "divisor_override", 0)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, var, z)
+    axes = _axes(dims)
+    lines = _pool_head(j, var, z, dims)
     lines += [f"float t{j} = 0.0f;"]
-    lines += _window_loops(j, ptrs[0], z, [f"t{j} += {v}val;"])
+    lines += _pool_loops(v, z, ptrs[0], dims, [f"t{j} += {v}val;"])
     if override:
         lines.append(f"t{j} /= (float){override};")
     else:
-        # the divisor as PyTorch's AveragePool2d.cpp computes it
-        for a, o, size, pad, k, st in (
-            ("h", "p", "H", "ph", "R", "sh"),
-            ("w", "q", "W", "pw", "S", "sw"),
-        ):
+        # the divisor as PyTorch's AveragePool2d.cpp (and AvgPoolKernel.cpp's 3-d) computes it
+        for a in axes:
+            b, size, pad, k, st = v + a.name, z[a.size], z["p" + a.name], z[a.taps], z["s" + a.name]
             lines += [
-                f"long long {v}{a}0 = (long long)({v}{o} * {z[st]}) - (long long){z[pad]};",
-                f"long long {v}{a}1 = {v}{a}0 + (long long){z[k]};",
-                f"if ({v}{a}1 > (long long)({z[size]} + {z[pad]})) "
-                f"{v}{a}1 = (long long)({z[size]} + {z[pad]});",
+                f"long long {b}0 = (long long)({v}{a.index} * {st}) - (long long){pad};",
+                f"long long {b}1 = {b}0 + (long long){k};",
+                f"if ({b}1 > (long long)({size} + {pad})) {b}1 = (long long)({size} + {pad});",
             ]
             if not include:
                 lines += [
-                    f"if ({v}{a}0 < 0) {v}{a}0 = 0;",
-                    f"if ({v}{a}1 > (long long){z[size]}) {v}{a}1 = (long long){z[size]};",
+                    f"if ({b}0 < 0) {b}0 = 0;",
+                    f"if ({b}1 > (long long){size}) {b}1 = (long long){size};",
                 ]
-        lines.append(f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));")
-    return lines, [(z[name], g[name]) for name in _POOL_SIZES]
+        count = " * ".join(f"({v}{a.name}1 - {v}{a.name}0)" for a in axes)
+        lines.append(f"t{j} /= (float)({count});")
+    return lines, [(z[name], g[name]) for name in _pool_sizes(dims)]
 
 
 # ----------------------------------------------------------------------------- adaptive pool
-def _adaptive_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    n, c, _, _ = _spatial(ins, "adaptive_avg_pool2d")
-    return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
+def _adaptive_params(dims: int) -> tuple[tuple[str, float], ...]:
+    return tuple((f"out_{a.name}", 1.0) for a in _axes(dims))
+
+
+def _adaptive_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    n, c, *_ = _spatial(ins, f"adaptive_avg_pool{dims}d", dims)
+    return (n, c, *(_int(params, f"out_{a.name}", 1) for a in _axes(dims)))
 
 
 def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
@@ -742,23 +886,29 @@ def _adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
     return [(i * size // out, -((-(i + 1) * size) // out)) for i in range(out)]
 
 
-def _adaptive_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    return _adaptive_windows(xs[0], params, lambda win: win.astype(F64).mean(axis=(2, 3)))
+def _adaptive_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    spatial = tuple(range(2, 2 + dims))
+    return _adaptive_windows(xs[0], params, dims, lambda w: w.astype(F64).mean(axis=spatial))
 
 
-def _adaptive_max_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _adaptive_max_reference(
+    xs: Sequence[np.ndarray], *, dims: int = 2, **params: float
+) -> np.ndarray:
     # np.max propagates NaN, as torch's adaptive max pooling (``val > max || isnan(val)``)
-    return _adaptive_windows(xs[0], params, lambda win: win.astype(F32).max(axis=(2, 3)))
+    spatial = tuple(range(2, 2 + dims))
+    return _adaptive_windows(xs[0], params, dims, lambda w: w.astype(F32).max(axis=spatial))
 
 
-def _adaptive_windows(x: np.ndarray, params: Mapping[str, float], f: Any) -> np.ndarray:
-    """``f`` of every adaptive window of ``x`` (NCHW), as float32."""
-    n, c, oh, ow = _adaptive_shape([x.shape], params)
-    out = np.empty((n, c, oh, ow), F32)
+def _adaptive_windows(x: np.ndarray, params: Mapping[str, float], dims: int, f: Any) -> np.ndarray:
+    """``f`` of every adaptive window of ``x`` (NCHW or NCDHW), as float32."""
+    shape = _adaptive_shape([x.shape], params, dims=dims)
+    out = np.empty(shape, F32)
+    bounds = [_adaptive_bounds(size, o) for size, o in zip(x.shape[2:], shape[2:], strict=True)]
     with np.errstate(all="ignore"):
-        for i, (h0, h1) in enumerate(_adaptive_bounds(x.shape[2], oh)):
-            for k, (w0, w1) in enumerate(_adaptive_bounds(x.shape[3], ow)):
-                out[:, :, i, k] = f(x[:, :, h0:h1, w0:w1])
+        for window in itertools.product(*(enumerate(b) for b in bounds)):
+            at = tuple(i for i, _ in window)
+            cut = tuple(slice(lo, hi) for _, (lo, hi) in window)
+            out[(slice(None), slice(None), *at)] = f(x[(slice(None), slice(None), *cut)])
     return out
 
 
@@ -769,8 +919,10 @@ def _adaptive_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    return _adaptive_lines(j, ptrs, var, ins, out, maximum=False)
+    return _adaptive_lines(j, ptrs, var, ins, out, maximum=False, dims=dims)
 
 
 def _adaptive_max_element(
@@ -780,40 +932,60 @@ def _adaptive_max_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    return _adaptive_lines(j, ptrs, var, ins, out, maximum=True)
+    return _adaptive_lines(j, ptrs, var, ins, out, maximum=True, dims=dims)
 
 
 def _adaptive_lines(
-    j: int, ptrs: Sequence[str], var: str, ins: Sequence[Shape], out: Shape, maximum: bool
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    maximum: bool,
+    dims: int = 2,
 ) -> Lines:
     """The mean (or NaN-propagating maximum) of output element ``var``'s adaptive window."""
-    _, _, h, w = ins[0]
-    _, _, oh, ow = out
-    g = {"H": h, "W": w, "P": oh, "Q": ow}
+    axes = _axes(dims)
+    g = {a.size: size for a, size in zip(axes, ins[0][2:], strict=True)}
+    g |= {a.out: size for a, size in zip(axes, out[2:], strict=True)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    val = f"{ptrs[0]}[{v}x + {v}h * {z['W']} + {v}c2]"
-    lines = _pool_head(j, var, z)
-    lines += [
-        f"size_t {v}h0 = {v}p * {z['H']} / {z['P']};",
-        f"size_t {v}h1 = (({v}p + 1) * {z['H']} + {z['P']} - 1) / {z['P']};",
-        f"size_t {v}w0 = {v}q * {z['W']} / {z['Q']};",
-        f"size_t {v}w1 = (({v}q + 1) * {z['W']} + {z['Q']} - 1) / {z['Q']};",
-        f"float t{j} = {'__int_as_float(0xff800000u)' if maximum else '0.0f'};",
-        f"for (size_t {v}h = {v}h0; {v}h < {v}h1; ++{v}h) {{",
-        f"    for (size_t {v}c2 = {v}w0; {v}c2 < {v}w1; ++{v}c2) {{",
-        # NaN wins and stays, as in max_pool2d
-        f"        float {v}val = {val};",
-        f"        if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"
-        if maximum
-        else f"        t{j} += {v}val;",
-        "    }",
-        "}",
-    ]
+    coords = [v + a.coord for a in axes]
+    val = f"{ptrs[0]}[{v}x + {_horner(coords, [z[a.size] for a in axes])}]"
+    lines = _pool_head(j, var, z, dims)
+    for a in axes:
+        b, i, size, o = v + a.name, v + a.index, z[a.size], z[a.out]
+        lines += [
+            f"size_t {b}0 = {i} * {size} / {o};",
+            f"size_t {b}1 = (({i} + 1) * {size} + {o} - 1) / {o};",
+        ]
+    lines.append(f"float t{j} = {'__int_as_float(0xff800000u)' if maximum else '0.0f'};")
+
+    def level(k: int) -> list[str]:
+        if k == len(axes):
+            # NaN wins and stays, as in max_pool2d
+            return [
+                f"float {v}val = {val};",
+                f"if ({v}val > t{j} || {v}val != {v}val) t{j} = {v}val;"
+                if maximum
+                else f"t{j} += {v}val;",
+            ]
+        a = axes[k]
+        c, b = v + a.coord, v + a.name
+        return [
+            f"for (size_t {c} = {b}0; {c} < {b}1; ++{c}) {{",
+            *[f"    {line}" for line in level(k + 1)],
+            "}",
+        ]
+
+    lines += level(0)
     if not maximum:
-        lines.append(f"t{j} /= (float)(({v}h1 - {v}h0) * ({v}w1 - {v}w0));")
-    return lines, [(z[name], g[name]) for name in ("H", "W", "P", "Q")]
+        count = " * ".join(f"({v}{a.name}1 - {v}{a.name}0)" for a in axes)
+        lines.append(f"t{j} /= (float)({count});")
+    return lines, [(z[a.size], g[a.size]) for a in axes] + [(z[a.out], g[a.out]) for a in axes]
 
 
 def _adaptive_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
@@ -1172,6 +1344,21 @@ CONV_OPS: tuple[OpDef, ...] = (
         cost=_conv_cost,
         typed_pointers=True,
     ),
+    # the 3-d convolution (NCDHW, Conv3d): conv2d's rules over a third spatial axis
+    *(
+        OpDef(
+            name,
+            FusionClass.OUT_ELEMENTWISE,
+            arity,
+            reference=functools.partial(_conv_reference, dims=3),
+            params=_conv_params(3),
+            element=functools.partial(_conv_element, dims=3),
+            shape=functools.partial(_conv_shape, dims=3),
+            cost=_conv_cost,
+            typed_pointers=True,
+        )
+        for name, arity in (("conv3d", 2), ("conv3d_bias", 3))
+    ),
     # a 1-d convolution (NCL) as conv2d over a height of one, with and without a bias
     *(
         OpDef(
@@ -1216,49 +1403,57 @@ CONV_OPS: tuple[OpDef, ...] = (
         )
         for name, arity in (("conv_transpose1d", 2), ("conv_transpose1d_bias", 3))
     ),
-    OpDef(
-        "max_pool2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_max_pool_reference,
-        params=(*_POOL_PARAMS, ("dilation_h", 1.0), ("dilation_w", 1.0)),
-        element=_max_pool_element,
-        shape=_max_pool_shape,
-        cost=_pool_cost,
-        typed_pointers=True,
-    ),
-    OpDef(
-        "avg_pool2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_avg_pool_reference,
-        params=(*_POOL_PARAMS, ("count_include_pad", 1.0), ("divisor_override", 0.0)),
-        element=_avg_pool_element,
-        shape=_avg_pool_shape,
-        cost=_pool_cost,
-        typed_pointers=True,
-    ),
-    OpDef(
-        "adaptive_avg_pool2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_adaptive_reference,
-        params=(("out_h", 1.0), ("out_w", 1.0)),
-        element=_adaptive_element,
-        shape=_adaptive_shape,
-        cost=_adaptive_cost,
-        typed_pointers=True,
-    ),
-    OpDef(
-        "adaptive_max_pool2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_adaptive_max_reference,
-        params=(("out_h", 1.0), ("out_w", 1.0)),
-        element=_adaptive_max_element,
-        shape=_adaptive_shape,
-        cost=_adaptive_cost,
-        typed_pointers=True,
+    # max and average pooling, 2-d (NCHW) and 3-d (NCDHW): one geometry, reference and C
+    # generator over the spatial axes
+    *(
+        entry
+        for dims in (2, 3)
+        for entry in (
+            OpDef(
+                f"max_pool{dims}d",
+                FusionClass.OUT_ELEMENTWISE,
+                1,
+                reference=functools.partial(_max_pool_reference, dims=dims),
+                params=_pool_params(dims, *_dilations(dims)),
+                element=functools.partial(_max_pool_element, dims=dims),
+                shape=functools.partial(_max_pool_shape, dims=dims),
+                cost=_pool_cost,
+                typed_pointers=True,
+            ),
+            OpDef(
+                f"avg_pool{dims}d",
+                FusionClass.OUT_ELEMENTWISE,
+                1,
+                reference=functools.partial(_avg_pool_reference, dims=dims),
+                params=_pool_params(dims, *_AVG_EXTRA),
+                element=functools.partial(_avg_pool_element, dims=dims),
+                shape=functools.partial(_avg_pool_shape, dims=dims),
+                cost=_pool_cost,
+                typed_pointers=True,
+            ),
+            OpDef(
+                f"adaptive_avg_pool{dims}d",
+                FusionClass.OUT_ELEMENTWISE,
+                1,
+                reference=functools.partial(_adaptive_reference, dims=dims),
+                params=_adaptive_params(dims),
+                element=functools.partial(_adaptive_element, dims=dims),
+                shape=functools.partial(_adaptive_shape, dims=dims),
+                cost=_adaptive_cost,
+                typed_pointers=True,
+            ),
+            OpDef(
+                f"adaptive_max_pool{dims}d",
+                FusionClass.OUT_ELEMENTWISE,
+                1,
+                reference=functools.partial(_adaptive_max_reference, dims=dims),
+                params=_adaptive_params(dims),
+                element=functools.partial(_adaptive_max_element, dims=dims),
+                shape=functools.partial(_adaptive_shape, dims=dims),
+                cost=_adaptive_cost,
+                typed_pointers=True,
+            ),
+        )
     ),
     # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2))
     OpDef(

@@ -162,12 +162,15 @@ def _single_op_graphs():
         b = GraphBuilder()
         rows, cols = 4, 8
         nchw = (1, rows, cols, cols)  # conv2d, pooling, pad (oxiwork.ops.lib_conv)
+        ncdhw = (1, rows, 3, cols, cols)  # conv3d, 3-d pooling
         # input shapes for each op: the first of these candidates its shape rule accepts
         candidates = [
             [(rows, cols), (cols,)],  # bias_add
             [(rows, cols), (cols, cols)],  # matmul, mm
             [nchw, (rows, rows, 3, 3)],  # conv2d
             [nchw, (rows, rows, 3, 3), (rows,)],  # conv2d_bias
+            [ncdhw, (rows, rows, 3, 3, 3)],  # conv3d
+            [ncdhw, (rows, rows, 3, 3, 3), (rows,)],  # conv3d_bias
             [(1, rows, cols), (rows, rows, 3)],  # conv1d
             [(1, rows, cols), (rows, rows, 3), (rows,)],  # conv1d_bias
             [(2, rows, cols), (2, cols, 3)],  # bmm
@@ -178,7 +181,7 @@ def _single_op_graphs():
             [(rows, cols), (cols,), (cols,)],  # layer_norm_affine, group_norm_affine
         ]
         candidates = [c for c in candidates if len(c) == op.arity]
-        candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity]
+        candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity, [ncdhw] * op.arity]
         shapes = next((c for c in candidates if _accepts(op, c)), None)
         if shapes is None:  # an importer's op for one call site (gemm_<hash>): its shapes only
             continue

@@ -404,7 +404,6 @@ class TestMapping:
         ("module", "shape", "reason"),
         [
             (nn.ConvTranspose3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d transposed convolution"),
-            (nn.Conv3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d convolution"),
         ],
     )
     def test_other_convolutions_are_opaque_with_a_reason(self, module, shape, reason) -> None:
@@ -415,19 +414,23 @@ class TestMapping:
         (y,) = model.outputs_from(evaluate(model.graph, model.inputs))
         np.testing.assert_allclose(y, module(x).detach().numpy(), rtol=1e-5, atol=1e-6)
 
-    def test_max_pool_indices_stay_opaque(self) -> None:
+    @pytest.mark.parametrize("dims", [2, 3])
+    def test_max_pool_indices_stay_opaque(self, dims) -> None:
+        pool = nn.functional.max_pool2d if dims == 2 else nn.functional.max_pool3d
+
         class WithIndices(nn.Module):
             def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-                return nn.functional.max_pool2d(x, 2, return_indices=True)
+                return pool(x, 2, return_indices=True)
 
-        x = torch.randn(1, 2, 6, 6)
+        x = torch.randn(1, 2, *(6,) * dims)
         model = from_module(WithIndices(), (x,))
         op_of = {n.name: n.op for n in model.graph.nodes if n.is_kernel}
-        assert op_of["max_pool2d_with_indices"] == "max_pool2d"
+        name = f"max_pool{dims}d_with_indices"
+        assert op_of[name] == f"max_pool{dims}d"
         # the int64 indices: another kernel of the same op, opaque (through torch)
         (idx,) = model.opaque
-        assert idx.target == "aten.max_pool2d_with_indices.default"
-        assert idx.kernel == "max_pool2d_with_indices_out1" and "indices are used" in idx.reason
+        assert idx.target == f"aten.{name}.default"
+        assert idx.kernel == f"{name}_out1" and "indices are used" in idx.reason
         got = model.outputs_from(evaluate(model.graph, model.inputs))
         for g, w in zip(got, WithIndices()(x), strict=True):
             np.testing.assert_array_equal(g, w.numpy())

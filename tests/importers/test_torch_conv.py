@@ -200,11 +200,12 @@ def test_drawn_1d_cnn_blocks_import_as_library_ops_and_match_eager(block, seed):
     assert [s.op for s in head.fused.steps][1:3] == ["batch_norm", "gelu_erf"]  # epilogue joined
 
 
-@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("dims", [1, 2, 3])
 def test_zero_pads_of_zero_pads_fold_into_the_convolution(dims):
     # padding="same" with an even kernel pads the input once more (torch's F.pad): both
     # zero pads fold into the convolution's padding
-    conv = (nn.Conv1d if dims == 1 else nn.Conv2d)(3, 2, 4, padding="same", bias=False).eval()
+    conv = (nn.Conv1d, nn.Conv2d, nn.Conv3d)[dims - 1](3, 2, 4, padding="same", bias=False)
+    conv.eval()
 
     class M(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -257,3 +258,155 @@ def test_nearest_upsampling_by_whole_factors_is_a_library_op(upsample, library) 
         plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
         (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+class Drawn3d(nn.Module):
+    """pad? -> Conv3d (drawn) -> BatchNorm3d -> ReLU -> MaxPool3d or AvgPool3d (drawn): a
+    3-D U-Net's or a video network's convolution block."""
+
+    def __init__(self, conv: dict, pad: tuple[int, ...] | None, pool: tuple[str, dict]) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(**conv)
+        self.norm = nn.BatchNorm3d(conv["out_channels"])
+        self.norm.running_mean.uniform_(-0.5, 0.5)
+        self.norm.running_var.uniform_(0.5, 2.0)
+        self.pad = pad
+        kind, kw = pool
+        with torch.no_grad():  # windows no larger than the convolution's output (torch's rule)
+            sizes = self.convolve(torch.zeros(X3D)).shape[2:]
+        kw = dict(kw)
+        kw["kernel_size"] = tuple(min(k, s) for k, s in zip(kw["kernel_size"], sizes, strict=True))
+        kw["padding"] = tuple(
+            min(p, k // 2) for p, k in zip(kw["padding"], kw["kernel_size"], strict=True)
+        )
+        if kind == "max":
+            kw["dilation"] = tuple(
+                d if d * (k - 1) + 1 <= s + 2 * p else 1
+                for d, k, s, p in zip(
+                    kw["dilation"], kw["kernel_size"], sizes, kw["padding"], strict=True
+                )
+            )
+        self.pool = nn.MaxPool3d(**kw) if kind == "max" else nn.AvgPool3d(**kw)
+
+    def convolve(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pad is not None:
+            x = nn.functional.pad(x, self.pad)
+        return self.conv(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(torch.relu(self.norm(self.convolve(x))))
+
+
+X3D = (2, 4, 5, 6, 5)  # the drawn blocks' input: N, C (4: every drawn in_channels), D, H, W
+
+
+@st.composite
+def blocks_3d(draw):
+    groups = draw(st.sampled_from([1, 2, 4]))  # (4: depthwise)
+    padding = draw(st.sampled_from([0, 1, (1, 0, 2), "same"]))
+    same = padding == "same"
+    conv = {
+        "in_channels": 4,
+        "out_channels": groups * draw(st.integers(1, 2)),
+        "kernel_size": tuple(draw(st.integers(1, 3)) for _ in range(3)),
+        "stride": 1 if same else tuple(draw(st.integers(1, 2)) for _ in range(3)),
+        "padding": padding,
+        "dilation": (draw(st.integers(1, 2)), 1, draw(st.integers(1, 2))),
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    pad = draw(st.one_of(st.none(), st.tuples(*[st.integers(0, 1)] * 6)))
+    kind = draw(st.sampled_from(["max", "avg"]))
+    kw = {
+        "kernel_size": tuple(draw(st.integers(1, 2)) for _ in range(3)),
+        "stride": tuple(draw(st.integers(1, 2)) for _ in range(3)),
+        "padding": tuple(draw(st.integers(0, 1)) for _ in range(3)),
+        "ceil_mode": draw(st.booleans()),
+    }
+    if kind == "max":
+        kw["dilation"] = (draw(st.integers(1, 2)), 1, 1)
+    else:
+        kw["count_include_pad"] = draw(st.booleans())
+        kw["divisor_override"] = draw(st.sampled_from([None, None, 3]))
+    return conv, pad, (kind, kw)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block=blocks_3d(), seed=st.integers(0, 2**31))
+def test_drawn_3d_cnn_blocks_import_as_library_ops_and_match_eager(block, seed):
+    torch.manual_seed(seed)
+    module = Drawn3d(*block).eval()
+    x = torch.randn(*X3D)
+    with torch.no_grad():
+        want = module(x).numpy()
+    model = from_module(module, (x,))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    conv = "conv3d_bias" if module.conv.bias is not None else "conv3d"
+    assert ops_of["aten.convolution.default"] == conv
+    pool = "max_pool3d" if isinstance(module.pool, nn.MaxPool3d) else "avg_pool3d"
+    assert pool in ops_of.values()
+    # zero pads (drawn, and padding="same" with an even kernel) fold into the convolution
+    assert "aten.constant_pad_nd.default" not in ops_of
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    fused = ExecutionPlan.build(model.graph, max_streams=1, fusion=True).graph
+    steps = [tuple(s.op for s in k.fused.steps) for k in fused.kernels() if k.fused is not None]
+    assert (conv, "batch_norm", "relu_nan") in steps  # conv + bn + relu: one kernel
+
+
+@pytest.mark.parametrize(
+    ("dims", "pad", "folded"),
+    [
+        (3, (1, 0, 0, 2, 1, 1), True),  # width, height and depth: conv3d slides over all
+        (2, (1, 0, 2, 1, 0, 0, 0, 0), True),  # (zero amounts for the leading axes)
+        (2, (0, 0, 0, 0, 1, 1), False),  # the channel axis: no convolution pads it
+        (1, (1, 2, 1, 0), False),  # conv1d slides over the length only
+    ],
+)
+def test_a_zero_pad_folds_only_over_the_axes_the_convolution_slides(dims, pad, folded):
+    channels = 3 + sum(pad[2 * dims : 2 * dims + 2])  # (a pad of C adds channels)
+    conv = (nn.Conv1d, nn.Conv2d, nn.Conv3d)[dims - 1](channels, 2, 2, bias=False).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x, pad))
+
+    x = torch.randn(1, 3, *(4,) * dims)
+    with torch.no_grad():
+        want = M()(x).numpy()
+    model = from_module(M(), (x,))
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.convolution.default"] == f"conv{dims}d"
+    assert ("aten.constant_pad_nd.default" not in ops_of) == folded
+    (y,) = model.outputs_from(
+        SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+    )
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_zero_pad_before_a_transposed_convolution_stays_a_library_kernel():
+    # the transposed convolution cannot apply it (its padding crops the output): the pad is
+    # constant_pad, not a view the convolution would have to read
+    conv = nn.ConvTranspose2d(2, 3, 3).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x, (1, 1, 0, 2)))
+
+    x = torch.randn(1, 2, 4, 4)
+    with torch.no_grad():
+        want = M()(x).numpy()
+    model = from_module(M(), (x,))
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.constant_pad_nd.default"] == "constant_pad"
+    assert ops_of["aten.convolution.default"] == "conv_transpose2d_bias"
+    (y,) = model.outputs_from(
+        SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+    )
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)

@@ -186,6 +186,37 @@ STOCK = {
         ),
         lambda: (_x(2, 6, 3, 4),),
     ),
+    "3-d U-Net encoder block": (
+        lambda: _with_running_stats(
+            nn.Sequential(
+                nn.Conv3d(2, 4, 3, padding=1, bias=False),
+                nn.BatchNorm3d(4),
+                nn.ReLU(inplace=True),
+                nn.Conv3d(4, 4, 3, padding=1, bias=False),
+                nn.BatchNorm3d(4),
+                nn.ReLU(inplace=True),
+                nn.MaxPool3d(2),
+            )
+        ),
+        lambda: (_x(2, 2, 6, 8, 8),),
+    ),
+    "video network stem and head (R3D/C3D)": (
+        lambda: _with_running_stats(
+            nn.Sequential(
+                nn.Conv3d(3, 8, (3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=False),
+                nn.BatchNorm3d(8),
+                nn.ReLU(),
+                nn.MaxPool3d((1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
+                nn.Conv3d(8, 8, 3, padding="same", groups=2),
+                nn.AvgPool3d(2, ceil_mode=True, count_include_pad=False),
+                nn.AdaptiveMaxPool3d((1, 2, 2)),
+                nn.AdaptiveAvgPool3d(1),
+                nn.Flatten(),
+                nn.Linear(8, 5),
+            )
+        ),
+        lambda: (_x(1, 3, 4, 16, 16),),
+    ),
     "bilinear upsampling (a segmentation head)": (
         lambda: _Resize(),
         lambda: (_x(2, 3, 5, 7),),

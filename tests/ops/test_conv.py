@@ -1,5 +1,6 @@
-"""conv2d, pooling, constant pad and cat (oxiwork.ops.lib_conv): references against PyTorch,
-generated C run on the CPU against the references, fusion of epilogues, NVRTC compiles.
+"""conv1d/2d/3d, pooling, constant pad and cat (oxiwork.ops.lib_conv): references against
+PyTorch, generated C run on the CPU against the references, fusion of epilogues, NVRTC
+compiles.
 
 Parameters are drawn by hypothesis over the valid space (strides, asymmetric padding,
 dilation, groups including depthwise, ceil mode...). How closely two sides must agree:
@@ -81,46 +82,52 @@ def t64(x):
 
 
 # ------------------------------------------------------------------------------ conv cases
+AXES = {2: "hw", 3: "dhw"}
+PADS = {
+    "d": ("pad_front", "pad_back"),
+    "h": ("pad_top", "pad_bottom"),
+    "w": ("pad_left", "pad_right"),
+}
+
+
 @st.composite
-def conv_cases(draw):
-    """(input shapes, params, torch kwargs) of a valid convolution, bias or not."""
+def conv_cases(draw, dims=2):
+    """(input shapes, params, groups) of a valid ``dims``-d convolution, bias or not (3-d
+    extents kept small: the generated C runs on the CPU)."""
     groups = draw(st.sampled_from([1, 1, 2, 3, "depthwise"]))
     cg = 1 if groups == "depthwise" else draw(st.integers(1, 3))
     groups = draw(st.integers(1, 4)) if groups == "depthwise" else groups
     kg = draw(st.integers(1, 3))
     n = draw(st.integers(1, 2))
-    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    pads = [draw(st.integers(0, 2)) for _ in range(4)]  # top, bottom, left, right
-    h = draw(st.integers(max(1, dh * (r - 1) + 1 - pads[0] - pads[1]), 9))
-    w = draw(st.integers(max(1, dw * (s - 1) + 1 - pads[2] - pads[3]), 9))
-    params = {
-        "stride_h": draw(st.integers(1, 3)),
-        "stride_w": draw(st.integers(1, 3)),
-        "pad_top": pads[0],
-        "pad_bottom": pads[1],
-        "pad_left": pads[2],
-        "pad_right": pads[3],
-        "dilation_h": dh,
-        "dilation_w": dw,
-    }
-    shapes = [(n, groups * cg, h, w), (groups * kg, cg, r, s)]
+    largest = 9 if dims == 2 else 5
+    params, sizes, taps = {}, [], []
+    for a in AXES[dims]:
+        t, d = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        lo, hi = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+        sizes.append(draw(st.integers(max(1, d * (t - 1) + 1 - lo - hi), largest)))
+        taps.append(t)
+        params |= {f"stride_{a}": draw(st.integers(1, 3)), f"dilation_{a}": d}
+        params |= dict(zip(PADS[a], (lo, hi), strict=True))
+    shapes = [(n, groups * cg, *sizes), (groups * kg, cg, *taps)]
     if draw(st.booleans()):
         shapes.append((groups * kg,))
     return shapes, params, groups
 
 
 def torch_conv(xs, params, groups, dtype):
-    """PyTorch's convolution of ``xs`` (asymmetric padding through F.pad) in ``dtype``."""
+    """PyTorch's 2-d or 3-d convolution of ``xs`` (asymmetric padding through F.pad) in
+    ``dtype``."""
     t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
-    pad = (params["pad_left"], params["pad_right"], params["pad_top"], params["pad_bottom"])
+    axes = AXES[t[0].ndim - 2]
+    pad = tuple(params[p] for a in reversed(axes) for p in PADS[a])  # (last axis first)
+    conv = F.conv2d if len(axes) == 2 else F.conv3d
     return (
-        F.conv2d(
+        conv(
             F.pad(t[0], pad),
             t[1],
             t[2] if len(t) > 2 else None,
-            stride=(params["stride_h"], params["stride_w"]),
-            dilation=(params["dilation_h"], params["dilation_w"]),
+            stride=tuple(params[f"stride_{a}"] for a in axes),
+            dilation=tuple(params[f"dilation_{a}"] for a in axes),
             groups=groups,
         )
         .numpy()
@@ -136,7 +143,13 @@ def conv_bound(xs, params, groups):
     return (taps + 1) * U * mag + 2.0**-126
 
 
-class TestConv2d:
+def conv_name(dims, shapes):
+    return f"conv{dims}d_bias" if len(shapes) == 3 else f"conv{dims}d"
+
+
+class TestConv:
+    """conv2d's rules; the properties of conv2d and conv3d (drawn for both)."""
+
     def test_raises_on_fractional_stride(self):
         op = ops.get("conv2d")
         with pytest.raises(InvalidArgument, match=r"stride_h=1\.5 must be an integer"):
@@ -159,12 +172,13 @@ class TestConv2d:
         with pytest.raises(InvalidArgument, match="bias needs 4 elements"):
             ops.infer_shape(op, [(1, 2, 5, 5), (4, 2, 3, 3), (3,)], op.defaults, "c")
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1))
-    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
-        shapes, params, groups = case
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, dims, data, seed):
+        shapes, params, groups = data.draw(conv_cases(dims))
         xs = randn(seed, *shapes)
-        op = ops.get("conv2d_bias" if len(shapes) == 3 else "conv2d")
+        op = ops.get(conv_name(dims, shapes))
         got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
         exact = torch_conv(xs, params, groups, torch.float64)
         assert (
@@ -176,15 +190,15 @@ class TestConv2d:
         assert np.all(np.abs(got - torch_conv(xs, params, groups, torch.float32)) <= bound)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_generated_c_equals_reference_within_the_summation_bound(
-        self, case, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
-        shapes, params, groups = case
+        shapes, params, groups = data.draw(conv_cases(dims))
         xs = randn(seed, *shapes)
-        name = "conv2d_bias" if len(shapes) == 3 else "conv2d"
-        g, node = graph_of(name, shapes, params)
+        g, node = graph_of(conv_name(dims, shapes), shapes, params)
         want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
         (c,) = run_c(g, node, xs, so_dir, block)
         assert c.shape == want.shape
@@ -197,6 +211,51 @@ class TestConv2d:
         flops, moved = op.op_cost([(2, 8, 6, 6), (8, 1, 3, 3)], (2, 8, 4, 4))
         assert flops == 2 * 2 * 8 * 1 * 3 * 3 * 4 * 4
         assert moved == 4 * (2 * 8 * 6 * 6 + 8 * 9 + 2 * 8 * 4 * 4)
+
+
+# ------------------------------------------------------------------------------ conv3d
+class TestConv3d:
+    """conv3d's own rules (its values: TestConv's properties, drawn for dims=3)."""
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 2, 5, 5), (2, 2, 3, 3)], {}, r"conv3d needs an NCDHW input of 5 dimensions"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3)], {}, r"weight of shape \(K, C/groups, T, R, S\)"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"stride_d": 1.5}, r"stride_d=1\.5 must be an"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"dilation_d": 0}, r"dilation_d=0 must be an"),
+            ([(1, 2, 5, 5, 5), (2, 2, 3, 3, 3)], {"pad_back": -1}, r"pad_back=-1 must be an"),
+            ([(1, 5, 5, 5, 5), (2, 2, 3, 3, 3)], {}, r"which weight .* does not divide"),
+            ([(1, 4, 5, 5, 5), (3, 2, 3, 3, 3)], {}, r"3 output channels do not split into 2"),
+            ([(1, 2, 2, 5, 5), (2, 2, 3, 3, 3)], {}, r"a 3x3x3 kernel \(dilation 1x1x1\) does"),
+            ([(1, 2, 5, 5, 5), (4, 2, 3, 3, 3), (3,)], {}, r"conv3d's bias needs 4 elements"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, shapes, params, match):
+        op = ops.get(conv_name(3, shapes))
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @SETTINGS
+    @given(case=conv_cases(2), seed=st.integers(0, 2**32 - 1))
+    def test_over_a_depth_of_one_it_is_conv2d_bit_for_bit(self, case, seed):
+        # a (1, T=1) depth adds no term: the same float64 sums in the same order
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        two = ops.get(conv_name(2, shapes))
+        three = ops.get(conv_name(3, shapes))
+        deep = [x.reshape((*x.shape[:2], 1, *x.shape[2:])) if x.ndim == 4 else x for x in xs]
+        want = two.reference(xs, **{**two.defaults, **params})
+        got = three.reference(deep, **{**three.defaults, **params})
+        np.testing.assert_array_equal(got[:, :, 0], want)
+
+    def test_cost_counts_two_flops_per_weight_tap(self):
+        # weight (4, 2, 3, 3, 3) on 4 channels in 2 groups, output (1, 4, 2, 3, 3), a bias
+        flops, moved = ops.get("conv3d_bias").op_cost(
+            [(1, 4, 4, 5, 5), (4, 2, 3, 3, 3), (4,)], (1, 4, 2, 3, 3)
+        )
+        assert flops == 2 * (4 * 2 * 3 * 3) * (2 * 3 * 3 * 3) + 4 * 2 * 3 * 3
+        assert moved == 4 * (4 * 4 * 5 * 5 + 4 * 2 * 27 + 4 + 4 * 2 * 3 * 3)
 
 
 # ------------------------------------------------------------------------------ conv1d
@@ -425,21 +484,21 @@ class TestConvTranspose2d:
 
 
 # ------------------------------------------------------------------------------ epilogues
-def conv_block(depthwise: bool, bn: bool = False):
-    """x -> conv -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->] relu ->
-    add(residual) -> out, every step its own fusible kernel."""
+def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
+    """x -> conv (2-d or 3-d) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
+    relu -> add(residual) -> out, every step its own fusible kernel."""
     b = GraphBuilder()
     c = 4
-    full = (2, c, 6, 6)
+    full = (2, c, 6, 6) if dims == 2 else (2, c, 3, 4, 5)
     nbytes = 4 * math.prod(full)
     x = b.alloc_external_buffer("x", nbytes, shape=full)
-    wshape = (c, 1, 3, 3) if depthwise else (c, c, 3, 3)
+    wshape = (c, 1 if depthwise else c, *(3,) * dims)
     w = b.alloc_external_buffer("w", 4 * math.prod(wshape), shape=wshape)
     res = b.alloc_external_buffer("res", nbytes, shape=full)
     names = ("mean", "var", "g", "b") if bn else ()
     vecs = [b.alloc_external_buffer(v, 4 * c, shape=(c,)) for v in names]
-    pads = {"pad_top": 1, "pad_bottom": 1, "pad_left": 1, "pad_right": 1}
-    chain = [("conv2d", pads, [x, w])]
+    pads = {p: 1 for a in AXES[dims] for p in PADS[a]}
+    chain = [(f"conv{dims}d", pads, [x, w])]
     if bn:
         chain += [("batch_norm", {}, vecs), ("hardtanh", {"min_val": 0.0, "max_val": 6.0}, [])]
     chain += [("relu", {}, []), ("add", {}, [res])]
@@ -462,10 +521,11 @@ def conv_block(depthwise: bool, bn: bool = False):
 
 
 class TestEpilogues:
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn):
-        g, inputs, names = conv_block(depthwise, bn)
+    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn, dims):
+        g, inputs, names = conv_block(depthwise, bn, dims)
         want = evaluate(g, inputs)["out"]
         for streams in (1, 2):
             fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
@@ -475,10 +535,11 @@ class TestEpilogues:
             np.testing.assert_array_equal(got, want)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, so_dir):
-        g, inputs, _ = conv_block(depthwise, bn)
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, so_dir):
+        g, inputs, _ = conv_block(depthwise, bn, dims)
         vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
         for nid in g.topological_order():
             node = g.node(nid)
@@ -494,41 +555,38 @@ class TestEpilogues:
 
 # ------------------------------------------------------------------------------ pooling
 @st.composite
-def pool_cases(draw, kind):
-    r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) if kind == "max" else (1, 1)
-    ph, pw = draw(st.integers(0, r // 2)), draw(st.integers(0, s // 2))
-    h = draw(st.integers(max(1, dh * (r - 1) + 1 - 2 * ph), 8))
-    w = draw(st.integers(max(1, dw * (s - 1) + 1 - 2 * pw), 8))
-    params = {
-        "kernel_h": r,
-        "kernel_w": s,
-        "stride_h": draw(st.integers(1, 3)),
-        "stride_w": draw(st.integers(1, 3)),
-        "pad_h": ph,
-        "pad_w": pw,
-        "ceil_mode": int(draw(st.booleans())),
-    }
-    if kind == "max":
-        params |= {"dilation_h": dh, "dilation_w": dw}
-    else:
+def pool_cases(draw, kind, dims=2):
+    """(input shape, params) of a valid ``dims``-d max or average pooling (3-d extents kept
+    small: the generated C runs on the CPU)."""
+    largest = 8 if dims == 2 else 5
+    params, sizes = {"ceil_mode": int(draw(st.booleans()))}, []
+    for a in AXES[dims]:
+        r = draw(st.integers(1, 3))
+        d = draw(st.integers(1, 2)) if kind == "max" else 1
+        p = draw(st.integers(0, r // 2))
+        # (torch's avg_pool3d refuses an input smaller than the window, padding or not)
+        least = r if (kind, dims) == ("avg", 3) else d * (r - 1) + 1 - 2 * p
+        sizes.append(draw(st.integers(max(1, least), largest)))
+        params |= {f"kernel_{a}": r, f"stride_{a}": draw(st.integers(1, 3)), f"pad_{a}": p}
+        if kind == "max":
+            params[f"dilation_{a}"] = d
+    if kind == "avg":
         params["count_include_pad"] = int(draw(st.booleans()))
         params["divisor_override"] = draw(st.sampled_from([0, 0, 0, 2]))
-    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w)
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), *sizes)
     return shape, params
 
 
 def torch_pool(kind, x, p, dtype=torch.float32):
+    """PyTorch's 2-d or 3-d max or average pooling of ``x`` with op parameters ``p``."""
     t = torch.from_numpy(x).to(dtype)
-    k, st_, pad = (
-        (p["kernel_h"], p["kernel_w"]),
-        (p["stride_h"], p["stride_w"]),
-        (p["pad_h"], p["pad_w"]),
-    )
+    axes = AXES[x.ndim - 2]
+    k, st_, pad = ([p[f"{name}_{a}"] for a in axes] for name in ("kernel", "stride", "pad"))
     if kind == "max":
-        d = (p["dilation_h"], p["dilation_w"])
-        return F.max_pool2d(t, k, st_, pad, d, ceil_mode=bool(p["ceil_mode"])).numpy()
-    return F.avg_pool2d(
+        d = [p[f"dilation_{a}"] for a in axes]
+        pool = F.max_pool2d if len(axes) == 2 else F.max_pool3d
+        return pool(t, k, st_, pad, d, ceil_mode=bool(p["ceil_mode"])).numpy()
+    return (F.avg_pool2d if len(axes) == 2 else F.avg_pool3d)(
         t,
         k,
         st_,
@@ -550,6 +608,18 @@ def with_specials(seed, shape):
     return x
 
 
+def adaptive_cases(dims):
+    """(input shape, output size) of a ``dims``-d adaptive pooling."""
+    largest = 9 if dims == 2 else 5
+    spatial = st.tuples(*[st.integers(1, largest)] * dims)
+    shape = st.tuples(st.integers(1, 2), st.integers(1, 3), spatial).map(lambda t: (*t[:2], *t[2]))
+    return st.tuples(shape, st.tuples(*[st.integers(1, 4)] * dims))
+
+
+def adaptive_params(out):
+    return {f"out_{a}": o for a, o in zip(AXES[len(out)], out, strict=True)}
+
+
 class TestPooling:
     def test_raises_on_padding_over_half_the_window(self):
         op = ops.get("max_pool2d")
@@ -562,27 +632,49 @@ class TestPooling:
         with pytest.raises(InvalidArgument, match="NCHW input of 4 dimensions"):
             ops.infer_shape(op, [(8, 8)], op.defaults, "p")
 
+    @pytest.mark.parametrize(
+        ("name", "shape", "params", "match"),
+        [
+            ("max_pool3d", (1, 2, 5, 5), {}, r"max_pool3d needs an NCDHW input of 5 dimensions"),
+            ("avg_pool3d", (1, 2, 5, 5, 5), {"kernel_d": 2, "pad_d": 2}, r"padding 2x0x0 is"),
+            ("max_pool3d", (1, 2, 5, 5, 5), {"stride_d": 0}, r"stride_d=0 must be an integer"),
+            ("max_pool3d", (1, 2, 5, 5, 5), {"dilation_d": 1.5}, r"dilation_d=1\.5 must be"),
+            ("avg_pool3d", (1, 2, 2, 5, 5), {"kernel_d": 3}, r"a 3x1x1 window does not fit"),
+            ("avg_pool3d", (1, 2, 2, 5, 5), {"kernel_d": 3, "pad_d": 1}, r"smaller than the 3x1x1"),
+            ("avg_pool3d", (1, 2, 5, 5, 5), {"divisor_override": -1}, r"divisor_override=-1"),
+            ("adaptive_avg_pool3d", (1, 2, 5, 5), {}, r"NCDHW input of 5 dimensions"),
+            ("adaptive_max_pool3d", (1, 2, 5, 5, 5), {"out_d": 0}, r"out_d=0 must be an"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, name, shape, params, match):
+        op = ops.get(name)
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "p")
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=pool_cases("max"), seed=st.integers(0, 2**31))
-    def test_max_pool_reference_equals_torch_with_nan_and_inf(self, case, seed):
-        shape, params = case
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_max_pool_reference_equals_torch_with_nan_and_inf(self, dims, data, seed):
+        shape, params = data.draw(pool_cases("max", dims))
         x = with_specials(seed, shape)
-        op = ops.get("max_pool2d")
+        op = ops.get(f"max_pool{dims}d")
         got = op.reference([x], **{**op.defaults, **params})
         np.testing.assert_array_equal(got, torch_pool("max", x, params))
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=pool_cases("avg"), seed=st.integers(0, 2**31))
-    def test_avg_pool_reference_is_one_rounding_from_torch_float64(self, case, seed):
-        shape, params = case
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_avg_pool_reference_is_one_rounding_from_torch_float64(self, dims, data, seed):
+        shape, params = data.draw(pool_cases("avg", dims))
         (x,) = randn(seed, shape)
-        op = ops.get("avg_pool2d")
+        op = ops.get(f"avg_pool{dims}d")
         got = op.reference([x], **{**op.defaults, **params}).astype(np.float64)
         exact = torch_pool("avg", x, params, torch.float64)
         assert got.shape == exact.shape
         assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
     @given(
         kind=st.sampled_from(["max", "avg"]),
@@ -590,37 +682,36 @@ class TestPooling:
         seed=st.integers(0, 2**31),
         block=st.sampled_from([1, 4, 32]),
     )
-    def test_generated_c_equals_reference(self, kind, data, seed, block, so_dir):
-        shape, params = data.draw(pool_cases(kind))
+    def test_generated_c_equals_reference(self, dims, kind, data, seed, block, so_dir):
+        shape, params = data.draw(pool_cases(kind, dims))
         x = with_specials(seed, shape) if kind == "max" else randn(seed, shape)[0]
-        g, node = graph_of(f"{kind}_pool2d", [shape], params)
+        g, node = graph_of(f"{kind}_pool{dims}d", [shape], params)
         want = evaluate(g, {"in0": x})["out"]
         (c,) = run_c(g, node, [x], so_dir, block)
         if kind == "max":
             np.testing.assert_array_equal(c, want)
-        else:  # a float32 sum of the window (at most 9 terms), then one division
-            window = params["kernel_h"] * params["kernel_w"]
+        else:  # a float32 sum of the window (at most 3**dims terms), then one division
+            window = math.prod(params[f"kernel_{a}"] for a in AXES[dims])
             mag = torch_pool("avg", np.abs(x), params, torch.float64)
             np.testing.assert_array_less(np.abs(c - want), (window + 2) * U * mag * 2 + 1e-30)
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
-        out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
-        seed=st.integers(0, 2**31),
-    )
-    def test_adaptive_avg_pool_reference_and_c(self, shape, out, seed, tmp_path_factory):
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_adaptive_avg_pool_reference_and_c(self, dims, data, seed, tmp_path_factory):
+        shape, out = data.draw(adaptive_cases(dims))
         (x,) = randn(seed, shape)
-        params = {"out_h": out[0], "out_w": out[1]}
-        op = ops.get("adaptive_avg_pool2d")
+        params = adaptive_params(out)
+        op = ops.get(f"adaptive_avg_pool{dims}d")
         got = op.reference([x], **params).astype(np.float64)
-        exact = F.adaptive_avg_pool2d(t64(x), out).numpy()
+        pool = F.adaptive_avg_pool2d if dims == 2 else F.adaptive_avg_pool3d
+        exact = pool(t64(x), out).numpy()
         assert np.all(np.abs(got - exact) <= U * np.abs(exact) + 2.0**-140)
         if CXX is not None:
-            g, node = graph_of("adaptive_avg_pool2d", [shape], params)
+            g, node = graph_of(f"adaptive_avg_pool{dims}d", [shape], params)
             (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive"))
-            mag = F.adaptive_avg_pool2d(t64(np.abs(x)), out).numpy()
-            window = math.ceil(shape[2] / out[0] + 1) * math.ceil(shape[3] / out[1] + 1)
+            mag = pool(t64(np.abs(x)), out).numpy()
+            window = math.prod(math.ceil(s / o + 1) for s, o in zip(shape[2:], out, strict=True))
             assert np.all(np.abs(c - got) <= (window + 2) * U * mag + 1e-30)
 
 
@@ -682,22 +773,21 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "align_corners": 2.0}, "u")
 
 
+@pytest.mark.parametrize("dims", [2, 3])
 @SETTINGS
-@given(
-    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9)),
-    out=st.tuples(st.integers(1, 4), st.integers(1, 4)),
-    seed=st.integers(0, 2**31),
-)
+@given(data=st.data(), seed=st.integers(0, 2**31))
 def test_adaptive_max_pool_reference_and_c_equal_torch_with_nan_and_inf(
-    shape, out, seed, tmp_path_factory
+    dims, data, seed, tmp_path_factory
 ):
+    shape, out = data.draw(adaptive_cases(dims))
     x = with_specials(seed, shape)
-    params = {"out_h": out[0], "out_w": out[1]}
-    got = ops.get("adaptive_max_pool2d").reference([x], **params)
-    eager = F.adaptive_max_pool2d(torch.from_numpy(x), out).numpy()
+    params = adaptive_params(out)
+    got = ops.get(f"adaptive_max_pool{dims}d").reference([x], **params)
+    pool = F.adaptive_max_pool2d if dims == 2 else F.adaptive_max_pool3d
+    eager = pool(torch.from_numpy(x), out).numpy()
     np.testing.assert_array_equal(got, eager)  # (NaN == NaN here)
     if CXX is not None:
-        g, node = graph_of("adaptive_max_pool2d", [shape], params)
+        g, node = graph_of(f"adaptive_max_pool{dims}d", [shape], params)
         (c,) = run_c(g, node, [x], tmp_path_factory.mktemp("adaptive_max"))
         np.testing.assert_array_equal(c, got)
 
@@ -796,6 +886,11 @@ class TestUpsampleNearest:
 NVRTC_CASES = {
     "conv2d": ([(1, 4, 8, 8), (6, 2, 3, 3)], {"stride_h": 2, "pad_top": 1, "pad_left": 1}),
     "conv2d_bias": ([(1, 4, 8, 8), (4, 1, 3, 3), (4,)], {"dilation_w": 2}),
+    "conv3d": (
+        [(1, 4, 5, 6, 6), (6, 2, 3, 3, 3)],
+        {"stride_d": 2, "pad_front": 1, "pad_back": 0, "pad_top": 1, "dilation_w": 2},
+    ),
+    "conv3d_bias": ([(2, 4, 3, 5, 5), (4, 1, 2, 3, 3), (4,)], {"dilation_d": 2, "stride_w": 2}),
     "conv1d": ([(1, 4, 16), (6, 2, 3)], {"stride": 2, "pad_left": 1}),
     "conv1d_bias": ([(2, 4, 9), (4, 1, 3), (4,)], {"dilation": 2, "pad_right": 2}),
     "conv_transpose1d": ([(2, 4, 7), (4, 3, 3)], {"stride": 2, "pad": 1, "out_pad": 1}),
@@ -806,6 +901,16 @@ NVRTC_CASES = {
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
     "adaptive_max_pool2d": ([(1, 2, 9, 7)], {"out_h": 4, "out_w": 3}),
+    "max_pool3d": (
+        [(1, 2, 5, 7, 7)],
+        {"kernel_d": 2, "kernel_h": 3, "kernel_w": 3, "stride_d": 2, "pad_h": 1, "dilation_w": 2},
+    ),
+    "avg_pool3d": (
+        [(1, 2, 5, 6, 6)],
+        {"kernel_d": 3, "kernel_h": 2, "kernel_w": 2, "pad_d": 1, "count_include_pad": 0},
+    ),
+    "adaptive_avg_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 2, "out_h": 2, "out_w": 3}),
+    "adaptive_max_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 3, "out_h": 4, "out_w": 1}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
     "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
     "upsample_bilinear2d": (
@@ -830,10 +935,11 @@ class TestNvrtc:
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn):
-        g, _, _ = conv_block(depthwise, bn)
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims):
+        g, _, _ = conv_block(depthwise, bn, dims)
         fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
         (k,) = fg.kernels()
         ks = kernel_source(fg, k)

@@ -23,7 +23,7 @@ from oxiwork.error import InvalidArgument, UnsupportedOp
 from oxiwork.executor.plan import ExecutionPlan
 from oxiwork.executor.simulator import SequentialExecutor
 from oxiwork.node import DTYPES
-from oxiwork.ops import kernel_source, lib_dtype
+from oxiwork.ops import kernel_source, lib_conv, lib_dtype
 from oxiwork.ops.program import bind
 from oxiwork.ops.table import COMPUTE_DTYPES
 from oxiwork.reference import evaluate
@@ -751,6 +751,10 @@ class TestScans:
 
 
 # ------------------------------------------------------------------ NVRTC
+# lib_conv's ops (convolutions, pooling, pad, upsampling): values in tests/ops/test_conv.py
+CONV_NAMES = {op.name for op in lib_conv.CONV_OPS}
+
+
 def _probe_graphs():
     """(label, graph) per registered op with CUDA C and per input dtypes its rule accepts:
     every input one dtype of COMPUTE_DTYPES (ops of one dtype), plus the embedding's
@@ -763,7 +767,10 @@ def _probe_graphs():
         if name in ("embedding", "gather", "index_select"):
             combos = [[w, i] for w in FLOATS for i in ("int64", "int32")]
         shapes = None
-        for cand in ([(2, 5)] * op.arity, [(2, 5), (5,)], [(2, 5), (5, 3)], [(4, 3), (2,)]):
+        cands = [[(2, 5)] * op.arity, [(2, 5), (5,)], [(2, 5), (5, 3)], [(4, 3), (2,)]]
+        if name in CONV_NAMES:  # NCL/NCHW/NCDHW inputs and 1x1 windows (the defaults)
+            cands = [[(1, 2, *(3,) * d), (2, 2, *(1,) * d), (2,)][: op.arity] for d in (1, 2, 3)]
+        for cand in cands:
             if len(cand) == op.arity:
                 try:
                     ops.infer_shape(op, cand, op.defaults, "probe")
@@ -771,7 +778,7 @@ def _probe_graphs():
                     continue
                 shapes = cand
                 break
-        if shapes is None:  # ops with size parameters (conv, pooling): tests/ops/test_conv.py
+        if shapes is None:  # batched and affine ops take shapes none of these fit
             continue
         for dts in combos:
             try:

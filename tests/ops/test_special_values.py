@@ -332,7 +332,7 @@ def so_dir(tmp_path_factory):
 
 # ------------------------------------------------------------------------------ single ops
 # Ops whose parameters are sizes (strides, windows, pads, an axis), not free floats, and
-# whose inputs are NCHW tensors: tests/ops/test_conv.py draws valid cases for them and
+# whose inputs are NCL/NCHW/NCDHW tensors: tests/ops/test_conv.py draws valid cases for them and
 # checks the same agreements (reference, generated C on the CPU, fused).
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
 # Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py.
