@@ -117,6 +117,19 @@ def test_imported_models_match_eager(emu):
     scenarios.imported_models_match_eager(emu, streams=(1,))
 
 
+def test_library_ops_match_the_simulator(emu):
+    # every op probe, as the GPU test runs them: the emulated C of each library op in each
+    # input dtype it takes against the reference (about 600 kernels, half a minute)
+    scenarios.library_ops_match_the_simulator(emu)
+
+
+def test_stock_modules_match_eager(emu):
+    # every stock module, as the GPU test runs them (fused, one stream): the generated C of
+    # each against eager (under a minute)
+    pytest.importorskip("torch")
+    scenarios.stock_modules_match_eager(emu)
+
+
 def test_setup_and_update_phases_are_timed(emu):
     plan = build_plan(quick_start(), fusion=False)
     with emu.executor(CudaGraphExecutor, plan) as ex:

@@ -3,8 +3,11 @@ without a driver or device).
 
 Both executors must compute what the CPU simulator computes (kernels compiled with
 ``--fmad=false``), for the quick start and for random DAGs with fusion on and off on 1 to 8
-streams; replays take new inputs without re-instantiation; parameter patches take effect;
-and 1,000 build/launch/close cycles leave device memory where it was.
+streams; every library op, in every input dtype it takes, must compute what its numpy
+reference does (all of tests/ops/test_dtypes.py's probes in one CUDA graph); the stock
+torch.nn modules of tests/importers/test_torch_stock.py must give eager's outputs; replays
+take new inputs without re-instantiation; parameter patches take effect; and 1,000
+build/launch/close cycles leave device memory where it was.
 
 The module also runs without pytest (``python3 tests/gpu/test_gpu_executors.py``) for
 machines that have a GPU but no test tooling; ``bench/gpu_check.sh`` uses whichever works.
@@ -241,6 +244,106 @@ def test_imported_models_match_eager(gpu):
     if pytest is not None:
         pytest.importorskip("torch")
     imported_models_match_eager(gpu)
+
+
+def stock_modules_match_eager(gpu, names=None, fusions=(True,)):
+    """The stock torch.nn modules of tests/importers/test_torch_stock.py (every one imports
+    with no opaque kernel: between them they use most library ops, the newest included),
+    run as CUDA graphs on one stream, give eager's outputs within that test's tolerance.
+    Fused by default (each op alone runs in :func:`library_ops_match_the_simulator`), so
+    the GPU check stays within its time limit."""
+    from tests.importers.test_torch_stock import ATOL, RTOL, STOCK, imported
+
+    for name in names or sorted(STOCK):
+        model, eager = imported(name)
+        for fusion in fusions:
+            plan = build_plan(model.graph, max_streams=1, fusion=fusion)
+            with gpu.executor(CudaGraphExecutor, plan) as ex:
+                got, _ = ex.run(model.inputs)
+            what = f"stock module {name!r}, fusion={fusion}"
+            for out, want in zip(model.outputs_from(got), eager, strict=True):
+                assert out.shape == want.shape and out.dtype == want.dtype, what
+                np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL, err_msg=what)
+
+
+def test_stock_modules_match_eager(gpu):
+    if pytest is not None:
+        pytest.importorskip("torch")
+    stock_modules_match_eager(gpu)
+
+
+# Ops whose integer inputs index another input: every probe axis has 2 or more elements,
+# so index 1 is in range for each.
+_INDEXING = ("embedding", "gather", "index_select")
+# Outputs against the simulator, by dtype: integers and bool exactly; floats within RTOL
+# (float32), or within two units in the last place of a half type (both sides compute in
+# float32 and round once: a libm ulp there can move a half result by one of its ulps).
+_HALF_RTOL = {"float16": 2.0**-9, "bfloat16": 2.0**-6}
+
+
+def probe_suite(labels=None):
+    """One graph holding, side by side, the probe kernel of each label (all by default) of
+    tests/ops/test_dtypes.py's PROBES (every library op with CUDA C, in every input dtype
+    its rule takes, on small shapes), its inputs by name (floats standard normal, integers
+    1 to 9, indices 1) and each output's dtype by name."""
+    from oxiwork.reference import generated_input
+    from tests.ops.test_dtypes import PROBES
+
+    b = GraphBuilder()
+    inputs, dtypes = {}, {}
+    chosen = [(k, lab, g) for k, (lab, g) in enumerate(PROBES) if labels is None or lab in labels]
+    assert labels is None or len(chosen) == len(labels), "a label names no probe"
+    for k, label, g in chosen:
+        (node,) = g.kernels()
+        ins = []
+        for j, bid in enumerate(node.inputs):
+            buf = g.buffer(bid)
+            name = f"p{k}_in{j}"
+            ins.append(
+                b.alloc_external_buffer(name, buf.size_bytes, dtype=buf.dtype, shape=buf.shape)
+            )
+            if buf.dtype in ("float32", "float16", "bfloat16"):
+                inputs[name] = generated_input(buf, seed=k)
+            elif node.op in _INDEXING or node.op.startswith("index_"):
+                inputs[name] = np.ones(buf.array_shape, np.dtype(buf.dtype))
+            else:
+                rng = np.random.default_rng([k, j])
+                inputs[name] = rng.integers(1, 10, buf.array_shape).astype(np.dtype(buf.dtype))
+        (obid,) = node.outputs
+        o = g.buffer(obid)
+        out = b.alloc_buffer(f"p{k}_out", o.size_bytes, dtype=o.dtype, shape=o.shape)
+        dtypes[f"p{k}_out"] = (label, o.dtype)
+        kb = b.add_kernel(f"p{k}", node.config.grid[0], node.config.block[0]).op(node.op)
+        kb = kb.inputs(ins).outputs([out])
+        if node.params:
+            kb = kb.params(**dict(node.params))
+        kb.finish()
+    return b.build(), inputs, dtypes
+
+
+def library_ops_match_the_simulator(gpu, labels=None):
+    """Every library op, in every input dtype it takes, computes on the device what the
+    simulator (its numpy reference) computes: all probes in one CUDA graph."""
+    graph, inputs, dtypes = probe_suite(labels)
+    plan = build_plan(graph, max_streams=1, fusion=False)
+    want = _simulate(plan, inputs)
+    with gpu.executor(CudaGraphExecutor, plan) as ex:
+        got, _ = ex.run(inputs)
+    bad = []
+    for name, (label, dt) in sorted(dtypes.items()):
+        a, w = np.asarray(got[name]).reshape(-1), np.asarray(want[name]).reshape(-1)
+        if dt not in ("float32", "float16", "bfloat16"):
+            ok = np.array_equal(a, w)
+        else:
+            a, w = a.astype(np.float32), w.astype(np.float32)
+            ok = np.allclose(a, w, rtol=_HALF_RTOL.get(dt, RTOL), atol=ATOL, equal_nan=True)
+        if not ok:
+            bad.append(f"{label}: gpu {a[:6]!r} vs simulator {w[:6]!r}")
+    assert not bad, f"{len(bad)} of {len(dtypes)} op probes differ:\n" + "\n".join(bad)
+
+
+def test_every_library_op_matches_the_simulator(gpu):
+    library_ops_match_the_simulator(gpu)
 
 
 def test_replay_with_new_inputs(gpu):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
-from oxiwork.importers.torch import from_module
+from oxiwork.importers.torch import ImportedModel, from_module
 
 
 def _x(*shape: int) -> torch.Tensor:
@@ -229,14 +229,24 @@ STOCK = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(STOCK))
-def test_stock_modules_import_without_opaque_kernels(name) -> None:
+RTOL, ATOL = 1e-4, 1e-5  # simulated (and GPU) outputs against eager's
+
+
+def imported(name: str) -> tuple[ImportedModel, list[np.ndarray]]:
+    """Stock module ``name`` (seeded weights, eval mode) imported, and its eager outputs in
+    torch's flat order (LSTM: output, (h, c)). The GPU tests run the same models
+    (tests/gpu/test_gpu_executors.py)."""
     make, args = STOCK[name]
     torch.manual_seed(0)
     module, inputs = make().eval(), args()
-    with torch.no_grad():  # (LSTM: output, (h, c): torch's outputs in their flat order)
+    with torch.no_grad():
         want = [t.numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs))]
-    model = from_module(module, inputs)
+    return from_module(module, inputs), want
+
+
+@pytest.mark.parametrize("name", sorted(STOCK))
+def test_stock_modules_import_without_opaque_kernels(name) -> None:
+    model, want = imported(name)
     verify(model.graph)
     assert not model.opaque, model.opaque_counts()
     # every value handed to the run is a buffer some node reads (folded constants that
@@ -248,4 +258,4 @@ def test_stock_modules_import_without_opaque_kernels(name) -> None:
         plan = ExecutionPlan.build(model.graph, max_streams=streams, fusion=True)
         got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
         for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
