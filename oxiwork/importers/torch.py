@@ -1095,8 +1095,7 @@ def _vector_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     lib = {2: "norm2_dims", 1: "norm1_dims"}.get(order)
     if lib is None:
         return f"it is the {order!r}-norm; the library has the 2-norm and the 1-norm"
-    if call.kw("dtype") is not None:
-        return f"it accumulates in {call.kw('dtype')}"
+    # (a dtype= is the result's: _library checks it, as _sum_extra says)
     dims = call.args[2] if len(call.args) > 2 else call.kw("dim")
     keep = call.args[3] if len(call.args) > 3 else call.kw("keepdim", False)
     # (as a reduction over dims: sum_dims' argument order)
@@ -1146,7 +1145,11 @@ def _softmax_extra(call: _Call) -> str | None:
 
 
 def _sum_extra(call: _Call) -> str | None:
-    return f"it accumulates in {call.kw('dtype')}" if call.kw("dtype") is not None else None
+    """Why a sum, mean or product's ``dtype=`` rules the library op out: never here. It is
+    torch's result dtype, and :func:`_library` refuses the call unless the library op
+    computes that very dtype from the input's, where accumulating in it is the plain op
+    (an int32 sum with ``dtype=torch.int64`` is the int64 sum torch gives without it)."""
+    return None
 
 
 def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -1706,8 +1709,7 @@ def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
     # adaptive average pooling to 1x1 (means over other axes: mean_dims, _mean_dims).
     x, dims = call.args[0], call.args[1] if len(call.args) > 1 else call.kw("dim")
-    if call.kw("dtype") is not None:
-        return f"it accumulates in {call.kw('dtype')}"
+    # (a dtype= is the result's: _library checks it, as _sum_extra says)
     nd = len(x.shape) if isinstance(x, _Arg) else 0
     if nd != 4 or sorted(d % 4 for d in (dims or [])) != [2, 3]:
         return f"it averages over dims {dims!r}; the library averages H and W of NCHW only"
@@ -1814,9 +1816,7 @@ def _scan(lib: str) -> _Rule:
     """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape)."""
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        x, dim = call.args[:2]
-        if call.kw("dtype") is not None:
-            return f"it accumulates in {call.kw('dtype')}"
+        x, dim = call.args[:2]  # (a dtype= is the result's, checked as _sum_extra says)
         why = _plain(call, [x], reshape_ok=False)
         return why or (lib, {"dim": float(dim)}, [x])
 

@@ -274,6 +274,30 @@ def test_a_bool_sum_of_2_to_the_24_elements_is_exact() -> None:
     assert [int(g) for g in got] == [2**24 + 1, 8] == [int(w) for w in eager]
 
 
+def test_a_dtype_naming_the_plain_result_dtype_is_the_plain_op() -> None:
+    # sum/prod/mean/cumsum/cumprod/vector_norm with dtype= torch's result has anyway: the
+    # library op
+    class M(nn.Module):
+        def forward(self, i, x, y):
+            return (
+                i.sum(1, dtype=torch.int64),
+                i.prod(dtype=torch.int64),
+                torch.cumsum(i, 0, dtype=torch.int64),
+                x.mean(0, dtype=torch.float32),
+                torch.cumprod(x, 1, dtype=torch.float32),
+                torch.linalg.vector_norm(x, 2, 1, dtype=torch.float32),
+                y.mean((2, 3), dtype=torch.float32),  # a pooler
+            )
+
+    i = torch.randint(-5, 5, (3, 4), dtype=torch.int32)
+    model, eager = import_with_eager(M(), (i, torch.randn(3, 4), torch.randn(2, 3, 4, 5)))
+    assert model.opaque == (), model.opaque
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    for g, w in zip(got, eager, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
 def test_an_op_whose_shape_a_library_rule_refuses_stays_opaque_saying_why() -> None:
     # argmax counts its index in float (exact below 2**24): over more elements the library's
     # shape rule refuses it, so the import leaves it opaque with that reason (it used to map
@@ -305,7 +329,8 @@ def test_prods_and_sums_torch_computes_otherwise_stay_opaque_saying_why() -> Non
     model, eager = import_with_eager(M(), (torch.randn(2, 3), torch.ones(2, 3, dtype=torch.uint8)))
     reasons = sorted(o.reason for o in model.opaque)
     assert len(reasons) == 3, reasons
-    assert sum("it accumulates in torch.float64" in r for r in reasons) == 2
+    # (a dtype= torch's own result would not have: the library op's differs)
+    assert sum("it computes float64; the library's" in r for r in reasons) == 2
     assert any("input 0 is uint8; sum_int_dims sums bool, int32 and int64" in r for r in reasons)
     got = model.outputs_from(evaluate(model.graph, model.inputs))
     for g, w in zip(got, eager, strict=True):
