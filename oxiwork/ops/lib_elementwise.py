@@ -579,34 +579,30 @@ def _scalar(
     )
 
 
-ELEMENTWISE_OPS: tuple[OpDef, ...] = (
-    OpDef(
-        "batch_norm",
+def _batch_norm_op(name: str, affine: bool) -> OpDef:
+    """Inference batch norm: ``(x - mean) / sqrt(var + eps)``, then ``* weight + bias``
+    where ``affine`` (5 inputs, else 3)."""
+    norm = "(({0} - {1}) / sqrtf({2} + {eps}))"
+    return OpDef(
+        name,
         FusionClass.BROADCAST,
-        5,
+        5 if affine else 3,
         reference=lambda xs, eps: _batch_norm(xs, eps=eps),
         inplace=_batch_norm,
         params=(("eps", 1e-5),),
-        expr="((({0} - {1}) / sqrtf({2} + {eps})) * {3} + {4})",
+        expr=f"({norm} * {{3}} + {{4}})" if affine else norm,
         shape=_batch_norm_shape,
         align=channel_align,
-        flops_per_element=5.0,
-    ),
+        flops_per_element=5.0 if affine else 3.0,
+    )
+
+
+ELEMENTWISE_OPS: tuple[OpDef, ...] = (
+    _batch_norm_op("batch_norm", affine=True),
     # batch norm without affine weight and bias (BatchNorm(affine=False), InstanceNorm with
     # running statistics): the same expression, stopped before the scale and shift, so no
     # multiplication by 1 or addition of 0 (which would turn a -0.0 result into +0.0)
-    OpDef(
-        "batch_norm_plain",
-        FusionClass.BROADCAST,
-        3,
-        reference=lambda xs, eps: _batch_norm(xs, eps=eps),
-        inplace=_batch_norm,
-        params=(("eps", 1e-5),),
-        expr="(({0} - {1}) / sqrtf({2} + {eps}))",
-        shape=_batch_norm_shape,
-        align=channel_align,
-        flops_per_element=3.0,
-    ),
+    _batch_norm_op("batch_norm_plain", affine=False),
     # gelu_erf and its two reads of 0.5x: the default rule (a temporary, then a copy)
     _ew(
         "gelu_erf",
