@@ -1429,11 +1429,6 @@ def _sizes(v: Any, n: int, default: Any = None) -> tuple[int, ...] | None:
     return (int(v),) * n
 
 
-def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
-    """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
-    return _sizes(v, 2, default)  # type: ignore[return-value]
-
-
 def _nchw(call: _Call, args: Sequence[Any], dims: int = 2) -> str | None:
     """Why ``args`` are not whole float32 buffers (no view; input 0 with ``dims`` spatial
     axes: NCHW, or NCDHW), or None."""
@@ -1481,26 +1476,32 @@ def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
             {k: float(v) for k, v in params.items()},
             args,
         )
-    if transposed:
-        if len(stride) != 2:
+    dims = len(stride)
+    if transposed:  # ConvTranspose2d (NCHW) or ConvTranspose3d (NCDHW)
+        if dims not in (2, 3):
             return (
-                f"it is a {len(stride)}-d transposed convolution; the library's "
-                "conv_transpose1d and conv_transpose2d are 1-d (NCL) and 2-d (NCHW)"
+                f"it is a {dims}-d transposed convolution; the library's conv_transpose1d, "
+                "conv_transpose2d and conv_transpose3d are 1-d (NCL), 2-d (NCHW) and 3-d "
+                "(NCDHW)"
             )
         args = [x, w] if b is None else [x, w, b]
-        why = _nchw(call, args)
+        why = _nchw(call, args, dims)
         if why:
             return why
-        (ph, pw), (oh, ow) = _pair(padding), _pair(out_pad)
-        params = {"stride_h": stride[0], "stride_w": stride[1], "pad_h": ph, "pad_w": pw}
-        params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
-        params |= {"out_pad_h": oh, "out_pad_w": ow, "groups": groups}
+        axes = "dhw"[3 - dims :]
+        params = {"groups": groups}
+        for kind, values in (
+            ("stride", stride),
+            ("pad", _sizes(padding, dims)),
+            ("dilation", dilation),
+            ("out_pad", _sizes(out_pad, dims)),
+        ):
+            params |= {f"{kind}_{a}": v for a, v in zip(axes, values, strict=True)}
         return (
-            ("conv_transpose2d" if b is None else "conv_transpose2d_bias"),
+            (f"conv_transpose{dims}d" if b is None else f"conv_transpose{dims}d_bias"),
             {k: float(v) for k, v in params.items()},
             args,
         )
-    dims = len(stride)
     if dims == 1:
         return _conv1d(call)
     if dims not in (2, 3):

@@ -26,7 +26,11 @@ as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride`
 ``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
 axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
-S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one).
+S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one);
+``conv_transpose3d`` (``_bias``) is ConvTranspose3d over NCDHW, its weight ``(C, K / groups,
+T, R, S)``, with ``stride_d``, ``pad_d``, ``dilation_d`` and ``out_pad_d`` too: one
+geometry, reference and C generator serve both, the 3-d C nesting a loop over the depth
+taps around the 2-d one's.
 ``max_pool2d``, ``avg_pool2d``, ``adaptive_avg_pool2d`` and ``adaptive_max_pool2d`` have
 3-d (NCDHW) twins ``max_pool3d``... with ``kernel_d``, ``stride_d``, ``pad_d``,
 ``dilation_d`` (``out_d``) parameters, from the same geometry, reference and C generator;
@@ -38,7 +42,8 @@ References compute in float64 and round once to float32, so they are within one 
 of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
 kernel depths, rows, then columns), within the recursive-summation bound
 ``|error| <= (n - 1) u sum |x_i w_i|`` of the exact value (Higham, below), ``n = C/groups R
-S`` terms (``C/groups T R S`` in 3-d) and ``u = 2**-24``. PyTorch's own kernels sum in
+S`` terms (``C/groups T R S`` in 3-d; a transposed convolution's output element sums at most
+as many) and ``u = 2**-24``. PyTorch's own kernels sum in
 float32 in yet another order, so references and torch agree within that bound too (the
 tests check it).
 
@@ -424,94 +429,116 @@ def _conv1d_element(
     return _conv_element(j, ptrs, var, shapes, (out[0], out[1], 1, out[2]), p2)
 
 
-# ----------------------------------------------------------------------------- conv_transpose2d
-# The transposed (fractionally strided) convolution, the gradient of conv2d with respect to
-# its input: input element (h, w) of channel c adds x * weight[c, k, r, s] to output
-# (h sh - pad_h + r dh, w sw - pad_w + s dw) of channel k (Dumoulin & Visin, section 4). The
-# weight is (C, K/groups, R, S), as torch's ConvTranspose2d holds it; the output is
-# (N, K, P, Q) with P = (H - 1) sh - 2 pad_h + dh (R - 1) + out_pad_h + 1. Each output element
-# gathers the taps that land on it (the C below), so no two threads write one element.
-_CONV_T_PARAMS = (
-    ("stride_h", 1.0),
-    ("stride_w", 1.0),
-    ("pad_h", 0.0),
-    ("pad_w", 0.0),
-    ("dilation_h", 1.0),
-    ("dilation_w", 1.0),
-    ("out_pad_h", 0.0),
-    ("out_pad_w", 0.0),
-    ("groups", 1.0),
-)
+# ----------------------------------------------------------------------------- conv_transpose2d, 3d
+# The transposed (fractionally strided) convolution, the gradient of the convolution with
+# respect to its input: input element (h, w) of channel c adds x * weight[c, k, r, s] to
+# output (h sh - pad_h + r dh, w sw - pad_w + s dw) of channel k (Dumoulin & Visin, section
+# 4), and likewise over a depth in 3-d. The weight is (C, K/groups, R, S) ((C, K/groups, T,
+# R, S) in 3-d), as torch's ConvTranspose2d/3d hold it; each output extent is
+# P = (H - 1) sh - 2 pad_h + dh (R - 1) + out_pad_h + 1. Each output element gathers the taps
+# that land on it (the C below), so no two threads write one element.
+# (each kind's default is also its least value: strides and dilations 1, paddings 0)
+_CONV_T_KINDS = (("stride", 1.0), ("pad", 0.0), ("dilation", 1.0), ("out_pad", 0.0))
 
 
-def _conv_t_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[str, int]:
-    """Every size of a transposed convolution (checked), by the names the C code uses."""
-    n, c, h, w = _spatial(ins, "conv_transpose2d")
+def _conv_t_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """A ``dims``-d transposed convolution's parameters: strides, paddings (one per axis, both
+    sides, as torch's), dilations, output paddings, groups (2-d: ``stride_h, stride_w, pad_h,
+    pad_w, dilation_h, dilation_w, out_pad_h, out_pad_w, groups``)."""
+    axes = _axes(dims)
+    return (
+        *((f"{kind}_{a.name}", default) for kind, default in _CONV_T_KINDS for a in axes),
+        ("groups", 1.0),
+    )
+
+
+def _conv_t_geometry(
+    ins: Sequence[Shape],
+    params: Mapping[str, float],
+    what: str = "conv_transpose2d",
+    dims: int = 2,
+) -> dict[str, int]:
+    """Every size of a ``dims``-d transposed convolution (checked), by the names the C code
+    uses (per axis: extent, taps, output; ``s``, ``p``, ``d``, ``o`` + the axis's name for
+    its stride, padding, dilation and output padding)."""
+    n, c, *sizes = _spatial(ins, what, dims)
+    axes = _axes(dims)
     wt = ins[1]
-    if len(wt) != 4:
-        raise _ShapeProblem(
-            f"conv_transpose2d needs a weight of shape (C, K/groups, R, S), got {wt}"
-        )
+    if len(wt) != dims + 2:
+        taps = ", ".join(a.taps for a in axes)
+        raise _ShapeProblem(f"{what} needs a weight of shape (C, K/groups, {taps}), got {wt}")
     groups = _int(params, "groups", 1)
     if wt[0] != c or c % groups:
         raise _ShapeProblem(
             f"the input has {c} channels; weight {wt} needs C = {c} rows, and C must split "
             f"into groups={groups}"
         )
-    _, kg, r, s = wt
-    g = {"N": n, "C": c, "H": h, "W": w, "K": kg * groups, "Cg": c // groups, "Kg": kg}
-    g |= {"R": r, "S": s, "sh": _int(params, "stride_h", 1), "sw": _int(params, "stride_w", 1)}
-    g |= {"ph": _int(params, "pad_h", 0), "pw": _int(params, "pad_w", 0)}
-    g |= {"dh": _int(params, "dilation_h", 1), "dw": _int(params, "dilation_w", 1)}
-    g |= {"oh": _int(params, "out_pad_h", 0), "ow": _int(params, "out_pad_w", 0)}
-    if g["oh"] >= max(g["sh"], g["dh"]) or g["ow"] >= max(g["sw"], g["dw"]):
+    _, kg, *taps = wt
+    g = {"N": n, "C": c, "K": kg * groups, "Cg": c // groups, "Kg": kg}
+    for a, size, tap in zip(axes, sizes, taps, strict=True):
+        g |= {a.size: size, a.taps: tap}
+        for kind, least in _CONV_T_KINDS:  # (g keys sh, ph, dh, oh for the height...)
+            g[kind[0] + a.name] = _int(params, f"{kind}_{a.name}", int(least))
+
+    def each(kind: str) -> str:
+        return "x".join(str(g[kind + a.name]) for a in axes)
+
+    if any(g["o" + a.name] >= max(g["s" + a.name], g["d" + a.name]) for a in axes):
         raise _ShapeProblem(
-            f"output padding {g['oh']}x{g['ow']} must be smaller than the stride or the "
-            f"dilation ({g['sh']}x{g['sw']}, {g['dh']}x{g['dw']}), as in torch"
+            f"output padding {each('o')} must be smaller than the stride or the dilation "
+            f"({each('s')}, {each('d')}), as in torch"
         )
-    g["P"] = (h - 1) * g["sh"] - 2 * g["ph"] + g["dh"] * (r - 1) + g["oh"] + 1
-    g["Q"] = (w - 1) * g["sw"] - 2 * g["pw"] + g["dw"] * (s - 1) + g["ow"] + 1
-    if g["P"] < 1 or g["Q"] < 1:
+    for a in axes:
+        g[a.out] = (
+            (g[a.size] - 1) * g["s" + a.name]
+            - 2 * g["p" + a.name]
+            + g["d" + a.name] * (g[a.taps] - 1)
+            + g["o" + a.name]
+            + 1
+        )
+    if min(g[a.out] for a in axes) < 1:
         raise _ShapeProblem(
-            f"padding {g['ph']}x{g['pw']} crops the whole {h}x{w} input's transposed "
-            "convolution: the output would be empty"
+            f"padding {each('p')} crops the whole {'x'.join(map(str, sizes))} input's "
+            "transposed convolution: the output would be empty"
         )
     if len(ins) == 3 and math.prod(ins[2]) != g["K"]:
         raise _ShapeProblem(
-            f"conv_transpose2d's bias needs {g['K']} elements (one per output channel), got {ins[2]}"
+            f"{what}'s bias needs {g['K']} elements (one per output channel), got {ins[2]}"
         )
     return g
 
 
-def _conv_t_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_t_geometry(ins, params)
-    return (g["N"], g["K"], g["P"], g["Q"])
+def _conv_t_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    g = _conv_t_geometry(ins, params, f"conv_transpose{dims}d", dims)
+    return (g["N"], g["K"], *(g[a.out] for a in _axes(dims)))
 
 
-def _conv_t_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _conv_t_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     # Scatter each tap's (grouped) matrix product into the uncropped output, in float64,
     # then crop the padding (Dumoulin & Visin 2016, section 4).
     x, wt = xs[0], xs[1]
-    g = _conv_t_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
+    shapes = [x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else [])
+    g = _conv_t_geometry(shapes, params, f"conv_transpose{dims}d", dims)
+    axes = _axes(dims)
     n, groups, cg, kg = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"]
-    h, w, sh, sw = g["H"], g["W"], g["sh"], g["sw"]
-    full = np.zeros(
-        (n, groups, kg, g["P"] + 2 * g["ph"], g["Q"] + 2 * g["pw"]), F64
-    )  # (every tap fits: P + 2 pad is the span of the last tap, plus the output padding)
-    xg = x.astype(F64).reshape(n, groups, cg, h * w)
-    wg = wt.astype(F64).reshape(groups, cg, kg, g["R"], g["S"])
+    sizes = [g[a.size] for a in axes]
+    # (every tap fits: out + 2 pad is the span of the last tap, plus the output padding)
+    full = np.zeros((n, groups, kg, *(g[a.out] + 2 * g["p" + a.name] for a in axes)), F64)
+    xg = x.astype(F64).reshape(n, groups, cg, math.prod(sizes))
+    wg = wt.astype(F64).reshape(groups, cg, kg, *(g[a.taps] for a in axes))
     with np.errstate(all="ignore"):
-        for r in range(g["R"]):
-            for s in range(g["S"]):
-                part = np.matmul(wg[:, :, :, r, s].transpose(0, 2, 1), xg)  # (n, G, kg, h w)
-                h0, w0 = r * g["dh"], s * g["dw"]
-                full[..., h0 : h0 + sh * (h - 1) + 1 : sh, w0 : w0 + sw * (w - 1) + 1 : sw] += (
-                    part.reshape(n, groups, kg, h, w)
-                )
-        out = full[..., g["ph"] : g["ph"] + g["P"], g["pw"] : g["pw"] + g["Q"]]
+        for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
+            part = np.matmul(wg[(slice(None),) * 3 + tap].transpose(0, 2, 1), xg)
+            cut = []  # input element i of this tap lands on uncropped i stride + t dilation
+            for a, t, size in zip(axes, tap, sizes, strict=True):
+                start, step = t * g["d" + a.name], g["s" + a.name]
+                cut.append(slice(start, start + step * (size - 1) + 1, step))
+            full[(Ellipsis, *cut)] += part.reshape(n, groups, kg, *sizes)
+        crop = tuple(slice(g["p" + a.name], g["p" + a.name] + g[a.out]) for a in axes)
+        out = full[(Ellipsis, *crop)]
         if len(xs) > 2:
-            out = out + xs[2].astype(F64).reshape(1, groups, kg, 1, 1)
-        return out.reshape(n, g["K"], g["P"], g["Q"]).astype(F32)
+            out = out + xs[2].astype(F64).reshape(1, groups, kg, *(1,) * dims)
+        return out.reshape(n, g["K"], *(g[a.out] for a in axes)).astype(F32)
 
 
 def _conv_t_element(
@@ -521,41 +548,62 @@ def _conv_t_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _conv_t_geometry(ins, params)
+    g = _conv_t_geometry(ins, params, f"conv_transpose{dims}d", dims)
+    axes = _axes(dims)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(
-        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
-    )
+    coords = [(f"{v}{a.index}", z[a.out]) for a in axes]
+    lines = _decompose(j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), *coords])
+    x_index = _horner([f"(size_t){v}{a.coord}" for a in axes], [z[a.size] for a in axes])
+    w_index = _horner([v + a.tap for a in axes], [z[a.taps] for a in axes])
+
+    def level(k: int) -> list[str]:
+        # one loop per axis over its taps, the depth's outermost
+        if k == len(axes):
+            return [f"t{j} += {ptrs[0]}[{v}x + {x_index}] * {ptrs[1]}[{v}w + {w_index}];"]
+        a = axes[k]
+        tap, shifted, coord = v + a.tap, f"{v}{a.name}s", v + a.coord
+        return [
+            f"for (size_t {tap} = 0; {tap} < {z[a.taps]}; ++{tap}) {{",
+            # the input coordinate whose tap lands on this output one: (p + pad - r dh) / sh,
+            # exactly (a remainder: no input lands there)
+            f"    long long {shifted} = (long long)({v}{a.index} + {z['p' + a.name]}) - "
+            f"(long long)({tap} * {z['d' + a.name]});",
+            f"    if ({shifted} < 0 || {shifted} % (long long){z['s' + a.name]} != 0) continue;",
+            f"    long long {coord} = {shifted} / (long long){z['s' + a.name]};",
+            f"    if ({coord} >= (long long){z[a.size]}) continue;",
+            *[f"    {line}" for line in level(k + 1)],
+            "}",
+        ]
+
     lines += [
         f"size_t {v}g = {v}k / {z['Kg']};",
         f"size_t {v}kk = {v}k % {z['Kg']};",
         f"float t{j} = 0.0f;",
         f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
         f"    size_t {v}ci = {v}g * {z['Cg']} + {v}c;",
-        f"    size_t {v}x = ({v}n * {z['C']} + {v}ci) * {z['H']} * {z['W']};",
-        f"    size_t {v}w = ({v}ci * {z['Kg']} + {v}kk) * {z['R']} * {z['S']};",
-        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
-        # the input row whose tap r lands on output row p: (p + pad - r dh) / sh, exactly
-        f"        long long {v}hs = (long long)({v}p + {z['ph']}) - (long long)({v}r * {z['dh']});",
-        f"        if ({v}hs < 0 || {v}hs % (long long){z['sh']} != 0) continue;",
-        f"        long long {v}h = {v}hs / (long long){z['sh']};",
-        f"        if ({v}h >= (long long){z['H']}) continue;",
-        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
-        f"            long long {v}ws = (long long)({v}q + {z['pw']}) - (long long)({v}s * {z['dw']});",
-        f"            if ({v}ws < 0 || {v}ws % (long long){z['sw']} != 0) continue;",
-        f"            long long {v}c2 = {v}ws / (long long){z['sw']};",
-        f"            if ({v}c2 >= (long long){z['W']}) continue;",
-        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
-        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
-        "        }",
-        "    }",
+        f"    size_t {v}x = ({v}n * {z['C']} + {v}ci) * {' * '.join(z[a.size] for a in axes)};",
+        f"    size_t {v}w = ({v}ci * {z['Kg']} + {v}kk) * {' * '.join(z[a.taps] for a in axes)};",
+        *[f"    {line}" for line in level(0)],
         "}",
     ]
     if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
         lines.append(f"t{j} += {ptrs[2]}[{v}k];")
-    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
+    used = (
+        "C",
+        *(a.size for a in axes),
+        "K",
+        "Cg",
+        "Kg",
+        *(a.taps for a in axes),
+        *(a.out for a in axes),
+        *("s" + a.name for a in axes),
+        *("p" + a.name for a in axes),
+        *("d" + a.name for a in axes),
+    )
     return lines, [(z[name], g[name]) for name in used]
 
 
@@ -592,7 +640,7 @@ def _as_conv_t2d(
 
 
 def _conv_t1d_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_t_geometry(*_as_conv_t2d(ins, params))
+    g = _conv_t_geometry(*_as_conv_t2d(ins, params), what="conv_transpose1d")
     return (g["N"], g["K"], g["Q"])
 
 
@@ -1374,20 +1422,22 @@ CONV_OPS: tuple[OpDef, ...] = (
         )
         for name, arity in (("conv1d", 2), ("conv1d_bias", 3))
     ),
-    # the transposed convolution (ConvTranspose2d), with and without a bias
+    # the transposed convolution, 2-d (ConvTranspose2d, NCHW) and 3-d (ConvTranspose3d,
+    # NCDHW), with and without a bias: one geometry, reference and C generator
     *(
         OpDef(
-            name,
+            f"conv_transpose{dims}d{suffix}",
             FusionClass.OUT_ELEMENTWISE,
             arity,
-            reference=_conv_t_reference,
-            params=_CONV_T_PARAMS,
-            element=_conv_t_element,
-            shape=_conv_t_shape,
+            reference=functools.partial(_conv_t_reference, dims=dims),
+            params=_conv_t_params(dims),
+            element=functools.partial(_conv_t_element, dims=dims),
+            shape=functools.partial(_conv_t_shape, dims=dims),
             cost=_conv_t_cost,
             typed_pointers=True,
         )
-        for name, arity in (("conv_transpose2d", 2), ("conv_transpose2d_bias", 3))
+        for dims in (2, 3)
+        for suffix, arity in (("", 2), ("_bias", 3))
     ),
     *(
         OpDef(

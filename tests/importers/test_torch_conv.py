@@ -410,3 +410,61 @@ def test_a_zero_pad_before_a_transposed_convolution_stays_a_library_kernel():
         SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
     )
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+class DrawnT3d(nn.Module):
+    """ConvTranspose3d (drawn) -> ReLU -> + 1: a 3-D U-Net's or a video decoder's upsampling
+    step with an epilogue."""
+
+    def __init__(self, conv: dict) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(**conv)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x)) + 1.0
+
+
+@st.composite
+def blocks_t3d(draw):
+    groups = draw(st.sampled_from([1, 2, 4]))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(3))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(3))
+    conv = {
+        "in_channels": 4,
+        "out_channels": groups * draw(st.integers(1, 2)),
+        "kernel_size": tuple(draw(st.integers(1, 3)) for _ in range(3)),
+        "stride": stride,
+        "padding": tuple(draw(st.integers(0, 1)) for _ in range(3)),
+        # (torch's rule: smaller than the stride or the dilation, on each axis)
+        "output_padding": tuple(
+            draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation, strict=True)
+        ),
+        "dilation": dilation,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    return conv
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv=blocks_t3d(), seed=st.integers(0, 2**31))
+def test_drawn_conv_transpose3d_imports_as_a_library_op_and_matches_eager(conv, seed):
+    torch.manual_seed(seed)
+    module = DrawnT3d(conv).eval()
+    x = torch.randn(2, 4, 3, 2, 3)
+    with torch.no_grad():
+        want = module(x).numpy()
+    model = from_module(module, (x,))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    want_op = "conv_transpose3d_bias" if conv["bias"] else "conv_transpose3d"
+    assert ops_of["aten.convolution.default"] == want_op
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    fused = ExecutionPlan.build(model.graph, max_streams=1, fusion=True).graph
+    steps = [tuple(s.op for s in k.fused.steps) for k in fused.kernels() if k.fused is not None]
+    assert steps and steps[0][0] == want_op  # the relu and the add joined it

@@ -350,44 +350,46 @@ class TestConv1d:
         assert moved == 4 * (2 * 8 * 10 + 4 * 8 * 3 + 2 * 4 * 8)
 
 
-# ------------------------------------------------------------------------------ conv_transpose2d
+# ------------------------------------------------------------------------------ conv_transpose2d, 3d
 @st.composite
-def conv_t_cases(draw):
-    """(input shapes, params, groups) of a valid transposed convolution, bias or not."""
+def conv_t_cases(draw, dims=2):
+    """(input shapes, params, groups) of a valid ``dims``-d transposed convolution, bias or not
+    (3-d extents kept small: the generated C runs on the CPU)."""
     groups = draw(st.sampled_from([1, 1, 2, 3]))
     cg, kg, n = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    params = {"stride_h": sh, "stride_w": sw, "dilation_h": dh, "dilation_w": dw}
-    params["out_pad_h"] = draw(st.integers(0, max(sh, dh) - 1))
-    params["out_pad_w"] = draw(st.integers(0, max(sw, dw) - 1))
-    # padding that leaves at least one output row and column
-    full_h = (h - 1) * sh + dh * (r - 1) + params["out_pad_h"] + 1
-    full_w = (w - 1) * sw + dw * (s - 1) + params["out_pad_w"] + 1
-    params["pad_h"] = draw(st.integers(0, (full_h - 1) // 2))
-    params["pad_w"] = draw(st.integers(0, (full_w - 1) // 2))
-    params["groups"] = groups
-    shapes = [(n, groups * cg, h, w), (groups * cg, kg, r, s)]
+    largest_tap, largest = (4, 6) if dims == 2 else (3, 4)
+    params, sizes, taps = {"groups": groups}, [], []
+    for a in AXES[dims]:
+        t, stride, d = (draw(st.integers(1, b)) for b in (largest_tap, 3, 2))
+        size = draw(st.integers(1, largest))
+        out_pad = draw(st.integers(0, max(stride, d) - 1))
+        # padding that leaves at least one output element along the axis
+        full = (size - 1) * stride + d * (t - 1) + out_pad + 1
+        params |= {f"stride_{a}": stride, f"dilation_{a}": d, f"out_pad_{a}": out_pad}
+        params[f"pad_{a}"] = draw(st.integers(0, (full - 1) // 2))
+        sizes.append(size)
+        taps.append(t)
+    shapes = [(n, groups * cg, *sizes), (groups * cg, kg, *taps)]
     if draw(st.booleans()):
         shapes.append((groups * kg,))
     return shapes, params, groups
 
 
 def torch_conv_t(xs, params, dtype):
-    """PyTorch's F.conv_transpose2d of ``xs`` in ``dtype``."""
+    """PyTorch's F.conv_transpose2d or 3d of ``xs`` in ``dtype``."""
     t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
+    axes = AXES[t[0].ndim - 2]
+    conv = F.conv_transpose2d if len(axes) == 2 else F.conv_transpose3d
     return (
-        F.conv_transpose2d(
+        conv(
             t[0],
             t[1],
             t[2] if len(t) > 2 else None,
-            stride=(params["stride_h"], params["stride_w"]),
-            padding=(params["pad_h"], params["pad_w"]),
-            output_padding=(params["out_pad_h"], params["out_pad_w"]),
+            stride=tuple(params[f"stride_{a}"] for a in axes),
+            padding=tuple(params[f"pad_{a}"] for a in axes),
+            output_padding=tuple(params[f"out_pad_{a}"] for a in axes),
             groups=params["groups"],
-            dilation=(params["dilation_h"], params["dilation_w"]),
+            dilation=tuple(params[f"dilation_{a}"] for a in axes),
         )
         .numpy()
         .astype(np.float64)
@@ -396,19 +398,26 @@ def torch_conv_t(xs, params, dtype):
 
 def conv_t_bound(xs, params):
     """``(n + 1) u sum |x_i w_i|`` per output element, n the taps of one output element at
-    most (C/groups R S)."""
+    most (C/groups R S; C/groups T R S in 3-d)."""
     mag = torch_conv_t([np.abs(x) for x in xs], params, torch.float64)
     taps = math.prod(xs[1].shape[:1]) // params["groups"] * math.prod(xs[1].shape[2:])
     return (taps + len(xs) - 1) * U * mag + 2.0**-126
 
 
-class TestConvTranspose2d:
+def conv_t_name(dims, shapes):
+    return f"conv_transpose{dims}d_bias" if len(shapes) == 3 else f"conv_transpose{dims}d"
+
+
+class TestConvTranspose:
+    """conv_transpose2d's and conv_transpose3d's properties (drawn for both) and rules."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1))
-    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
-        shapes, params, _ = case
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, dims, data, seed):
+        shapes, params, _ = data.draw(conv_t_cases(dims))
         xs = randn(seed, *shapes)
-        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        op = ops.get(conv_t_name(dims, shapes))
         got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
         exact = torch_conv_t(xs, params, torch.float64)
         assert (
@@ -420,15 +429,15 @@ class TestConvTranspose2d:
         )
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_generated_c_equals_reference_within_the_summation_bound(
-        self, case, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
-        shapes, params, _ = case
+        shapes, params, _ = data.draw(conv_t_cases(dims))
         xs = randn(seed, *shapes)
-        name = "conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d"
-        g, node = graph_of(name, shapes, params)
+        g, node = graph_of(conv_t_name(dims, shapes), shapes, params)
         want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
         (c,) = run_c(g, node, xs, so_dir, block)
         assert c.shape == want.shape
@@ -442,12 +451,51 @@ class TestConvTranspose2d:
             ([(1, 2, 3, 3), (2, 2, 3, 3)], {"out_pad_h": 1}, r"output padding 1x0 must be smaller"),
             ([(1, 2, 1, 1), (2, 2, 1, 1)], {"pad_h": 1}, r"the output would be empty"),
             ([(1, 2, 3, 3), (2, 2, 3, 3), (3,)], {}, r"bias needs 2 elements"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3)], {}, r"conv_transpose2d needs an NCHW input of 4"),
+            ([(1, 2, 3, 3), (2, 2, 3, 3, 3)], {}, r"weight of shape \(C, K/groups, R, S\)"),
         ],
     )
     def test_raises_naming_the_rule(self, shapes, params, match):
-        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        op = ops.get(conv_t_name(2, shapes))
         with pytest.raises(InvalidArgument, match=match):
             ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 2, 3, 3), (2, 2, 3, 3)], {}, r"conv_transpose3d needs an NCDHW input of 5"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3)], {}, r"weight of shape \(C, K/groups, T, R, S\)"),
+            ([(1, 4, 3, 3, 3), (2, 2, 3, 3, 3)], {}, r"weight \(2, 2, 3, 3, 3\) needs C = 4"),
+            ([(1, 4, 3, 3, 3), (4, 2, 3, 3, 3)], {"groups": 3}, r"must split into groups=3"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"stride_d": 0}, r"stride_d=0 must be an"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"pad_d": -1}, r"pad_d=-1 must be an integer"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"dilation_w": 1.5}, r"dilation_w=1\.5 must"),
+            (
+                [(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)],
+                {"stride_d": 2, "out_pad_d": 2},
+                r"output padding 2x0x0 must be smaller than the stride or the dilation "
+                r"\(2x1x1, 1x1x1\)",
+            ),
+            ([(1, 2, 1, 3, 3), (2, 2, 1, 3, 3)], {"pad_d": 1}, r"padding 1x0x0 crops the whole"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3), (3,)], {}, r"conv_transpose3d's bias needs 2"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, shapes, params, match):
+        op = ops.get(conv_t_name(3, shapes))
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @SETTINGS
+    @given(case=conv_t_cases(2), seed=st.integers(0, 2**32 - 1))
+    def test_3d_over_a_depth_of_one_is_2d_bit_for_bit(self, case, seed):
+        # a depth of one with one tap adds no term: the same float64 sums in the same order
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        two, three = ops.get(conv_t_name(2, shapes)), ops.get(conv_t_name(3, shapes))
+        deep = [x.reshape((*x.shape[:2], 1, *x.shape[2:])) if x.ndim == 4 else x for x in xs]
+        want = two.reference(xs, **{**two.defaults, **params})
+        got = three.reference(deep, **{**three.defaults, **params})
+        np.testing.assert_array_equal(got[:, :, 0], want)
 
     @needs_cxx
     @SETTINGS
@@ -481,11 +529,18 @@ class TestConvTranspose2d:
     def test_cost_counts_two_flops_per_input_element_and_tap(self):
         flops, _ = ops.get("conv_transpose2d").op_cost([(2, 4, 5, 5), (4, 3, 2, 2)], (2, 3, 10, 10))
         assert flops == 2 * (2 * 4 * 5 * 5) * (3 * 2 * 2)
+        # 3-d, a bias: one add per output element more
+        flops, moved = ops.get("conv_transpose3d_bias").op_cost(
+            [(1, 4, 2, 3, 3), (4, 1, 2, 2, 2), (2,)], (1, 2, 4, 6, 6)
+        )
+        assert flops == 2 * (4 * 2 * 3 * 3) * (1 * 2 * 2 * 2) + 2 * 4 * 6 * 6
+        assert moved == 4 * (4 * 18 + 4 * 8 + 2 + 2 * 4 * 36)
 
 
 # ------------------------------------------------------------------------------ epilogues
-def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
-    """x -> conv (2-d or 3-d) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
+def conv_block(depthwise: bool, bn: bool = False, dims: int = 2, transposed: bool = False):
+    """x -> conv (2-d or 3-d; transposed or not: a 3x3(x3) window padded by 1, stride 1, keeps
+    the shape either way) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
     relu -> add(residual) -> out, every step its own fusible kernel."""
     b = GraphBuilder()
     c = 4
@@ -499,6 +554,9 @@ def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
     vecs = [b.alloc_external_buffer(v, 4 * c, shape=(c,)) for v in names]
     pads = {p: 1 for a in AXES[dims] for p in PADS[a]}
     chain = [(f"conv{dims}d", pads, [x, w])]
+    if transposed:  # (its weight is (C, K/groups, ...): the same shape here)
+        pads = {f"pad_{a}": 1 for a in AXES[dims]} | {"groups": c if depthwise else 1}
+        chain = [(f"conv_transpose{dims}d", pads, [x, w])]
     if bn:
         chain += [("batch_norm", {}, vecs), ("hardtanh", {"min_val": 0.0, "max_val": 6.0}, [])]
     chain += [("relu", {}, []), ("add", {}, [res])]
@@ -521,11 +579,14 @@ def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
 
 
 class TestEpilogues:
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn, dims):
-        g, inputs, names = conv_block(depthwise, bn, dims)
+    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(
+        self, depthwise, bn, dims, transposed
+    ):
+        g, inputs, names = conv_block(depthwise, bn, dims, transposed)
         want = evaluate(g, inputs)["out"]
         for streams in (1, 2):
             fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
@@ -535,11 +596,12 @@ class TestEpilogues:
             np.testing.assert_array_equal(got, want)
 
     @needs_cxx
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, so_dir):
-        g, inputs, _ = conv_block(depthwise, bn, dims)
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, transposed, so_dir):
+        g, inputs, _ = conv_block(depthwise, bn, dims, transposed)
         vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
         for nid in g.topological_order():
             node = g.node(nid)
@@ -897,6 +959,14 @@ NVRTC_CASES = {
     "conv_transpose1d_bias": ([(1, 4, 7), (4, 1, 3), (2,)], {"groups": 2, "dilation": 2}),
     "conv_transpose2d": ([(1, 4, 5, 5), (4, 3, 4, 4)], {"stride_h": 2, "stride_w": 2, "pad_h": 1}),
     "conv_transpose2d_bias": ([(1, 4, 5, 5), (4, 1, 3, 3), (2,)], {"groups": 2, "out_pad_w": 0}),
+    "conv_transpose3d": (
+        [(1, 4, 3, 4, 4), (4, 3, 2, 3, 3)],
+        {"stride_d": 2, "stride_h": 2, "pad_w": 1, "out_pad_d": 1, "dilation_w": 2},
+    ),
+    "conv_transpose3d_bias": (
+        [(2, 4, 2, 3, 3), (4, 1, 3, 2, 2), (2,)],
+        {"groups": 2, "dilation_d": 2, "pad_h": 1, "stride_w": 3, "out_pad_w": 2},
+    ),
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
@@ -935,11 +1005,12 @@ class TestNvrtc:
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims):
-        g, _, _ = conv_block(depthwise, bn, dims)
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims, transposed):
+        g, _, _ = conv_block(depthwise, bn, dims, transposed)
         fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
         (k,) = fg.kernels()
         ks = kernel_source(fg, k)
