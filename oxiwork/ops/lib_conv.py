@@ -23,9 +23,12 @@ conv2d's. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
 ``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
-``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
+``factor_h x factor_w`` times (whole factors; ``upsample_nearest3d``: ``factor_d x factor_h x
+factor_w``); ``upsample_bilinear2d`` and ``upsample_trilinear3d`` resize to any size as
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
-axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
+axis, the axes' interpolations nested as torch nests them, so the generated C equals the
+reference bit for bit and both are within a few float32 roundings per axis of torch's,
+whose vectorised kernel rounds in its own order); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
 S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one);
 ``conv_transpose3d`` (``_bias``) is ConvTranspose3d over NCDHW, its weight ``(C, K / groups,
 T, R, S)``, with ``stride_d``, ``pad_d``, ``dilation_d`` and ``out_pad_d`` too: one
@@ -1113,19 +1116,27 @@ def _pad_element(
 
 
 # ----------------------------------------------------------------------------- upsample
-def _upsample_factors(params: Mapping[str, float]) -> tuple[int, int]:
-    return _int(params, "factor_h", 1), _int(params, "factor_w", 1)
+# Nearest upsampling by whole factors, 2-d (NCHW) and 3-d (NCDHW): output (o,) p, q reads
+# input (o / factor_d,) p / factor_h, q / factor_w (an exact integer division).
+def _upsample_params(dims: int) -> tuple[tuple[str, float], ...]:
+    return tuple((f"factor_{a.name}", 1.0) for a in _axes(dims))
 
 
-def _upsample_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    n, c, h, w = _spatial(ins, "upsample_nearest2d")
-    fh, fw = _upsample_factors(params)
-    return (n, c, h * fh, w * fw)
+def _upsample_factors(params: Mapping[str, float], dims: int = 2) -> list[int]:
+    return [_int(params, f"factor_{a.name}", 1) for a in _axes(dims)]
 
 
-def _upsample_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    fh, fw = _upsample_factors(params)
-    return np.repeat(np.repeat(xs[0], fh, axis=2), fw, axis=3)
+def _upsample_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    n, c, *sizes = _spatial(ins, f"upsample_nearest{dims}d", dims)
+    factors = _upsample_factors(params, dims)
+    return (n, c, *(s * f for s, f in zip(sizes, factors, strict=True)))
+
+
+def _upsample_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    out = xs[0]
+    for axis, factor in enumerate(_upsample_factors(params, dims), start=2):
+        out = np.repeat(out, factor, axis=axis)
+    return out
 
 
 def _upsample_element(
@@ -1135,46 +1146,61 @@ def _upsample_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    # out[n, c, p, q] = x[n, c, p / factor_h, q / factor_w]: a copy of the element the
-    # output's nearest source is (integer factors: an exact integer division)
-    _, _, h, w = ins[0]
-    fh, fw = _upsample_factors(params)
-    g = {"H": h, "W": w, "P": out[2], "Q": out[3], "FH": fh, "FW": fw}
+    # out[n, c, (o,) p, q] = x[n, c, (o / factor_d,) p / factor_h, q / factor_w]: a copy of
+    # the element the output's nearest source is (integer factors: an exact integer division)
+    axes = _axes(dims)
+    factors = _upsample_factors(params, dims)
+    g = {a.size: size for a, size in zip(axes, ins[0][2:], strict=True)}
+    g |= {a.out: size for a, size in zip(axes, out[2:], strict=True)}
+    g |= {"F" + a.size: f for a, f in zip(axes, factors, strict=True)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, var, z)
-    lines.append(
-        f"float t{j} = {ptrs[0]}[{v}x + ({v}p / {z['FH']}) * {z['W']} + {v}q / {z['FW']}];"
-    )
+    sources = [f"{v}{a.index} / {z['F' + a.size]}" for a in axes]
+    # (a bracketed source but the last: _horner adds bracket around sums only)
+    index = _horner([f"({s})" for s in sources[:-1]] + sources[-1:], [z[a.size] for a in axes])
+    lines = _pool_head(j, var, z, dims)
+    lines.append(f"float t{j} = {ptrs[0]}[{v}x + {index}];")
     return lines, [(z[name], g[name]) for name in g]
 
 
 # ----------------------------------------------------------------------------- bilinear
-# Bilinear resizing as torch's CPU kernel computes it (aten/src/ATen/native/UpSample.h,
-# area_pixel_compute_source_index, and UpSampleKernel.cpp, guard_index_and_lambda), in
-# float32: output row p reads rows h0 and h1 = h0 + (h0 < H - 1) with weights 1 - l and l,
-# where src = ratio p (align_corners) or max(ratio (p + 0.5) - 0.5, 0), h0 = min(floor(src),
-# H - 1) and l = min(max(src - h0, 0), 1); an output as large as the input copies it. The
-# ratio is a parameter, the float32 value torch computes from the sizes or the scale factor
-# it was given (the importer works it out), so no size decides it twice.
-_BILINEAR_PARAMS = (
-    ("out_h", 1.0),
-    ("out_w", 1.0),
-    ("ratio_h", 1.0),
-    ("ratio_w", 1.0),
-    ("align_corners", 0.0),
-)
+# Bilinear (2-d) and trilinear (3-d) resizing as torch's CPU kernel computes it
+# (aten/src/ATen/native/UpSample.h, area_pixel_compute_source_index, and
+# UpSampleKernel.cpp, guard_index_and_lambda and Interpolate), in float32: along each axis,
+# output row p reads rows h0 and h1 = h0 + (h0 < H - 1) with weights 1 - l and l, where
+# src = ratio p (align_corners) or max(ratio (p + 0.5) - 0.5, 0), h0 = min(floor(src), H - 1)
+# and l = min(max(src - h0, 0), 1); an output axis as large as the input's copies it. The
+# axes combine as torch's Interpolate does, the first outermost: (lerp over the remaining
+# axes at h0) (1 - l) + (the same at h1) l. The ratio is a parameter, the float32 value
+# torch computes from the sizes or the scale factor it was given (the importer works it
+# out), so no size decides it twice.
+def _bilinear_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """Output sizes, ratios, align_corners (2-d: ``out_h, out_w, ratio_h, ratio_w,
+    align_corners``)."""
+    axes = _axes(dims)
+    return (
+        *((f"out_{a.name}", 1.0) for a in axes),
+        *((f"ratio_{a.name}", 1.0) for a in axes),
+        ("align_corners", 0.0),
+    )
 
 
-def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    n, c, _, _ = _spatial(ins, "upsample_bilinear2d")
-    for name in ("ratio_h", "ratio_w"):
+def _bilinear_name(dims: int) -> str:
+    return "upsample_bilinear2d" if dims == 2 else "upsample_trilinear3d"
+
+
+def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    n, c, *_ = _spatial(ins, _bilinear_name(dims), dims)
+    axes = _axes(dims)
+    for name in (f"ratio_{a.name}" for a in axes):
         if not 0 <= params[name] < 2**24:
             raise _ShapeProblem(f"parameter {name}={params[name]!r} must be in [0, 2**24)")
     if params["align_corners"] not in (0, 1):
         raise _ShapeProblem(f"parameter align_corners={params['align_corners']!r} must be 0 or 1")
-    return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
+    return (n, c, *(_int(params, f"out_{a.name}", 1) for a in axes))
 
 
 def _bilinear_taps(
@@ -1196,16 +1222,27 @@ def _bilinear_taps(
     return i0, i1, (F32(1) - lam).astype(F32), lam.astype(F32)
 
 
-def _bilinear_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _bilinear_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     x = xs[0].astype(F32)
-    _, _, p, q = _bilinear_shape([x.shape], params)
+    outs = _bilinear_shape([x.shape], params, dims=dims)[2:]
     align = bool(params["align_corners"])
-    h0, h1, a0, a1 = _bilinear_taps(x.shape[2], p, params["ratio_h"], align)
-    w0, w1, b0, b1 = _bilinear_taps(x.shape[3], q, params["ratio_w"], align)
+    taps = [
+        _bilinear_taps(size, out, params[f"ratio_{a.name}"], align)
+        for a, size, out in zip(_axes(dims), x.shape[2:], outs, strict=True)
+    ]
+
+    def lerp(part: np.ndarray, k: int) -> np.ndarray:
+        # axis 2 + k of ``part`` interpolated, the axes after it first (as the C nests them)
+        if k == dims:
+            return part
+        i0, i1, l0, l1 = taps[k]
+        shape = (-1,) + (1,) * (dims - 1 - k)  # (the weights broadcast along axis 2 + k)
+        lo = lerp(np.take(part, i0, axis=2 + k), k + 1)
+        hi = lerp(np.take(part, i1, axis=2 + k), k + 1)
+        return lo * l0.reshape(shape) + hi * l1.reshape(shape)
+
     with np.errstate(all="ignore"):
-        top = x[:, :, h0][..., w0] * b0 + x[:, :, h0][..., w1] * b1
-        bottom = x[:, :, h1][..., w0] * b0 + x[:, :, h1][..., w1] * b1
-        return (top * a0[:, None] + bottom * a1[:, None]).astype(F32)
+        return lerp(x, 0).astype(F32)
 
 
 def _bilinear_axis(
@@ -1241,22 +1278,31 @@ def _bilinear_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    _, _, h, w = ins[0]
+    axes = _axes(dims)
     align = bool(_int(params, "align_corners", 0))
-    g = {"H": h, "W": w, "P": out[2], "Q": out[3]}
+    g = {a.size: size for a, size in zip(axes, ins[0][2:], strict=True)}
+    g |= {a.out: size for a, size in zip(axes, out[2:], strict=True)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    x = ptrs[0]
-    lines = _pool_head(j, var, z)
-    lines += _bilinear_axis(v, "h", "p", z["H"], z["P"], "{ratio_h}", align)
-    lines += _bilinear_axis(v, "w", "q", z["W"], z["Q"], "{ratio_w}", align)
-    lines += [
-        f"float t{j} = ({x}[{v}x + {v}h0 * {z['W']} + {v}w0] * {v}wl0 + "
-        f"{x}[{v}x + {v}h0 * {z['W']} + {v}w1] * {v}wl1) * {v}hl0 + "
-        f"({x}[{v}x + {v}h1 * {z['W']} + {v}w0] * {v}wl0 + "
-        f"{x}[{v}x + {v}h1 * {z['W']} + {v}w1] * {v}wl1) * {v}hl1;",
-    ]
+    lines = _pool_head(j, var, z, dims)
+    for a in axes:
+        ratio = f"{{ratio_{a.name}}}"  # (the kernel's float argument)
+        lines += _bilinear_axis(v, a.name, a.index, z[a.size], z[a.out], ratio, align)
+
+    def lerp(k: int, at: list[str]) -> str:
+        # the same nesting as the reference: axis k's two sources, the later axes inside
+        if k == dims:
+            return f"{ptrs[0]}[{v}x + {_horner(at, [z[a.size] for a in axes])}]"
+        b = v + axes[k].name
+        lo, hi = lerp(k + 1, [*at, f"{b}0"]), lerp(k + 1, [*at, f"{b}1"])
+        if k + 1 < dims:  # (a sum: bracketed before its weight multiplies it)
+            lo, hi = f"({lo})", f"({hi})"
+        return f"{lo} * {b}l0 + {hi} * {b}l1"
+
+    lines.append(f"float t{j} = {lerp(0, [])};")
     return lines, [(z[name], g[name]) for name in g]
 
 
@@ -1505,29 +1551,38 @@ CONV_OPS: tuple[OpDef, ...] = (
             ),
         )
     ),
-    # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2))
-    OpDef(
-        "upsample_nearest2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_upsample_reference,
-        params=(("factor_h", 1.0), ("factor_w", 1.0)),
-        element=_upsample_element,
-        shape=_upsample_shape,
-        flops_per_element=0.0,
-        typed_pointers=True,
+    # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2)), 2-d and
+    # 3-d
+    *(
+        OpDef(
+            f"upsample_nearest{dims}d",
+            FusionClass.OUT_ELEMENTWISE,
+            1,
+            reference=functools.partial(_upsample_reference, dims=dims),
+            params=_upsample_params(dims),
+            element=functools.partial(_upsample_element, dims=dims),
+            shape=functools.partial(_upsample_shape, dims=dims),
+            flops_per_element=0.0,
+            typed_pointers=True,
+        )
+        for dims in (2, 3)
     ),
-    # bilinear resizing to any size (nn.Upsample(mode="bilinear"), F.interpolate)
-    OpDef(
-        "upsample_bilinear2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_bilinear_reference,
-        params=_BILINEAR_PARAMS,
-        element=_bilinear_element,
-        shape=_bilinear_shape,
-        flops_per_element=11.0,
-        typed_pointers=True,
+    # bilinear and trilinear resizing to any size (nn.Upsample(mode="bilinear" or
+    # "trilinear"), F.interpolate): per output element 2**dims - 1 lerps of 3 flops (two
+    # products, a sum) and a weight 1 - l per axis (11 in 2-d, 24 in 3-d)
+    *(
+        OpDef(
+            _bilinear_name(dims),
+            FusionClass.OUT_ELEMENTWISE,
+            1,
+            reference=functools.partial(_bilinear_reference, dims=dims),
+            params=_bilinear_params(dims),
+            element=functools.partial(_bilinear_element, dims=dims),
+            shape=functools.partial(_bilinear_shape, dims=dims),
+            flops_per_element=3.0 * (2**dims - 1) + dims,
+            typed_pointers=True,
+        )
+        for dims in (2, 3)
     ),
     OpDef(
         "constant_pad",

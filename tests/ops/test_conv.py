@@ -787,40 +787,46 @@ def bilinear_ratio(size: int, out: int, align: bool, factor: float | None) -> fl
     return float(np.float32(size) / np.float32(out))
 
 
+def linear_name(dims):
+    return "upsample_bilinear2d" if dims == 2 else "upsample_trilinear3d"
+
+
 class TestBilinear:
+    """upsample_bilinear2d and upsample_trilinear3d (drawn for both)."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 7), st.integers(1, 7)),
-        data=st.data(),
-        align=st.booleans(),
-        seed=st.integers(0, 2**31),
-        block=st.sampled_from([1, 4, 32]),
-    )
-    def test_reference_near_torch_and_c_equal_to_it(self, shape, data, align, seed, block, so_dir):
+    @given(data=st.data(), align=st.booleans(), seed=st.integers(0, 2**31))
+    def test_reference_near_torch_and_c_equal_to_it(self, dims, data, align, seed, so_dir):
+        largest, out_largest = (7, 12) if dims == 2 else (4, 7)  # (3-d: C on the CPU)
+        sizes = [data.draw(st.integers(1, largest), label="size") for _ in range(dims)]
+        shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), *sizes)
         (x,) = randn(seed, shape)
+        mode = "bilinear" if dims == 2 else "trilinear"
         if data.draw(st.booleans(), label="by factor"):
             shrink = [0.5] if min(shape[2:]) >= 2 else []  # (a size of 1 halves to nothing)
             factor = data.draw(st.sampled_from([*shrink, 1.0, 1.5, 2.0, 2.5, 3.0]), label="factor")
             want = F.interpolate(
-                torch.from_numpy(x), scale_factor=factor, mode="bilinear", align_corners=align
+                torch.from_numpy(x), scale_factor=factor, mode=mode, align_corners=align
             ).numpy()
             out = want.shape[2:]
         else:
             factor = None
-            out = (data.draw(st.integers(1, 12)), data.draw(st.integers(1, 12)))
+            out = tuple(data.draw(st.integers(1, out_largest), label="out") for _ in range(dims))
             want = F.interpolate(
-                torch.from_numpy(x), size=out, mode="bilinear", align_corners=align
+                torch.from_numpy(x), size=out, mode=mode, align_corners=align
             ).numpy()
-        params = {"out_h": out[0], "out_w": out[1], "align_corners": float(align)}
-        params["ratio_h"] = bilinear_ratio(shape[2], out[0], align, factor)
-        params["ratio_w"] = bilinear_ratio(shape[3], out[1], align, factor)
-        got = ops.get("upsample_bilinear2d").reference([x], **params)
+        params = {"align_corners": float(align)}
+        for a, size, o in zip(AXES[dims], shape[2:], out, strict=True):
+            params |= {f"out_{a}": o, f"ratio_{a}": bilinear_ratio(size, o, align, factor)}
+        got = ops.get(linear_name(dims)).reference([x], **params)
         assert got.shape == want.shape
         # torch's vectorised kernel rounds its sums in another order: a few float32 roundings
-        # of values no larger than the input's
-        assert np.all(np.abs(got - want) <= 8 * U * np.abs(x).max() + 1e-30)
+        # per interpolated axis, of values no larger than the input's
+        assert np.all(np.abs(got - want) <= 4 * dims * U * np.abs(x).max() + 1e-30)
         if CXX is not None:  # the same float32 operations in the same order: bit for bit
-            g, node = graph_of("upsample_bilinear2d", [shape], params)
+            block = data.draw(st.sampled_from([1, 4, 32]), label="block")
+            g, node = graph_of(linear_name(dims), [shape], params)
             (c,) = run_c(g, node, [x], so_dir, block)
             np.testing.assert_array_equal(c, got)
 
@@ -833,6 +839,38 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "out_h": 2.5}, "u")
         with pytest.raises(InvalidArgument, match=r"align_corners=2\.0 must be 0 or 1"):
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "align_corners": 2.0}, "u")
+
+    @pytest.mark.parametrize(
+        ("shape", "params", "match"),
+        [
+            ((1, 1, 2, 2), {}, r"upsample_trilinear3d needs an NCDHW input of 5 dimensions"),
+            ((1, 1, 2, 2, 2), {"ratio_d": -0.5}, r"ratio_d=-0\.5 must be in \[0, 2\*\*24\)"),
+            ((1, 1, 2, 2, 2), {"out_d": 0}, r"out_d=0 must be an integer >= 1"),
+            ((1, 1, 2, 2, 2), {"align_corners": 0.5}, r"align_corners=0\.5 must be 0 or 1"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, shape, params, match):
+        op = ops.get("upsample_trilinear3d")
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "u")
+
+    @SETTINGS
+    @given(
+        shape=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 5), st.integers(1, 5)),
+        out=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+        align=st.booleans(),
+        seed=st.integers(0, 2**31),
+    )
+    def test_trilinear_over_a_depth_kept_is_bilinear_bit_for_bit(self, shape, out, align, seed):
+        # a depth copied (out_d == D) weighs its one source by 1 and its copy by 0: the same
+        # float32 values as the 2-d interpolation, for any ratio_d
+        (x,) = randn(seed, (shape[0], shape[1], 2, *shape[2:]))
+        p2 = {"out_h": out[0], "out_w": out[1], "align_corners": float(align)}
+        p2 |= {f"ratio_{a}": bilinear_ratio(s, o, align, None) for a, s, o in
+               zip("hw", shape[2:], out, strict=True)}  # fmt: skip
+        two = ops.get("upsample_bilinear2d").reference([x[:, :, 1]], **p2)
+        three = ops.get("upsample_trilinear3d").reference([x], **p2, out_d=2, ratio_d=0.75)
+        np.testing.assert_array_equal(three[:, :, 1], two)
 
 
 @pytest.mark.parametrize("dims", [2, 3])
@@ -918,30 +956,38 @@ class TestPadAndCat:
 
 # ------------------------------------------------------------------------------ upsample
 class TestUpsampleNearest:
+    """upsample_nearest2d and upsample_nearest3d (drawn for both)."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(*[st.integers(1, 4)] * 4),
-        factors=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-        seed=st.integers(0, 2**32 - 1),
-        block=st.sampled_from([1, 4, 32]),
-    )
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_reference_and_generated_c_equal_torch_bit_for_bit(
-        self, shape, factors, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
+        shape = data.draw(st.tuples(*[st.integers(1, 4 if dims == 2 else 3)] * (dims + 2)))
+        factors = data.draw(st.tuples(*[st.integers(1, 3)] * dims))
         (x,) = randn(seed, shape)
         x.reshape(-1)[0] = np.nan  # moved, never computed: NaN and all
-        params = {"factor_h": factors[0], "factor_w": factors[1]}
+        params = {f"factor_{a}": f for a, f in zip(AXES[dims], factors, strict=True)}
         want = F.interpolate(torch.from_numpy(x), scale_factor=factors, mode="nearest").numpy()
-        op = ops.get("upsample_nearest2d")
+        op = ops.get(f"upsample_nearest{dims}d")
         np.testing.assert_array_equal(op.reference([x], **params), want)
-        g, node = graph_of("upsample_nearest2d", [shape], params)
+        g, node = graph_of(f"upsample_nearest{dims}d", [shape], params)
         (c,) = run_c(g, node, [x], so_dir, block)
         np.testing.assert_array_equal(c, want)
 
-    def test_raises_on_a_fractional_factor(self):
-        op = ops.get("upsample_nearest2d")
-        with pytest.raises(InvalidArgument, match=r"factor_h=1\.5 must be an integer >= 1"):
-            ops.infer_shape(op, [(1, 2, 3, 3)], {"factor_h": 1.5, "factor_w": 2.0}, "u")
+    @pytest.mark.parametrize(
+        ("name", "shape", "params", "match"),
+        [
+            ("upsample_nearest2d", (1, 2, 3, 3), {"factor_h": 1.5}, r"factor_h=1\.5 must be an"),
+            ("upsample_nearest3d", (1, 2, 3, 3, 3), {"factor_d": 0}, r"factor_d=0 must be an"),
+            ("upsample_nearest3d", (1, 2, 3, 3), {}, r"NCDHW input of 5 dimensions"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, name, shape, params, match):
+        op = ops.get(name)
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "u")
 
 
 # ------------------------------------------------------------------------------ NVRTC
@@ -987,6 +1033,19 @@ NVRTC_CASES = {
         [(1, 2, 3, 5)],
         {"out_h": 7, "out_w": 10, "ratio_h": 3 / 7, "ratio_w": 0.5, "align_corners": 0},
     ),
+    "upsample_nearest3d": ([(1, 2, 2, 3, 5)], {"factor_d": 3, "factor_h": 2, "factor_w": 1}),
+    "upsample_trilinear3d": (
+        [(1, 2, 2, 3, 5)],
+        {
+            "out_d": 4,
+            "out_h": 2,
+            "out_w": 10,
+            "ratio_d": 1 / 3,
+            "ratio_h": 1.5,
+            "ratio_w": 0.5,
+            "align_corners": 0,
+        },
+    ),
     "cat_3": ([(2, 1, 3), (2, 2, 3), (2, 4, 3)], {"axis": 1}),
 }
 
@@ -1004,6 +1063,26 @@ class TestNvrtc:
         g, node = graph_of(name, shapes, params)
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
+
+    @pytest.mark.parametrize("name", ["upsample_bilinear2d", "upsample_trilinear3d"])
+    def test_resizing_with_align_corners_compiles_fused_with_an_epilogue(self, nvrtc_compile, name):
+        # (NVRTC_CASES resize without align_corners, alone)
+        shapes, params = NVRTC_CASES[name]
+        params = {**params, "align_corners": 1}
+        out_shape = ops.infer_shape(ops.get(name), shapes, params, "u")
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * math.prod(shapes[0]), shape=shapes[0])
+        y = b.alloc_buffer("y", 4 * math.prod(out_shape), shape=out_shape)
+        out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+        b.add_kernel("up", 1, 64).op(name).params(**params).inputs([x]).outputs([y]).fusible(
+            True
+        ).finish()
+        b.add_kernel("act", 1, 64).op("relu").inputs([y]).outputs([out]).fusible(True).finish()
+        fg = ExecutionPlan.build(b.build(), max_streams=1, fusion=True).graph
+        (k,) = fg.kernels()
+        assert [s.op for s in k.fused.steps] == [name, "relu"]
+        ks = kernel_source(fg, k)
+        assert "{v}" not in ks.source and nvrtc_compile(ks.source, ks.function_name, "sm_90")
 
     @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
