@@ -1432,11 +1432,6 @@ def _sizes(v: Any, n: int, default: Any = None) -> tuple[int, ...] | None:
     return (int(v),) * n
 
 
-def _pair(v: Any, default: Any = None) -> tuple[int, int] | None:
-    """A torch int-or-list size as (h, w); ``default`` for an empty list; None if not 2-D."""
-    return _sizes(v, 2, default)  # type: ignore[return-value]
-
-
 def _nchw(call: _Call, args: Sequence[Any], dims: int = 2) -> str | None:
     """Why ``args`` are not whole float32 buffers (no view; input 0 with ``dims`` spatial
     axes: NCHW, or NCDHW), or None."""
@@ -1484,26 +1479,32 @@ def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
             {k: float(v) for k, v in params.items()},
             args,
         )
-    if transposed:
-        if len(stride) != 2:
+    dims = len(stride)
+    if transposed:  # ConvTranspose2d (NCHW) or ConvTranspose3d (NCDHW)
+        if dims not in (2, 3):
             return (
-                f"it is a {len(stride)}-d transposed convolution; the library's "
-                "conv_transpose1d and conv_transpose2d are 1-d (NCL) and 2-d (NCHW)"
+                f"it is a {dims}-d transposed convolution; the library's conv_transpose1d, "
+                "conv_transpose2d and conv_transpose3d are 1-d (NCL), 2-d (NCHW) and 3-d "
+                "(NCDHW)"
             )
         args = [x, w] if b is None else [x, w, b]
-        why = _nchw(call, args)
+        why = _nchw(call, args, dims)
         if why:
             return why
-        (ph, pw), (oh, ow) = _pair(padding), _pair(out_pad)
-        params = {"stride_h": stride[0], "stride_w": stride[1], "pad_h": ph, "pad_w": pw}
-        params |= {"dilation_h": dilation[0], "dilation_w": dilation[1]}
-        params |= {"out_pad_h": oh, "out_pad_w": ow, "groups": groups}
+        axes = "dhw"[3 - dims :]
+        params = {"groups": groups}
+        for kind, values in (
+            ("stride", stride),
+            ("pad", _sizes(padding, dims)),
+            ("dilation", dilation),
+            ("out_pad", _sizes(out_pad, dims)),
+        ):
+            params |= {f"{kind}_{a}": v for a, v in zip(axes, values, strict=True)}
         return (
-            ("conv_transpose2d" if b is None else "conv_transpose2d_bias"),
+            (f"conv_transpose{dims}d" if b is None else f"conv_transpose{dims}d_bias"),
             {k: float(v) for k, v in params.items()},
             args,
         )
-    dims = len(stride)
     if dims == 1:
         return _conv1d(call)
     if dims not in (2, 3):
@@ -1555,53 +1556,84 @@ def _conv1d(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     )
 
 
-def _upsample_nearest(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    """Nearest upsampling by whole factors, where torch's own choice of each output's
-    source (run here on the input's element indices) is the library's ``p // factor``."""
-    x = call.args[0]
-    why = _nchw(call, [x])
-    if why:
-        return why
-    (_, _, h, w), (_, _, p, q) = x.shape, call.out.shape
-    if p % h or q % w:
-        return f"it resizes {h}x{w} to {p}x{q}; the library upsamples by whole factors"
-    fh, fw = p // h, q // w
+def _resize_dims(call: _Call) -> int:
+    """2 for aten.upsample_*2d, 3 for aten.upsample_*3d."""
+    return 3 if "3d" in _op_name(call.target) else 2
+
+
+def _nearest_factors(
+    target: Any,
+    rest: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    sizes: Sequence[int],
+    outs: Sequence[int],
+) -> list[int] | str:
+    """The whole factors by which nearest resizing ``target`` (called with arguments ``rest``
+    after its input) takes ``sizes`` to ``outs``, if torch's own choice of each output's
+    source (run here on the input's element indices) is ``p // factor``; else why not."""
+    if any(o % s for s, o in zip(sizes, outs, strict=True)):
+        return (
+            f"it resizes {'x'.join(map(str, sizes))} to {'x'.join(map(str, outs))}; the "
+            "library upsamples by whole factors"
+        )
+    factors = [o // s for s, o in zip(sizes, outs, strict=True)]
     torch = _torch()
-    index = torch.arange(h * w, dtype=torch.float64).reshape(1, 1, h, w)
-    chosen = call.target(index, *call.args[1:], **dict(call.kwargs)).numpy()
-    expected = np.repeat(np.repeat(index.numpy(), fh, axis=2), fw, axis=3)
+    index = torch.arange(math.prod(sizes), dtype=torch.float64).reshape(1, 1, *sizes)
+    chosen = target(index, *rest, **dict(kwargs)).numpy()
+    expected = index.numpy()
+    for axis, factor in enumerate(factors, start=2):
+        expected = np.repeat(expected, factor, axis=axis)
     if chosen.shape != expected.shape or not np.array_equal(chosen, expected):
         return "torch's nearest sources here are not p // factor; no library op picks them"
-    return "upsample_nearest2d", {"factor_h": float(fh), "factor_w": float(fw)}, [x]
+    return factors
 
 
-def _upsample_bilinear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    """Bilinear resizing: the library's upsample_bilinear2d, with the float32 ratio torch's
-    kernel computes (aten/src/ATen/native/UpSample.h, area_pixel_compute_scale): (in - 1) /
-    (out - 1) with align_corners, else 1 / the scale factor it was given, or in / out."""
+def _upsample_nearest(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Nearest upsampling (2-d or 3-d) by whole factors (:func:`_nearest_factors`)."""
+    dims = _resize_dims(call)
+    x = call.args[0]
+    why = _nchw(call, [x], dims)
+    if why:
+        return why
+    factors = _nearest_factors(
+        call.target, call.args[1:], call.kwargs, x.shape[2:], call.out.shape[2:]
+    )
+    if isinstance(factors, str):
+        return factors
+    axes = "dhw"[3 - dims :]
+    params = {f"factor_{a}": float(f) for a, f in zip(axes, factors, strict=True)}
+    return f"upsample_nearest{dims}d", params, [x]
+
+
+def _upsample_linear(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """Bilinear (2-d) or trilinear (3-d) resizing: the library's upsample_bilinear2d or
+    upsample_trilinear3d, with the float32 ratio per axis torch's kernel computes
+    (aten/src/ATen/native/UpSample.h, area_pixel_compute_scale): (in - 1) / (out - 1) with
+    align_corners, else 1 / the scale factor it was given, or in / out."""
+    dims = _resize_dims(call)
+    axes = "dhw"[3 - dims :]
     x, _, align = call.args[:3]
-    why = _nchw(call, [x])
+    why = _nchw(call, [x], dims)
     if why:
         return why
     if _op_name(call.target).endswith(".vec"):
         factors = call.args[3] if len(call.args) > 3 else call.kw("scale_factors")
-    else:
+    else:  # (input, output_size, align_corners, scales_d?, scales_h, scales_w)
         factors = [
-            call.args[k] if len(call.args) > k else call.kw(name)
-            for k, name in ((3, "scales_h"), (4, "scales_w"))
+            call.args[k] if len(call.args) > k else call.kw(f"scales_{a}")
+            for k, a in enumerate(axes, start=3)
         ]
-    (_, _, h, w), (_, _, p, q) = x.shape, call.out.shape
-    ratios = []
-    for size, out, factor in zip((h, w), (p, q), factors or (None, None), strict=True):
+    params = {"align_corners": float(bool(align))}
+    sizes, outs = x.shape[2:], call.out.shape[2:]
+    for a, size, out, factor in zip(axes, sizes, outs, factors or [None] * dims, strict=True):
         if align:
             r = np.float32(size - 1) / np.float32(out - 1) if out > 1 else np.float32(0)
         elif factor is not None and factor > 0:
             r = np.float32(1.0 / factor)
         else:
             r = np.float32(size) / np.float32(out)
-        ratios.append(float(r))
-    params = {"out_h": float(p), "out_w": float(q), "align_corners": float(bool(align))}
-    return "upsample_bilinear2d", params | {"ratio_h": ratios[0], "ratio_w": ratios[1]}, [x]
+        params |= {f"out_{a}": float(out), f"ratio_{a}": float(r)}
+    return ("upsample_bilinear2d" if dims == 2 else "upsample_trilinear3d"), params, [x]
 
 
 def _argv(call: _Call, names: Sequence[str], defaults: Sequence[Any]) -> list[Any]:
@@ -2176,8 +2208,12 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_nearest2d.default": _upsample_nearest,
-    "aten.upsample_bilinear2d.vec": _upsample_bilinear,
-    "aten.upsample_bilinear2d.default": _upsample_bilinear,
+    "aten.upsample_bilinear2d.vec": _upsample_linear,
+    "aten.upsample_bilinear2d.default": _upsample_linear,
+    "aten.upsample_nearest3d.vec": _upsample_nearest,
+    "aten.upsample_nearest3d.default": _upsample_nearest,
+    "aten.upsample_trilinear3d.vec": _upsample_linear,
+    "aten.upsample_trilinear3d.default": _upsample_linear,
     "aten.cat.default": _cat,
     "aten._to_copy.default": _to_copy,
     # ``to`` with a new dtype (un-decomposed programs; see _converts): the same cast
@@ -3039,7 +3075,7 @@ def from_module(
             if stage == "export":
                 ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}))
             else:
-                ep = ep.run_decompositions()
+                ep = ep.run_decompositions(_decompositions(ep))
     except Exception as e:  # torch raises many kinds; each becomes one GraphError quoting it
         reason = _reason(e)
         raise ExportFailed(
@@ -3050,6 +3086,29 @@ def from_module(
         ) from e
     model = from_exported_program(ep, name=label, progress=progress, patterns=patterns)
     return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+
+
+def _decompositions(ep: Any) -> Any:
+    """torch's core ATen decomposition table for ``ep``, less the 3-d resizings a library op
+    computes whole (as the table keeps their 2-d twins): trilinear always (``upsample_
+    trilinear3d``, one kernel where torch's decomposition is 8 gathers and 21 element-wise
+    ops), nearest where each of ``ep``'s resizes by whole factors (``upsample_nearest3d``;
+    other factors stay torch's decomposition, a gather the library runs, not an opaque
+    kernel)."""
+    aten = _torch().ops.aten
+    table = _torch().export.default_decompositions()
+    table.pop(aten.upsample_trilinear3d.vec, None)
+
+    def maps(node: Any) -> bool:  # (the rule's own test, on the node's static shapes)
+        sizes = tuple(int(s) for s in node.args[0].meta["val"].shape[2:])
+        outs = tuple(int(s) for s in node.meta["val"].shape[2:])
+        return not isinstance(
+            _nearest_factors(node.target, node.args[1:], node.kwargs, sizes, outs), str
+        )
+
+    if all(maps(n) for n in ep.graph.nodes if n.target is aten.upsample_nearest3d.vec):
+        table.pop(aten.upsample_nearest3d.vec, None)
+    return table
 
 
 def _eager_outputs(

@@ -23,10 +23,17 @@ conv2d's. ``conv1d`` (``conv1d_bias``) is the 1-d convolution of an ``(N, C, L)`
 with a ``(K, C / groups, S)`` weight: conv2d over a height of one (those shapes lie in memory
 as ``(N, C, 1, L)`` and ``(K, C / groups, 1, S)`` do), with parameters ``stride``,
 ``pad_left``, ``pad_right`` and ``dilation``. ``upsample_nearest2d`` repeats each element
-``factor_h x factor_w`` times (whole factors); ``upsample_bilinear2d`` resizes to any size as
+``factor_h x factor_w`` times (whole factors; ``upsample_nearest3d``: ``factor_d x factor_h x
+factor_w``); ``upsample_bilinear2d`` and ``upsample_trilinear3d`` resize to any size as
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
-axis); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
-S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one).
+axis, the axes' interpolations nested as torch nests them, so the generated C equals the
+reference bit for bit and both are within a few float32 roundings per axis of torch's,
+whose vectorised kernel rounds in its own order); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
+S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one);
+``conv_transpose3d`` (``_bias``) is ConvTranspose3d over NCDHW, its weight ``(C, K / groups,
+T, R, S)``, with ``stride_d``, ``pad_d``, ``dilation_d`` and ``out_pad_d`` too: one
+geometry, reference and C generator serve both, the 3-d C nesting a loop over the depth
+taps around the 2-d one's.
 ``max_pool2d``, ``avg_pool2d``, ``adaptive_avg_pool2d`` and ``adaptive_max_pool2d`` have
 3-d (NCDHW) twins ``max_pool3d``... with ``kernel_d``, ``stride_d``, ``pad_d``,
 ``dilation_d`` (``out_d``) parameters, from the same geometry, reference and C generator;
@@ -38,7 +45,8 @@ References compute in float64 and round once to float32, so they are within one 
 of the exact result; the generated kernels sum in float32 in a fixed order (channels, then
 kernel depths, rows, then columns), within the recursive-summation bound
 ``|error| <= (n - 1) u sum |x_i w_i|`` of the exact value (Higham, below), ``n = C/groups R
-S`` terms (``C/groups T R S`` in 3-d) and ``u = 2**-24``. PyTorch's own kernels sum in
+S`` terms (``C/groups T R S`` in 3-d; a transposed convolution's output element sums at most
+as many) and ``u = 2**-24``. PyTorch's own kernels sum in
 float32 in yet another order, so references and torch agree within that bound too (the
 tests check it).
 
@@ -424,94 +432,116 @@ def _conv1d_element(
     return _conv_element(j, ptrs, var, shapes, (out[0], out[1], 1, out[2]), p2)
 
 
-# ----------------------------------------------------------------------------- conv_transpose2d
-# The transposed (fractionally strided) convolution, the gradient of conv2d with respect to
-# its input: input element (h, w) of channel c adds x * weight[c, k, r, s] to output
-# (h sh - pad_h + r dh, w sw - pad_w + s dw) of channel k (Dumoulin & Visin, section 4). The
-# weight is (C, K/groups, R, S), as torch's ConvTranspose2d holds it; the output is
-# (N, K, P, Q) with P = (H - 1) sh - 2 pad_h + dh (R - 1) + out_pad_h + 1. Each output element
-# gathers the taps that land on it (the C below), so no two threads write one element.
-_CONV_T_PARAMS = (
-    ("stride_h", 1.0),
-    ("stride_w", 1.0),
-    ("pad_h", 0.0),
-    ("pad_w", 0.0),
-    ("dilation_h", 1.0),
-    ("dilation_w", 1.0),
-    ("out_pad_h", 0.0),
-    ("out_pad_w", 0.0),
-    ("groups", 1.0),
-)
+# ----------------------------------------------------------------------------- conv_transpose2d, 3d
+# The transposed (fractionally strided) convolution, the gradient of the convolution with
+# respect to its input: input element (h, w) of channel c adds x * weight[c, k, r, s] to
+# output (h sh - pad_h + r dh, w sw - pad_w + s dw) of channel k (Dumoulin & Visin, section
+# 4), and likewise over a depth in 3-d. The weight is (C, K/groups, R, S) ((C, K/groups, T,
+# R, S) in 3-d), as torch's ConvTranspose2d/3d hold it; each output extent is
+# P = (H - 1) sh - 2 pad_h + dh (R - 1) + out_pad_h + 1. Each output element gathers the taps
+# that land on it (the C below), so no two threads write one element.
+# (each kind's default is also its least value: strides and dilations 1, paddings 0)
+_CONV_T_KINDS = (("stride", 1.0), ("pad", 0.0), ("dilation", 1.0), ("out_pad", 0.0))
 
 
-def _conv_t_geometry(ins: Sequence[Shape], params: Mapping[str, float]) -> dict[str, int]:
-    """Every size of a transposed convolution (checked), by the names the C code uses."""
-    n, c, h, w = _spatial(ins, "conv_transpose2d")
+def _conv_t_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """A ``dims``-d transposed convolution's parameters: strides, paddings (one per axis, both
+    sides, as torch's), dilations, output paddings, groups (2-d: ``stride_h, stride_w, pad_h,
+    pad_w, dilation_h, dilation_w, out_pad_h, out_pad_w, groups``)."""
+    axes = _axes(dims)
+    return (
+        *((f"{kind}_{a.name}", default) for kind, default in _CONV_T_KINDS for a in axes),
+        ("groups", 1.0),
+    )
+
+
+def _conv_t_geometry(
+    ins: Sequence[Shape],
+    params: Mapping[str, float],
+    what: str = "conv_transpose2d",
+    dims: int = 2,
+) -> dict[str, int]:
+    """Every size of a ``dims``-d transposed convolution (checked), by the names the C code
+    uses (per axis: extent, taps, output; ``s``, ``p``, ``d``, ``o`` + the axis's name for
+    its stride, padding, dilation and output padding)."""
+    n, c, *sizes = _spatial(ins, what, dims)
+    axes = _axes(dims)
     wt = ins[1]
-    if len(wt) != 4:
-        raise _ShapeProblem(
-            f"conv_transpose2d needs a weight of shape (C, K/groups, R, S), got {wt}"
-        )
+    if len(wt) != dims + 2:
+        taps = ", ".join(a.taps for a in axes)
+        raise _ShapeProblem(f"{what} needs a weight of shape (C, K/groups, {taps}), got {wt}")
     groups = _int(params, "groups", 1)
     if wt[0] != c or c % groups:
         raise _ShapeProblem(
             f"the input has {c} channels; weight {wt} needs C = {c} rows, and C must split "
             f"into groups={groups}"
         )
-    _, kg, r, s = wt
-    g = {"N": n, "C": c, "H": h, "W": w, "K": kg * groups, "Cg": c // groups, "Kg": kg}
-    g |= {"R": r, "S": s, "sh": _int(params, "stride_h", 1), "sw": _int(params, "stride_w", 1)}
-    g |= {"ph": _int(params, "pad_h", 0), "pw": _int(params, "pad_w", 0)}
-    g |= {"dh": _int(params, "dilation_h", 1), "dw": _int(params, "dilation_w", 1)}
-    g |= {"oh": _int(params, "out_pad_h", 0), "ow": _int(params, "out_pad_w", 0)}
-    if g["oh"] >= max(g["sh"], g["dh"]) or g["ow"] >= max(g["sw"], g["dw"]):
+    _, kg, *taps = wt
+    g = {"N": n, "C": c, "K": kg * groups, "Cg": c // groups, "Kg": kg}
+    for a, size, tap in zip(axes, sizes, taps, strict=True):
+        g |= {a.size: size, a.taps: tap}
+        for kind, least in _CONV_T_KINDS:  # (g keys sh, ph, dh, oh for the height...)
+            g[kind[0] + a.name] = _int(params, f"{kind}_{a.name}", int(least))
+
+    def each(kind: str) -> str:
+        return "x".join(str(g[kind + a.name]) for a in axes)
+
+    if any(g["o" + a.name] >= max(g["s" + a.name], g["d" + a.name]) for a in axes):
         raise _ShapeProblem(
-            f"output padding {g['oh']}x{g['ow']} must be smaller than the stride or the "
-            f"dilation ({g['sh']}x{g['sw']}, {g['dh']}x{g['dw']}), as in torch"
+            f"output padding {each('o')} must be smaller than the stride or the dilation "
+            f"({each('s')}, {each('d')}), as in torch"
         )
-    g["P"] = (h - 1) * g["sh"] - 2 * g["ph"] + g["dh"] * (r - 1) + g["oh"] + 1
-    g["Q"] = (w - 1) * g["sw"] - 2 * g["pw"] + g["dw"] * (s - 1) + g["ow"] + 1
-    if g["P"] < 1 or g["Q"] < 1:
+    for a in axes:
+        g[a.out] = (
+            (g[a.size] - 1) * g["s" + a.name]
+            - 2 * g["p" + a.name]
+            + g["d" + a.name] * (g[a.taps] - 1)
+            + g["o" + a.name]
+            + 1
+        )
+    if min(g[a.out] for a in axes) < 1:
         raise _ShapeProblem(
-            f"padding {g['ph']}x{g['pw']} crops the whole {h}x{w} input's transposed "
-            "convolution: the output would be empty"
+            f"padding {each('p')} crops the whole {'x'.join(map(str, sizes))} input's "
+            "transposed convolution: the output would be empty"
         )
     if len(ins) == 3 and math.prod(ins[2]) != g["K"]:
         raise _ShapeProblem(
-            f"conv_transpose2d's bias needs {g['K']} elements (one per output channel), got {ins[2]}"
+            f"{what}'s bias needs {g['K']} elements (one per output channel), got {ins[2]}"
         )
     return g
 
 
-def _conv_t_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_t_geometry(ins, params)
-    return (g["N"], g["K"], g["P"], g["Q"])
+def _conv_t_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    g = _conv_t_geometry(ins, params, f"conv_transpose{dims}d", dims)
+    return (g["N"], g["K"], *(g[a.out] for a in _axes(dims)))
 
 
-def _conv_t_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _conv_t_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     # Scatter each tap's (grouped) matrix product into the uncropped output, in float64,
     # then crop the padding (Dumoulin & Visin 2016, section 4).
     x, wt = xs[0], xs[1]
-    g = _conv_t_geometry([x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else []), params)
+    shapes = [x.shape, wt.shape] + ([xs[2].shape] if len(xs) > 2 else [])
+    g = _conv_t_geometry(shapes, params, f"conv_transpose{dims}d", dims)
+    axes = _axes(dims)
     n, groups, cg, kg = g["N"], g["C"] // g["Cg"], g["Cg"], g["Kg"]
-    h, w, sh, sw = g["H"], g["W"], g["sh"], g["sw"]
-    full = np.zeros(
-        (n, groups, kg, g["P"] + 2 * g["ph"], g["Q"] + 2 * g["pw"]), F64
-    )  # (every tap fits: P + 2 pad is the span of the last tap, plus the output padding)
-    xg = x.astype(F64).reshape(n, groups, cg, h * w)
-    wg = wt.astype(F64).reshape(groups, cg, kg, g["R"], g["S"])
+    sizes = [g[a.size] for a in axes]
+    # (every tap fits: out + 2 pad is the span of the last tap, plus the output padding)
+    full = np.zeros((n, groups, kg, *(g[a.out] + 2 * g["p" + a.name] for a in axes)), F64)
+    xg = x.astype(F64).reshape(n, groups, cg, math.prod(sizes))
+    wg = wt.astype(F64).reshape(groups, cg, kg, *(g[a.taps] for a in axes))
     with np.errstate(all="ignore"):
-        for r in range(g["R"]):
-            for s in range(g["S"]):
-                part = np.matmul(wg[:, :, :, r, s].transpose(0, 2, 1), xg)  # (n, G, kg, h w)
-                h0, w0 = r * g["dh"], s * g["dw"]
-                full[..., h0 : h0 + sh * (h - 1) + 1 : sh, w0 : w0 + sw * (w - 1) + 1 : sw] += (
-                    part.reshape(n, groups, kg, h, w)
-                )
-        out = full[..., g["ph"] : g["ph"] + g["P"], g["pw"] : g["pw"] + g["Q"]]
+        for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
+            part = np.matmul(wg[(slice(None),) * 3 + tap].transpose(0, 2, 1), xg)
+            cut = []  # input element i of this tap lands on uncropped i stride + t dilation
+            for a, t, size in zip(axes, tap, sizes, strict=True):
+                start, step = t * g["d" + a.name], g["s" + a.name]
+                cut.append(slice(start, start + step * (size - 1) + 1, step))
+            full[(Ellipsis, *cut)] += part.reshape(n, groups, kg, *sizes)
+        crop = tuple(slice(g["p" + a.name], g["p" + a.name] + g[a.out]) for a in axes)
+        out = full[(Ellipsis, *crop)]
         if len(xs) > 2:
-            out = out + xs[2].astype(F64).reshape(1, groups, kg, 1, 1)
-        return out.reshape(n, g["K"], g["P"], g["Q"]).astype(F32)
+            out = out + xs[2].astype(F64).reshape(1, groups, kg, *(1,) * dims)
+        return out.reshape(n, g["K"], *(g[a.out] for a in axes)).astype(F32)
 
 
 def _conv_t_element(
@@ -521,41 +551,62 @@ def _conv_t_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    g = _conv_t_geometry(ins, params)
+    g = _conv_t_geometry(ins, params, f"conv_transpose{dims}d", dims)
+    axes = _axes(dims)
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(
-        j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), (f"{v}p", z["P"]), (f"{v}q", z["Q"])]
-    )
+    coords = [(f"{v}{a.index}", z[a.out]) for a in axes]
+    lines = _decompose(j, var, [(f"{v}n", ""), (f"{v}k", z["K"]), *coords])
+    x_index = _horner([f"(size_t){v}{a.coord}" for a in axes], [z[a.size] for a in axes])
+    w_index = _horner([v + a.tap for a in axes], [z[a.taps] for a in axes])
+
+    def level(k: int) -> list[str]:
+        # one loop per axis over its taps, the depth's outermost
+        if k == len(axes):
+            return [f"t{j} += {ptrs[0]}[{v}x + {x_index}] * {ptrs[1]}[{v}w + {w_index}];"]
+        a = axes[k]
+        tap, shifted, coord = v + a.tap, f"{v}{a.name}s", v + a.coord
+        return [
+            f"for (size_t {tap} = 0; {tap} < {z[a.taps]}; ++{tap}) {{",
+            # the input coordinate whose tap lands on this output one: (p + pad - r dh) / sh,
+            # exactly (a remainder: no input lands there)
+            f"    long long {shifted} = (long long)({v}{a.index} + {z['p' + a.name]}) - "
+            f"(long long)({tap} * {z['d' + a.name]});",
+            f"    if ({shifted} < 0 || {shifted} % (long long){z['s' + a.name]} != 0) continue;",
+            f"    long long {coord} = {shifted} / (long long){z['s' + a.name]};",
+            f"    if ({coord} >= (long long){z[a.size]}) continue;",
+            *[f"    {line}" for line in level(k + 1)],
+            "}",
+        ]
+
     lines += [
         f"size_t {v}g = {v}k / {z['Kg']};",
         f"size_t {v}kk = {v}k % {z['Kg']};",
         f"float t{j} = 0.0f;",
         f"for (size_t {v}c = 0; {v}c < {z['Cg']}; ++{v}c) {{",
         f"    size_t {v}ci = {v}g * {z['Cg']} + {v}c;",
-        f"    size_t {v}x = ({v}n * {z['C']} + {v}ci) * {z['H']} * {z['W']};",
-        f"    size_t {v}w = ({v}ci * {z['Kg']} + {v}kk) * {z['R']} * {z['S']};",
-        f"    for (size_t {v}r = 0; {v}r < {z['R']}; ++{v}r) {{",
-        # the input row whose tap r lands on output row p: (p + pad - r dh) / sh, exactly
-        f"        long long {v}hs = (long long)({v}p + {z['ph']}) - (long long)({v}r * {z['dh']});",
-        f"        if ({v}hs < 0 || {v}hs % (long long){z['sh']} != 0) continue;",
-        f"        long long {v}h = {v}hs / (long long){z['sh']};",
-        f"        if ({v}h >= (long long){z['H']}) continue;",
-        f"        for (size_t {v}s = 0; {v}s < {z['S']}; ++{v}s) {{",
-        f"            long long {v}ws = (long long)({v}q + {z['pw']}) - (long long)({v}s * {z['dw']});",
-        f"            if ({v}ws < 0 || {v}ws % (long long){z['sw']} != 0) continue;",
-        f"            long long {v}c2 = {v}ws / (long long){z['sw']};",
-        f"            if ({v}c2 >= (long long){z['W']}) continue;",
-        f"            t{j} += {ptrs[0]}[{v}x + (size_t){v}h * {z['W']} + (size_t){v}c2] * "
-        f"{ptrs[1]}[{v}w + {v}r * {z['S']} + {v}s];",
-        "        }",
-        "    }",
+        f"    size_t {v}x = ({v}n * {z['C']} + {v}ci) * {' * '.join(z[a.size] for a in axes)};",
+        f"    size_t {v}w = ({v}ci * {z['Kg']} + {v}kk) * {' * '.join(z[a.taps] for a in axes)};",
+        *[f"    {line}" for line in level(0)],
         "}",
     ]
     if len(ptrs) > 2:  # the bias is added last, as the reference adds it to the sum
         lines.append(f"t{j} += {ptrs[2]}[{v}k];")
-    used = ("C", "H", "W", "K", "Cg", "Kg", "R", "S", "P", "Q", "sh", "sw", "ph", "pw", "dh", "dw")
+    used = (
+        "C",
+        *(a.size for a in axes),
+        "K",
+        "Cg",
+        "Kg",
+        *(a.taps for a in axes),
+        *(a.out for a in axes),
+        *("s" + a.name for a in axes),
+        *("p" + a.name for a in axes),
+        *("d" + a.name for a in axes),
+    )
     return lines, [(z[name], g[name]) for name in used]
 
 
@@ -592,7 +643,7 @@ def _as_conv_t2d(
 
 
 def _conv_t1d_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    g = _conv_t_geometry(*_as_conv_t2d(ins, params))
+    g = _conv_t_geometry(*_as_conv_t2d(ins, params), what="conv_transpose1d")
     return (g["N"], g["K"], g["Q"])
 
 
@@ -1065,19 +1116,27 @@ def _pad_element(
 
 
 # ----------------------------------------------------------------------------- upsample
-def _upsample_factors(params: Mapping[str, float]) -> tuple[int, int]:
-    return _int(params, "factor_h", 1), _int(params, "factor_w", 1)
+# Nearest upsampling by whole factors, 2-d (NCHW) and 3-d (NCDHW): output (o,) p, q reads
+# input (o / factor_d,) p / factor_h, q / factor_w (an exact integer division).
+def _upsample_params(dims: int) -> tuple[tuple[str, float], ...]:
+    return tuple((f"factor_{a.name}", 1.0) for a in _axes(dims))
 
 
-def _upsample_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    n, c, h, w = _spatial(ins, "upsample_nearest2d")
-    fh, fw = _upsample_factors(params)
-    return (n, c, h * fh, w * fw)
+def _upsample_factors(params: Mapping[str, float], dims: int = 2) -> list[int]:
+    return [_int(params, f"factor_{a.name}", 1) for a in _axes(dims)]
 
 
-def _upsample_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
-    fh, fw = _upsample_factors(params)
-    return np.repeat(np.repeat(xs[0], fh, axis=2), fw, axis=3)
+def _upsample_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    n, c, *sizes = _spatial(ins, f"upsample_nearest{dims}d", dims)
+    factors = _upsample_factors(params, dims)
+    return (n, c, *(s * f for s, f in zip(sizes, factors, strict=True)))
+
+
+def _upsample_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
+    out = xs[0]
+    for axis, factor in enumerate(_upsample_factors(params, dims), start=2):
+        out = np.repeat(out, factor, axis=axis)
+    return out
 
 
 def _upsample_element(
@@ -1087,46 +1146,61 @@ def _upsample_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    # out[n, c, p, q] = x[n, c, p / factor_h, q / factor_w]: a copy of the element the
-    # output's nearest source is (integer factors: an exact integer division)
-    _, _, h, w = ins[0]
-    fh, fw = _upsample_factors(params)
-    g = {"H": h, "W": w, "P": out[2], "Q": out[3], "FH": fh, "FW": fw}
+    # out[n, c, (o,) p, q] = x[n, c, (o / factor_d,) p / factor_h, q / factor_w]: a copy of
+    # the element the output's nearest source is (integer factors: an exact integer division)
+    axes = _axes(dims)
+    factors = _upsample_factors(params, dims)
+    g = {a.size: size for a, size in zip(axes, ins[0][2:], strict=True)}
+    g |= {a.out: size for a, size in zip(axes, out[2:], strict=True)}
+    g |= {"F" + a.size: f for a, f in zip(axes, factors, strict=True)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _pool_head(j, var, z)
-    lines.append(
-        f"float t{j} = {ptrs[0]}[{v}x + ({v}p / {z['FH']}) * {z['W']} + {v}q / {z['FW']}];"
-    )
+    sources = [f"{v}{a.index} / {z['F' + a.size]}" for a in axes]
+    # (a bracketed source but the last: _horner adds bracket around sums only)
+    index = _horner([f"({s})" for s in sources[:-1]] + sources[-1:], [z[a.size] for a in axes])
+    lines = _pool_head(j, var, z, dims)
+    lines.append(f"float t{j} = {ptrs[0]}[{v}x + {index}];")
     return lines, [(z[name], g[name]) for name in g]
 
 
 # ----------------------------------------------------------------------------- bilinear
-# Bilinear resizing as torch's CPU kernel computes it (aten/src/ATen/native/UpSample.h,
-# area_pixel_compute_source_index, and UpSampleKernel.cpp, guard_index_and_lambda), in
-# float32: output row p reads rows h0 and h1 = h0 + (h0 < H - 1) with weights 1 - l and l,
-# where src = ratio p (align_corners) or max(ratio (p + 0.5) - 0.5, 0), h0 = min(floor(src),
-# H - 1) and l = min(max(src - h0, 0), 1); an output as large as the input copies it. The
-# ratio is a parameter, the float32 value torch computes from the sizes or the scale factor
-# it was given (the importer works it out), so no size decides it twice.
-_BILINEAR_PARAMS = (
-    ("out_h", 1.0),
-    ("out_w", 1.0),
-    ("ratio_h", 1.0),
-    ("ratio_w", 1.0),
-    ("align_corners", 0.0),
-)
+# Bilinear (2-d) and trilinear (3-d) resizing as torch's CPU kernel computes it
+# (aten/src/ATen/native/UpSample.h, area_pixel_compute_source_index, and
+# UpSampleKernel.cpp, guard_index_and_lambda and Interpolate), in float32: along each axis,
+# output row p reads rows h0 and h1 = h0 + (h0 < H - 1) with weights 1 - l and l, where
+# src = ratio p (align_corners) or max(ratio (p + 0.5) - 0.5, 0), h0 = min(floor(src), H - 1)
+# and l = min(max(src - h0, 0), 1); an output axis as large as the input's copies it. The
+# axes combine as torch's Interpolate does, the first outermost: (lerp over the remaining
+# axes at h0) (1 - l) + (the same at h1) l. The ratio is a parameter, the float32 value
+# torch computes from the sizes or the scale factor it was given (the importer works it
+# out), so no size decides it twice.
+def _bilinear_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """Output sizes, ratios, align_corners (2-d: ``out_h, out_w, ratio_h, ratio_w,
+    align_corners``)."""
+    axes = _axes(dims)
+    return (
+        *((f"out_{a.name}", 1.0) for a in axes),
+        *((f"ratio_{a.name}", 1.0) for a in axes),
+        ("align_corners", 0.0),
+    )
 
 
-def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
-    n, c, _, _ = _spatial(ins, "upsample_bilinear2d")
-    for name in ("ratio_h", "ratio_w"):
+def _bilinear_name(dims: int) -> str:
+    return "upsample_bilinear2d" if dims == 2 else "upsample_trilinear3d"
+
+
+def _bilinear_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
+    n, c, *_ = _spatial(ins, _bilinear_name(dims), dims)
+    axes = _axes(dims)
+    for name in (f"ratio_{a.name}" for a in axes):
         if not 0 <= params[name] < 2**24:
             raise _ShapeProblem(f"parameter {name}={params[name]!r} must be in [0, 2**24)")
     if params["align_corners"] not in (0, 1):
         raise _ShapeProblem(f"parameter align_corners={params['align_corners']!r} must be 0 or 1")
-    return (n, c, _int(params, "out_h", 1), _int(params, "out_w", 1))
+    return (n, c, *(_int(params, f"out_{a.name}", 1) for a in axes))
 
 
 def _bilinear_taps(
@@ -1148,16 +1222,27 @@ def _bilinear_taps(
     return i0, i1, (F32(1) - lam).astype(F32), lam.astype(F32)
 
 
-def _bilinear_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _bilinear_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     x = xs[0].astype(F32)
-    _, _, p, q = _bilinear_shape([x.shape], params)
+    outs = _bilinear_shape([x.shape], params, dims=dims)[2:]
     align = bool(params["align_corners"])
-    h0, h1, a0, a1 = _bilinear_taps(x.shape[2], p, params["ratio_h"], align)
-    w0, w1, b0, b1 = _bilinear_taps(x.shape[3], q, params["ratio_w"], align)
+    taps = [
+        _bilinear_taps(size, out, params[f"ratio_{a.name}"], align)
+        for a, size, out in zip(_axes(dims), x.shape[2:], outs, strict=True)
+    ]
+
+    def lerp(part: np.ndarray, k: int) -> np.ndarray:
+        # axis 2 + k of ``part`` interpolated, the axes after it first (as the C nests them)
+        if k == dims:
+            return part
+        i0, i1, l0, l1 = taps[k]
+        shape = (-1,) + (1,) * (dims - 1 - k)  # (the weights broadcast along axis 2 + k)
+        lo = lerp(np.take(part, i0, axis=2 + k), k + 1)
+        hi = lerp(np.take(part, i1, axis=2 + k), k + 1)
+        return lo * l0.reshape(shape) + hi * l1.reshape(shape)
+
     with np.errstate(all="ignore"):
-        top = x[:, :, h0][..., w0] * b0 + x[:, :, h0][..., w1] * b1
-        bottom = x[:, :, h1][..., w0] * b0 + x[:, :, h1][..., w1] * b1
-        return (top * a0[:, None] + bottom * a1[:, None]).astype(F32)
+        return lerp(x, 0).astype(F32)
 
 
 def _bilinear_axis(
@@ -1193,22 +1278,31 @@ def _bilinear_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    _, _, h, w = ins[0]
+    axes = _axes(dims)
     align = bool(_int(params, "align_corners", 0))
-    g = {"H": h, "W": w, "P": out[2], "Q": out[3]}
+    g = {a.size: size for a, size in zip(axes, ins[0][2:], strict=True)}
+    g |= {a.out: size for a, size in zip(axes, out[2:], strict=True)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    x = ptrs[0]
-    lines = _pool_head(j, var, z)
-    lines += _bilinear_axis(v, "h", "p", z["H"], z["P"], "{ratio_h}", align)
-    lines += _bilinear_axis(v, "w", "q", z["W"], z["Q"], "{ratio_w}", align)
-    lines += [
-        f"float t{j} = ({x}[{v}x + {v}h0 * {z['W']} + {v}w0] * {v}wl0 + "
-        f"{x}[{v}x + {v}h0 * {z['W']} + {v}w1] * {v}wl1) * {v}hl0 + "
-        f"({x}[{v}x + {v}h1 * {z['W']} + {v}w0] * {v}wl0 + "
-        f"{x}[{v}x + {v}h1 * {z['W']} + {v}w1] * {v}wl1) * {v}hl1;",
-    ]
+    lines = _pool_head(j, var, z, dims)
+    for a in axes:
+        ratio = f"{{ratio_{a.name}}}"  # (the kernel's float argument)
+        lines += _bilinear_axis(v, a.name, a.index, z[a.size], z[a.out], ratio, align)
+
+    def lerp(k: int, at: list[str]) -> str:
+        # the same nesting as the reference: axis k's two sources, the later axes inside
+        if k == dims:
+            return f"{ptrs[0]}[{v}x + {_horner(at, [z[a.size] for a in axes])}]"
+        b = v + axes[k].name
+        lo, hi = lerp(k + 1, [*at, f"{b}0"]), lerp(k + 1, [*at, f"{b}1"])
+        if k + 1 < dims:  # (a sum: bracketed before its weight multiplies it)
+            lo, hi = f"({lo})", f"({hi})"
+        return f"{lo} * {b}l0 + {hi} * {b}l1"
+
+    lines.append(f"float t{j} = {lerp(0, [])};")
     return lines, [(z[name], g[name]) for name in g]
 
 
@@ -1374,20 +1468,22 @@ CONV_OPS: tuple[OpDef, ...] = (
         )
         for name, arity in (("conv1d", 2), ("conv1d_bias", 3))
     ),
-    # the transposed convolution (ConvTranspose2d), with and without a bias
+    # the transposed convolution, 2-d (ConvTranspose2d, NCHW) and 3-d (ConvTranspose3d,
+    # NCDHW), with and without a bias: one geometry, reference and C generator
     *(
         OpDef(
-            name,
+            f"conv_transpose{dims}d{suffix}",
             FusionClass.OUT_ELEMENTWISE,
             arity,
-            reference=_conv_t_reference,
-            params=_CONV_T_PARAMS,
-            element=_conv_t_element,
-            shape=_conv_t_shape,
+            reference=functools.partial(_conv_t_reference, dims=dims),
+            params=_conv_t_params(dims),
+            element=functools.partial(_conv_t_element, dims=dims),
+            shape=functools.partial(_conv_t_shape, dims=dims),
             cost=_conv_t_cost,
             typed_pointers=True,
         )
-        for name, arity in (("conv_transpose2d", 2), ("conv_transpose2d_bias", 3))
+        for dims in (2, 3)
+        for suffix, arity in (("", 2), ("_bias", 3))
     ),
     *(
         OpDef(
@@ -1455,29 +1551,38 @@ CONV_OPS: tuple[OpDef, ...] = (
             ),
         )
     ),
-    # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2))
-    OpDef(
-        "upsample_nearest2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_upsample_reference,
-        params=(("factor_h", 1.0), ("factor_w", 1.0)),
-        element=_upsample_element,
-        shape=_upsample_shape,
-        flops_per_element=0.0,
-        typed_pointers=True,
+    # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2)), 2-d and
+    # 3-d
+    *(
+        OpDef(
+            f"upsample_nearest{dims}d",
+            FusionClass.OUT_ELEMENTWISE,
+            1,
+            reference=functools.partial(_upsample_reference, dims=dims),
+            params=_upsample_params(dims),
+            element=functools.partial(_upsample_element, dims=dims),
+            shape=functools.partial(_upsample_shape, dims=dims),
+            flops_per_element=0.0,
+            typed_pointers=True,
+        )
+        for dims in (2, 3)
     ),
-    # bilinear resizing to any size (nn.Upsample(mode="bilinear"), F.interpolate)
-    OpDef(
-        "upsample_bilinear2d",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_bilinear_reference,
-        params=_BILINEAR_PARAMS,
-        element=_bilinear_element,
-        shape=_bilinear_shape,
-        flops_per_element=11.0,
-        typed_pointers=True,
+    # bilinear and trilinear resizing to any size (nn.Upsample(mode="bilinear" or
+    # "trilinear"), F.interpolate): per output element 2**dims - 1 lerps of 3 flops (two
+    # products, a sum) and a weight 1 - l per axis (11 in 2-d, 24 in 3-d)
+    *(
+        OpDef(
+            _bilinear_name(dims),
+            FusionClass.OUT_ELEMENTWISE,
+            1,
+            reference=functools.partial(_bilinear_reference, dims=dims),
+            params=_bilinear_params(dims),
+            element=functools.partial(_bilinear_element, dims=dims),
+            shape=functools.partial(_bilinear_shape, dims=dims),
+            flops_per_element=3.0 * (2**dims - 1) + dims,
+            typed_pointers=True,
+        )
+        for dims in (2, 3)
     ),
     OpDef(
         "constant_pad",

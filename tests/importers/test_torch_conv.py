@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
-from oxiwork.importers.torch import from_module
+from oxiwork.importers.torch import from_exported_program, from_module
 
 CNN = ("convolution", "pool", "pad", "cat", "mean")
 
@@ -410,3 +410,160 @@ def test_a_zero_pad_before_a_transposed_convolution_stays_a_library_kernel():
         SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
     )
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+class DrawnT3d(nn.Module):
+    """ConvTranspose3d (drawn) -> ReLU -> + 1: a 3-D U-Net's or a video decoder's upsampling
+    step with an epilogue."""
+
+    def __init__(self, conv: dict) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose3d(**conv)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x)) + 1.0
+
+
+@st.composite
+def blocks_t3d(draw):
+    groups = draw(st.sampled_from([1, 2, 4]))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(3))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(3))
+    conv = {
+        "in_channels": 4,
+        "out_channels": groups * draw(st.integers(1, 2)),
+        "kernel_size": tuple(draw(st.integers(1, 3)) for _ in range(3)),
+        "stride": stride,
+        "padding": tuple(draw(st.integers(0, 1)) for _ in range(3)),
+        # (torch's rule: smaller than the stride or the dilation, on each axis)
+        "output_padding": tuple(
+            draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation, strict=True)
+        ),
+        "dilation": dilation,
+        "groups": groups,
+        "bias": draw(st.booleans()),
+    }
+    return conv
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conv=blocks_t3d(), seed=st.integers(0, 2**31))
+def test_drawn_conv_transpose3d_imports_as_a_library_op_and_matches_eager(conv, seed):
+    torch.manual_seed(seed)
+    module = DrawnT3d(conv).eval()
+    x = torch.randn(2, 4, 3, 2, 3)
+    with torch.no_grad():
+        want = module(x).numpy()
+    model = from_module(module, (x,))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    want_op = "conv_transpose3d_bias" if conv["bias"] else "conv_transpose3d"
+    assert ops_of["aten.convolution.default"] == want_op
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    fused = ExecutionPlan.build(model.graph, max_streams=1, fusion=True).graph
+    steps = [tuple(s.op for s in k.fused.steps) for k in fused.kernels() if k.fused is not None]
+    assert steps and steps[0][0] == want_op  # the relu and the add joined it
+
+
+def _simulate(model, fusion: bool) -> list[np.ndarray]:
+    plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+    return model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+
+
+class Resize3d(nn.Module):
+    """A 3-D U-Net's decoder step: resize (drawn), add 1 (an epilogue), cat the skip."""
+
+    def __init__(self, upsample: nn.Module) -> None:
+        super().__init__()
+        self.up = upsample
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.up(x) + 1.0, skip], dim=1)
+
+
+X5D = (2, 3, 2, 3, 4)
+
+
+@pytest.mark.parametrize("decomposed", [True, False])
+@pytest.mark.parametrize(
+    ("upsample", "library"),
+    [
+        (nn.Upsample(scale_factor=2), True),
+        (nn.Upsample(scale_factor=(1, 2, 3)), True),
+        (nn.Upsample(size=(6, 3, 8)), True),  # whole factors from the sizes
+        (nn.Upsample(scale_factor=1.5), False),
+        (nn.Upsample(size=(3, 5, 6)), False),
+    ],
+)
+def test_3d_nearest_upsampling_by_whole_factors_is_a_library_op(upsample, library, decomposed):
+    # from_module keeps upsample_nearest3d from torch's decomposition where the library op
+    # computes it, and leaves other factors to it (a gather, no opaque kernel); a program
+    # not decomposed holds the call itself, opaque with the reason where no op computes it
+    x = torch.randn(*X5D)
+    with torch.no_grad():
+        skip = torch.randn(X5D[0], 2, *upsample(x).shape[2:])
+        want = Resize3d(upsample)(x, skip).numpy()
+    if decomposed:
+        model = from_module(Resize3d(upsample).eval(), (x, skip))
+    else:
+        model = from_exported_program(torch.export.export(Resize3d(upsample).eval(), (x, skip)))
+    verify(model.graph)
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    if library:
+        assert ops_of["aten.upsample_nearest3d.vec"] == "upsample_nearest3d"
+        assert not model.opaque, model.opaque
+    elif decomposed:
+        assert "aten.upsample_nearest3d.vec" not in ops_of and not model.opaque, model.opaque
+    else:
+        (o,) = model.opaque
+        assert o.target == "aten.upsample_nearest3d.vec" and "whole factors" in o.reason
+    for fusion in (False, True):
+        (y,) = _simulate(model, fusion)
+        np.testing.assert_array_equal(y, want)  # moved, never computed: bit for bit
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    resize=st.one_of(
+        st.tuples(
+            st.sampled_from([0.5, 1.0, 1.5, 2.0, 2.5, 3.0]),
+            st.sampled_from([1.0, 2.0, 1.7]),
+            st.sampled_from([2.0, 0.75]),
+        ).map(lambda f: {"scale_factor": f}),
+        st.tuples(*[st.integers(1, 7)] * 3).map(lambda s: {"size": s}),
+    ),
+    align=st.booleans(),
+    decomposed=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_trilinear_resizing_imports_as_a_library_op_and_matches_eager(
+    resize, align, decomposed, seed
+):
+    torch.manual_seed(seed)
+    upsample = nn.Upsample(**resize, mode="trilinear", align_corners=align)
+    x = torch.randn(*X5D)
+    with torch.no_grad():
+        skip = torch.randn(X5D[0], 2, *upsample(x).shape[2:])
+        want = Resize3d(upsample)(x, skip).numpy()
+    module = Resize3d(upsample).eval()
+    if decomposed:
+        model = from_module(module, (x, skip))
+    else:
+        model = from_exported_program(torch.export.export(module, (x, skip)))
+    verify(model.graph)
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.upsample_trilinear3d.vec"] == "upsample_trilinear3d"
+    for fusion in (False, True):
+        (y,) = _simulate(model, fusion)
+        assert y.shape == want.shape
+        # torch's kernel rounds in its own order: a few float32 roundings per axis (as
+        # tests/ops/test_conv.py bounds it), then the add
+        np.testing.assert_allclose(
+            y, want, rtol=0, atol=16 * 2.0**-24 * x.abs().max().item() + 1e-6
+        )

@@ -99,6 +99,30 @@ class _TopK(nn.Module):
         return top, classes, ranked[:, :2] * 2.0, order, torch.argsort(probs, dim=0)
 
 
+class _UNet3dDecoder(nn.Module):
+    """A 3-D U-Net's decoder block (Cicek et al. 2016): upsample (a stride-2 ConvTranspose3d,
+    or trilinear resizing), concatenate the encoder's skip, Conv3d/BatchNorm3d/ReLU twice."""
+
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.up = (
+            nn.ConvTranspose3d(6, 6, 2, stride=2)
+            if transposed
+            else nn.Upsample(scale_factor=2, mode="trilinear", align_corners=False)
+        )
+        self.block = nn.Sequential(
+            nn.Conv3d(6 + 3, 4, 3, padding=1, bias=False),
+            nn.BatchNorm3d(4),
+            nn.ReLU(inplace=True),
+            nn.Conv3d(4, 4, 3, padding=1, bias=False),
+            nn.BatchNorm3d(4),
+            nn.ReLU(inplace=True),
+        )
+
+    def forward(self, x: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return self.block(torch.cat([self.up(x), skip], dim=1))
+
+
 STOCK = {
     "transformer encoder": (
         lambda: nn.TransformerEncoder(
@@ -199,6 +223,14 @@ STOCK = {
             )
         ),
         lambda: (_x(2, 2, 6, 8, 8),),
+    ),
+    "3-d U-Net decoder block, transposed convolution": (
+        lambda: _with_running_stats(_UNet3dDecoder(transposed=True)),
+        lambda: (_x(2, 6, 2, 3, 4), _x(2, 3, 4, 6, 8)),
+    ),
+    "3-d U-Net decoder block, trilinear upsampling": (
+        lambda: _with_running_stats(_UNet3dDecoder(transposed=False)),
+        lambda: (_x(2, 6, 2, 3, 4), _x(2, 3, 4, 6, 8)),
     ),
     "video network stem and head (R3D/C3D)": (
         lambda: _with_running_stats(

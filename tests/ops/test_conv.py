@@ -350,44 +350,46 @@ class TestConv1d:
         assert moved == 4 * (2 * 8 * 10 + 4 * 8 * 3 + 2 * 4 * 8)
 
 
-# ------------------------------------------------------------------------------ conv_transpose2d
+# ------------------------------------------------------------------------------ conv_transpose2d, 3d
 @st.composite
-def conv_t_cases(draw):
-    """(input shapes, params, groups) of a valid transposed convolution, bias or not."""
+def conv_t_cases(draw, dims=2):
+    """(input shapes, params, groups) of a valid ``dims``-d transposed convolution, bias or not
+    (3-d extents kept small: the generated C runs on the CPU)."""
     groups = draw(st.sampled_from([1, 1, 2, 3]))
     cg, kg, n = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    r, s = draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
-    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    params = {"stride_h": sh, "stride_w": sw, "dilation_h": dh, "dilation_w": dw}
-    params["out_pad_h"] = draw(st.integers(0, max(sh, dh) - 1))
-    params["out_pad_w"] = draw(st.integers(0, max(sw, dw) - 1))
-    # padding that leaves at least one output row and column
-    full_h = (h - 1) * sh + dh * (r - 1) + params["out_pad_h"] + 1
-    full_w = (w - 1) * sw + dw * (s - 1) + params["out_pad_w"] + 1
-    params["pad_h"] = draw(st.integers(0, (full_h - 1) // 2))
-    params["pad_w"] = draw(st.integers(0, (full_w - 1) // 2))
-    params["groups"] = groups
-    shapes = [(n, groups * cg, h, w), (groups * cg, kg, r, s)]
+    largest_tap, largest = (4, 6) if dims == 2 else (3, 4)
+    params, sizes, taps = {"groups": groups}, [], []
+    for a in AXES[dims]:
+        t, stride, d = (draw(st.integers(1, b)) for b in (largest_tap, 3, 2))
+        size = draw(st.integers(1, largest))
+        out_pad = draw(st.integers(0, max(stride, d) - 1))
+        # padding that leaves at least one output element along the axis
+        full = (size - 1) * stride + d * (t - 1) + out_pad + 1
+        params |= {f"stride_{a}": stride, f"dilation_{a}": d, f"out_pad_{a}": out_pad}
+        params[f"pad_{a}"] = draw(st.integers(0, (full - 1) // 2))
+        sizes.append(size)
+        taps.append(t)
+    shapes = [(n, groups * cg, *sizes), (groups * cg, kg, *taps)]
     if draw(st.booleans()):
         shapes.append((groups * kg,))
     return shapes, params, groups
 
 
 def torch_conv_t(xs, params, dtype):
-    """PyTorch's F.conv_transpose2d of ``xs`` in ``dtype``."""
+    """PyTorch's F.conv_transpose2d or 3d of ``xs`` in ``dtype``."""
     t = [torch.from_numpy(np.asarray(x)).to(dtype) for x in xs]
+    axes = AXES[t[0].ndim - 2]
+    conv = F.conv_transpose2d if len(axes) == 2 else F.conv_transpose3d
     return (
-        F.conv_transpose2d(
+        conv(
             t[0],
             t[1],
             t[2] if len(t) > 2 else None,
-            stride=(params["stride_h"], params["stride_w"]),
-            padding=(params["pad_h"], params["pad_w"]),
-            output_padding=(params["out_pad_h"], params["out_pad_w"]),
+            stride=tuple(params[f"stride_{a}"] for a in axes),
+            padding=tuple(params[f"pad_{a}"] for a in axes),
+            output_padding=tuple(params[f"out_pad_{a}"] for a in axes),
             groups=params["groups"],
-            dilation=(params["dilation_h"], params["dilation_w"]),
+            dilation=tuple(params[f"dilation_{a}"] for a in axes),
         )
         .numpy()
         .astype(np.float64)
@@ -396,19 +398,26 @@ def torch_conv_t(xs, params, dtype):
 
 def conv_t_bound(xs, params):
     """``(n + 1) u sum |x_i w_i|`` per output element, n the taps of one output element at
-    most (C/groups R S)."""
+    most (C/groups R S; C/groups T R S in 3-d)."""
     mag = torch_conv_t([np.abs(x) for x in xs], params, torch.float64)
     taps = math.prod(xs[1].shape[:1]) // params["groups"] * math.prod(xs[1].shape[2:])
     return (taps + len(xs) - 1) * U * mag + 2.0**-126
 
 
-class TestConvTranspose2d:
+def conv_t_name(dims, shapes):
+    return f"conv_transpose{dims}d_bias" if len(shapes) == 3 else f"conv_transpose{dims}d"
+
+
+class TestConvTranspose:
+    """conv_transpose2d's and conv_transpose3d's properties (drawn for both) and rules."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1))
-    def test_reference_is_one_rounding_from_exact_and_near_torch(self, case, seed):
-        shapes, params, _ = case
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+    def test_reference_is_one_rounding_from_exact_and_near_torch(self, dims, data, seed):
+        shapes, params, _ = data.draw(conv_t_cases(dims))
         xs = randn(seed, *shapes)
-        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        op = ops.get(conv_t_name(dims, shapes))
         got = op.reference(xs, **{**op.defaults, **params}).astype(np.float64)
         exact = torch_conv_t(xs, params, torch.float64)
         assert (
@@ -420,15 +429,15 @@ class TestConvTranspose2d:
         )
 
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(case=conv_t_cases(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_generated_c_equals_reference_within_the_summation_bound(
-        self, case, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
-        shapes, params, _ = case
+        shapes, params, _ = data.draw(conv_t_cases(dims))
         xs = randn(seed, *shapes)
-        name = "conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d"
-        g, node = graph_of(name, shapes, params)
+        g, node = graph_of(conv_t_name(dims, shapes), shapes, params)
         want = evaluate(g, {f"in{k}": x for k, x in enumerate(xs)})["out"]
         (c,) = run_c(g, node, xs, so_dir, block)
         assert c.shape == want.shape
@@ -442,12 +451,51 @@ class TestConvTranspose2d:
             ([(1, 2, 3, 3), (2, 2, 3, 3)], {"out_pad_h": 1}, r"output padding 1x0 must be smaller"),
             ([(1, 2, 1, 1), (2, 2, 1, 1)], {"pad_h": 1}, r"the output would be empty"),
             ([(1, 2, 3, 3), (2, 2, 3, 3), (3,)], {}, r"bias needs 2 elements"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3)], {}, r"conv_transpose2d needs an NCHW input of 4"),
+            ([(1, 2, 3, 3), (2, 2, 3, 3, 3)], {}, r"weight of shape \(C, K/groups, R, S\)"),
         ],
     )
     def test_raises_naming_the_rule(self, shapes, params, match):
-        op = ops.get("conv_transpose2d_bias" if len(shapes) == 3 else "conv_transpose2d")
+        op = ops.get(conv_t_name(2, shapes))
         with pytest.raises(InvalidArgument, match=match):
             ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @pytest.mark.parametrize(
+        ("shapes", "params", "match"),
+        [
+            ([(1, 2, 3, 3), (2, 2, 3, 3)], {}, r"conv_transpose3d needs an NCDHW input of 5"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3)], {}, r"weight of shape \(C, K/groups, T, R, S\)"),
+            ([(1, 4, 3, 3, 3), (2, 2, 3, 3, 3)], {}, r"weight \(2, 2, 3, 3, 3\) needs C = 4"),
+            ([(1, 4, 3, 3, 3), (4, 2, 3, 3, 3)], {"groups": 3}, r"must split into groups=3"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"stride_d": 0}, r"stride_d=0 must be an"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"pad_d": -1}, r"pad_d=-1 must be an integer"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)], {"dilation_w": 1.5}, r"dilation_w=1\.5 must"),
+            (
+                [(1, 2, 3, 3, 3), (2, 2, 3, 3, 3)],
+                {"stride_d": 2, "out_pad_d": 2},
+                r"output padding 2x0x0 must be smaller than the stride or the dilation "
+                r"\(2x1x1, 1x1x1\)",
+            ),
+            ([(1, 2, 1, 3, 3), (2, 2, 1, 3, 3)], {"pad_d": 1}, r"padding 1x0x0 crops the whole"),
+            ([(1, 2, 3, 3, 3), (2, 2, 3, 3, 3), (3,)], {}, r"conv_transpose3d's bias needs 2"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, shapes, params, match):
+        op = ops.get(conv_t_name(3, shapes))
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, shapes, {**op.defaults, **params}, "c")
+
+    @SETTINGS
+    @given(case=conv_t_cases(2), seed=st.integers(0, 2**32 - 1))
+    def test_3d_over_a_depth_of_one_is_2d_bit_for_bit(self, case, seed):
+        # a depth of one with one tap adds no term: the same float64 sums in the same order
+        shapes, params, _ = case
+        xs = randn(seed, *shapes)
+        two, three = ops.get(conv_t_name(2, shapes)), ops.get(conv_t_name(3, shapes))
+        deep = [x.reshape((*x.shape[:2], 1, *x.shape[2:])) if x.ndim == 4 else x for x in xs]
+        want = two.reference(xs, **{**two.defaults, **params})
+        got = three.reference(deep, **{**three.defaults, **params})
+        np.testing.assert_array_equal(got[:, :, 0], want)
 
     @needs_cxx
     @SETTINGS
@@ -481,11 +529,18 @@ class TestConvTranspose2d:
     def test_cost_counts_two_flops_per_input_element_and_tap(self):
         flops, _ = ops.get("conv_transpose2d").op_cost([(2, 4, 5, 5), (4, 3, 2, 2)], (2, 3, 10, 10))
         assert flops == 2 * (2 * 4 * 5 * 5) * (3 * 2 * 2)
+        # 3-d, a bias: one add per output element more
+        flops, moved = ops.get("conv_transpose3d_bias").op_cost(
+            [(1, 4, 2, 3, 3), (4, 1, 2, 2, 2), (2,)], (1, 2, 4, 6, 6)
+        )
+        assert flops == 2 * (4 * 2 * 3 * 3) * (1 * 2 * 2 * 2) + 2 * 4 * 6 * 6
+        assert moved == 4 * (4 * 18 + 4 * 8 + 2 + 2 * 4 * 36)
 
 
 # ------------------------------------------------------------------------------ epilogues
-def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
-    """x -> conv (2-d or 3-d) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
+def conv_block(depthwise: bool, bn: bool = False, dims: int = 2, transposed: bool = False):
+    """x -> conv (2-d or 3-d; transposed or not: a 3x3(x3) window padded by 1, stride 1, keeps
+    the shape either way) -> [batch norm (per-channel vectors, broadcast) -> hardtanh ->]
     relu -> add(residual) -> out, every step its own fusible kernel."""
     b = GraphBuilder()
     c = 4
@@ -499,6 +554,9 @@ def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
     vecs = [b.alloc_external_buffer(v, 4 * c, shape=(c,)) for v in names]
     pads = {p: 1 for a in AXES[dims] for p in PADS[a]}
     chain = [(f"conv{dims}d", pads, [x, w])]
+    if transposed:  # (its weight is (C, K/groups, ...): the same shape here)
+        pads = {f"pad_{a}": 1 for a in AXES[dims]} | {"groups": c if depthwise else 1}
+        chain = [(f"conv_transpose{dims}d", pads, [x, w])]
     if bn:
         chain += [("batch_norm", {}, vecs), ("hardtanh", {"min_val": 0.0, "max_val": 6.0}, [])]
     chain += [("relu", {}, []), ("add", {}, [res])]
@@ -521,11 +579,14 @@ def conv_block(depthwise: bool, bn: bool = False, dims: int = 2):
 
 
 class TestEpilogues:
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(self, depthwise, bn, dims):
-        g, inputs, names = conv_block(depthwise, bn, dims)
+    def test_conv_epilogue_fuses_into_one_kernel_equal_to_unfused(
+        self, depthwise, bn, dims, transposed
+    ):
+        g, inputs, names = conv_block(depthwise, bn, dims, transposed)
         want = evaluate(g, inputs)["out"]
         for streams in (1, 2):
             fused = ExecutionPlan.build(g, max_streams=streams, fusion=True)
@@ -535,11 +596,12 @@ class TestEpilogues:
             np.testing.assert_array_equal(got, want)
 
     @needs_cxx
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, so_dir):
-        g, inputs, _ = conv_block(depthwise, bn, dims)
+    def test_fused_c_equals_unfused_c_bit_for_bit(self, depthwise, bn, dims, transposed, so_dir):
+        g, inputs, _ = conv_block(depthwise, bn, dims, transposed)
         vals = {g.buffer_by_name(n).id: v for n, v in inputs.items()}
         for nid in g.topological_order():
             node = g.node(nid)
@@ -725,40 +787,46 @@ def bilinear_ratio(size: int, out: int, align: bool, factor: float | None) -> fl
     return float(np.float32(size) / np.float32(out))
 
 
+def linear_name(dims):
+    return "upsample_bilinear2d" if dims == 2 else "upsample_trilinear3d"
+
+
 class TestBilinear:
+    """upsample_bilinear2d and upsample_trilinear3d (drawn for both)."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 7), st.integers(1, 7)),
-        data=st.data(),
-        align=st.booleans(),
-        seed=st.integers(0, 2**31),
-        block=st.sampled_from([1, 4, 32]),
-    )
-    def test_reference_near_torch_and_c_equal_to_it(self, shape, data, align, seed, block, so_dir):
+    @given(data=st.data(), align=st.booleans(), seed=st.integers(0, 2**31))
+    def test_reference_near_torch_and_c_equal_to_it(self, dims, data, align, seed, so_dir):
+        largest, out_largest = (7, 12) if dims == 2 else (4, 7)  # (3-d: C on the CPU)
+        sizes = [data.draw(st.integers(1, largest), label="size") for _ in range(dims)]
+        shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), *sizes)
         (x,) = randn(seed, shape)
+        mode = "bilinear" if dims == 2 else "trilinear"
         if data.draw(st.booleans(), label="by factor"):
             shrink = [0.5] if min(shape[2:]) >= 2 else []  # (a size of 1 halves to nothing)
             factor = data.draw(st.sampled_from([*shrink, 1.0, 1.5, 2.0, 2.5, 3.0]), label="factor")
             want = F.interpolate(
-                torch.from_numpy(x), scale_factor=factor, mode="bilinear", align_corners=align
+                torch.from_numpy(x), scale_factor=factor, mode=mode, align_corners=align
             ).numpy()
             out = want.shape[2:]
         else:
             factor = None
-            out = (data.draw(st.integers(1, 12)), data.draw(st.integers(1, 12)))
+            out = tuple(data.draw(st.integers(1, out_largest), label="out") for _ in range(dims))
             want = F.interpolate(
-                torch.from_numpy(x), size=out, mode="bilinear", align_corners=align
+                torch.from_numpy(x), size=out, mode=mode, align_corners=align
             ).numpy()
-        params = {"out_h": out[0], "out_w": out[1], "align_corners": float(align)}
-        params["ratio_h"] = bilinear_ratio(shape[2], out[0], align, factor)
-        params["ratio_w"] = bilinear_ratio(shape[3], out[1], align, factor)
-        got = ops.get("upsample_bilinear2d").reference([x], **params)
+        params = {"align_corners": float(align)}
+        for a, size, o in zip(AXES[dims], shape[2:], out, strict=True):
+            params |= {f"out_{a}": o, f"ratio_{a}": bilinear_ratio(size, o, align, factor)}
+        got = ops.get(linear_name(dims)).reference([x], **params)
         assert got.shape == want.shape
         # torch's vectorised kernel rounds its sums in another order: a few float32 roundings
-        # of values no larger than the input's
-        assert np.all(np.abs(got - want) <= 8 * U * np.abs(x).max() + 1e-30)
+        # per interpolated axis, of values no larger than the input's
+        assert np.all(np.abs(got - want) <= 4 * dims * U * np.abs(x).max() + 1e-30)
         if CXX is not None:  # the same float32 operations in the same order: bit for bit
-            g, node = graph_of("upsample_bilinear2d", [shape], params)
+            block = data.draw(st.sampled_from([1, 4, 32]), label="block")
+            g, node = graph_of(linear_name(dims), [shape], params)
             (c,) = run_c(g, node, [x], so_dir, block)
             np.testing.assert_array_equal(c, got)
 
@@ -771,6 +839,38 @@ class TestBilinear:
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "out_h": 2.5}, "u")
         with pytest.raises(InvalidArgument, match=r"align_corners=2\.0 must be 0 or 1"):
             ops.infer_shape(op, [(1, 1, 2, 2)], {**base, "align_corners": 2.0}, "u")
+
+    @pytest.mark.parametrize(
+        ("shape", "params", "match"),
+        [
+            ((1, 1, 2, 2), {}, r"upsample_trilinear3d needs an NCDHW input of 5 dimensions"),
+            ((1, 1, 2, 2, 2), {"ratio_d": -0.5}, r"ratio_d=-0\.5 must be in \[0, 2\*\*24\)"),
+            ((1, 1, 2, 2, 2), {"out_d": 0}, r"out_d=0 must be an integer >= 1"),
+            ((1, 1, 2, 2, 2), {"align_corners": 0.5}, r"align_corners=0\.5 must be 0 or 1"),
+        ],
+    )
+    def test_3d_raises_naming_the_rule(self, shape, params, match):
+        op = ops.get("upsample_trilinear3d")
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "u")
+
+    @SETTINGS
+    @given(
+        shape=st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 5), st.integers(1, 5)),
+        out=st.tuples(st.integers(1, 8), st.integers(1, 8)),
+        align=st.booleans(),
+        seed=st.integers(0, 2**31),
+    )
+    def test_trilinear_over_a_depth_kept_is_bilinear_bit_for_bit(self, shape, out, align, seed):
+        # a depth copied (out_d == D) weighs its one source by 1 and its copy by 0: the same
+        # float32 values as the 2-d interpolation, for any ratio_d
+        (x,) = randn(seed, (shape[0], shape[1], 2, *shape[2:]))
+        p2 = {"out_h": out[0], "out_w": out[1], "align_corners": float(align)}
+        p2 |= {f"ratio_{a}": bilinear_ratio(s, o, align, None) for a, s, o in
+               zip("hw", shape[2:], out, strict=True)}  # fmt: skip
+        two = ops.get("upsample_bilinear2d").reference([x[:, :, 1]], **p2)
+        three = ops.get("upsample_trilinear3d").reference([x], **p2, out_d=2, ratio_d=0.75)
+        np.testing.assert_array_equal(three[:, :, 1], two)
 
 
 @pytest.mark.parametrize("dims", [2, 3])
@@ -856,30 +956,38 @@ class TestPadAndCat:
 
 # ------------------------------------------------------------------------------ upsample
 class TestUpsampleNearest:
+    """upsample_nearest2d and upsample_nearest3d (drawn for both)."""
+
+    @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
-    @given(
-        shape=st.tuples(*[st.integers(1, 4)] * 4),
-        factors=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-        seed=st.integers(0, 2**32 - 1),
-        block=st.sampled_from([1, 4, 32]),
-    )
+    @given(data=st.data(), seed=st.integers(0, 2**32 - 1), block=st.sampled_from([1, 4, 32]))
     def test_reference_and_generated_c_equal_torch_bit_for_bit(
-        self, shape, factors, seed, block, so_dir
+        self, dims, data, seed, block, so_dir
     ):
+        shape = data.draw(st.tuples(*[st.integers(1, 4 if dims == 2 else 3)] * (dims + 2)))
+        factors = data.draw(st.tuples(*[st.integers(1, 3)] * dims))
         (x,) = randn(seed, shape)
         x.reshape(-1)[0] = np.nan  # moved, never computed: NaN and all
-        params = {"factor_h": factors[0], "factor_w": factors[1]}
+        params = {f"factor_{a}": f for a, f in zip(AXES[dims], factors, strict=True)}
         want = F.interpolate(torch.from_numpy(x), scale_factor=factors, mode="nearest").numpy()
-        op = ops.get("upsample_nearest2d")
+        op = ops.get(f"upsample_nearest{dims}d")
         np.testing.assert_array_equal(op.reference([x], **params), want)
-        g, node = graph_of("upsample_nearest2d", [shape], params)
+        g, node = graph_of(f"upsample_nearest{dims}d", [shape], params)
         (c,) = run_c(g, node, [x], so_dir, block)
         np.testing.assert_array_equal(c, want)
 
-    def test_raises_on_a_fractional_factor(self):
-        op = ops.get("upsample_nearest2d")
-        with pytest.raises(InvalidArgument, match=r"factor_h=1\.5 must be an integer >= 1"):
-            ops.infer_shape(op, [(1, 2, 3, 3)], {"factor_h": 1.5, "factor_w": 2.0}, "u")
+    @pytest.mark.parametrize(
+        ("name", "shape", "params", "match"),
+        [
+            ("upsample_nearest2d", (1, 2, 3, 3), {"factor_h": 1.5}, r"factor_h=1\.5 must be an"),
+            ("upsample_nearest3d", (1, 2, 3, 3, 3), {"factor_d": 0}, r"factor_d=0 must be an"),
+            ("upsample_nearest3d", (1, 2, 3, 3), {}, r"NCDHW input of 5 dimensions"),
+        ],
+    )
+    def test_raises_naming_the_rule(self, name, shape, params, match):
+        op = ops.get(name)
+        with pytest.raises(InvalidArgument, match=match):
+            ops.infer_shape(op, [shape], {**op.defaults, **params}, "u")
 
 
 # ------------------------------------------------------------------------------ NVRTC
@@ -897,6 +1005,14 @@ NVRTC_CASES = {
     "conv_transpose1d_bias": ([(1, 4, 7), (4, 1, 3), (2,)], {"groups": 2, "dilation": 2}),
     "conv_transpose2d": ([(1, 4, 5, 5), (4, 3, 4, 4)], {"stride_h": 2, "stride_w": 2, "pad_h": 1}),
     "conv_transpose2d_bias": ([(1, 4, 5, 5), (4, 1, 3, 3), (2,)], {"groups": 2, "out_pad_w": 0}),
+    "conv_transpose3d": (
+        [(1, 4, 3, 4, 4), (4, 3, 2, 3, 3)],
+        {"stride_d": 2, "stride_h": 2, "pad_w": 1, "out_pad_d": 1, "dilation_w": 2},
+    ),
+    "conv_transpose3d_bias": (
+        [(2, 4, 2, 3, 3), (4, 1, 3, 2, 2), (2,)],
+        {"groups": 2, "dilation_d": 2, "pad_h": 1, "stride_w": 3, "out_pad_w": 2},
+    ),
     "max_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "pad_h": 1}),
     "avg_pool2d": ([(1, 2, 9, 9)], {"kernel_h": 3, "kernel_w": 2, "count_include_pad": 0}),
     "adaptive_avg_pool2d": ([(1, 2, 9, 7)], {"out_h": 2, "out_w": 3}),
@@ -917,6 +1033,19 @@ NVRTC_CASES = {
         [(1, 2, 3, 5)],
         {"out_h": 7, "out_w": 10, "ratio_h": 3 / 7, "ratio_w": 0.5, "align_corners": 0},
     ),
+    "upsample_nearest3d": ([(1, 2, 2, 3, 5)], {"factor_d": 3, "factor_h": 2, "factor_w": 1}),
+    "upsample_trilinear3d": (
+        [(1, 2, 2, 3, 5)],
+        {
+            "out_d": 4,
+            "out_h": 2,
+            "out_w": 10,
+            "ratio_d": 1 / 3,
+            "ratio_h": 1.5,
+            "ratio_w": 0.5,
+            "align_corners": 0,
+        },
+    ),
     "cat_3": ([(2, 1, 3), (2, 2, 3), (2, 4, 3)], {"axis": 1}),
 }
 
@@ -935,11 +1064,32 @@ class TestNvrtc:
         ks = kernel_source(g, node)
         assert nvrtc_compile(ks.source, ks.function_name, arch)
 
+    @pytest.mark.parametrize("name", ["upsample_bilinear2d", "upsample_trilinear3d"])
+    def test_resizing_with_align_corners_compiles_fused_with_an_epilogue(self, nvrtc_compile, name):
+        # (NVRTC_CASES resize without align_corners, alone)
+        shapes, params = NVRTC_CASES[name]
+        params = {**params, "align_corners": 1}
+        out_shape = ops.infer_shape(ops.get(name), shapes, params, "u")
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", 4 * math.prod(shapes[0]), shape=shapes[0])
+        y = b.alloc_buffer("y", 4 * math.prod(out_shape), shape=out_shape)
+        out = b.alloc_buffer("out", 4 * math.prod(out_shape), shape=out_shape)
+        b.add_kernel("up", 1, 64).op(name).params(**params).inputs([x]).outputs([y]).fusible(
+            True
+        ).finish()
+        b.add_kernel("act", 1, 64).op("relu").inputs([y]).outputs([out]).fusible(True).finish()
+        fg = ExecutionPlan.build(b.build(), max_streams=1, fusion=True).graph
+        (k,) = fg.kernels()
+        assert [s.op for s in k.fused.steps] == [name, "relu"]
+        ks = kernel_source(fg, k)
+        assert "{v}" not in ks.source and nvrtc_compile(ks.source, ks.function_name, "sm_90")
+
+    @pytest.mark.parametrize("transposed", [False, True])
     @pytest.mark.parametrize("dims", [2, 3])
     @pytest.mark.parametrize("bn", [False, True])
     @pytest.mark.parametrize("depthwise", [False, True])
-    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims):
-        g, _, _ = conv_block(depthwise, bn, dims)
+    def test_fused_conv_block_compiles(self, nvrtc_compile, depthwise, bn, dims, transposed):
+        g, _, _ = conv_block(depthwise, bn, dims, transposed)
         fg = ExecutionPlan.build(g, max_streams=1, fusion=True).graph
         (k,) = fg.kernels()
         ks = kernel_source(fg, k)
