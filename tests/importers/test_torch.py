@@ -403,11 +403,14 @@ class TestMapping:
     @pytest.mark.parametrize(
         ("module", "shape", "reason"),
         [
-            (nn.ConvTranspose3d(2, 2, 3), (1, 2, 4, 4, 4), "3-d transposed convolution"),
+            # (every 1-, 2- and 3-d convolution, transposed or not, of float32, float16 or
+            # bfloat16 maps: a float64 one is what remains)
+            (nn.Conv2d(2, 2, 3).double(), (1, 2, 5, 5), "input 0 is float64"),
+            (nn.ConvTranspose3d(2, 2, 3).double(), (1, 2, 3, 3, 3), "input 0 is float64"),
         ],
     )
     def test_other_convolutions_are_opaque_with_a_reason(self, module, shape, reason) -> None:
-        x = torch.randn(*shape)
+        x = torch.randn(*shape, dtype=torch.float64)
         model = from_module(module.eval(), (x,))
         conv = [o for o in model.opaque if o.target == "aten.convolution.default"]
         assert len(conv) == 1 and reason in conv[0].reason
