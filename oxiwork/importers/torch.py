@@ -1533,6 +1533,30 @@ def _conv(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     )
 
 
+def _conv_call(dims: int, transposed: bool) -> _Rule:
+    """``aten.conv{dims}d.default`` or ``aten.conv_transpose{dims}d.input`` (``.default``),
+    as programs not decomposed hold them: their arguments in ``aten.convolution``'s order
+    (defaults filled in, each size one per axis), for :func:`_conv`. (Zero pads before them
+    stay kernels: :func:`_pad_for_convolutions` folds pads into ``aten.convolution`` only.)
+    The ``.padding`` overloads (``padding="same"``) have no rule: opaque, saying so."""
+    names = ["input", "weight", "bias", "stride", "padding"]
+    names += ["output_padding", "groups", "dilation"] if transposed else ["dilation", "groups"]
+    defaults = (None, 1, 0, *((0, 1, 1) if transposed else (1, 1)))
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        given = dict(zip(names, _argv(call, names, defaults), strict=True))
+        kinds = ("stride", "padding", "dilation", "output_padding")
+        sizes = {k: _sizes(given.get(k, 0), dims) for k in kinds}
+        if any(v is None for v in sizes.values()):
+            return f"its sizes {given} are not {dims}-d"
+        args = (given["input"], given["weight"], given["bias"], *map(list, sizes.values()))
+        stride, padding, dilation, out_pad = args[3:]
+        conv = (*args[:3], stride, padding, dilation, transposed, out_pad, given["groups"])
+        return _conv(replace(call, args=conv, kwargs=()))
+
+    return rule
+
+
 def _conv1d(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """``aten.convolution`` of an (N, C, L) input: the library's conv1d; a zero pad of the
     last axis before it folds into its padding."""
@@ -2177,6 +2201,13 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.native_group_norm.default": _group_norm,
     "aten._native_batch_norm_legit.no_stats": _instance_norm,
     "aten.convolution.default": _conv,
+    # (programs not decomposed)
+    **{f"aten.conv{d}d.default": _conv_call(d, False) for d in (1, 2, 3)},
+    **{
+        f"aten.conv_transpose{d}d.{o}": _conv_call(d, True)
+        for d in (1, 2, 3)
+        for o in ("default", "input")  # (1-d's overload is named default, the others input)
+    },
     **{
         name: rule
         for d in (2, 3)

@@ -17,6 +17,7 @@ from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
 from oxiwork.importers.torch import from_exported_program, from_module
+from oxiwork.reference import evaluate
 
 CNN = ("convolution", "pool", "pad", "cat", "mean")
 
@@ -567,3 +568,47 @@ def test_trilinear_resizing_imports_as_a_library_op_and_matches_eager(
         np.testing.assert_allclose(
             y, want, rtol=0, atol=16 * 2.0**-24 * x.abs().max().item() + 1e-6
         )
+
+
+@st.composite
+def any_convs(draw):
+    """A Conv1d/2d/3d or ConvTranspose1d/2d/3d module of drawn stride, padding, dilation,
+    groups, output padding and bias, and an input for it."""
+    dims, transposed = draw(st.integers(1, 3)), draw(st.booleans())
+    groups = draw(st.sampled_from([1, 2]))
+    size = st.lists(st.integers(1, 2), min_size=dims, max_size=dims).map(tuple)
+    kernel, stride, dilation = draw(size), draw(size), draw(size)
+    padding = tuple(draw(st.integers(0, 1)) for _ in range(dims))
+    options = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    options["bias"] = draw(st.booleans())
+    if transposed:
+        options["output_padding"] = tuple(
+            draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation, strict=True)
+        )
+    cls = (
+        (nn.Conv1d, nn.Conv2d, nn.Conv3d),
+        (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d),
+    )
+    module = cls[transposed][dims - 1](2, 4, kernel, **options)
+    return module, (1, 2, *(4,) * dims)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=any_convs(), seed=st.integers(0, 2**31))
+def test_undecomposed_convolutions_map_as_the_decomposed_ones(case, seed):
+    # torch.export without decompositions keeps aten.conv{1,2,3}d and conv_transpose{1,2,3}d:
+    # each maps to the very library op, parameters and all, that from_module's
+    # aten.convolution maps to, and computes eager's values
+    module, shape = case
+    torch.manual_seed(seed)
+    module.eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = module(x).numpy()
+    raw = from_exported_program(torch.export.export(module, (x,)))
+    decomposed = from_module(module, (x,))
+    assert not raw.opaque and not decomposed.opaque, (raw.opaque, decomposed.opaque)
+    kernels = [(k.op, k.params) for k in raw.graph.kernels()]
+    assert kernels == [(k.op, k.params) for k in decomposed.graph.kernels()]
+    (y,) = raw.outputs_from(evaluate(raw.graph, raw.inputs))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
