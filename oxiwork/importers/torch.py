@@ -1069,6 +1069,11 @@ def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) 
     return rule
 
 
+def _values_or_indices(values: _Rule, indices: _Rule) -> _Rule:
+    """A two-output op (values, indices): ``values`` for output 0, ``indices`` for 1."""
+    return lambda call: (indices if call.index == 1 else values)(call)
+
+
 def _spread(lib: str) -> _Rule:
     """torch.var/torch.std over dims (``correction``, default 1: Bessel's)."""
     over = _any_axes(lib, None, lambda call: None)
@@ -2227,6 +2232,16 @@ _LIBRARY: dict[str, _Rule] = {
     # argmax/argmin over one dim, or the flattened tensor (dim None)
     "aten.argmax.default": _any_axes("argmax_dims", None, lambda call: None),
     "aten.argmin.default": _any_axes("argmin_dims", None, lambda call: None),
+    # torch.max/min over a dim: the values (NaN-propagating, as amax/amin) and the indices
+    # (of the first extreme, a NaN counting as one, as argmax/argmin), one kernel each used
+    "aten.max.dim": _values_or_indices(
+        _any_axes("amax_dims", "amax", lambda call: None),
+        _any_axes("argmax_dims", None, lambda call: None),
+    ),
+    "aten.min.dim": _values_or_indices(
+        _any_axes("amin_dims", None, lambda call: None),
+        _any_axes("argmin_dims", None, lambda call: None),
+    ),
     "aten.var.correction": _spread("var_dims"),
     "aten.std.correction": _spread("std_dims"),
     "aten.linalg_vector_norm.default": _vector_norm,
@@ -2276,6 +2291,8 @@ _MULTI_OUTPUT = frozenset(
         "aten.max_pool3d_with_indices.default",
         "aten.adaptive_max_pool3d.default",
         "aten._native_batch_norm_legit_no_training.default",
+        "aten.max.dim",
+        "aten.min.dim",
         "aten.sort.default",
         "aten.sort.stable",
         "aten.topk.default",
@@ -2621,6 +2638,8 @@ class _Converter:
             lay = _layout(node.meta["val"], src.layout, True)
             self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape, lay)
         elif isinstance(src, _Pending):
+            if not node.users:  # an output nobody reads (kept in a program not decomposed)
+                return
             key = (src.node, k)
             if key not in self.multi:
                 self.multi[key] = self.kernel(src.node, k)

@@ -335,3 +335,33 @@ def test_prods_and_sums_torch_computes_otherwise_stay_opaque_saying_why() -> Non
     got = model.outputs_from(evaluate(model.graph, model.inputs))
     for g, w in zip(got, eager, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("decomposed", [True, False])
+def test_max_and_min_over_a_dim_are_extremes_and_their_indices_as_torch(decomposed) -> None:
+    # torch.max/min(x, dim): values NaN-propagating (amax/amin), indices of the first
+    # extreme with a NaN counting as one (argmax/argmin), ties of -0.0 and 0.0 too; one
+    # kernel per output used (a program not decomposed keeps the unused getitem: no kernel)
+    class M(nn.Module):
+        def forward(self, x):
+            v, i = torch.max(x, 1)
+            w, j = torch.min(x, -1, keepdim=True)
+            return v, i, w, j, torch.max(x, 0)[1], x.max(dim=-1).values * 2
+
+    s = torch.tensor([float("nan"), 1.0, 1.0, -0.0, 0.0, -2.0, float("inf"), -float("inf"), 1.0])
+    x = torch.stack([s, s.flip(0), torch.ones(9), s.roll(3), torch.tensor([0.0, -0.0] * 4 + [0.0])])
+    if decomposed:
+        model, eager = import_with_eager(M(), (x,))
+    else:
+        model = from_exported_program(torch.export.export(M(), (x,)))
+        with torch.no_grad():
+            eager = [t.numpy() for t in M()(x)]
+    assert model.opaque == (), model.opaque
+    ops_used = sorted(k.op for k in model.graph.kernels())
+    assert ops_used == sorted(
+        ["amax", "argmax_dims", "amin_dims", "argmin_dims", "argmax_dims", "amax", "scale"]
+    )
+    got = model.outputs_from(evaluate(model.graph, model.inputs))
+    for g, w in zip(got, eager, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)  # (NaN == NaN here)
