@@ -39,10 +39,10 @@
   unstable sort and its topk leave the order of equal elements unspecified (its topk
   returns them in other orders), and these ops take lower index first there too.
   Out-element-wise: output element ``j`` of a row of ``n`` is the element of rank ``j``,
-  found by a radix select over the row (one pass per bit of a 32-bit key, 64-bit for
-  int64, and one for the ties): ``33 n`` reads per thread (``65 n`` for int64), O(1)
-  registers, no shared memory; a whole sort is ``33 n**2`` reads per row, a top-k
-  ``33 n k``.
+  found by a radix select over the row (one pass per 4-bit digit of a 32-bit key, 64-bit
+  for int64, and one for the ties): ``9 n`` reads per thread (``17 n`` for int64), O(1)
+  registers (16 counters), no shared memory; a whole sort is ``9 n**2`` reads per row, a
+  top-k ``9 n k``.
 
 Example
 -------
@@ -948,11 +948,12 @@ def _sort_element(
     values: bool,
 ) -> tuple[list[str], list[tuple[str, int]]]:
     # The output element of rank ``want`` in its row of n: a radix select, one pass over
-    # the row per key bit from the top (is the sought key's bit 0 or 1? count the elements
-    # agreeing with the bits found so far and holding a 0 there), then one pass for the
-    # ``left``-th element holding that key in index order (ties lower index first). The
-    # key's bits: 32 for float32, float16, bfloat16 (widened exactly), int32 and bool; 64
-    # for int64. Per thread, (bits + 1) * n reads of the row and O(1) registers.
+    # the row per 4-bit digit of the key from the top (a histogram of that digit among the
+    # elements agreeing with the digits found so far; the sought key's digit is the bucket
+    # holding rank ``left``), then one pass for the ``left``-th element holding that key in
+    # index order (ties lower index first). The key's bits: 32 for float32, float16,
+    # bfloat16 (widened exactly), int32 and bool; 64 for int64. Per thread, (bits / 4 + 1)
+    # * n reads of the row (9 n, or 17 n for int64) and O(1) registers (16 counters).
     (x,) = ptrs
     axis = _sort_axis(ins, params)
     n, m, inner = ins[0][axis], out[axis], math.prod(out[axis + 1 :])
@@ -968,16 +969,17 @@ def _sort_element(
         f"size_t b{j} = ({var} / s{j}_in / s{j}_m) * s{j}_n * s{j}_in + {var} % s{j}_in;",
         f"unsigned long long pre{j} = 0;",
         f"size_t left{j} = want{j};",
-        f"for (int bit{j} = nb{j} - 1; bit{j} >= 0; --bit{j}) {{",
-        f"    size_t c{j} = 0;",
+        f"for (int sh{j} = nb{j} - 4; sh{j} >= 0; sh{j} -= 4) {{",
+        # (the digits above this one; none above the first: a shift by 64 is undefined)
+        f"    const unsigned long long hi{j} = sh{j} + 4 >= 64 ? 0ull : ~0ull << (sh{j} + 4);",
+        f"    size_t cnt{j}[16] = {{0}};",
         f"    for (size_t q{j} = 0; q{j} < s{j}_n; ++q{j}) {{",
         *(f"        {ln}" for ln in key),
-        f"        c{j} += ((k{j} ^ pre{j}) >> bit{j}) == 0;",
+        f"        if (((k{j} ^ pre{j}) & hi{j}) == 0) ++cnt{j}[(k{j} >> sh{j}) & 15];",
         "    }",
-        f"    if (left{j} >= c{j}) {{",
-        f"        left{j} -= c{j};",
-        f"        pre{j} |= 1ull << bit{j};",
-        "    }",
+        f"    unsigned long long dig{j} = 0;",
+        f"    while (left{j} >= cnt{j}[dig{j}]) left{j} -= cnt{j}[dig{j}++];",
+        f"    pre{j} |= dig{j} << sh{j};",
         "}",
         f"size_t at{j} = 0;",
         f"for (size_t q{j} = 0; q{j} < s{j}_n; ++q{j}) {{",
@@ -996,12 +998,12 @@ def _sort_element(
 
 
 def _sort_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
-    # 33 passes over the row per output element (32-bit keys; int64's 64-bit ones take 65):
-    # counted as key comparisons. The rule sees shapes only: the row is the axis topk
+    # 9 passes over the row per output element (8 digits of a 32-bit key and the ties;
+    # int64's 64-bit keys take 17): counted as key comparisons. The rule sees shapes only: the row is the axis topk
     # shortened, else (a sort) the longest axis, an upper bound (as cumsum's rule).
     changed = [a for a, (i, o) in enumerate(zip(ins[0], out, strict=True)) if i != o]
     n = ins[0][changed[0]] if changed else max(ins[0])
-    return 33.0 * n * math.prod(out), 4.0 * (math.prod(ins[0]) + math.prod(out))
+    return 9.0 * n * math.prod(out), 4.0 * (math.prod(ins[0]) + math.prod(out))
 
 
 def _sort_op(name: str, values: bool, params: tuple[tuple[str, float], ...]) -> OpDef:
