@@ -28,10 +28,10 @@ factor_w``); ``upsample_bilinear2d`` and ``upsample_trilinear3d`` resize to any 
 torch's CPU kernel does (float32 source indices and weights from a ``ratio`` parameter per
 axis, the axes' interpolations nested as torch nests them, so the generated C equals the
 reference bit for bit and both are within a few float32 roundings per axis of torch's,
-whose vectorised kernel rounds in its own order); ``conv_transpose2d`` (``_bias``) is ConvTranspose2d, its weight ``(C, K / groups, R,
-S)`` and ``groups`` a parameter (``conv_transpose1d``: the same over a height of one);
-``conv_transpose3d`` (``_bias``) is ConvTranspose3d over NCDHW, its weight ``(C, K / groups,
-T, R, S)``, with ``stride_d``, ``pad_d``, ``dilation_d`` and ``out_pad_d`` too: one
+whose vectorised kernel rounds in its own order); ``conv_transpose2d`` (``_bias``) is
+ConvTranspose2d, its weight ``(C, K / groups, R, S)`` and ``groups`` a parameter
+(``conv_transpose1d``: the same over a height of one); ``conv_transpose3d`` (``_bias``) is
+ConvTranspose3d over NCDHW, its weight ``(C, K / groups, T, R, S)``, with ``stride_d``, ``pad_d``, ``dilation_d`` and ``out_pad_d`` too: one
 geometry, reference and C generator serve both, the 3-d C nesting a loop over the depth
 taps around the 2-d one's.
 ``max_pool2d``, ``avg_pool2d``, ``adaptive_avg_pool2d`` and ``adaptive_max_pool2d`` have

@@ -536,10 +536,11 @@ def wrapping_step(j: int, x: str, acc: str, at: str, op: str) -> str:
 
 def wrapping_start(j: int, x: str, acc: str, init: int) -> list[str]:
     """C lines declaring the accumulator ``acc`` = ``init`` of a product or sum of the
-    elements of ``x`` (cumprod, prod_dims, sum_int_dims): ``float`` for float arrays (halves are read as float), ``unsigned
-    long long`` for bool and integers, whose products wrap around modulo 2**64 there as in
-    torch's int64 (a signed overflow is undefined behaviour in C; an unsigned one is
-    defined, and the bits are the same two's complement ones).
+    elements of ``x`` (cumprod, prod_dims, sum_int_dims): ``float`` for float arrays
+    (halves are read as float), ``unsigned long long`` for bool and integers, whose
+    products wrap around modulo 2**64 there as in torch's int64 (a signed overflow is
+    undefined behaviour in C; an unsigned one is defined, and the bits are the same two's
+    complement ones).
 
     >>> wrapping_start(0, "in0", "a0", 1)[1]
     'U0 a0 = (U0)1;'
@@ -999,8 +1000,9 @@ def _sort_element(
 
 def _sort_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
     # 9 passes over the row per output element (8 digits of a 32-bit key and the ties;
-    # int64's 64-bit keys take 17): counted as key comparisons. The rule sees shapes only: the row is the axis topk
-    # shortened, else (a sort) the longest axis, an upper bound (as cumsum's rule).
+    # int64's 64-bit keys take 17): counted as key comparisons. The rule sees shapes only:
+    # the row is the axis topk shortened, else (a sort) the longest axis, an upper bound
+    # (as cumsum's rule).
     changed = [a for a, (i, o) in enumerate(zip(ins[0], out, strict=True)) if i != o]
     n = ins[0][changed[0]] if changed else max(ins[0])
     return 9.0 * n * math.prod(out), 4.0 * (math.prod(ins[0]) + math.prod(out))

@@ -561,7 +561,8 @@ MATH_OPS: tuple[OpDef, ...] = (
 )
 """Math functions: libm ones (sin ... exp2, erf), roundings, sign, reciprocal, isnan (bool),
 maximum/minimum (NaN propagating as torch, a tie keeping the first operand) and clamp by
-two tensors (their composition), pow, atan2 and hypot of two tensors, fmod and remainder by a number (torch's sign rules)."""
+two tensors (their composition), pow, atan2 and hypot of two tensors, fmod and remainder
+by a number (torch's sign rules)."""
 
 
 def _scalar(
