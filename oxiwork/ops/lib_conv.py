@@ -243,9 +243,6 @@ def _conv_params(dims: int) -> tuple[tuple[str, float], ...]:
     )
 
 
-_CONV_PARAMS = _conv_params(2)
-
-
 def _conv_geometry(
     ins: Sequence[Shape], params: Mapping[str, float], what: str = "conv2d", dims: int = 2
 ) -> dict[str, int]:
@@ -1414,44 +1411,43 @@ def _pool_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
     return float(math.prod(out) * taps), 4.0 * (math.prod(ins[0]) + math.prod(out))
 
 
+def _spatial_op(
+    name: str,
+    dims: int,
+    arity: int,
+    rules: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+    params: tuple[tuple[str, float], ...],
+    **cost: Any,
+) -> OpDef:
+    """An out-element-wise op over ``dims`` spatial axes (2: NCHW, 3: NCDHW) whose
+    reference, C generator and shape rule (``rules``) take ``dims``; ``cost``: its
+    ``cost=`` or ``flops_per_element=``."""
+    reference, element, shape = (functools.partial(f, dims=dims) for f in rules)
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        arity,
+        reference=reference,
+        params=params,
+        element=element,
+        shape=shape,
+        typed_pointers=True,
+        **cost,
+    )
+
+
+_CONV_RULES = (_conv_reference, _conv_element, _conv_shape)
+_CONV_T_RULES = (_conv_t_reference, _conv_t_element, _conv_t_shape)
+
 CONV_OPS: tuple[OpDef, ...] = (
-    OpDef(
-        "conv2d",
-        FusionClass.OUT_ELEMENTWISE,
-        2,
-        reference=_conv_reference,
-        params=_CONV_PARAMS,
-        element=_conv_element,
-        shape=_conv_shape,
-        cost=_conv_cost,
-        typed_pointers=True,
-    ),
-    # the same convolution plus a bias per output channel (one OpDef per arity)
-    OpDef(
-        "conv2d_bias",
-        FusionClass.OUT_ELEMENTWISE,
-        3,
-        reference=_conv_reference,
-        params=_CONV_PARAMS,
-        element=_conv_element,
-        shape=_conv_shape,
-        cost=_conv_cost,
-        typed_pointers=True,
-    ),
-    # the 3-d convolution (NCDHW, Conv3d): conv2d's rules over a third spatial axis
+    # the convolution, 2-d (NCHW) and 3-d (NCDHW, Conv3d), with and without a bias per
+    # output channel (one OpDef per arity)
     *(
-        OpDef(
-            name,
-            FusionClass.OUT_ELEMENTWISE,
-            arity,
-            reference=functools.partial(_conv_reference, dims=3),
-            params=_conv_params(3),
-            element=functools.partial(_conv_element, dims=3),
-            shape=functools.partial(_conv_shape, dims=3),
-            cost=_conv_cost,
-            typed_pointers=True,
+        _spatial_op(
+            f"conv{dims}d{suffix}", dims, arity, _CONV_RULES, _conv_params(dims), cost=_conv_cost
         )
-        for name, arity in (("conv3d", 2), ("conv3d_bias", 3))
+        for dims in (2, 3)
+        for suffix, arity in (("", 2), ("_bias", 3))
     ),
     # a 1-d convolution (NCL) as conv2d over a height of one, with and without a bias
     *(
@@ -1471,16 +1467,13 @@ CONV_OPS: tuple[OpDef, ...] = (
     # the transposed convolution, 2-d (ConvTranspose2d, NCHW) and 3-d (ConvTranspose3d,
     # NCDHW), with and without a bias: one geometry, reference and C generator
     *(
-        OpDef(
+        _spatial_op(
             f"conv_transpose{dims}d{suffix}",
-            FusionClass.OUT_ELEMENTWISE,
+            dims,
             arity,
-            reference=functools.partial(_conv_t_reference, dims=dims),
-            params=_conv_t_params(dims),
-            element=functools.partial(_conv_t_element, dims=dims),
-            shape=functools.partial(_conv_t_shape, dims=dims),
+            _CONV_T_RULES,
+            _conv_t_params(dims),
             cost=_conv_t_cost,
-            typed_pointers=True,
         )
         for dims in (2, 3)
         for suffix, arity in (("", 2), ("_bias", 3))
@@ -1505,65 +1498,50 @@ CONV_OPS: tuple[OpDef, ...] = (
         entry
         for dims in (2, 3)
         for entry in (
-            OpDef(
+            _spatial_op(
                 f"max_pool{dims}d",
-                FusionClass.OUT_ELEMENTWISE,
+                dims,
                 1,
-                reference=functools.partial(_max_pool_reference, dims=dims),
-                params=_pool_params(dims, *_dilations(dims)),
-                element=functools.partial(_max_pool_element, dims=dims),
-                shape=functools.partial(_max_pool_shape, dims=dims),
+                (_max_pool_reference, _max_pool_element, _max_pool_shape),
+                _pool_params(dims, *_dilations(dims)),
                 cost=_pool_cost,
-                typed_pointers=True,
             ),
-            OpDef(
+            _spatial_op(
                 f"avg_pool{dims}d",
-                FusionClass.OUT_ELEMENTWISE,
+                dims,
                 1,
-                reference=functools.partial(_avg_pool_reference, dims=dims),
-                params=_pool_params(dims, *_AVG_EXTRA),
-                element=functools.partial(_avg_pool_element, dims=dims),
-                shape=functools.partial(_avg_pool_shape, dims=dims),
+                (_avg_pool_reference, _avg_pool_element, _avg_pool_shape),
+                _pool_params(dims, *_AVG_EXTRA),
                 cost=_pool_cost,
-                typed_pointers=True,
             ),
-            OpDef(
+            _spatial_op(
                 f"adaptive_avg_pool{dims}d",
-                FusionClass.OUT_ELEMENTWISE,
+                dims,
                 1,
-                reference=functools.partial(_adaptive_reference, dims=dims),
-                params=_adaptive_params(dims),
-                element=functools.partial(_adaptive_element, dims=dims),
-                shape=functools.partial(_adaptive_shape, dims=dims),
+                (_adaptive_reference, _adaptive_element, _adaptive_shape),
+                _adaptive_params(dims),
                 cost=_adaptive_cost,
-                typed_pointers=True,
             ),
-            OpDef(
+            _spatial_op(
                 f"adaptive_max_pool{dims}d",
-                FusionClass.OUT_ELEMENTWISE,
+                dims,
                 1,
-                reference=functools.partial(_adaptive_max_reference, dims=dims),
-                params=_adaptive_params(dims),
-                element=functools.partial(_adaptive_max_element, dims=dims),
-                shape=functools.partial(_adaptive_shape, dims=dims),
+                (_adaptive_max_reference, _adaptive_max_element, _adaptive_shape),
+                _adaptive_params(dims),
                 cost=_adaptive_cost,
-                typed_pointers=True,
             ),
         )
     ),
     # nearest-neighbour upsampling by whole factors (nn.Upsample(scale_factor=2)), 2-d and
     # 3-d
     *(
-        OpDef(
+        _spatial_op(
             f"upsample_nearest{dims}d",
-            FusionClass.OUT_ELEMENTWISE,
+            dims,
             1,
-            reference=functools.partial(_upsample_reference, dims=dims),
-            params=_upsample_params(dims),
-            element=functools.partial(_upsample_element, dims=dims),
-            shape=functools.partial(_upsample_shape, dims=dims),
+            (_upsample_reference, _upsample_element, _upsample_shape),
+            _upsample_params(dims),
             flops_per_element=0.0,
-            typed_pointers=True,
         )
         for dims in (2, 3)
     ),
@@ -1571,16 +1549,13 @@ CONV_OPS: tuple[OpDef, ...] = (
     # "trilinear"), F.interpolate): per output element 2**dims - 1 lerps of 3 flops (two
     # products, a sum) and a weight 1 - l per axis (11 in 2-d, 24 in 3-d)
     *(
-        OpDef(
+        _spatial_op(
             _bilinear_name(dims),
-            FusionClass.OUT_ELEMENTWISE,
+            dims,
             1,
-            reference=functools.partial(_bilinear_reference, dims=dims),
-            params=_bilinear_params(dims),
-            element=functools.partial(_bilinear_element, dims=dims),
-            shape=functools.partial(_bilinear_shape, dims=dims),
+            (_bilinear_reference, _bilinear_element, _bilinear_shape),
+            _bilinear_params(dims),
             flops_per_element=3.0 * (2**dims - 1) + dims,
-            typed_pointers=True,
         )
         for dims in (2, 3)
     ),
