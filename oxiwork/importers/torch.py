@@ -1036,16 +1036,19 @@ def _last_axis(call: _Call, dims: Any) -> bool:
     return nd >= 1 and [d % nd for d in dims] == [nd - 1]
 
 
-def _any_axes(lib: str, last: str | None, extra: Callable[[_Call], str | None]) -> _Rule:
+def _any_axes(
+    lib: str, last: str | None, extra: Callable[[_Call], str | None] | None = None
+) -> _Rule:
     """A reduction over any dims: ``last`` (the library's last-axis op) where it reduces
     the last axis only, else ``lib`` over the axes of the buffer ``x`` is (sum_dims,
     mean_dims, amax_dims with ``dim``/``keepdim``; softmax_dim, log_softmax_dim with one
-    ``dim``). ``dim`` None or [] is every axis, as in torch."""
+    ``dim``). ``dim`` None or [] is every axis, as in torch. ``extra``: why else the
+    call does not map, if it can say so."""
     one = lib.endswith("_dim")
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         x = call.args[0]
-        why = _plain(call, [x]) or extra(call)
+        why = _plain(call, [x]) or (extra(call) if extra is not None else None)
         if why:
             return why
         dims = call.args[1] if len(call.args) > 1 else call.kw("dim", [] if not one else -1)
@@ -1076,7 +1079,7 @@ def _values_or_indices(values: _Rule, indices: _Rule) -> _Rule:
 
 def _spread(lib: str) -> _Rule:
     """torch.var/torch.std over dims (``correction``, default 1: Bessel's)."""
-    over = _any_axes(lib, None, lambda call: None)
+    over = _any_axes(lib, None)
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         found = over(call)
@@ -1100,12 +1103,12 @@ def _vector_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     lib = {2: "norm2_dims", 1: "norm1_dims"}.get(order)
     if lib is None:
         return f"it is the {order!r}-norm; the library has the 2-norm and the 1-norm"
-    # (a dtype= is the result's: _library checks it, as _sum_extra says)
+    # (a dtype= is the result's: _library checks it)
     dims = call.args[2] if len(call.args) > 2 else call.kw("dim")
     keep = call.args[3] if len(call.args) > 3 else call.kw("keepdim", False)
     # (as a reduction over dims: sum_dims' argument order)
     shifted = replace(call, args=(x, dims, keep), kwargs=())
-    return _any_axes(lib, None, lambda c: None)(shifted)
+    return _any_axes(lib, None)(shifted)
 
 
 def _buffer_axes(
@@ -1149,14 +1152,6 @@ def _softmax_extra(call: _Call) -> str | None:
     return "it computes in float32 from half" if len(call.args) > 2 and call.args[2] else None
 
 
-def _sum_extra(call: _Call) -> str | None:
-    """Why a sum, mean or product's ``dtype=`` rules the library op out: never here. It is
-    torch's result dtype, and :func:`_library` refuses the call unless the library op
-    computes that very dtype from the input's, where accumulating in it is the plain op
-    (an int32 sum with ``dtype=torch.int64`` is the int64 sum torch gives without it)."""
-    return None
-
-
 def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """A sum over dims: of floats, sum_dims; of bool and integers (int64 in torch),
     sum_int_dims, exact in int64; of bool over fewer than 2**24 elements, count_dims (a
@@ -1164,8 +1159,8 @@ def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     exact below 2**24: its own shape rule decides)."""
     x = call.args[0]
     if not isinstance(x, _Arg) or x.base.dtype in (*FLOAT_COMPUTE, "float64"):
-        return _any_axes("sum_dims", "sum", _sum_extra)(call)
-    found = _any_axes("sum_int_dims", None, _sum_extra)(call)
+        return _any_axes("sum_dims", "sum")(call)
+    found = _any_axes("sum_int_dims", None)(call)
     if x.base.dtype == "bool" and not isinstance(found, str):
         _, params, args = found
         try:
@@ -1420,7 +1415,7 @@ def _mean_dims(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     nd = len(x.shape) if isinstance(x, _Arg) else 0
     if nd == 4 and sorted(d % 4 for d in (dims or [])) == [2, 3]:
         return _mean(call)  # the pooler of CNNs: an adaptive average pooling to 1x1
-    return _any_axes("mean_dims", "mean", _sum_extra)(call)
+    return _any_axes("mean_dims", "mean")(call)
 
 
 # ----------------------------------------------------------------------------- CNN rules
@@ -1770,7 +1765,7 @@ def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # The mean over H and W of an NCHW tensor (ResNet's and MobileNet's pooler) is an
     # adaptive average pooling to 1x1 (means over other axes: mean_dims, _mean_dims).
     x, dims = call.args[0], call.args[1] if len(call.args) > 1 else call.kw("dim")
-    # (a dtype= is the result's: _library checks it, as _sum_extra says)
+    # (a dtype= is the result's: _library checks it)
     nd = len(x.shape) if isinstance(x, _Arg) else 0
     if nd != 4 or sorted(d % 4 for d in (dims or [])) != [2, 3]:
         return f"it averages over dims {dims!r}; the library averages H and W of NCHW only"
@@ -1877,7 +1872,7 @@ def _scan(lib: str) -> _Rule:
     """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape)."""
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        x, dim = call.args[:2]  # (a dtype= is the result's, checked as _sum_extra says)
+        x, dim = call.args[:2]  # (a dtype= is the result's: _library checks it)
         why = _plain(call, [x], reshape_ok=False)
         return why or (lib, {"dim": float(dim)}, [x])
 
@@ -2192,10 +2187,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.sum.dim_IntList": _sum,
     "aten.sum.default": _sum,  # of every element
     # torch.prod over one dim or every element (floats in float, bool and integers in int64)
-    "aten.prod.dim_int": _any_axes("prod_dims", None, _sum_extra),
-    "aten.prod.default": _any_axes("prod_dims", None, _sum_extra),
-    "aten.count_nonzero.dim_IntList": _any_axes("count_dims", None, lambda call: None),
-    "aten.count_nonzero.default": _any_axes("count_dims", None, lambda call: None),
+    "aten.prod.dim_int": _any_axes("prod_dims", None),
+    "aten.prod.default": _any_axes("prod_dims", None),
+    "aten.count_nonzero.dim_IntList": _any_axes("count_dims", None),
+    "aten.count_nonzero.default": _any_axes("count_dims", None),
     # aten.amax maps to amax, not max: max skips NaNs (CUDA fmaxf), torch.amax propagates them
     "aten.mm.default": _gemm_rule(batched=False, added=False),
     "aten.bmm.default": _gemm_rule(batched=True, added=False),
@@ -2227,27 +2222,27 @@ _LIBRARY: dict[str, _Rule] = {
     },
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
-    "aten.amax.default": _any_axes("amax_dims", "amax", lambda call: None),
-    "aten.amin.default": _any_axes("amin_dims", None, lambda call: None),
+    "aten.amax.default": _any_axes("amax_dims", "amax"),
+    "aten.amin.default": _any_axes("amin_dims", None),
     # argmax/argmin over one dim, or the flattened tensor (dim None)
-    "aten.argmax.default": _any_axes("argmax_dims", None, lambda call: None),
-    "aten.argmin.default": _any_axes("argmin_dims", None, lambda call: None),
+    "aten.argmax.default": _any_axes("argmax_dims", None),
+    "aten.argmin.default": _any_axes("argmin_dims", None),
     # torch.max/min over a dim: the values (NaN-propagating, as amax/amin) and the indices
     # (of the first extreme, a NaN counting as one, as argmax/argmin), one kernel each used
     "aten.max.dim": _values_or_indices(
-        _any_axes("amax_dims", "amax", lambda call: None),
-        _any_axes("argmax_dims", None, lambda call: None),
+        _any_axes("amax_dims", "amax"),
+        _any_axes("argmax_dims", None),
     ),
     "aten.min.dim": _values_or_indices(
-        _any_axes("amin_dims", None, lambda call: None),
-        _any_axes("argmin_dims", None, lambda call: None),
+        _any_axes("amin_dims", None),
+        _any_axes("argmin_dims", None),
     ),
     "aten.var.correction": _spread("var_dims"),
     "aten.std.correction": _spread("std_dims"),
     "aten.linalg_vector_norm.default": _vector_norm,
     # any/all over one dim, several, or every one: bool, NaN counting as true
     **{
-        f"aten.{f}.{o}": _any_axes(f"{f}_dims", None, lambda call: None)
+        f"aten.{f}.{o}": _any_axes(f"{f}_dims", None)
         for f in ("any", "all")
         for o in ("dim", "dims", "default")
     },
@@ -2319,6 +2314,9 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         got = ops.infer_dtype(ops.get(lib), [a.base.dtype for a in args], params, lib)
     except InvalidArgument as e:
         return f"its operands' dtypes do not fit the library's {lib}: {str(e).split(': ', 1)[-1]}"
+    # (so a dtype= argument, torch's result dtype, maps exactly where it names the dtype the
+    # library op computes anyway, where accumulating in it is the plain op: an int32 sum
+    # with dtype=torch.int64 is the int64 sum torch gives without it)
     if got != call.out.dtype:
         return f"it computes {call.out.dtype}; the library's {lib} computes {got} from its inputs"
     # and take its operands' shapes (the buffers the kernel binds to): a rule a shape
