@@ -335,10 +335,9 @@ def so_dir(tmp_path_factory):
 # whose inputs are NCL/NCHW/NCDHW tensors: tests/ops/test_conv.py draws valid cases for them and
 # checks the same agreements (reference, generated C on the CPU, fused).
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
-# Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py.
+# Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py
+# (sorts and top-k, among them, take a dim and k and give int64 indices: test_sort.py).
 OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
-# Sorts and top-k take a dim and k, and give int64 indices: tests/ops/test_sort.py.
-OWN_TESTS |= {op.name for op in lib_dtype.SORT_OPS}
 # Comparisons, bitwise and logical ops give bool or take integers: tests/ops/test_bool_int.py.
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
 # Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
