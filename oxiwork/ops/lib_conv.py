@@ -166,14 +166,15 @@ def _spatial(ins: Sequence[Shape], what: str, dims: int = 2) -> Shape:
 def _out_size(size: int, lo: int, hi: int, k: int, stride: int, dil: int, ceil: bool) -> int:
     """Output length of a window of ``k`` taps (dilation ``dil``) over ``size`` padded by
     ``lo`` and ``hi`` (Dumoulin & Visin, relationship 15); with ``ceil``, PyTorch's rule: a
-    last window must start inside the input or its left padding."""
+    last window must start inside the input or its left padding. A window longer than the
+    padded input still gives one output in ceil mode (EfficientNet's pooler: a 2560-wide
+    window over 19 positions), so the span is divided rounding down, as torch's ``div_rtn``,
+    before anything is clipped; 0 when no window fits."""
     span = size + lo + hi - dil * (k - 1) - 1
-    if span < 0:
-        return 0
     out = (span + (stride - 1 if ceil else 0)) // stride + 1
     if ceil and (out - 1) * stride >= size + lo:
         out -= 1
-    return out
+    return max(out, 0)
 
 
 # ----------------------------------------------------------------------------- C helpers

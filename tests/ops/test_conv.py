@@ -757,6 +757,47 @@ class TestPooling:
             mag = torch_pool("avg", np.abs(x), params, torch.float64)
             np.testing.assert_array_less(np.abs(c - want), (window + 2) * U * mag * 2 + 1e-30)
 
+    @needs_cxx
+    @SETTINGS
+    @given(data=st.data(), seed=st.integers(0, 2**31))
+    def test_a_window_longer_than_the_input_agrees_with_torch(self, data, seed, so_dir):
+        # EfficientNet's pooler: a window wider than the (padded) input, in ceil mode one
+        # output; out of it none, and torch refuses. Shape, refusal and values agree.
+        kind = data.draw(st.sampled_from(["max", "avg"]))
+        dims = 3 if kind == "max" and data.draw(st.booleans()) else 2  # (avg_pool3d refuses)
+        params = {"ceil_mode": int(data.draw(st.booleans()))}
+        sizes = []
+        for a in AXES[dims]:
+            r = data.draw(st.integers(1, 7))
+            params |= {f"kernel_{a}": r, f"stride_{a}": data.draw(st.integers(1, 8))}
+            params[f"pad_{a}"] = data.draw(st.integers(0, r // 2))
+            if kind == "max":
+                params[f"dilation_{a}"] = data.draw(st.integers(1, 2))
+            sizes.append(data.draw(st.integers(1, 4)))
+        if kind == "avg":
+            params |= {"count_include_pad": int(data.draw(st.booleans())), "divisor_override": 0}
+        shape = (1, 2, *sizes)
+        x = with_specials(seed, shape) if kind == "max" else randn(seed, shape)[0]
+        op = ops.get(f"{kind}_pool{dims}d")
+        try:
+            want = torch_pool(kind, x, params, torch.float64 if kind == "avg" else torch.float32)
+        except RuntimeError:
+            with pytest.raises(InvalidArgument, match="output would be empty"):
+                ops.infer_shape(op, [shape], {**op.defaults, **params}, "p")
+            return
+        got = op.reference([x], **{**op.defaults, **params})
+        assert got.shape == want.shape
+        g, node = graph_of(f"{kind}_pool{dims}d", [shape], params)
+        (c,) = run_c(g, node, [x], so_dir)
+        if kind == "max":
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(c, got)
+        else:
+            assert np.all(np.abs(got - want) <= U * np.abs(want) + 2.0**-140)
+            window = math.prod(params[f"kernel_{a}"] for a in AXES[dims])
+            mag = torch_pool("avg", np.abs(x), params, torch.float64)
+            np.testing.assert_array_less(np.abs(c - got), (window + 2) * U * mag * 2 + 1e-30)
+
     @pytest.mark.parametrize("dims", [2, 3])
     @SETTINGS
     @given(data=st.data(), seed=st.integers(0, 2**31))
