@@ -722,14 +722,14 @@ def _plain(call: _Call, args: Sequence[Any], reshape_ok: bool = True) -> str | N
             return f"an operand is a Python {type(a).__name__}, not a tensor"
         # (reshapes back to the buffer's own shape, an alias: the buffer, even for an op that
         # reads shapes)
+        # (a buffer holds its tensor's values row-major whatever eager's strides, which
+        # only views read: a reshape is the buffer's values in the same order)
         reshaped = all(_op_name(t) in _RESHAPES for t, _, _ in a.chain)
         if a.chain and not (reshaped and (reshape_ok or tuple(a.shape) == a.base.shape)):
             views = ", ".join(
                 _base_name(t) if hasattr(t, "_schema") else "getitem" for t, _, _ in a.chain
             )
             return f"it reads a view ({views}) of its input; library ops read whole buffers"
-        if a.base.strides is not None:
-            return "it reads a non-contiguous layout; library ops read row-major buffers"
     return None
 
 
@@ -1791,10 +1791,14 @@ def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str
 
 def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     tensors, dim = call.args[0], (*call.args[1:], call.kw("dim", 0))[0]
-    why = _plain(call, list(tensors), reshape_ok=False)
+    # torch skips empty operands (a slice past a rotary half, a cache of length 0); the IR
+    # holds no empty buffer, so the op concatenates the others (their dtypes decide the
+    # result's: _library refuses one the empty operand would have promoted)
+    tensors = [t for t in tensors if not (isinstance(t, _Arg) and 0 in tuple(t.shape))]
+    why = _plain(call, tensors, reshape_ok=False)
     if why:
         return why
-    return cat_op(len(tensors)).name, {"axis": float(dim)}, list(tensors)
+    return cat_op(len(tensors)).name, {"axis": float(dim)}, tensors
 
 
 # ----------------------------------------------------------------------------- dtype rules
@@ -1802,7 +1806,8 @@ def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 def _to_copy(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x = call.args[0]
     # device, layout and memory format say where and how eager lays the copy out: the IR
-    # holds row-major buffers on one device (_library checks the result is row-major)
+    # holds row-major buffers on one device (a channels_last result's buffer holds its values
+    # row-major, as every buffer does; its strides are kept for the views that read it)
     # (non_blocking, pin_memory and copy change when and where, not the values; a cast
     # always copies)
     ignored = {"dtype", "device", "layout", "memory_format", "non_blocking", "pin_memory", "copy"}
@@ -2301,8 +2306,6 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     rule = _LIBRARY.get(name)
     if rule is None:
         return f"no op of the library computes {name.rsplit('.', 1)[0]}"
-    if call.out.strides is not None:
-        return f"its result has shape {call.out.shape}; library ops write row-major arrays"
     if call.index is not None and name not in _MULTI_OUTPUT:
         return "it has several outputs; library ops have one"
     found = rule(call)
@@ -2527,10 +2530,8 @@ class _Converter:
         if not v.chain or v.list_views:
             return v
         names = [_op_name(t) for t, _, _ in v.chain]
-        if (
-            v.base.strides is None
-            and all(n in _RESHAPES for n in names)
-            and not (reshapes and v.shape is not None and tuple(v.shape) != v.base.shape)
+        if all(n in _RESHAPES for n in names) and not (
+            reshapes and v.shape is not None and tuple(v.shape) != v.base.shape
         ):
             return v  # a reshape read whole is its buffer; with ``reshapes``, one of another
             # shape is a contiguous view buffer of that shape (cat, gather, index read shapes)
@@ -2786,7 +2787,14 @@ class _Converter:
 
         inputs, metas, call, lib = attempt(out, False)
         physical = None
-        if isinstance(lib, str) and out.strides is not None and index is None:
+        if (
+            out.strides is not None
+            and index is None
+            and (isinstance(lib, str) or _elementwise(lib[0]))
+        ):
+            # (A library op that is not element-wise writes the row-major values of a
+            # permuted-dense result, as an opaque op does: its strides stay on the buffer's
+            # meta for the views that read it, a channels_last convolution's.)
             # torch keeps an element-wise op's result in its operand's permuted layout (a
             # scaled permute of attention heads): the library op computes the result in
             # that memory order, reading every operand permuted alike, into a row-major

@@ -56,7 +56,35 @@ class CopyInto(nn.Module):
         return y.transpose(1, 2).reshape(2, 12)
 
 
+class ChannelsLast(nn.Module):
+    """ConvNeXt's block on a channels_last tensor: torch keeps the depthwise convolution's
+    result channels_last, permutes it to NHWC (a contiguous view in eager), normalises and
+    projects the channels, permutes back and adds the input; then a strided convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.norm = nn.LayerNorm(4)
+        self.fc = nn.Linear(4, 4)
+        self.down = nn.Conv2d(4, 6, 2, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (2, 4, 6, 6)
+        x = x.contiguous(memory_format=torch.channels_last)
+        y = self.fc(self.norm(self.dw(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return self.down(x + y)
+
+
+class EmptyOperand(nn.Module):
+    """GPT-J's rotary split where the rotary part is the whole head: a cat with an empty
+    slice (which torch skips)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (2, 3, 4)
+        return torch.cat([x[..., :4] * 2.0, x[..., 4:]], dim=-1)
+
+
 CASES = {
+    "channels_last": (ChannelsLast, (2, 4, 6, 6)),
+    "empty_operand": (EmptyOperand, (2, 3, 4)),
     "heads": (Heads, (2, 6, 8)),
     "slices": (Slices, (3, 4, 5)),
     "weight_t": (TransposedWeight, (3, 4)),
@@ -81,8 +109,9 @@ class TestViews:
         verify(g)
         views = [b for b in g.buffers if b.is_view]
         # (the matmul of weight_t reads its transposed weight in place: a strided GEMM of
-        # ops.lib_reduce, so no view buffer is needed there)
-        assert views or name == "weight_t", "the module's views should be alias buffers"
+        # ops.lib_reduce, so no view buffer is needed there; empty_operand's one non-empty
+        # slice is its whole input)
+        assert views or name in ("weight_t", "empty_operand"), "views should be alias buffers"
         for streams in (1, 4):
             plan = ExecutionPlan.build(g, max_streams=streams)
             placed = {b.name: b for b in plan.graph.buffers}
@@ -110,6 +139,23 @@ class TestViews:
         for n in g.nodes:
             if n.is_kernel and n.name not in opaque:
                 assert kernel_source(g, n).source
+
+
+def test_channels_last_results_and_operands_take_library_ops() -> None:
+    # A buffer holds its tensor's values row-major whatever eager's strides (those stay on
+    # the buffer for the views that read it), so the channels_last convolutions and the add
+    # reading one are library kernels, not opaque ones.
+    model, _ = _imported("channels_last")
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert not model.opaque
+    assert ops_of["aten.convolution.default"].startswith("conv2d")
+
+
+def test_a_cat_skips_an_empty_operand() -> None:
+    model, _ = _imported("empty_operand")
+    (cat,) = [n for n in model.graph.kernels() if model.targets[n.name] == "aten.cat.default"]
+    assert not model.opaque
+    assert (cat.op, len(cat.inputs)) == ("cat_1", 1)
 
 
 def test_clone_of_a_permute_is_a_copy_of_a_strided_view() -> None:
