@@ -1,0 +1,198 @@
+"""Hugging Face architectures, shrunk, import with no opaque kernel and simulate to eager.
+
+Each model is ``transformers``' own implementation of the architecture (decoders with rotary
+embeddings, grouped-query attention and RMSNorm; encoders; vision transformers, CNNs and
+hybrids) built from its config with a few small layers and random weights, nothing
+downloaded. The weights and running statistics are redrawn so that no layer is initialised to
+zero (EfficientNet's and MobileViT's outputs are all zero from their own init, which would
+compare nothing). ``bench/models.py`` runs five full-size models; this list is the breadth
+that keeps the importer honest: every ATen op these architectures export to has a library op
+(an opaque kernel has no CUDA C), and the plan computes eager's numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from oxiwork.importers.torch import from_module
+
+transformers = pytest.importorskip("transformers")  # in the [test] extra: present in CI
+
+# One shrink for every config: the attributes each architecture has take these values.
+_SMALL = {
+    "num_hidden_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 128,
+    "head_dim": 16,
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head": 4,
+    "d_model": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "d_ff": 128,
+    "d_kv": 16,
+    "image_size": 32,
+    "patch_size": 8,
+    "num_channels": 3,
+}
+
+
+def _config(name: str, **over: Any) -> Any:
+    config = getattr(transformers, name)()
+    for key, value in {**_SMALL, **over}.items():
+        prop = getattr(type(config), key, None)
+        if hasattr(config, key) and not (isinstance(prop, property) and prop.fset is None):
+            setattr(config, key, value)  # (not one the config derives: Falcon's head_dim)
+    config._attn_implementation = "eager"  # plain ATen ops, not one fused SDPA call
+    if hasattr(config, "use_cache"):
+        config.use_cache = False
+    return config
+
+
+def _redrawn(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every parameter redrawn (norm scales near 1) and running statistics
+    that are not 0 and 1."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 1.0 if name.endswith("weight") and p.dim() == 1 else 0.0
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2 + scale)
+        for name, b in model.named_buffers():
+            if name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+            elif name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+    return model.eval()
+
+
+Maker = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+
+
+def _text(model: str, config: str, **over: Any) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        m = _redrawn(getattr(transformers, model)(_config(config, **over)))
+        return m, (torch.randint(0, 500, (1, 16), generator=torch.Generator().manual_seed(0)),)
+
+    return make
+
+
+def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
+    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+        m = _redrawn(getattr(transformers, model)(_config(config, **over)))
+        return m, (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)),)
+
+    return make
+
+
+ZOO: dict[str, Maker] = {
+    # decoders: rotary embeddings, grouped-query attention, RMSNorm, gated MLPs, ALiBi
+    "llama": _text("LlamaModel", "LlamaConfig"),
+    "mistral": _text("MistralModel", "MistralConfig"),
+    "qwen2": _text("Qwen2Model", "Qwen2Config"),
+    "gemma": _text("GemmaModel", "GemmaConfig"),
+    "phi": _text("PhiModel", "PhiConfig"),
+    "gpt_neox": _text("GPTNeoXModel", "GPTNeoXConfig"),
+    "gptj": _text("GPTJModel", "GPTJConfig", rotary_dim=8),
+    "gptj_whole_head_rotary": _text("GPTJModel", "GPTJConfig", rotary_dim=16),
+    "opt": _text("OPTModel", "OPTConfig", ffn_dim=128, word_embed_proj_dim=64),
+    "bloom": _text("BloomModel", "BloomConfig"),
+    "falcon": _text("FalconModel", "FalconConfig"),
+    # encoders
+    "distilbert": _text(
+        "DistilBertModel", "DistilBertConfig", dim=64, n_heads=4, n_layers=2, hidden_dim=128
+    ),
+    "albert": _text("AlbertModel", "AlbertConfig", embedding_size=32),
+    "roberta": _text("RobertaModel", "RobertaConfig"),
+    "deberta_v2": _text("DebertaV2Model", "DebertaV2Config"),
+    "electra": _text("ElectraModel", "ElectraConfig", embedding_size=64),
+    "t5_encoder": _text("T5EncoderModel", "T5Config"),
+    "mpnet": _text("MPNetModel", "MPNetConfig"),
+    # vision transformers and hybrids
+    "deit": _vision("DeiTModel", "DeiTConfig"),
+    "beit": _vision("BeitModel", "BeitConfig"),
+    "dinov2": _vision("Dinov2Model", "Dinov2Config"),
+    "clip_vision": _vision("CLIPVisionModel", "CLIPVisionConfig"),
+    "segformer": _vision(
+        "SegformerModel",
+        "SegformerConfig",
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sr_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        patch_sizes=[7, 3],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+    ),
+    "levit": _vision(
+        "LevitModel",
+        "LevitConfig",
+        size=64,
+        image_size=64,
+        patch_size=16,
+        hidden_sizes=[32, 48, 64],
+        num_attention_heads=[2, 2, 2],
+        depths=[1, 1, 1],
+        key_dim=[8, 8, 8],
+    ),
+    "mobilevit": _vision(
+        "MobileViTModel",
+        "MobileViTConfig",
+        size=64,
+        image_size=64,
+        hidden_sizes=[32, 48, 64],
+        neck_hidden_sizes=[8, 16, 24, 32, 40, 48, 160],
+    ),
+    # CNNs (ConvNeXt's convolutions read and write channels_last tensors)
+    "convnext": _vision(
+        "ConvNextModel", "ConvNextConfig", hidden_sizes=[16, 32], depths=[1, 1], num_stages=2
+    ),
+    "regnet": _vision(
+        "RegNetModel",
+        "RegNetConfig",
+        hidden_sizes=[16, 32],
+        depths=[1, 1],
+        groups_width=8,
+        embedding_size=16,
+    ),
+    "efficientnet": _vision(  # its pooler's window is wider than the feature map (ceil mode)
+        "EfficientNetModel",
+        "EfficientNetConfig",
+        width_coefficient=0.2,
+        depth_coefficient=0.2,
+        hidden_dim=256,
+    ),
+    "poolformer": _vision(
+        "PoolFormerModel", "PoolFormerConfig", hidden_sizes=[16, 32, 48, 64], depths=[1] * 4
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_imports_with_no_opaque_kernel_and_simulates_to_eager(name: str) -> None:
+    module, args = ZOO[name]()
+    model = from_module(module, args)
+    assert model.opaque_counts() == {}, [(o.kernel, o.reason) for o in model.opaque]
+    assert model.eager_outputs is not None
+    plan = ExecutionPlan.build(model.graph, max_streams=4, fusion=True)
+    verify(plan)
+    assert len(plan.graph.kernels()) < len(model.graph.kernels())  # something fused
+    got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+    for out, want in zip(got, model.eager_outputs, strict=True):
+        assert out.shape == want.shape and out.dtype == want.dtype
+        scale = float(np.max(np.abs(want)))
+        assert scale > 0  # a model whose output is all zero would compare nothing
+        # float32 sums in another order than eager's: a few units in the last place of the
+        # largest output, over layers of them
+        assert float(np.max(np.abs(out.astype(np.float64) - want))) <= 2e-5 * scale, name
