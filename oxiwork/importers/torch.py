@@ -50,7 +50,8 @@ that quotes torch: a module ``torch.export`` cannot export (:class:`ExportFailed
 data-dependent control flow, unsupported Python), and programs holding what today's IR
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
 other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
-training mode: call ``module.eval()``), empty tensors, and dtypes outside
+training mode: call ``module.eval()``), random draws (``torch.rand``, a dropout in
+training: eager draws anew on every call), empty tensors, and dtypes outside
 :data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
 bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
 library ops compute in float32 and round once per op, as PyTorch's kernels do, and
@@ -519,6 +520,20 @@ def _converts(node: Any) -> bool:
 def _mutates(target: Any) -> bool:
     schema = target._schema
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _draws_random(node: Any) -> bool:
+    """Does ``node`` draw random numbers (an ATen op tagged ``nondeterministic_seeded``:
+    rand, randn, bernoulli, a dropout in training...)? A dropout told not to train, or with
+    ``p`` 0, is the identity and draws nothing."""
+    torch = _torch()
+    if torch.Tag.nondeterministic_seeded not in node.target.tags:
+        return False
+    if "dropout" in _base_name(node.target):
+        p, train = (*node.args[1:], *([None] * 2))[:2]
+        p, train = node.kwargs.get("p", p), node.kwargs.get("train", train)
+        return not (train is False or p == 0)
+    return True
 
 
 def _cpu(x: Any) -> Any:
@@ -2432,6 +2447,15 @@ class _Converter:
             raise UnsupportedModel(
                 f"node {node.name!r} ({_op_name(target)}) writes to its input in place; the IR "
                 "has no aliasing writes yet: call module.eval() or rewrite the mutation"
+            )
+        if _draws_random(node):
+            # Eager draws new numbers on every call: a kernel running the op would never
+            # match it, and one folded at import would replay one draw as if it were a weight.
+            raise UnsupportedModel(
+                f"node {node.name!r} ({_op_name(target)}) draws random numbers, which eager "
+                "draws anew on every call, so no plan computes the module's outputs: call "
+                "module.eval() (dropout), or draw them outside and pass them as an input "
+                "(ViT-MAE's noise=)"
             )
         val = node.meta.get("val")
         if val is None and not node.users:

@@ -258,6 +258,36 @@ class TestRaises:
         with pytest.raises(UnsupportedModel, match=r"module\.eval\(\)"):
             from_module(bn, (torch.randn(3, 4),))
 
+    @pytest.mark.parametrize(
+        "draw",
+        [
+            lambda x: x + torch.rand(3),  # no tensor input: it would fold into a constant
+            lambda x: x * torch.rand_like(x),
+            lambda x: nn.functional.dropout(x, 0.5, training=True),
+            lambda x: torch.bernoulli(torch.sigmoid(x)),
+        ],
+        ids=["rand", "rand_like", "dropout", "bernoulli"],
+    )
+    def test_raises_random_draws(self, draw) -> None:
+        class Draws(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return draw(x)
+
+        with pytest.raises(UnsupportedModel, match=r"draws random numbers.*pass them as an input"):
+            from_module(Draws(), (torch.ones(3),))
+
+    def test_a_dropout_not_training_imports(self) -> None:
+        class Eval(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return nn.functional.dropout(x, 0.5, training=False) + nn.functional.dropout(
+                    x, 0.0, training=True
+                )
+
+        model = from_module(Eval(), (torch.ones(3),))
+        plan = ExecutionPlan.build(model.graph)
+        (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_array_equal(got, np.full(3, 2.0, np.float32))
+
     def test_raises_complex(self) -> None:  # bfloat16 imports: tests/importers/test_torch_dtypes.py
         with pytest.raises(UnsupportedModel, match=r"torch\.complex64 tensor"):
             from_module(
