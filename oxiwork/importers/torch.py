@@ -2695,14 +2695,29 @@ class _Converter:
         kwargs = {k: _cpu(_map_leaves(v, self._fold_arg)) for k, v in node.kwargs.items()}
         with torch.no_grad():
             value = node.target(*args, **kwargs)
+        if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+            # a multi-output op of constants (CANINE's max pooling with indices of a
+            # constant mask): a constant for each output some getitem reads
+            read = {u.args[1] for u in node.users if u.target is operator.getitem}
+            self.env[node] = tuple(
+                self._constant(f"const.{node.name}.{k}", v, f"constant {node.name!r}[{k}]")
+                if k in read
+                else None
+                for k, v in enumerate(value)
+            )
+            return
         if not isinstance(value, torch.Tensor):
             raise UnsupportedModel(
                 f"node {node.name!r} ({_op_name(node.target)}) computes a {type(value).__name__} "
-                "from no tensor; the importer folds tensor constants only"
+                "from no tensor; the importer folds tensors and tuples of them only"
             )
-        t = self._external(f"const.{node.name}", value, f"constant {node.name!r}")
+        self.env[node] = self._constant(f"const.{node.name}", value, f"constant {node.name!r}")
+
+    def _constant(self, name: str, value: Any, what: str) -> _Tensor:
+        """A folded constant: an external buffer holding ``value``."""
+        t = self._external(name, value, what)
         self.folded.append(t.buffer)
-        self.env[node] = t
+        return t
 
     def _fold_arg(self, a: Any) -> Any:
         """An argument of a folded op: a folded constant's value, a specialised Python

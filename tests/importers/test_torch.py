@@ -551,6 +551,22 @@ class TestMapping:
         assert model.folded and all(model.graph.buffer_by_name(f).external for f in model.folded)
         assert model.graph.buffer_by_name(model.outputs[1]).dtype == "int64"
 
+    def test_a_multi_output_op_of_constants_folds_the_outputs_read(self) -> None:
+        # CANINE pools a constant mask with indices: a tuple computed from no tensor
+        class PooledMask(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                mask = torch.arange(16.0).reshape(1, 1, 4, 4)
+                pooled, _ = nn.functional.max_pool2d(mask, 2, return_indices=True)
+                return x * pooled.flatten()
+
+        x = torch.randn(4)
+        model = from_module(PooledMask(), (x,))
+        # the pooled values (read), not the indices (not read)
+        assert [f for f in model.folded if "max_pool" in f] == ["const.max_pool2d_with_indices.0"]
+        assert not model.opaque
+        (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+        np.testing.assert_array_equal(got, (x * torch.tensor([5.0, 7.0, 13.0, 15.0])).numpy())
+
     def test_identical_call_sites_share_one_op(self) -> None:
         # a layer norm without bias stays opaque (the library's affine norm has both)
         norm = lambda: nn.LayerNorm(8, bias=False)  # noqa: E731
