@@ -1790,18 +1790,23 @@ def _mean(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, pad, value = (*call.args, 0.0)[:3]
-    if len(pad) not in (2, 4):
-        return f"it pads {len(pad) // 2} axes; the library's constant_pad pads the last two"
+    pad = list(pad)
+    while len(pad) > 4 and pad[-2:] == [0, 0]:  # outer axes padded by nothing (MobileBERT's)
+        pad = pad[:-2]
+    if len(pad) > 6:
+        return f"it pads {len(pad) // 2} axes; the library's constant_pads pad the last three"
     if not math.isfinite(value):
         return f"it pads with {value}; op parameters are finite"
+    dims = 3 if len(pad) == 6 else 2  # (Swin pads H and W of NHWC: three axes, C by nothing)
+    lib = "constant_pad" if dims == 2 else "constant_pad3d"
     why = _plain(call, [x], reshape_ok=False)
-    if why is None and len(x.shape) < 2:
-        why = f"its input has shape {x.shape}; the library's constant_pad needs 2 axes or more"
+    if why is None and len(x.shape) < dims:
+        why = f"its input has shape {x.shape}; the library's {lib} needs {dims} axes or more"
     if why:
         return why
-    left, right, top, bottom = (*pad, 0, 0)[:4]
-    params = {"pad_left": left, "pad_right": right, "pad_top": top, "pad_bottom": bottom}
-    return "constant_pad", {**{k: float(v) for k, v in params.items()}, "value": float(value)}, [x]
+    names = ("pad_left", "pad_right", "pad_top", "pad_bottom", "pad_front", "pad_back")
+    params = {k: float(v) for k, v in zip(names, pad, strict=False)}  # F.pad's order
+    return lib, {**params, "value": float(value)}, [x]
 
 
 def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:

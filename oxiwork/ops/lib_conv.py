@@ -1042,46 +1042,66 @@ def _adaptive_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- constant pad
-_PAD_PARAMS = (
-    ("pad_left", 0.0),
-    ("pad_right", 0.0),
-    ("pad_top", 0.0),
-    ("pad_bottom", 0.0),
-    ("value", 0.0),
-)
+# constant_pad pads the last two axes, constant_pad3d the last three (F.pad's 4 and 6
+# amounts: Swin's NHWC windows, 3-d convolutions); the amounts are per axis, before and after.
+def _pad_params(dims: int) -> tuple[tuple[str, float], ...]:
+    """``pad_left, pad_right, pad_top, pad_bottom(, pad_front, pad_back), value``: the last
+    axis first, as F.pad lists them."""
+    return (*((name, 0.0) for a in reversed(_axes(dims)) for name in a.pads), ("value", 0.0))
 
 
-def _pad_amounts(params: Mapping[str, float]) -> tuple[int, int, int, int]:
-    vals = []
-    for name in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
-        v = params[name]
-        if not float(v).is_integer():
-            raise _ShapeProblem(f"parameter {name}={v!r} must be an integer")
-        vals.append(int(v))
-    return vals[0], vals[1], vals[2], vals[3]
+def _pad_amounts(params: Mapping[str, float], dims: int = 2) -> list[tuple[int, int]]:
+    """(before, after) per padded axis, outermost first."""
+    amounts = []
+    for a in _axes(dims):
+        pair = []
+        for name in a.pads:
+            v = params[name]
+            if not float(v).is_integer():
+                raise _ShapeProblem(f"parameter {name}={v!r} must be an integer")
+            pair.append(int(v))
+        amounts.append((pair[0], pair[1]))
+    return amounts
 
 
-def _pad_shape(ins: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+def _pad_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: int = 2) -> Shape:
     x = ins[0]
-    if len(x) < 2:
-        raise _ShapeProblem(f"constant_pad pads the last two axes; the input {x} has fewer")
-    t, b, left, right = _pad_amounts(params)
-    out = (*x[:-2], x[-2] + t + b, x[-1] + left + right)
+    if len(x) < dims:
+        raise _ShapeProblem(
+            f"{_pad_name(dims)} pads the last {('two', 'three')[dims - 2]} axes; the input {x} "
+            "has fewer"
+        )
+    lead = len(x) - dims
+    out = (
+        *x[:lead],
+        *(d + lo + hi for d, (lo, hi) in zip(x[lead:], _pad_amounts(params, dims), strict=True)),
+    )
     if min(out) < 1:
         raise _ShapeProblem(f"negative padding crops {x} to nothing ({out})")
     return out
 
 
-def _pad_reference(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+def _pad_name(dims: int) -> str:
+    return "constant_pad" if dims == 2 else f"constant_pad{dims}d"
+
+
+def _pad_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     # Negative amounts crop, as in torch.nn.functional.pad.
     x = xs[0]
-    t, b, left, right = _pad_amounts(params)
-    out = np.full(_pad_shape([x.shape], params), F32(params["value"]), F32)
+    amounts = _pad_amounts(params, dims)
+    out = np.full(_pad_shape([x.shape], params, dims=dims), F32(params["value"]), F32)
+    lead = x.ndim - dims
     src = x[
-        ..., max(0, -t) : x.shape[-2] - max(0, -b), max(0, -left) : x.shape[-1] - max(0, -right)
+        (
+            Ellipsis,
+            *(
+                slice(max(0, -lo), x.shape[lead + k] - max(0, -hi))
+                for k, (lo, hi) in enumerate(amounts)
+            ),
+        )
     ]
-    h0, w0 = max(0, t), max(0, left)
-    out[..., h0 : h0 + src.shape[-2], w0 : w0 + src.shape[-1]] = src
+    at = [max(0, lo) for lo, _ in amounts]
+    out[(Ellipsis, *(slice(s, s + n) for s, n in zip(at, src.shape[lead:], strict=True)))] = src
     return out
 
 
@@ -1092,25 +1112,49 @@ def _pad_element(
     ins: Sequence[Shape],
     out: Shape,
     params: Mapping[str, float],
+    *,
+    dims: int = 2,
 ) -> Lines:
-    t, _, left, _ = _pad_amounts(params)
-    h, w = ins[0][-2:]
-    g = {"H": h, "W": w, "P": out[-2], "Q": out[-1]}
+    axes = _axes(dims)
+    amounts = _pad_amounts(params, dims)
+    g = {a.size: ins[0][k - dims] for k, a in enumerate(axes)}
+    g |= {a.out: out[k - dims] for k, a in enumerate(axes)}
     z = {name: f"s{j}_{name}" for name in g}
     v = f"v{j}_"
-    lines = _decompose(j, var, [(f"{v}o", ""), (f"{v}p", z["P"]), (f"{v}q", z["Q"])])
+    rest = f"{v}o" if dims == 2 else f"{v}nc"  # the leading axes, flattened
+    lines = _decompose(j, var, [(rest, ""), *((f"{v}{a.index}", z[a.out]) for a in axes)])
+    # the pad amounts may be negative (a crop): signed literals, not size_t arguments
     lines += [
-        # the pad amounts may be negative (a crop): signed literals, not size_t arguments
-        f"long long {v}h = (long long){v}p - ({t}LL);",
-        f"long long {v}c2 = (long long){v}q - ({left}LL);",
+        f"long long {v}{a.coord} = (long long){v}{a.index} - ({lo}LL);"
+        for a, (lo, _) in zip(axes, amounts, strict=True)
+    ]
+    inside = " && ".join(
+        f"{v}{a.coord} >= 0 && {v}{a.coord} < (long long){z[a.size]}" for a in axes
+    )
+    at = _horner([rest, *(f"(size_t){v}{a.coord}" for a in axes)], ["", *(z[a.size] for a in axes)])
+    lines += [
         # the fill value is the kernel's float argument (a CUDA graph can update it)
         f"float t{j} = {{value}};",
-        f"if ({v}h >= 0 && {v}h < (long long){z['H']} && {v}c2 >= 0 && "
-        f"{v}c2 < (long long){z['W']}) {{",
-        f"    t{j} = {ptrs[0]}[({v}o * {z['H']} + (size_t){v}h) * {z['W']} + (size_t){v}c2];",
+        f"if ({inside}) {{",
+        f"    t{j} = {ptrs[0]}[{at}];",
         "}",
     ]
     return lines, [(z[name], g[name]) for name in g]
+
+
+def _pad_op(dims: int) -> OpDef:
+    """The constant pad of the last ``dims`` axes (its reference, C and shape rule bound)."""
+    return OpDef(
+        _pad_name(dims),
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=functools.partial(_pad_reference, dims=dims),
+        params=_pad_params(dims),
+        element=functools.partial(_pad_element, dims=dims),
+        shape=functools.partial(_pad_shape, dims=dims),
+        flops_per_element=0.0,
+        typed_pointers=True,
+    )
 
 
 # ----------------------------------------------------------------------------- upsample
@@ -1560,17 +1604,8 @@ CONV_OPS: tuple[OpDef, ...] = (
         )
         for dims in (2, 3)
     ),
-    OpDef(
-        "constant_pad",
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=_pad_reference,
-        params=_PAD_PARAMS,
-        element=_pad_element,
-        shape=_pad_shape,
-        flops_per_element=0.0,
-        typed_pointers=True,
-    ),
+    _pad_op(2),
+    _pad_op(3),
 )
 
 for _op in CONV_OPS:

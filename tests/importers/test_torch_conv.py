@@ -390,6 +390,33 @@ def test_a_zero_pad_folds_only_over_the_axes_the_convolution_slides(dims, pad, f
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("shape", "pad", "op"),
+    [
+        ((2, 5, 6, 3), (0, 0, 1, 2, 0, 3), "constant_pad3d"),  # Swin: H and W of NHWC
+        ((2, 7, 4), (0, 0, 0, 1, 0, 0), "constant_pad"),  # MobileBERT: the batch by nothing
+        ((1, 2, 3, 4, 5), (1, 0, -1, 2, 2, 1), "constant_pad3d"),  # NCDHW, with a crop
+        ((2, 3, 4, 5), (1, 1, 0, 0, 0, 0, 0, 0), "constant_pad"),
+    ],
+)
+def test_a_pad_of_up_to_three_axes_is_a_library_kernel(shape, pad, op):
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(nn.functional.pad(x, pad, value=1.5)) * 2.0
+
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = M()(x).numpy()
+    model = from_module(M(), (x,))
+    assert not model.opaque, model.opaque
+    ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert ops_of["aten.constant_pad_nd.default"] == op
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_array_equal(y, want)
+
+
 def test_a_zero_pad_before_a_transposed_convolution_stays_a_library_kernel():
     # the transposed convolution cannot apply it (its padding crops the output): the pad is
     # constant_pad, not a view the convolution would have to read

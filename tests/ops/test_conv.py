@@ -936,23 +936,25 @@ def test_adaptive_max_pool_reference_and_c_equal_torch_with_nan_and_inf(
 # ------------------------------------------------------------------------------ pad and cat
 class TestPadAndCat:
     @needs_cxx
+    @pytest.mark.parametrize("dims", [2, 3])
     @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(
-        shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(3, 6), st.integers(3, 6)),
-        pads=st.tuples(*[st.integers(-1, 2)] * 4),
-        value=st.sampled_from([0.0, -0.0, 1.5, -3e38]),
-        seed=st.integers(0, 2**31),
+        data=st.data(), value=st.sampled_from([0.0, -0.0, 1.5, -3e38]), seed=st.integers(0, 2**31)
     )
-    def test_constant_pad_equals_torch_and_c(self, shape, pads, value, seed, so_dir):
+    def test_constant_pad_equals_torch_and_c(self, dims, data, value, seed, so_dir):
+        # the last ``dims`` axes padded (negative amounts crop), 0 to 2 axes before them
+        lead = data.draw(st.lists(st.integers(1, 3), max_size=2))
+        shape = (*lead, *data.draw(st.tuples(*[st.integers(3, 5)] * dims)))
+        pads = data.draw(st.tuples(*[st.integers(-1, 2)] * (2 * dims)))  # F.pad's order
         x = with_specials(seed, shape)
-        left, right, top, bottom = pads
-        params = {"pad_left": left, "pad_right": right, "pad_top": top, "pad_bottom": bottom}
-        params["value"] = value
-        got = ops.get("constant_pad").reference([x], **params)
+        names = ("pad_left", "pad_right", "pad_top", "pad_bottom", "pad_front", "pad_back")
+        params = {**dict(zip(names, pads, strict=False)), "value": value}
+        name = "constant_pad" if dims == 2 else "constant_pad3d"
+        got = ops.get(name).reference([x], **params)
         want = F.pad(torch.from_numpy(x), pads, value=value).numpy()
         np.testing.assert_array_equal(got, want)
         assert np.array_equal(np.signbit(got), np.signbit(want))
-        g, node = graph_of("constant_pad", [shape], params)
+        g, node = graph_of(name, [shape], params)
         (c,) = run_c(g, node, [x], so_dir)
         np.testing.assert_array_equal(c, want)
         assert np.array_equal(np.signbit(c), np.signbit(want))
@@ -1069,6 +1071,10 @@ NVRTC_CASES = {
     "adaptive_avg_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 2, "out_h": 2, "out_w": 3}),
     "adaptive_max_pool3d": ([(1, 2, 5, 9, 7)], {"out_d": 3, "out_h": 4, "out_w": 1}),
     "constant_pad": ([(1, 2, 5, 5)], {"pad_left": 1, "pad_bottom": -1, "value": 2.0}),
+    "constant_pad3d": (
+        [(2, 3, 4, 5)],
+        {"pad_left": 1, "pad_bottom": 2, "pad_front": 2, "pad_back": -1, "value": 2.0},
+    ),
     "upsample_nearest2d": ([(1, 2, 3, 5)], {"factor_h": 2, "factor_w": 3}),
     "upsample_bilinear2d": (
         [(1, 2, 3, 5)],
