@@ -1,4 +1,4 @@
-"""Hugging Face architectures, shrunk, import with no opaque kernel and simulate to eager.
+"""Hugging Face architectures (52), shrunk, import with no opaque kernel and simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
 embeddings, grouped-query attention and RMSNorm; encoders; vision transformers, CNNs and
@@ -53,7 +53,13 @@ def _config(name: str, **over: Any) -> Any:
     for key, value in {**_SMALL, **over}.items():
         prop = getattr(type(config), key, None)
         if hasattr(config, key) and not (isinstance(prop, property) and prop.fset is None):
-            setattr(config, key, value)  # (not one the config derives: Falcon's head_dim)
+            try:  # (not one the config derives: Falcon's head_dim)
+                setattr(config, key, value)
+            except Exception as e:  # (huggingface_hub's validation error is no ValueError)
+                if key in over:  # a shrink of our own that the config refuses: say so
+                    raise AssertionError(f"{name} refuses {key}={value!r}: {e}") from e
+                # a generic one it types otherwise (a list image_size) or has no limit
+                # for (XLNet's positions): its default stays
     config._attn_implementation = "eager"  # plain ATen ops, not one fused SDPA call
     if hasattr(config, "use_cache"):
         config.use_cache = False
@@ -108,6 +114,14 @@ ZOO: dict[str, Maker] = {
     "opt": _text("OPTModel", "OPTConfig", ffn_dim=128, word_embed_proj_dim=64),
     "bloom": _text("BloomModel", "BloomConfig"),
     "falcon": _text("FalconModel", "FalconConfig"),
+    "gemma2": _text("Gemma2Model", "Gemma2Config"),  # logit soft-capping
+    "stablelm": _text("StableLmModel", "StableLmConfig"),
+    "starcoder2": _text("Starcoder2Model", "Starcoder2Config"),
+    "olmo": _text("OlmoModel", "OlmoConfig"),
+    "cohere": _text("CohereModel", "CohereConfig"),
+    "granite": _text("GraniteModel", "GraniteConfig"),
+    "gpt_bigcode": _text("GPTBigCodeModel", "GPTBigCodeConfig"),  # multi-query attention
+    "mamba": _text("MambaModel", "MambaConfig", state_size=8, expand=2),  # a selective scan
     # encoders
     "distilbert": _text(
         "DistilBertModel", "DistilBertConfig", dim=64, n_heads=4, n_layers=2, hidden_dim=128
@@ -118,11 +132,68 @@ ZOO: dict[str, Maker] = {
     "electra": _text("ElectraModel", "ElectraConfig", embedding_size=64),
     "t5_encoder": _text("T5EncoderModel", "T5Config"),
     "mpnet": _text("MPNetModel", "MPNetConfig"),
+    "xlnet": _text("XLNetModel", "XLNetConfig"),  # relative attention
+    "bert_generation": _text("BertGenerationEncoder", "BertGenerationConfig"),
+    "squeezebert": _text("SqueezeBertModel", "SqueezeBertConfig", embedding_size=64),
+    "ibert": _text("IBertModel", "IBertConfig"),
+    "mobilebert": _text(  # pads the sequence of a 3-d tensor
+        "MobileBertModel",
+        "MobileBertConfig",
+        embedding_size=32,
+        intra_bottleneck_size=32,
+        true_hidden_size=32,
+    ),
     # vision transformers and hybrids
     "deit": _vision("DeiTModel", "DeiTConfig"),
     "beit": _vision("BeitModel", "BeitConfig"),
     "dinov2": _vision("Dinov2Model", "Dinov2Config"),
     "clip_vision": _vision("CLIPVisionModel", "CLIPVisionConfig"),
+    "yolos": _vision("YolosModel", "YolosConfig", num_detection_tokens=4),
+    "vitdet": _vision("VitDetModel", "VitDetConfig"),
+    "dpt": _vision("DPTModel", "DPTConfig"),
+    "swin": _vision(  # pads H and W of NHWC windows, rolls them
+        "SwinModel",
+        "SwinConfig",
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=2,
+        patch_size=4,
+    ),
+    "swinv2": _vision(
+        "Swinv2Model",
+        "Swinv2Config",
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=2,
+        patch_size=4,
+    ),
+    "focalnet": _vision(
+        "FocalNetModel", "FocalNetConfig", embed_dim=16, depths=[1, 1], patch_size=4
+    ),
+    "hiera": _vision(
+        "HieraModel",
+        "HieraConfig",
+        size=64,
+        image_size=[64, 64],
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[1, 2],
+        patch_size=[7, 7],
+    ),
+    "pvt": _vision(
+        "PvtModel",
+        "PvtConfig",
+        num_encoder_blocks=2,
+        depths=[1, 1],
+        sequence_reduction_ratios=[2, 1],
+        hidden_sizes=[16, 32],
+        patch_sizes=[4, 2],
+        strides=[4, 2],
+        num_attention_heads=[1, 2],
+        mlp_ratios=[2, 2],
+    ),
     "segformer": _vision(
         "SegformerModel",
         "SegformerConfig",
@@ -158,6 +229,10 @@ ZOO: dict[str, Maker] = {
     "convnext": _vision(
         "ConvNextModel", "ConvNextConfig", hidden_sizes=[16, 32], depths=[1, 1], num_stages=2
     ),
+    "resnet": _vision(
+        "ResNetModel", "ResNetConfig", hidden_sizes=[16, 32], depths=[1, 1], embedding_size=16
+    ),
+    "mobilenet_v1": _vision("MobileNetV1Model", "MobileNetV1Config", depth_multiplier=0.25),
     "regnet": _vision(
         "RegNetModel",
         "RegNetConfig",
