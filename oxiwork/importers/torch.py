@@ -101,7 +101,7 @@ from oxiwork.node import DTYPES, MemcpyDir
 from oxiwork.ops import lib_dtype, lib_reduce
 from oxiwork.ops.lib_conv import cat_op
 from oxiwork.ops.lib_reduce import Strided
-from oxiwork.ops.table import COMPUTE_DTYPES, FLOAT_COMPUTE, FusionClass, OpDef
+from oxiwork.ops.table import COMPUTE_DTYPES, FLOAT_COMPUTE, INT_DTYPES, FusionClass, OpDef
 
 if TYPE_CHECKING:
     from oxiwork.graph import ComputeGraph
@@ -1083,6 +1083,19 @@ def _any_axes(
         keep = call.args[2] if len(call.args) > 2 else call.kw("keepdim", False)
         mask = lib_reduce.axes_mask(axes, len(x.base.ir_shape))
         return lib, {"axes": mask, "keepdim": float(bool(keep))}, [x]
+
+    return rule
+
+
+def _arg_extreme(name: str) -> _Rule:
+    """argmax/argmin (``name``) over one dim or the flattened tensor: of floats the block
+    reduction (a NaN counting as the extreme), of integers the element loop comparing them
+    exactly (CLIP's text pooler takes the argmax of int32 token ids)."""
+    floats, ints = _any_axes(f"{name}_dims", None), _any_axes(f"{name}_int_dims", None)
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x = call.args[0]
+        return (ints if isinstance(x, _Arg) and x.base.dtype in INT_DTYPES else floats)(call)
 
     return rule
 
@@ -2250,18 +2263,12 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.amax.default": _any_axes("amax_dims", "amax"),
     "aten.amin.default": _any_axes("amin_dims", None),
     # argmax/argmin over one dim, or the flattened tensor (dim None)
-    "aten.argmax.default": _any_axes("argmax_dims", None),
-    "aten.argmin.default": _any_axes("argmin_dims", None),
+    "aten.argmax.default": _arg_extreme("argmax"),
+    "aten.argmin.default": _arg_extreme("argmin"),
     # torch.max/min over a dim: the values (NaN-propagating, as amax/amin) and the indices
     # (of the first extreme, a NaN counting as one, as argmax/argmin), one kernel each used
-    "aten.max.dim": _values_or_indices(
-        _any_axes("amax_dims", "amax"),
-        _any_axes("argmax_dims", None),
-    ),
-    "aten.min.dim": _values_or_indices(
-        _any_axes("amin_dims", None),
-        _any_axes("argmin_dims", None),
-    ),
+    "aten.max.dim": _values_or_indices(_any_axes("amax_dims", "amax"), _arg_extreme("argmax")),
+    "aten.min.dim": _values_or_indices(_any_axes("amin_dims", None), _arg_extreme("argmin")),
     "aten.var.correction": _spread("var_dims"),
     "aten.std.correction": _spread("std_dims"),
     "aten.linalg_vector_norm.default": _vector_norm,

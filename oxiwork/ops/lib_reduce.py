@@ -57,6 +57,7 @@ from oxiwork.ops.lib_dtype import (
 from oxiwork.ops.table import (
     COMPUTE_DTYPES,
     FLOAT_COMPUTE,
+    INT_DTYPES,
     DtypeProblem,
     FusionClass,
     OpDef,
@@ -1143,13 +1144,80 @@ def _loop_op(name: str, op: str, init: int, ufunc: np.ufunc) -> OpDef:
     )
 
 
+def _arg_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in INT_DTYPES:
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; argmax_int/argmin_int compare int32 and int64 values "
+            "(floats: argmax_dims, argmin_dims)"
+        )
+    return "int64"
+
+
+def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
+    """An element-loop argmax/argmin of integers over ``axes`` (one axis, or every one: the
+    flat index): the index (int64) of the first extreme, compared exactly as ``long long``
+    (the block reductions compare floats, which cannot tell int64s 2**24 apart). ``cmp``:
+    ``>`` or ``<``; ``pick``: np.argmax or np.argmin (first extreme too)."""
+
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+        return pick(rows, axis=-1).astype(np.int64).reshape(_dims_shape([xs[0].shape], params))
+
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float],
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        # as _loop_op's: output element var walks its reduced elements q{j} in order, and a
+        # strict comparison keeps the first extreme
+        (x,) = ptrs
+        kept, reduced = reduction_terms(ins[0], _mask_axes(ins[0], params))
+        rows = math.prod(m for _, m, _ in kept)
+        cols = math.prod(m for _, m, _ in reduced)
+        n = f"s{j}_n"
+        at, sizes = _row_index(kept, reduced, rows, cols, (var, f"q{j}", n, f"s{j}_"))
+        lines = [
+            f"long long t{j} = 0;",
+            f"long long b{j} = 0;",
+            f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
+            f"    long long v{j} = (long long){x}[{at}];",
+            f"    if (q{j} == 0 || v{j} {cmp} b{j}) {{",
+            f"        b{j} = v{j};",
+            f"        t{j} = (long long)q{j};",
+            "    }",
+            "}",
+        ]
+        return lines, [(n, cols), *sizes]
+
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        element=element,
+        shape=_dims_shape,
+        cost=_row_cost(1.0),
+        dtype=_arg_int_dtype,
+        typed_pointers=True,
+    )
+
+
 _LOOPS: tuple[OpDef, ...] = (
     _loop_op("prod_dims", "*", 1, np.multiply),
     _loop_op("sum_int_dims", "+", 0, np.add),
+    _arg_int_op("argmax_int_dims", ">", np.argmax),
+    _arg_int_op("argmin_int_dims", "<", np.argmin),
 )
 """``prod_dims`` (torch.prod: float dtypes in float32 math, in order, rounded once to their
 dtype; bool and integers in int64) and ``sum_int_dims`` (bool and integers only, int64)
-over ``axes`` with ``keepdim``, as ``sum_dims``.
+over ``axes`` with ``keepdim``, as ``sum_dims``; ``argmax_int_dims``, ``argmin_int_dims``
+(int32 and int64: the int64 index of the first extreme over one axis or every one, as
+torch.argmax of an integer tensor: CLIP's text pooler finds its end token so).
 
 >>> import numpy as np
 >>> x = np.array([[2**40, 2**30], [3, -4]])

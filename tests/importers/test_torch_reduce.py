@@ -260,6 +260,35 @@ def test_prods_cumprods_and_integer_sums_map_to_library_ops() -> None:
                     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)  # NaN where NaN
 
 
+class IntExtremes(nn.Module):
+    """argmax/argmin of integer tensors, as CLIP's text pooler finds its end token."""
+
+    def forward(self, ids: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            ids.to(torch.int).argmax(dim=-1),
+            big.argmin(),  # the flat index
+            big.argmax(0, keepdim=True),
+            torch.max(big, 1).indices,
+            torch.min(ids, 0).indices,
+        )
+
+
+def test_integer_argmax_and_argmin_compare_exactly() -> None:
+    # int64 values 1 apart past 2**53 and ties (the first extreme wins, as in torch)
+    ids = torch.tensor([[3, 9, 9, 1], [4, 4, 0, 2]])
+    big = torch.tensor([[2**62, 2**62 + 1, -(2**63)], [2**62 + 1, 2**62 + 1, -(2**63) + 1]])
+    model, eager = import_with_eager(IntExtremes(), (ids, big))
+    assert model.opaque == (), model.opaque_counts()
+    used = sorted(n.op for n in model.graph.kernels() if "arg" in (n.op or ""))
+    assert used == ["argmax_int_dims"] * 3 + ["argmin_int_dims"] * 2
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, eager, strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+
+
 def test_a_bool_sum_of_2_to_the_24_elements_is_exact() -> None:
     # count_dims counts in float (exact below 2**24): from there on sum_int_dims, in int64
     class Count(nn.Module):
