@@ -1,4 +1,4 @@
-"""Hugging Face architectures (52), shrunk, import with no opaque kernel and simulate to eager.
+"""Hugging Face architectures (57), shrunk, import with no opaque kernel and simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
 embeddings, grouped-query attention and RMSNorm; encoders; vision transformers, CNNs and
@@ -42,6 +42,12 @@ _SMALL = {
     "num_heads": 4,
     "d_ff": 128,
     "d_kv": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
     "image_size": 32,
     "patch_size": 8,
     "num_channels": 3,
@@ -82,21 +88,37 @@ def _redrawn(model: torch.nn.Module) -> torch.nn.Module:
     return model.eval()
 
 
-Maker = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+Made = tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[str, torch.Tensor]]
+Maker = Callable[[], Made]
+
+
+def _ids(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 500, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
 def _text(model: str, config: str, **over: Any) -> Maker:
-    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    def make() -> Made:
         m = _redrawn(getattr(transformers, model)(_config(config, **over)))
-        return m, (torch.randint(0, 500, (1, 16), generator=torch.Generator().manual_seed(0)),)
+        return m, (_ids(16),), {}
+
+    return make
+
+
+def _seq2seq(model: str, config: str, **over: Any) -> Maker:
+    """An encoder-decoder: the source ids, and the decoder's ids by keyword."""
+
+    def make() -> Made:
+        m = _redrawn(getattr(transformers, model)(_config(config, **over)))
+        return m, (_ids(12),), {"decoder_input_ids": _ids(7, 1)}
 
     return make
 
 
 def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
-    def make() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    def make() -> Made:
         m = _redrawn(getattr(transformers, model)(_config(config, **over)))
-        return m, (torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0)),)
+        x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(0))
+        return m, (x,), {}
 
     return make
 
@@ -143,6 +165,12 @@ ZOO: dict[str, Maker] = {
         intra_bottleneck_size=32,
         true_hidden_size=32,
     ),
+    "clip_text": _text("CLIPTextModel", "CLIPTextConfig"),  # an argmax of int32 ids
+    # encoder-decoders
+    "t5": _seq2seq("T5Model", "T5Config"),
+    "bart": _seq2seq("BartModel", "BartConfig"),
+    "mbart": _seq2seq("MBartModel", "MBartConfig"),
+    "pegasus": _seq2seq("PegasusModel", "PegasusConfig"),
     # vision transformers and hybrids
     "deit": _vision("DeiTModel", "DeiTConfig"),
     "beit": _vision("BeitModel", "BeitConfig"),
@@ -256,8 +284,8 @@ ZOO: dict[str, Maker] = {
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_imports_with_no_opaque_kernel_and_simulates_to_eager(name: str) -> None:
-    module, args = ZOO[name]()
-    model = from_module(module, args)
+    module, args, kwargs = ZOO[name]()
+    model = from_module(module, args, kwargs)
     assert model.opaque_counts() == {}, [(o.kernel, o.reason) for o in model.opaque]
     assert model.eager_outputs is not None
     plan = ExecutionPlan.build(model.graph, max_streams=4, fusion=True)
