@@ -1894,6 +1894,26 @@ def _flip(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("flip", {"axes": lib_reduce.axes_mask(dims, len(x.shape)) if dims else 0.0}, [x])
 
 
+def _slice_scatter(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # slice_scatter(input, src, dim=0, start=None, end=None, step=1), torch's slice rules
+    x, src = call.args[:2]
+    rest = (*call.args[2:], *([None] * 4))
+    dim = call.kw("dim", rest[0] if rest[0] is not None else 0)
+    start, end = call.kw("start", rest[1]), call.kw("end", rest[2])
+    step = call.kw("step", rest[3] if rest[3] is not None else 1)
+    why = _plain(call, [x, src], reshape_ok=False)
+    if why:
+        return why
+    n = len(x.shape)
+    axis = dim % n
+    first, _, _ = slice(start, end, step).indices(x.shape[axis])
+    return (
+        "slice_scatter",
+        {"dim": float(axis), "start": float(first), "step": float(step)},
+        [x, src],
+    )
+
+
 def _repeat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, times = call.args[:2]
     why = _plain(call, [x], reshape_ok=False)
@@ -2299,6 +2319,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.cumprod.default": _scan("cumprod"),
     "aten.index_select.default": _index_select,
     "aten.flip.default": _flip,
+    "aten.slice_scatter.default": _slice_scatter,
     "aten.repeat.default": _repeat,
     # values and indices (one kernel each, as used), argsort's indices
     **{f"aten.{f}.{o}": _sort for f in ("sort", "argsort") for o in ("default", "stable")},

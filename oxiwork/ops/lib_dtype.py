@@ -27,6 +27,9 @@
   ``times{k}``, the repeats of the k-th axis from the last): each output element copies
   one input element, of any dtype; ``index_select`` takes indices in ``[0, n)`` (as torch),
   refused by the reference and NaN or 0 in the C outside it.
+- ``slice_scatter`` (``torch.slice_scatter(x, src, dim, start, end, step)``: ``dim``,
+  ``start``, ``step``; the end is where ``src``'s elements end): ``x`` with that slice
+  replaced by ``src``, of any dtype, out-element-wise (ViT-MAE and Funnel write slices so).
 - ``cumsum`` along parameter ``dim``: bool and integers sum exactly in int64, floats in
   float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
   ``cumprod`` likewise multiplies it: bool and integers in int64, wrapping around as
@@ -794,6 +797,95 @@ FLIP = OpDef(
     typed_pointers=True,
 )
 
+
+# slice_scatter (torch.slice_scatter(x, src, dim, start, end, step)): x with the slice
+# start::step along dim (as many elements as src has there) replaced by src. Each output
+# element reads src where its coordinate along dim falls on the slice, else x.
+def _scatter_geometry(shapes: Sequence[Shape], params: Mapping[str, float]) -> tuple[int, int, int]:
+    """(axis, start, step), checked: src is x's shape but along the axis, where its
+    elements fall at start, start + step, ... inside x."""
+    x, src = shapes
+    axis = _gather_axis(shapes, params)
+    start, step = params["start"], params["step"]
+    if start != int(start) or start < 0 or step != int(step) or step < 1:
+        raise _ShapeProblem(
+            f"start={start!r} and step={step!r} must be whole numbers, start >= 0 and step >= 1"
+        )
+    start, step = int(start), int(step)
+    if len(src) != len(x) or any(
+        a != b for k, (a, b) in enumerate(zip(x, src, strict=True)) if k != axis
+    ):
+        raise _ShapeProblem(
+            f"slice_scatter's source {src} must be the input {x} but on axis {axis}"
+        )
+    if start + step * (src[axis] - 1) >= x[axis]:
+        raise _ShapeProblem(
+            f"{src[axis]} elements from {start} by {step} do not fit axis {axis} of the input {x}"
+        )
+    return axis, start, step
+
+
+def _scatter_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    _scatter_geometry(shapes, params)
+    return tuple(shapes[0])
+
+
+def _slice_scatter(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    x, src = xs
+    axis, start, step = _scatter_geometry([x.shape, src.shape], params)
+    out = x.copy()
+    out[(slice(None),) * axis + (slice(start, start + step * src.shape[axis], step),)] = src
+    return out
+
+
+def _slice_scatter_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    x, src = ptrs
+    axis, start, step = _scatter_geometry(ins, params)
+    sst = _row_major(ins[1])
+    sizes: list[tuple[str, int]] = [
+        (f"s{j}_b", start),
+        (f"s{j}_k", step),
+        (f"s{j}_m", ins[1][axis]),
+    ]
+    c = f"c{j}_{axis}"
+    lines = _coords(j, var, out, sizes)
+    lines += [
+        f"bool hit{j} = {c} >= s{j}_b && ({c} - s{j}_b) % s{j}_k == 0 && "
+        f"({c} - s{j}_b) / s{j}_k < s{j}_m;",
+        f"size_t o{j} = 0;",
+    ]
+    for a in range(len(out)):
+        sizes.append((f"s{j}_y{a}", sst[a]))
+        at = f"(({c} - s{j}_b) / s{j}_k)" if a == axis else f"c{j}_{a}"
+        lines.append(f"if (hit{j}) o{j} += {at} * s{j}_y{a};")
+    return [
+        *lines,
+        f"typedef decltype(+{x}[0]) T{j};",
+        f"T{j} t{j} = hit{j} ? (T{j}){src}[o{j}] : (T{j}){x}[{var}];",
+    ], sizes
+
+
+SLICE_SCATTER = OpDef(
+    "slice_scatter",
+    FusionClass.OUT_ELEMENTWISE,
+    2,
+    reference=_slice_scatter,
+    params=(("dim", 0.0), ("start", 0.0), ("step", 1.0)),
+    element=_slice_scatter_element,
+    shape=_scatter_shape,
+    flops_per_element=0.0,
+    dtype=any_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
 MAX_REPEAT_AXES = 6
 _REPEAT_PARAMS = (("lead", 0.0), *((f"times{k}", 1.0) for k in range(MAX_REPEAT_AXES)))
 
@@ -1052,6 +1144,7 @@ DTYPE_OPS: tuple[OpDef, ...] = (
     INDEX_SELECT,
     FLIP,
     REPEAT,
+    SLICE_SCATTER,
     *SORT_OPS,
 )
 

@@ -82,8 +82,20 @@ class EmptyOperand(nn.Module):
         return torch.cat([x[..., :4] * 2.0, x[..., 4:]], dim=-1)
 
 
+class SliceWrite(nn.Module):
+    """Writes into strided slices of an intermediate (Funnel's and ViT-MAE's pattern):
+    torch.export turns them into slice_scatter."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (3, 6)
+        y = x * 2.0
+        y[:, 1::2] = -x[:, :3]
+        y[1:, -2:] = x[:2, :2] * 3.0
+        return y + 1.0
+
+
 CASES = {
     "channels_last": (ChannelsLast, (2, 4, 6, 6)),
+    "slice_write": (SliceWrite, (3, 6)),
     "empty_operand": (EmptyOperand, (2, 3, 4)),
     "heads": (Heads, (2, 6, 8)),
     "slices": (Slices, (3, 4, 5)),
@@ -149,6 +161,15 @@ def test_channels_last_results_and_operands_take_library_ops() -> None:
     ops_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
     assert not model.opaque
     assert ops_of["aten.convolution.default"].startswith("conv2d")
+
+
+def test_writes_into_slices_are_slice_scatter_kernels() -> None:
+    model, _ = _imported("slice_write")
+    assert not model.opaque
+    scatters = [n for n in model.graph.kernels() if n.op == "slice_scatter"]
+    # y[:, 1::2] along axis 1 from 1 by 2; y[1:, -2:], a slice of a slice: two scatters
+    assert len(scatters) == 3
+    assert dict(scatters[0].params) == {"dim": 1.0, "start": 1.0, "step": 2.0}
 
 
 def test_a_cat_skips_an_empty_operand() -> None:

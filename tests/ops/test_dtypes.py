@@ -617,6 +617,45 @@ class TestMoves:
         if CXX is not None:
             _bits_equal(_c_graph(g, inputs, so_dir), want, "generated C")
 
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data(), fusion=st.booleans())
+    def test_slice_scatter_equals_torch_and_c(self, data, fusion, so_dir):
+        import torch
+
+        dtype = data.draw(st.sampled_from(["float32", "float16", "bfloat16", "int64", "int32"]))
+        shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)))
+        rank = len(shape)
+        dim = data.draw(st.integers(-rank, rank - 1))
+        start = data.draw(st.integers(0, shape[dim] - 1))
+        step = data.draw(st.integers(1, 3))
+        m = data.draw(st.integers(1, (shape[dim] - 1 - start) // step + 1))
+        src_shape = tuple(m if k == dim % rank else n for k, n in enumerate(shape))
+        np_dtype = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+        x = (np.arange(math.prod(shape)).reshape(shape) - 3.5).astype(np.float32).astype(np_dtype)
+        src = (-np.arange(math.prod(src_shape)).reshape(src_shape) - 0.5).astype(np_dtype)
+        params = {"dim": float(dim % rank), "start": float(start), "step": float(step)}
+        b = GraphBuilder()
+        xb = b.alloc_external_buffer("x", x.nbytes, dtype=dtype, shape=shape)
+        sb = b.alloc_external_buffer("src", src.nbytes, dtype=dtype, shape=src_shape)
+        mid = b.alloc_buffer("mid", x.nbytes, dtype=dtype, shape=shape)
+        out = b.alloc_buffer("out", x.nbytes, dtype=dtype, shape=shape)
+        b.add_kernel("s", 1, 32).op("slice_scatter").params(**params).inputs([xb, sb]).outputs(
+            [mid]
+        ).fusible(True).finish()
+        b.add_kernel("c", 1, 32).op("copy").inputs([mid]).outputs([out]).fusible(True).finish()
+        g = b.build()
+        inputs = {"x": x, "src": src}
+        want = evaluate(g, inputs)["out"]
+        t = lambda a: torch.from_numpy(a.astype(np.float32))  # noqa: E731
+        end = start + step * (m - 1) + 1
+        eager = torch.slice_scatter(t(x), t(src), dim, start, end, step).numpy()
+        _bits_equal(want.astype(np.float32), eager, "reference vs torch")
+        plan = ExecutionPlan.build(g, fusion=fusion)
+        assert plan.kernel_count_fused == (1 if fusion else 2)
+        _bits_equal(SequentialExecutor(plan).run(inputs).outputs["out"], want, "simulator")
+        if CXX is not None:
+            _bits_equal(_c_graph(plan.graph, inputs, so_dir), want, f"C fusion={fusion}")
+
     def test_out_of_range_index_is_refused_by_the_reference_and_nan_in_c(self, so_dir):
         x, ix = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([0, 3], np.int64)
         with pytest.raises(IndexError, match=r"index 3 is out of range for axis 1 of extent 3"):
@@ -643,6 +682,14 @@ class TestMoves:
             ("repeat", [(2, 3)], {"lead": 5.0}, r"lead=5\.0 must be a whole number"),
             ("repeat", [(2, 3)], {"times0": 0.0}, r"times0=0\.0 must be a whole number >= 1"),
             ("repeat", [(2, 3)], {"times3": 2.0}, r"times3=2\.0 must be .* \(1 past the 2 axes\)"),
+            ("slice_scatter", [(2, 3), (2, 2)], {"dim": 0.0}, r"source \(2, 2\) must be the"),
+            (
+                "slice_scatter",
+                [(2, 5), (2, 2)],
+                {"dim": 1.0, "start": 3.0, "step": 2.0},
+                r"2 elements from 3 by 2 do not fit axis 1",
+            ),
+            ("slice_scatter", [(2, 5), (2, 2)], {"dim": 1.0, "step": 0.0}, r"step=0\.0 must be"),
         ],
     )
     def test_raises_naming_the_rule(self, name, shapes, params, match):
