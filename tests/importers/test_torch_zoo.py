@@ -1,4 +1,4 @@
-"""Hugging Face architectures (57), shrunk, import with no opaque kernel and simulate to eager.
+"""Hugging Face architectures (58), shrunk, import with no opaque kernel and simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
 embeddings, grouped-query attention and RMSNorm; encoders; vision transformers, CNNs and
@@ -155,6 +155,7 @@ ZOO: dict[str, Maker] = {
     "t5_encoder": _text("T5EncoderModel", "T5Config"),
     "mpnet": _text("MPNetModel", "MPNetConfig"),
     "xlnet": _text("XLNetModel", "XLNetConfig"),  # relative attention
+    "funnel": _text("FunnelModel", "FunnelConfig", block_sizes=[1, 1], d_head=16),  # scatters
     "bert_generation": _text("BertGenerationEncoder", "BertGenerationConfig"),
     "squeezebert": _text("SqueezeBertModel", "SqueezeBertConfig", embedding_size=64),
     "ibert": _text("IBertModel", "IBertConfig"),
