@@ -1,8 +1,8 @@
-"""Hugging Face architectures (58), shrunk, import with no opaque kernel and simulate to eager.
+"""Hugging Face architectures (61), shrunk, import with no opaque kernel and simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
-embeddings, grouped-query attention and RMSNorm; encoders; vision transformers, CNNs and
-hybrids) built from its config with a few small layers and random weights, nothing
+embeddings, grouped-query attention and RMSNorm; encoders; encoder-decoders; speech models;
+vision transformers, CNNs and hybrids) built from its config with a few small layers and random weights, nothing
 downloaded. The weights and running statistics are redrawn so that no layer is initialised to
 zero (EfficientNet's and MobileViT's outputs are all zero from their own init, which would
 compare nothing). ``bench/models.py`` runs five full-size models; this list is the breadth
@@ -114,6 +114,39 @@ def _seq2seq(model: str, config: str, **over: Any) -> Maker:
     return make
 
 
+_FEATURES = {  # a two-layer convolutional feature encoder over 1,600 samples
+    "conv_dim": [16, 16],
+    "conv_stride": [5, 2],
+    "conv_kernel": [10, 3],
+    "num_feat_extract_layers": 2,
+    "num_conv_pos_embeddings": 16,
+    "num_conv_pos_embedding_groups": 4,
+}
+
+
+def _audio(model: str, config: str) -> Maker:
+    def make() -> Made:
+        m = _redrawn(getattr(transformers, model)(_config(config, **_FEATURES)))
+        return m, (torch.randn(1, 1600, generator=torch.Generator().manual_seed(0)),), {}
+
+    return make
+
+
+def _whisper() -> Made:
+    # 16 mel bins over 64 frames; token ids inside the shrunk vocabulary
+    tokens = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    config = _config(
+        "WhisperConfig",
+        num_mel_bins=16,
+        max_source_positions=32,
+        **tokens,
+        decoder_start_token_id=1,
+    )
+    m = _redrawn(transformers.WhisperModel(config))
+    mel = torch.randn(1, 16, 64, generator=torch.Generator().manual_seed(0))
+    return m, (mel,), {"decoder_input_ids": _ids(5, 1)}
+
+
 def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
     def make() -> Made:
         m = _redrawn(getattr(transformers, model)(_config(config, **over)))
@@ -172,6 +205,10 @@ ZOO: dict[str, Maker] = {
     "bart": _seq2seq("BartModel", "BartConfig"),
     "mbart": _seq2seq("MBartModel", "MBartConfig"),
     "pegasus": _seq2seq("PegasusModel", "PegasusConfig"),
+    # speech
+    "whisper": _whisper,
+    "wav2vec2": _audio("Wav2Vec2Model", "Wav2Vec2Config"),
+    "wavlm": _audio("WavLMModel", "WavLMConfig"),
     # vision transformers and hybrids
     "deit": _vision("DeiTModel", "DeiTConfig"),
     "beit": _vision("BeitModel", "BeitConfig"),
