@@ -2,8 +2,8 @@
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
 embeddings, grouped-query attention and RMSNorm; encoders; encoder-decoders; speech models;
-vision transformers, CNNs and hybrids) built from its config with a few small layers and random weights, nothing
-downloaded. The weights and running statistics are redrawn so that no layer is initialised to
+vision transformers, CNNs and hybrids) built from its config with a few small layers and
+random weights, nothing downloaded. The weights and running statistics are redrawn so that no layer is initialised to
 zero (EfficientNet's and MobileViT's outputs are all zero from their own init, which would
 compare nothing). ``bench/models.py`` runs five full-size models; this list is the breadth
 that keeps the importer honest: every ATen op these architectures export to has a library op
