@@ -306,18 +306,8 @@ class _Gen:
                 )
             return f"t{i}"
         have = self.b.in_shapes[i] if shape is None else shape
-        if i in self.strided:
-            if math.prod(have) != space:
-                raise UnsupportedOp(
-                    f"{self.b.where}: input {i} is a strided view of {math.prod(have)} "
-                    f"elements combined with {space}; copy the view into a buffer of its own "
-                    "first (op 'copy')"
-                )
-            return self.load(
-                i, f"in{i}[{view_index(f'x{i}', len(self.strided[i].array_shape), var)}]"
-            )
         if math.prod(have) == space:
-            return self.load(i, f"in{i}[{var}]")
+            return self.load(i, f"in{i}[{self.place(i, var)}]")
         terms = broadcast_terms(have, out) if math.prod(out) == space else None
         if terms is None:
             raise UnsupportedOp(
@@ -345,7 +335,15 @@ class _Gen:
                 e = f"{e} * {pre}s{t}"
                 self.bcast[f"{pre}s{t}"] = stride
             parts.append(e)
-        return self.load(i, f"in{i}[{' + '.join(parts) or '0'}]")
+        return self.load(i, f"in{i}[{self.place(i, ' + '.join(parts) or '0')}]")
+
+    def place(self, i: int, flat: str) -> str:
+        """Where element ``flat`` (row-major in its own shape) of input ``i`` lies: ``flat``
+        in a buffer, at its strides in a non-contiguous view (also when it is broadcast:
+        Funnel adds a strided slice to a larger tensor)."""
+        if i not in self.strided:
+            return flat
+        return view_index(f"x{i}", len(self.strided[i].array_shape), flat)
 
     def load(self, i: int, ref: str) -> str:
         """Input ``i``'s element ``ref`` as a compute value (halves widen to float)."""

@@ -95,6 +95,41 @@ class TestStridedKernels:
         np.testing.assert_array_equal(out, evaluate(g, {"x": x0})["y"])
         assert nvrtc_compile(ks.source, ks.function_name, "sm_90")
 
+    @settings(max_examples=25, deadline=None)
+    @given(
+        layout=st.sampled_from(["T", "col", "T_slice"]),
+        r=st.integers(2, 4),
+        c=st.integers(2, 4),
+        lead=st.integers(1, 3),
+        op=st.sampled_from(["add", "mul"]),
+        first=st.booleans(),
+    )
+    def test_a_strided_view_broadcasts_in_c(self, tmp_path_factory, layout, r, c, lead, op, first):
+        # Funnel adds a strided slice to a tensor with more axes: the view's element at the
+        # broadcast index, read at its strides (the C refused it before)
+        b = GraphBuilder()
+        x = b.alloc_external_buffer("x", r * c * 4, shape=(r, c))
+        shape, strides, off = LAYOUTS[layout](r, c)
+        v = b.view("v", x, shape, strides, off)
+        big = (lead, *shape)
+        other = b.alloc_external_buffer("other", 4 * int(np.prod(big)), shape=big)
+        y = b.alloc_buffer("y", 4 * int(np.prod(big)), shape=big)
+        ins = [v, other] if first else [other, v]
+        b.add_kernel(op, 1, 32).op(op).inputs(ins).outputs([y]).finish()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", GraphWarning)
+            g = b.build()
+        ks = kernel_source(g, g.nodes[0])
+        rng = np.random.default_rng(r * 100 + c * 10 + lead)
+        x0 = rng.standard_normal((r, c)).astype(np.float32)
+        o0 = rng.standard_normal(big).astype(np.float32)
+        # kernel inputs in order; the view's pointer is its base's plus its offset
+        arrays = [x0.reshape(-1)[off:] if i == v else o0 for i in ins]
+        (out,) = run_kernel(
+            ks.source, ks.function_name, arrays, [big], ks.scalar_args, tmp_path_factory.mktemp("b")
+        )
+        np.testing.assert_array_equal(out, evaluate(g, {"x": x0, "other": o0})["y"])
+
     def test_contiguous_views_use_the_ordinary_kernel(self) -> None:
         b = GraphBuilder()
         x = b.alloc_external_buffer("x", 48, shape=(4, 3))
