@@ -130,6 +130,13 @@ def test_stock_modules_match_eager(emu):
     scenarios.stock_modules_match_eager(emu)
 
 
+def test_zoo_models_match_eager(emu):
+    # three of the GPU test's Hugging Face models (fused, four streams): the generated C of
+    # an integer argmax, slice writes and channels_last convolutions against eager
+    pytest.importorskip("transformers")
+    scenarios.zoo_models_match_eager(emu, ("clip_text", "funnel", "convnext"))
+
+
 def test_setup_and_update_phases_are_timed(emu):
     plan = build_plan(quick_start(), fusion=False)
     with emu.executor(CudaGraphExecutor, plan) as ex:

@@ -272,6 +272,34 @@ def test_stock_modules_match_eager(gpu):
     stock_modules_match_eager(gpu)
 
 
+#: Hugging Face models of tests/importers/test_torch_zoo.py, one per family of ops: rotary
+#: decoders, soft-capping, a selective scan, an encoder-decoder, speech, integer argmax,
+#: slice writes, NHWC pads, channels_last convolutions, ceil-mode pooling.
+ZOO_ON_GPU = (
+    "llama", "gemma2", "mamba", "t5", "whisper", "wav2vec2", "clip_text", "funnel", "swin",
+    "convnext", "segformer", "efficientnet",
+)  # fmt: skip
+
+
+def zoo_models_match_eager(gpu, names=ZOO_ON_GPU, streams=4):
+    """Hugging Face models (every one imports with no opaque kernel) run fused as CUDA
+    graphs on ``streams`` streams give eager's outputs within the zoo test's tolerance."""
+    from tests.importers.test_torch_zoo import assert_eagers, imported
+
+    for name in names:
+        model = imported(name)
+        plan = build_plan(model.graph, max_streams=streams, fusion=True)
+        with gpu.executor(CudaGraphExecutor, plan) as ex:
+            got, _ = ex.run(model.inputs)
+        assert_eagers(model.outputs_from(got), model, f"zoo model {name!r} on {streams} streams")
+
+
+def test_zoo_models_match_eager(gpu):
+    if pytest is not None:
+        pytest.importorskip("transformers")
+    zoo_models_match_eager(gpu)
+
+
 # Ops whose integer inputs index another input: every probe axis has 2 or more elements,
 # so index 1 is in range for each.
 _INDEXING = ("embedding", "gather", "index_select")
