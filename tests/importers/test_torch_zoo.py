@@ -355,5 +355,8 @@ def test_imports_with_no_opaque_kernel_and_simulates_to_eager(name: str) -> None
     assert len(plan.graph.kernels()) < len(model.graph.kernels())  # something fused
     for node in plan.graph.kernels():  # the CUDA executors can launch every kernel
         assert kernel_source(plan.graph, node).source
+    # the arena meets a proven lower bound, or the plan says its search stopped early (the
+    # conflict search met the bound on all but Phi on 4 streams, 1.03x and 1.12x before)
+    assert plan.memory.optimal or plan.memory.stopped_early, plan.memory.ratio
     got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
     assert_eagers(got, model, name)
