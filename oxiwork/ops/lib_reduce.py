@@ -1092,6 +1092,48 @@ def _sum_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
     return "int64"
 
 
+def _element_loop(
+    name: str,
+    reference: Callable[..., np.ndarray],
+    body: Callable[[int, str, str, str], list[str]],
+    dtype: Callable[[Sequence[str], Mapping[str, float]], str],
+) -> OpDef:
+    """An out-element-wise reduction over ``axes`` (``keepdim``): output element ``var`` is
+    row ``var`` of the reduction's (row, col) terms (rows are the result's elements in
+    row-major order) and walks its reduced elements in order. ``body(j, x, at, n)`` gives the
+    C lines defining ``t{j}`` from input pointer ``x``, the index ``at`` of column ``q{j}``
+    and the column count argument ``n``."""
+
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float],
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        (x,) = ptrs
+        kept, reduced = reduction_terms(ins[0], _mask_axes(ins[0], params))
+        rows = math.prod(m for _, m, _ in kept)
+        cols = math.prod(m for _, m, _ in reduced)
+        n = f"s{j}_n"
+        at, sizes = _row_index(kept, reduced, rows, cols, (var, f"q{j}", n, f"s{j}_"))
+        return body(j, x, at, n), [(n, cols), *sizes]
+
+    return OpDef(
+        name,
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=reference,
+        params=(("axes", 0.0), ("keepdim", 0.0)),
+        element=element,
+        shape=_dims_shape,
+        cost=_row_cost(1.0),
+        dtype=dtype,
+        typed_pointers=True,
+    )
+
+
 def _loop_op(name: str, op: str, init: int, ufunc: np.ufunc) -> OpDef:
     """An element-loop reduction over ``axes`` (``keepdim``): ``acc = acc op x`` from
     ``init`` over the reduced elements in row-major order (``ufunc``: np.multiply, np.add)."""
@@ -1105,43 +1147,16 @@ def _loop_op(name: str, op: str, init: int, ufunc: np.ufunc) -> OpDef:
             acc = ufunc.accumulate(rows, axis=-1, dtype=F32)[:, -1]
         return acc.reshape(_dims_shape([xs[0].shape], params))
 
-    def element(
-        j: int,
-        ptrs: Sequence[str],
-        var: str,
-        ins: Sequence[Shape],
-        out: Shape,
-        params: Mapping[str, float],
-    ) -> tuple[list[str], list[tuple[str, int]]]:
-        # output element var is row var of the reduction's (row, col) terms (rows are the
-        # result's elements in row-major order): it walks its columns q{j} in order
-        (x,) = ptrs
-        kept, reduced = reduction_terms(ins[0], _mask_axes(ins[0], params))
-        rows = math.prod(m for _, m, _ in kept)
-        cols = math.prod(m for _, m, _ in reduced)
-        n = f"s{j}_n"
-        at, sizes = _row_index(kept, reduced, rows, cols, (var, f"q{j}", n, f"s{j}_"))
-        lines = [
+    def body(j: int, x: str, at: str, n: str) -> list[str]:
+        return [
             *wrapping_start(j, x, f"a{j}", init),
             f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
             f"    {wrapping_step(j, x, f'a{j}', at, op)}",
             "}",
             *wrapping_result(j, x, f"a{j}"),
         ]
-        return lines, [(n, cols), *sizes]
 
-    return OpDef(
-        name,
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=reference,
-        params=(("axes", 0.0), ("keepdim", 0.0)),
-        element=element,
-        shape=_dims_shape,
-        cost=_row_cost(1.0),
-        dtype=accumulate_dtype if op == "*" else _sum_int_dtype,
-        typed_pointers=True,
-    )
+    return _element_loop(name, reference, body, accumulate_dtype if op == "*" else _sum_int_dtype)
 
 
 def _arg_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
@@ -1164,23 +1179,9 @@ def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
         rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
         return pick(rows, axis=-1).astype(np.int64).reshape(_dims_shape([xs[0].shape], params))
 
-    def element(
-        j: int,
-        ptrs: Sequence[str],
-        var: str,
-        ins: Sequence[Shape],
-        out: Shape,
-        params: Mapping[str, float],
-    ) -> tuple[list[str], list[tuple[str, int]]]:
-        # as _loop_op's: output element var walks its reduced elements q{j} in order, and a
-        # strict comparison keeps the first extreme
-        (x,) = ptrs
-        kept, reduced = reduction_terms(ins[0], _mask_axes(ins[0], params))
-        rows = math.prod(m for _, m, _ in kept)
-        cols = math.prod(m for _, m, _ in reduced)
-        n = f"s{j}_n"
-        at, sizes = _row_index(kept, reduced, rows, cols, (var, f"q{j}", n, f"s{j}_"))
-        lines = [
+    def body(j: int, x: str, at: str, n: str) -> list[str]:
+        # a strict comparison keeps the first extreme
+        return [
             f"long long t{j} = 0;",
             f"long long b{j} = 0;",
             f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
@@ -1191,20 +1192,8 @@ def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
             "    }",
             "}",
         ]
-        return lines, [(n, cols), *sizes]
 
-    return OpDef(
-        name,
-        FusionClass.OUT_ELEMENTWISE,
-        1,
-        reference=reference,
-        params=(("axes", 0.0), ("keepdim", 0.0)),
-        element=element,
-        shape=_dims_shape,
-        cost=_row_cost(1.0),
-        dtype=_arg_int_dtype,
-        typed_pointers=True,
-    )
+    return _element_loop(name, reference, body, _arg_int_dtype)
 
 
 _LOOPS: tuple[OpDef, ...] = (

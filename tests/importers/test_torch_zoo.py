@@ -151,6 +151,16 @@ def _whisper() -> Made:
     return m, (mel,), {"decoder_input_ids": _ids(5, 1)}
 
 
+# two stages of shifted 2x2 windows over 4x4 patches (Swin and Swin V2)
+_WINDOWS = {
+    "embed_dim": 16,
+    "depths": [1, 1],
+    "num_heads": [2, 2],
+    "window_size": 2,
+    "patch_size": 4,
+}
+
+
 def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
     def make() -> Made:
         m = _redrawn(getattr(transformers, model)(_config(config, **over)))
@@ -221,24 +231,8 @@ ZOO: dict[str, Maker] = {
     "yolos": _vision("YolosModel", "YolosConfig", num_detection_tokens=4),
     "vitdet": _vision("VitDetModel", "VitDetConfig"),
     "dpt": _vision("DPTModel", "DPTConfig"),
-    "swin": _vision(  # pads H and W of NHWC windows, rolls them
-        "SwinModel",
-        "SwinConfig",
-        embed_dim=16,
-        depths=[1, 1],
-        num_heads=[2, 2],
-        window_size=2,
-        patch_size=4,
-    ),
-    "swinv2": _vision(
-        "Swinv2Model",
-        "Swinv2Config",
-        embed_dim=16,
-        depths=[1, 1],
-        num_heads=[2, 2],
-        window_size=2,
-        patch_size=4,
-    ),
+    "swin": _vision("SwinModel", "SwinConfig", **_WINDOWS),  # pads NHWC windows, rolls them
+    "swinv2": _vision("Swinv2Model", "Swinv2Config", **_WINDOWS),
     "focalnet": _vision(
         "FocalNetModel", "FocalNetConfig", embed_dim=16, depths=[1, 1], patch_size=4
     ),

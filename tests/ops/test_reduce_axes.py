@@ -484,6 +484,22 @@ def _bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert np.array_equal(np.signbit(g[ok]), np.signbit(w[ok])), f"{what}: zero signs"
 
 
+# ------------------------------------------------------------ argmax_int_dims, argmin_int_dims
+@st.composite
+def int_arg_cases(draw):
+    """(op, dtype, x, axes, keepdim), as loop_cases: an argmax or argmin of int32 or int64
+    over one axis or every one, values near the int64 ends (which float32 cannot tell apart)
+    and many ties."""
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    name = draw(st.sampled_from(["argmax_int_dims", "argmin_int_dims"]))
+    dtype = draw(st.sampled_from(["int32", "int64"]))
+    lim = np.iinfo(dtype)
+    el = st.one_of(st.sampled_from([*BIG_INTS, 2**62 + 1, 2**62]), st.integers(-2, 2))
+    x = draw(hnp.arrays(dtype, shape, elements=el.filter(lambda v: lim.min <= v <= lim.max)))
+    axes = draw(st.one_of(st.just([]), st.integers(0, len(shape) - 1).map(lambda d: [d])))
+    return name, str(x.dtype), x, axes, draw(st.booleans())
+
+
 class TestLoopReductions:
     @SETTINGS
     @given(case=loop_cases())
@@ -507,9 +523,12 @@ class TestLoopReductions:
 
     @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
     @SETTINGS
-    @given(case=st.one_of(loop_cases(), loop_cases(exact=False)), epilogue=st.booleans())
+    @given(
+        case=st.one_of(loop_cases(), loop_cases(exact=False), int_arg_cases()),
+        epilogue=st.booleans(),
+    )
     def test_generated_c_equals_reference_bit_for_bit(self, case, epilogue, so_dir) -> None:
-        # the kernel multiplies (adds) in the reference's order: the same roundings
+        # the kernel multiplies (adds, compares) in the reference's order: the same roundings
         name, dtype, x, axes, keep = case
         params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
         g = _loop_graph(name, dtype, x.shape, params, epilogue)
@@ -540,68 +559,7 @@ class TestLoopReductions:
         sources = []
         cases = [("prod_dims", d, e) for d in sorted(LOOP_NP) for e in (False, True)]
         cases += [("sum_int_dims", d, e) for d in ("bool", "int32", "int64") for e in (False, True)]
-        for k, (name, dtype, epilogue) in enumerate(cases):
-            g = _loop_graph(name, dtype, shape, params, epilogue)
-            g = ExecutionPlan.build(g, max_streams=1, fusion=epilogue).graph
-            for node in g.kernels():
-                ks = kernel_source(g, node)
-                assert "s0_rk0d" in ks.source or "s0_rc0d" in ks.source  # index terms
-                sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
-        nvrtc_compile("\n".join(sources), "loop_reductions")
-
-
-# ------------------------------------------------------------ argmax_int_dims, argmin_int_dims
-@st.composite
-def int_arg_cases(draw):
-    """(op, x, axes, keepdim): an argmax or argmin of int32 or int64 over one axis or every
-    one, values near the int64 ends (which float32 cannot tell apart) and many ties."""
-    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
-    name = draw(st.sampled_from(["argmax_int_dims", "argmin_int_dims"]))
-    dtype = draw(st.sampled_from(["int32", "int64"]))
-    lim = np.iinfo(dtype)
-    el = st.one_of(st.sampled_from([*BIG_INTS, 2**62 + 1, 2**62]), st.integers(-2, 2))
-    x = draw(hnp.arrays(dtype, shape, elements=el.filter(lambda v: lim.min <= v <= lim.max)))
-    axes = draw(st.one_of(st.just([]), st.integers(0, len(shape) - 1).map(lambda d: [d])))
-    return name, x, axes, draw(st.booleans())
-
-
-class TestIntArgExtrema:
-    @SETTINGS
-    @given(case=int_arg_cases())
-    def test_reference_is_torchs_first_extreme(self, case) -> None:
-        import torch
-
-        name, x, axes, keep = case
-        params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
-        got = evaluate(_loop_graph(name, str(x.dtype), x.shape, params), {"x": x})["out"]
-        fn = torch.argmax if name == "argmax_int_dims" else torch.argmin
-        want = fn(torch.from_numpy(x), dim=axes[0] if axes else None, keepdim=keep).numpy()
-        assert got.dtype == np.int64
-        np.testing.assert_array_equal(got, want.reshape(got.shape))
-
-    @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++) to run the generated C")
-    @SETTINGS
-    @given(case=int_arg_cases(), epilogue=st.booleans())
-    def test_generated_c_equals_reference(self, case, epilogue, so_dir) -> None:
-        name, x, axes, keep = case
-        params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
-        g = _loop_graph(name, str(x.dtype), x.shape, params, epilogue)
-        want = evaluate(g, {"x": x})["out"]
-        plan = ExecutionPlan.build(g, max_streams=1, fusion=epilogue)
-        (node,) = plan.graph.kernels() if epilogue else [g.kernels()[0]]
-        (got,) = _run_c(plan.graph if epilogue else g, node, [x], so_dir)
-        _bits(got.reshape(want.shape), want, f"{name} {x.dtype} {x.shape} {axes} {epilogue}")
-
-    def test_refuses_floats_and_bool(self) -> None:
-        p = {"axes": 0.0, "keepdim": 0.0}
-        for dtype in ("float32", "bool"):
-            with pytest.raises(InvalidArgument, match=rf"input 0 is {dtype}; argmax_int"):
-                ops.infer_dtype(ops.get("argmax_int_dims"), [dtype], p, "t")
-
-    def test_compiles_with_nvrtc_alone_and_fused(self, nvrtc_compile) -> None:
-        shape, params = (2, 3, 4), {"axes": axes_mask([1], 3), "keepdim": 0.0}
-        sources = []
-        cases = [
+        cases += [
             (n, d, e)
             for n in ("argmax_int_dims", "argmin_int_dims")
             for d in ("int32", "int64")
@@ -612,5 +570,27 @@ class TestIntArgExtrema:
             g = ExecutionPlan.build(g, max_streams=1, fusion=epilogue).graph
             for node in g.kernels():
                 ks = kernel_source(g, node)
+                assert "s0_rk0d" in ks.source or "s0_rc0d" in ks.source  # index terms
                 sources.append(ks.source.replace(ks.function_name, f"{ks.function_name}_{k}"))
-        nvrtc_compile("\n".join(sources), "int_arg_extrema")
+        nvrtc_compile("\n".join(sources), "loop_reductions")
+
+
+class TestIntArgExtrema:
+    @SETTINGS
+    @given(case=int_arg_cases())
+    def test_reference_is_torchs_first_extreme(self, case) -> None:
+        import torch
+
+        name, dtype, x, axes, keep = case
+        params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
+        got = evaluate(_loop_graph(name, dtype, x.shape, params), {"x": x})["out"]
+        fn = torch.argmax if name == "argmax_int_dims" else torch.argmin
+        want = fn(torch.from_numpy(x), dim=axes[0] if axes else None, keepdim=keep).numpy()
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want.reshape(got.shape))
+
+    def test_refuses_floats_and_bool(self) -> None:
+        p = {"axes": 0.0, "keepdim": 0.0}
+        for dtype in ("float32", "bool"):
+            with pytest.raises(InvalidArgument, match=rf"input 0 is {dtype}; argmax_int"):
+                ops.infer_dtype(ops.get("argmax_int_dims"), [dtype], p, "t")

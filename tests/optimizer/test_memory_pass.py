@@ -345,34 +345,56 @@ def aligned_sizes(graph: ComputeGraph, ids) -> list[int]:
     return [-(-by_id[b].size_bytes // by_id[b].alignment) * by_id[b].alignment for b in ids]
 
 
-def brute_optimum(graph: ComputeGraph) -> int:
-    """The least safe arena, by brute force over every order of lowest-offset first fit.
+@st.composite
+def conflict_instances(draw, max_n: int = 7):
+    """(sizes, alignments, symmetric conflict matrix) of a small placement problem."""
+    n = draw(st.integers(1, max_n))
+    size = np.array(draw(st.lists(st.integers(1, 6), min_size=n, max_size=n)), dtype=np.int64)
+    align = np.array(draw(st.lists(st.sampled_from([1, 1, 2, 4]), min_size=n, max_size=n)))
+    pairs = draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
+    c = np.array(pairs, dtype=bool).reshape(n, n)
+    c = c | c.T
+    np.fill_diagonal(c, False)
+    return size, align, c
 
-    Lowest first fit in the order of an optimal placement's offsets puts every buffer at or
-    below its optimal offset (induction: the earlier buffers it conflicts with end at or
-    below its optimal offset), so the minimum over all orders is the optimum.
-    """
-    vc, acc = accesses(graph)
-    ids = [b.id for b in graph.buffers if not b.external and b.id in acc]
-    size = aligned_sizes(graph, ids)
-    align = [graph.buffer(b).alignment for b in ids]
-    n = len(ids)
-    clash = [
-        [i != j and not ordered(vc, acc[ids[i]], acc[ids[j]]) for j in range(n)] for i in range(n)
-    ]
-    best = sum(size)
+
+def first_fit_optimum(size, align, conflict) -> int:
+    """The least arena over every order of lowest-offset first fit, which is the optimum:
+    first fit in the order of an optimal placement's offsets puts every buffer at or below
+    its optimal offset (induction: the earlier buffers it conflicts with end at or below its
+    optimal offset). An oracle independent of the search's floors."""
+    n, best = len(size), int((size + align).sum())
     for perm in itertools.permutations(range(n)):
         off: dict[int, int] = {}
         for k in perm:
-            taken = sorted((off[j], off[j] + size[j]) for j in off if clash[k][j])
+            taken = sorted((off[j], off[j] + size[j]) for j in off if conflict[k, j])
             cand = 0
             for lo, hi in taken:
                 if cand + size[k] <= lo:
                     break
-                cand = max(cand, -(-hi // align[k]) * align[k])
+                cand = max(cand, -(-int(hi) // int(align[k])) * int(align[k]))
             off[k] = cand
-        best = min(best, max((off[k] + size[k] for k in off), default=0))
+        best = min(best, max(off[k] + int(size[k]) for k in off))
     return best
+
+
+def brute_optimum(graph: ComputeGraph) -> int:
+    """The least safe arena, by brute force over every order of lowest-offset first fit
+    (:func:`first_fit_optimum`) on the conflict graph of the scalar vector clocks."""
+    vc, acc = accesses(graph)
+    ids = [b.id for b in graph.buffers if not b.external and b.id in acc]
+    if not ids:
+        return 0
+    size = np.array(aligned_sizes(graph, ids), dtype=np.int64)
+    align = np.array([graph.buffer(b).alignment for b in ids], dtype=np.int64)
+    clash = np.array(
+        [
+            [i != j and not ordered(vc, acc[a], acc[b]) for j, b in enumerate(ids)]
+            for i, a in enumerate(ids)
+        ],
+        dtype=bool,
+    )
+    return first_fit_optimum(size, align, clash)
 
 
 def headline(streams: int) -> ComputeGraph:
@@ -474,37 +496,6 @@ class TestConflictLowerBound:
             assert sub.sum() == len(got) * (len(got) - 1)
             outside = np.setdiff1d(rows, got)
             assert not conflict[np.ix_(outside, got)].all(axis=1).any()
-
-
-@st.composite
-def conflict_instances(draw, max_n: int = 7):
-    """(sizes, alignments, symmetric conflict matrix) of a small placement problem."""
-    n = draw(st.integers(1, max_n))
-    size = np.array(draw(st.lists(st.integers(1, 6), min_size=n, max_size=n)), dtype=np.int64)
-    align = np.array(draw(st.lists(st.sampled_from([1, 1, 2, 4]), min_size=n, max_size=n)))
-    pairs = draw(st.lists(st.booleans(), min_size=n * n, max_size=n * n))
-    c = np.array(pairs, dtype=bool).reshape(n, n)
-    c = c | c.T
-    np.fill_diagonal(c, False)
-    return size, align, c
-
-
-def first_fit_optimum(size, align, conflict) -> int:
-    """The least arena over every order of lowest-offset first fit (brute_optimum's
-    argument: that is the optimum), an oracle independent of the search's floors."""
-    n, best = len(size), int(size.sum() * 4)
-    for perm in itertools.permutations(range(n)):
-        off: dict[int, int] = {}
-        for k in perm:
-            taken = sorted((off[j], off[j] + size[j]) for j in off if conflict[k, j])
-            cand = 0
-            for lo, hi in taken:
-                if cand + size[k] <= lo:
-                    break
-                cand = max(cand, -(-int(hi) // int(align[k])) * int(align[k]))
-            off[k] = cand
-        best = min(best, max(off[k] + int(size[k]) for k in off))
-    return best
 
 
 class TestConflictSearch:
