@@ -66,7 +66,7 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
    canonical placement, which proves its best arena minimal (``lower_bound`` is raised to
    it). On 61 small Hugging Face models on 4 streams (tests/importers/test_torch_zoo.py),
    where the placement ended at 1.03x-1.12x the conflict bound on 12, it met the bound on
-   11 of them in its first descent.
+   11 of them (10 in its first descent: one node per buffer).
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
 arena / conflict lower bound and pass CPU seconds (best of 5, ``bench/memory_bench.py
