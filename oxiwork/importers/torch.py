@@ -1430,8 +1430,10 @@ def _layer_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return "its mean/rstd output is used; the library's layer_norm gives the result only"
     if weight is None and bias is None:
         return "layer_norm", {"eps": float(eps)}, [x]
-    if weight is None or bias is None:
-        return "it has a weight without a bias (or the reverse); the library's affine norm has both"
+    if weight is None:
+        return "it has a bias without a weight; the library's affine norms have a weight"
+    if bias is None:  # LayerNorm(bias=False): MPT's, OLMo's
+        return _plain(call, [weight]) or ("layer_norm_scale", {"eps": float(eps)}, [x, weight])
     why = _plain(call, [weight, bias])
     return why or ("layer_norm_affine", {"eps": float(eps)}, [x, weight, bias])
 

@@ -674,10 +674,13 @@ def _log_softmax_recipe(p: _RowParts) -> list[str]:
 
 
 def _layer_norm_recipe(p: _RowParts) -> list[str]:
-    # with a weight and bias (p.extra), each normalised value is scaled and shifted
+    # with a weight and bias (p.extra), each normalised value is scaled and shifted; with a
+    # weight alone (layer_norm_scale: MPT's LayerNorm without bias), scaled
     norm = f"({p.value} - mean) / den"
-    if p.extra:
+    if len(p.extra) == 2:
         norm = f"({norm}) * {p.extra[0]} + {p.extra[1]}"
+    elif p.extra:
+        norm = f"({norm}) * {p.extra[0]}"
     eps = p.params["eps"]
     lines = ["float mean = 0.0f;"]
     lines += _row_loop(p, [f"mean += {p.value};"])

@@ -683,6 +683,11 @@ def _layer_norm_affine(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
     return (_layer_norm(x, eps) * w.reshape(n) + b.reshape(n)).astype(F32)
 
 
+def _layer_norm_scale(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
+    x, w = xs
+    return (_layer_norm(x, eps) * w.reshape(x.shape[-1])).astype(F32)
+
+
 def _rms_norm(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
     # x / sqrt(mean(x^2) + eps) * weight, one float32 operation at a time as the kernel
     x, w = xs
@@ -728,6 +733,16 @@ _REDUCTIONS: tuple[OpDef, ...] = (
         cost=_row_cost(10.0),
     ),
     OpDef(
+        "layer_norm_scale",
+        FusionClass.REDUCTION,
+        2,
+        reference=lambda xs, eps: _layer_norm_scale(xs, eps),
+        params=(("eps", 1e-5),),
+        row="layer_norm",
+        shape=_affine_shape,
+        cost=_row_cost(9.0),
+    ),
+    OpDef(
         "rms_norm",
         FusionClass.REDUCTION,
         2,
@@ -739,7 +754,8 @@ _REDUCTIONS: tuple[OpDef, ...] = (
     ),
 )
 """Reductions over the last axis: ``mean``, ``amax`` (NaN-propagating, as torch's),
-``layer_norm_affine`` (x, weight, bias) and ``rms_norm`` (x, weight), each with ``eps``.
+``layer_norm_affine`` (x, weight, bias), ``layer_norm_scale`` (x, weight: a LayerNorm
+without bias) and ``rms_norm`` (x, weight), each with ``eps``.
 
 References: J. L. Ba, J. R. Kiros, G. E. Hinton, "Layer Normalization", 2016; B. Zhang,
 R. Sennrich, "Root Mean Square Layer Normalization", NeurIPS 2019."""

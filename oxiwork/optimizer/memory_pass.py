@@ -64,7 +64,7 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
    form (:func:`_search_placement`), started from the placement's arena. It ends when it
    meets the lower bound, runs out of time (``stopped_early``), or has tried every
    canonical placement, which proves its best arena minimal (``lower_bound`` is raised to
-   it). On 61 small Hugging Face models on 4 streams (tests/importers/test_torch_zoo.py),
+   it). On 62 small Hugging Face models on 4 streams (tests/importers/test_torch_zoo.py),
    where the placement ended at 1.03x-1.12x the conflict bound on 12, it met the bound on
    11 of them (10 in its first descent: one node per buffer).
 

@@ -567,13 +567,30 @@ class TestMapping:
         (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
         np.testing.assert_array_equal(got, (x * torch.tensor([5.0, 7.0, 13.0, 15.0])).numpy())
 
+    def test_a_layer_norm_without_bias_scales_only(self) -> None:
+        # MPT's and OLMo's LayerNorm(bias=False): the library's layer_norm_scale
+        block = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8, bias=False), nn.ReLU()).eval()
+        with torch.no_grad():
+            block[1].weight.copy_(torch.linspace(-2.0, 2.0, 8))
+        x = torch.randn(3, 8)
+        model = from_module(block, (x,))
+        assert not model.opaque
+        assert [n.op for n in model.graph.kernels()][1] == "layer_norm_scale"
+        for fusion in (False, True):
+            plan = ExecutionPlan.build(model.graph, fusion=fusion)
+            (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+            np.testing.assert_allclose(got, model.eager_outputs[0], rtol=1e-5, atol=1e-6)
+
     def test_identical_call_sites_share_one_op(self) -> None:
-        # a layer norm without bias stays opaque (the library's affine norm has both)
-        norm = lambda: nn.LayerNorm(8, bias=False)  # noqa: E731
-        block = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), norm()) for _ in range(3)))
+        # logcumsumexp stays opaque (no library op computes it)
+        class LogCumSumExp(nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return torch.logcumsumexp(x, -1)
+
+        block = nn.Sequential(*(nn.Sequential(nn.Linear(8, 8), LogCumSumExp()) for _ in range(3)))
         model = from_module(block.eval(), (torch.randn(2, 8),))
-        norms = [n.op for n in model.graph.nodes if n.is_kernel and n.name.endswith("layer_norm")]
-        assert len(norms) == 3 and len(set(norms)) == 1 and norms[0].startswith("torch_")
+        scans = [n.op for n in model.graph.nodes if n.is_kernel and "logcumsumexp" in n.name]
+        assert len(scans) == 3 and len(set(scans)) == 1 and scans[0].startswith("torch_")
         again = from_module(block.eval(), (torch.randn(2, 8),))  # re-import reuses the ops
         assert {o.op for o in again.opaque} == {o.op for o in model.opaque}
 

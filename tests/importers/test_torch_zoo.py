@@ -1,4 +1,4 @@
-"""Hugging Face models (61, of 59 architectures), shrunk, import with no opaque kernel and
+"""Hugging Face models (62, of 60 architectures), shrunk, import with no opaque kernel and
 simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
@@ -191,6 +191,7 @@ ZOO: dict[str, Maker] = {
     "granite": _text("GraniteModel", "GraniteConfig"),
     "gpt_bigcode": _text("GPTBigCodeModel", "GPTBigCodeConfig"),  # multi-query attention
     "mamba": _text("MambaModel", "MambaConfig", state_size=8, expand=2),  # a selective scan
+    "mpt": _text("MptModel", "MptConfig", n_layers=2),  # LayerNorm without bias
     # encoders
     "distilbert": _text(
         "DistilBertModel", "DistilBertConfig", dim=64, n_heads=4, n_layers=2, hidden_dim=128

@@ -122,7 +122,7 @@ LIBM_ULPS |= {"hypot": 1}
 #   inputs of these ops stay within 1e4 so that no partial sum overflows in one order and
 #   not the other (an inf on one side only would be an artefact of the order, not a bug).
 SUMS = {"sum", "softmax", "layer_norm", "matmul", *lib_reduce.MATMULS}
-SUMS |= {"mean", "layer_norm_affine", "rms_norm"}
+SUMS |= {"mean", "layer_norm_affine", "layer_norm_scale", "rms_norm"}
 SUM_BOUND = 1e4
 
 
@@ -267,9 +267,12 @@ def _sum_tolerance(
             rel = (2 * (n + 1) * U * ms + U * den2) / (2 * den2) + 4 * U
         o = np.abs(np.where(np.isfinite(out), out, 0).astype(np.float64)).reshape(-1, n)
         return (np.nan_to_num(rel * o, nan=np.inf, posinf=np.inf) + floor).reshape(-1)
-    if name == "layer_norm_affine":  # the plain norm's bound scaled by |w|, then w and b
+    if name in ("layer_norm_affine", "layer_norm_scale"):
+        # the plain norm's bound scaled by |w|, then w (and b)
         w = np.abs(np.where(np.isfinite(xs[1]), xs[1], 0).astype(np.float64)).reshape(-1)
-        b = np.abs(np.where(np.isfinite(xs[2]), xs[2], 0).astype(np.float64)).reshape(-1)
+        b = 0.0
+        if len(xs) > 2:
+            b = np.abs(np.where(np.isfinite(xs[2]), xs[2], 0).astype(np.float64)).reshape(-1)
         with np.errstate(all="ignore"):
             plain = ops.get("layer_norm").reference([xs[0]], eps=eps)
         tol = _sum_tolerance("layer_norm", xs[:1], plain, params).reshape(-1, n) * w
