@@ -361,7 +361,7 @@ MAX_SEARCH_BUFFERS = 500
 """Most buffers the conflict search (:func:`_search_placement`) takes on. A search node scans
 every unplaced buffer (``O(n)`` Python steps), so a descent is ``O(n**2)``: about 0.1 s at
 this many. At 1,800 buffers (the fused 3k-node layered example, 4 streams, 1.02x the bound)
-it visited 768 nodes in its 0.6 s and found nothing better; the models where it meets the
+it visited 768 nodes in about 0.75 s and found nothing better; the models where it meets the
 bound have tens to a few hundred buffers."""
 
 # Placed conflicts up to this many are gap-scanned in Python; more go through numpy.
@@ -1345,7 +1345,9 @@ def plan_memory(
         intervals' own bound is below it. The report says whether it stopped early
         (``stopped_early``) and what it proved (``search_bound``). Both modes also run
         the conflict search (module docstring, item 3) where the placement misses the
-        lower bound, within the same time limit (``"heuristic"`` runs neither).
+        lower bound, with a time limit of its own of the same length (so ``"exact"``
+        without ``time_limit`` may take twice ``memory.DEFAULT_TIME_LIMIT``);
+        ``"heuristic"`` runs neither.
     time_limit : float, optional
         Seconds the exact (or auto) search may take.
     capacity : int, optional
