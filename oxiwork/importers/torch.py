@@ -1819,8 +1819,8 @@ def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str
         why = f"its input has shape {x.shape}; the library's {lib} needs {dims} axes or more"
     if why:
         return why
-    names = ("pad_left", "pad_right", "pad_top", "pad_bottom", "pad_front", "pad_back")
-    params = {k: float(v) for k, v in zip(names, pad, strict=False)}  # F.pad's order
+    names = [p for p in ops.get(lib).defaults if p != "value"]  # F.pad's order, as the op's
+    params = {k: float(v) for k, v in zip(names, pad, strict=False)}
     return lib, {**params, "value": float(value)}, [x]
 
 

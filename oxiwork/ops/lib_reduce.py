@@ -678,14 +678,11 @@ def _affine_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape
 
 
 def _layer_norm_affine(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
-    x, w, b = xs
+    """layer_norm_affine (x, weight, bias) and layer_norm_scale (x, weight)."""
+    x, w, *bias = xs
     n = x.shape[-1]
-    return (_layer_norm(x, eps) * w.reshape(n) + b.reshape(n)).astype(F32)
-
-
-def _layer_norm_scale(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
-    x, w = xs
-    return (_layer_norm(x, eps) * w.reshape(x.shape[-1])).astype(F32)
+    out = _layer_norm(x, eps) * w.reshape(n)
+    return (out + bias[0].reshape(n) if bias else out).astype(F32)
 
 
 def _rms_norm(xs: Sequence[np.ndarray], eps: float) -> np.ndarray:
@@ -736,7 +733,7 @@ _REDUCTIONS: tuple[OpDef, ...] = (
         "layer_norm_scale",
         FusionClass.REDUCTION,
         2,
-        reference=lambda xs, eps: _layer_norm_scale(xs, eps),
+        reference=lambda xs, eps: _layer_norm_affine(xs, eps),
         params=(("eps", 1e-5),),
         row="layer_norm",
         shape=_affine_shape,
