@@ -1929,14 +1929,67 @@ def _repeat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 def _scan(lib: str) -> _Rule:
-    """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape)."""
+    """cumsum / cumprod along ``dim`` (the buffer's own shape: no reshape). A cumsum's
+    ``dtype=`` other than the one it sums in anyway is ``cumsum_<dtype>`` (the elements
+    converted first, as torch's); any other dtype= is checked by :func:`_library`."""
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        x, dim = call.args[:2]  # (a dtype= is the result's: _library checks it)
+        x, dim = call.args[:2]
         why = _plain(call, [x], reshape_ok=False)
-        return why or (lib, {"dim": float(dim)}, [x])
+        if why:
+            return why
+        name, to = lib, call.out.dtype
+        if (
+            lib == "cumsum"
+            and call.kw("dtype") is not None
+            and to in lib_dtype.CUMSUM_DTYPES
+            and to != lib_dtype.accumulate_dtype([x.base.dtype], {})
+        ):
+            name = f"cumsum_{to}"
+        return name, {"dim": float(dim)}, [x]
 
     return rule
+
+
+def _rounding_divide(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # div(x, n, rounding_mode=...) and floor_divide(x, n) of an integer tensor by a number
+    # (MoE layers find each routed slot's token so); without a rounding mode, div itself
+    x, y = call.args[:2]
+    mode = call.kw("rounding_mode", "floor" if "floor_divide" in _op_name(call.target) else None)
+    if mode is None:
+        return _scalar_or("div_scalar", _binary("div"))(call)
+    if not (_number(y) and isinstance(y, int | float) and float(y).is_integer()):
+        return (
+            f"it divides by {type(y).__name__ if not _number(y) else y!r} with rounding "
+            f"{mode!r}; the library's rounding divisions take an integer tensor by a whole number"
+        )
+    why = _plain(call, [x]) or _same(call, [x])
+    return why or (f"{mode}_divide_scalar", {"other": float(y)}, [x])
+
+
+def _histc(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, bins, lo, hi = _argv(call, ("self", "bins", "min", "max"), (100, 0, 0))
+    why = _plain(call, [x])
+    if why:
+        return why
+    if not (lo < hi):
+        return (
+            f"its range [{lo}, {hi}] is empty: torch then takes the range from the data "
+            "(min == max); the library's histc needs min < max"
+        )
+    return "histc", {"bins": float(bins), "min": float(lo), "max": float(hi)}, [x]
+
+
+def _index_put(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    x, indices, values, accumulate = _argv(
+        call, ("self", "indices", "values", "accumulate"), (False,)
+    )
+    if accumulate:
+        return "it accumulates (index_put with accumulate=True); the library's index_put writes"
+    if not isinstance(indices, list | tuple) or len(indices) != 1 or indices[0] is None:
+        return "it indexes other than the leading axis by one tensor; the library's index_put does that only"
+    why = _plain(call, [x, indices[0], values], reshape_ok=False)
+    return why or ("index_put", {}, [x, indices[0], values])
 
 
 def _ordered(
@@ -2203,6 +2256,10 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.mul.Scalar": _mul,
     "aten.div.Tensor": _scalar_or("div_scalar", _binary("div")),
     "aten.div.Scalar": _scalar_or("div_scalar"),
+    "aten.div.Tensor_mode": _rounding_divide,
+    "aten.div.Scalar_mode": _rounding_divide,
+    "aten.floor_divide.default": _rounding_divide,
+    "aten.floor_divide.Scalar": _rounding_divide,
     "aten.pow.Tensor_Scalar": _pow,
     "aten.rsqrt.default": _unary("rsqrt"),
     "aten.silu.default": _unary("silu"),
@@ -2318,6 +2375,8 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.gather.default": _gather,
     "aten.index.Tensor": _index,
     "aten.cumsum.default": _scan("cumsum"),
+    "aten.histc.default": _histc,
+    "aten.index_put.default": _index_put,
     "aten.cumprod.default": _scan("cumprod"),
     "aten.index_select.default": _index_select,
     "aten.flip.default": _flip,

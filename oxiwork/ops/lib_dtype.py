@@ -34,6 +34,18 @@
   float32 in order (GPT-2 numbers its tokens so); each output element sums its prefix.
   ``cumprod`` likewise multiplies it: bool and integers in int64, wrapping around as
   torch's int64 does, floats in float32 in order.
+- ``cumsum_<dtype>`` (``torch.cumsum(x, dim, dtype=...)``, for int64, int32 and float32):
+  each element converted to the dtype first (C's conversion, as the casts), summed in
+  order (integers in int64, wrapping into int32 as torch's; floats in float32).
+- ``histc`` (``torch.histc(x, bins, min, max)``): float32 counts of the float32 elements
+  per bin of ``[min, max]`` (the last bin closed; NaN and elements outside not counted),
+  the bin torch's CPU one computed in float32; inputs of fewer than 2**24 elements (the
+  counts are exact). Each bin counts over the whole input (``bins * n`` reads).
+- ``index_put`` (``x[idx] = values`` with one index tensor on the leading axis, torch's
+  ``index_put`` without accumulate): rows of ``x`` replaced by ``values`` (broadcast to
+  the rows written), negative indices from the end; a repeated index takes its last value
+  (torch leaves which one unspecified); an index outside ``[-n, n)`` is refused by the
+  reference and never matches in the C. Each output element scans the indices.
 - ``sort_values``/``sort_indices`` (``torch.sort``, ``argsort``: ``dim``, ``descending``)
   and ``topk_values``/``topk_indices`` (``torch.topk``: ``k``, ``dim``, ``largest``; its
   sorted order): the values (the input's dtype, any) or their indices (int64) in torch's
@@ -62,6 +74,12 @@ array([[[4., 5.],
 array([[1, 4, 0, 2, 3]])
 >>> ops.get("topk_values").reference([x], k=2.0, dim=-1.0, largest=0.0)
 array([[-0.,  0.]], dtype=float32)
+>>> experts = np.array([0.0, 3.0, 1.0, 3.0], np.float32)
+>>> counts = ops.get("histc").reference([experts], bins=4.0, min=0.0, max=3.0)
+>>> counts, ops.get("cumsum_int32").reference([counts], dim=0.0)
+(array([1., 1., 0., 2.], dtype=float32), array([1, 2, 2, 4], dtype=int32))
+>>> ops.get("index_put").reference([np.zeros(3, np.int64), np.array([2, 0]), np.array([7, 8])])
+array([8, 0, 7])
 
 References
 ----------
@@ -101,10 +119,14 @@ __all__ = [
     "CASTS",
     "CUMPROD",
     "CUMSUM",
+    "CUMSUM_DTYPES",
+    "CUMSUM_TO",
     "DTYPE_OPS",
     "EMBEDDING",
     "FLIP",
     "GATHER",
+    "HISTC",
+    "INDEX_PUT",
     "INDEX_SELECT",
     "REPEAT",
     "SORT_OPS",
@@ -675,6 +697,287 @@ CUMPROD = OpDef(
 )
 
 
+# torch.cumsum(x, dim, dtype=d): x converted to d first (C's conversion, as the cast ops),
+# then summed in order (integers in int64, the result wrapping into d as torch's int32
+# cumsum does; floats in float32). One op per result dtype: the dtype is the op's, not a
+# parameter, so cumsum's own kernels keep their arguments. (MoE layers count tokens per
+# expert in float and number them cumsum(counts, dtype=torch.int32).)
+CUMSUM_DTYPES = ("int64", "int32", "float32")
+
+
+def _cumsum_to_dtype(target: str) -> Any:
+    def rule(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+        if dtypes[0] not in COMPUTE_DTYPES:
+            raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
+        return target
+
+    return rule
+
+
+def _cumsum_to(target: str) -> Any:
+    cast = _cast_reference(target)
+    total = _cumulative(np.cumsum)
+
+    def reference(xs: Sequence[np.ndarray], dim: float) -> np.ndarray:
+        # (int64 -> int32 wraps in numpy's astype, as the C's store)
+        return total([cast(xs)], dim).astype(target)
+
+    return reference
+
+
+def _cumsum_to_element(target: str) -> Any:
+    ctype = {"int64": "long long", "int32": "int", "float32": "float"}[target]
+
+    def element(
+        j: int,
+        ptrs: Sequence[str],
+        var: str,
+        ins: Sequence[Shape],
+        out: Shape,
+        params: Mapping[str, float],
+    ) -> tuple[list[str], list[tuple[str, int]]]:
+        (x,) = ptrs
+        head, sizes = _scan_head(j, var, ins, out, params)
+        lines = [
+            f"typedef decltype(({ctype})0 + (long long)0) T{j};"
+            if ctype != "float"
+            else f"typedef float T{j};",
+            *head,
+            f"T{j} t{j} = 0;",
+            f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
+            f"    t{j} += ({ctype}){x}[b{j} + q{j} * s{j}_inner];",
+            "}",
+        ]
+        return lines, sizes
+
+    return element
+
+
+CUMSUM_TO: tuple[OpDef, ...] = tuple(
+    OpDef(
+        f"cumsum_{d}",
+        FusionClass.OUT_ELEMENTWISE,
+        1,
+        reference=_cumsum_to(d),
+        params=(("dim", -1.0),),
+        element=_cumsum_to_element(d),
+        shape=_cumsum_shape,
+        cost=_cumsum_cost,
+        dtype=_cumsum_to_dtype(d),
+        widen=False,
+        typed_pointers=True,
+    )
+    for d in CUMSUM_DTYPES
+)
+
+
+# torch.histc(x, bins, min, max): counts of the float32 elements in [min, max] per bin of
+# width (max - min) / bins, the last bin closed; NaN and elements outside are not counted.
+# The bin is torch's CPU one (aten/src/ATen/native/cpu/HistogramKernel.cpp, histc's linear
+# interpolation), computed in float32: (x - min) * bins / (max - min) truncated, bins
+# itself moved into the last bin. Counts are float32 (torch's: the input's dtype), exact
+# while the input holds fewer than 2**24 elements (refused from there). Each output element
+# counts its bin over the whole input (bins * n reads: MoE layers count tokens over a few
+# dozen experts so).
+HISTC_MAX_ELEMENTS = 2**24
+
+
+def _histc_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] != "float32":
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; histc counts float32 values: cast it first (op "
+            "'cast_float32')"
+        )
+    return "float32"
+
+
+def _histc_params(params: Mapping[str, float]) -> tuple[int, np.float32, np.float32]:
+    bins, lo, hi = params["bins"], np.float32(params["min"]), np.float32(params["max"])
+    if bins != int(bins) or bins < 1:
+        raise _ShapeProblem(f"bins={bins!r} must be a whole number >= 1")
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise _ShapeProblem(
+            f"min={params['min']!r} and max={params['max']!r} must be finite float32 values "
+            "with min < max (torch's data-dependent range of min == max is not computed)"
+        )
+    return int(bins), lo, hi
+
+
+def _histc_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    bins, _, _ = _histc_params(params)
+    n = math.prod(shapes[0])
+    if n >= HISTC_MAX_ELEMENTS:
+        raise _ShapeProblem(
+            f"histc counts in float32, exact below {HISTC_MAX_ELEMENTS} elements; the input "
+            f"{tuple(shapes[0])} holds {n}"
+        )
+    return (bins,)
+
+
+def _histc(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    bins, lo, hi = _histc_params(params)
+    x = np.asarray(xs[0], dtype=np.float32).reshape(-1)
+    x = x[(x >= lo) & (x <= hi)]  # (NaN compares false: not counted)
+    with np.errstate(all="ignore"):
+        pos = ((x - lo) * np.float32(bins) / (hi - lo)).astype(np.int64)
+    pos = np.minimum(pos, bins - 1)  # the last bin holds max (and what rounds up to it)
+    return np.bincount(pos, minlength=bins).astype(np.float32)
+
+
+def _histc_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    (x,) = ptrs
+    n = f"s{j}_n"
+    lines = [
+        f"float t{j} = 0.0f;",
+        f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
+        f"    float e{j} = {x}[q{j}];",
+        f"    if (!(e{j} >= {{min}} && e{j} <= {{max}})) continue;",
+        f"    long long p{j} = (long long)((e{j} - {{min}}) * {{bins}} / ({{max}} - {{min}}));",
+        f"    if (p{j} > (long long){{bins}} - 1) p{j} = (long long){{bins}} - 1;",
+        f"    if (p{j} == (long long){var}) t{j} += 1.0f;",
+        "}",
+    ]
+    return lines, [(n, math.prod(ins[0]))]
+
+
+HISTC = OpDef(
+    "histc",
+    FusionClass.OUT_ELEMENTWISE,
+    1,
+    reference=_histc,
+    params=(("bins", 100.0), ("min", 0.0), ("max", 1.0)),
+    element=_histc_element,
+    shape=_histc_shape,
+    # each bin reads every element: bins * n reads and comparisons
+    cost=lambda ins, out: (
+        4.0 * math.prod(ins[0]) * math.prod(out),
+        4.0 * (math.prod(ins[0]) * math.prod(out) + math.prod(out)),
+    ),
+    dtype=_histc_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+
+# index_put (x[idx] = values, torch.Tensor.index_put_ with one index tensor on the leading
+# axis, accumulate=False): x with row idx[q] replaced by values[q] (values broadcast to
+# (len(idx), *x.shape[1:])). A negative index counts from the end (torch's rule); an index
+# outside [-n, n) is refused by the reference (as torch) and never matches in the C. Where
+# idx repeats a row, torch leaves which value lands unspecified; here the last one does
+# (its CPU loop's order). Each output element scans idx from the end for its row (len(idx)
+# reads): MoE layers invert their routing permutation so.
+def _index_put_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    x, idx, values = dtypes
+    if x not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
+    _require_index(idx, f"the indices (input 1) are {idx}; index_put takes int64 or int32 indices")
+    if values != x:
+        raise DtypeProblem(
+            f"the values (input 2) are {values} but the input is {x}: cast them first "
+            f"(op '{cast_name(x)}')"
+        )
+    return x
+
+
+def _index_put_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, idx, values = shapes
+    if not x:
+        raise _ShapeProblem("index_put writes rows of a tensor of at least one axis, got a 0-d one")
+    if len(idx) != 1:
+        raise _ShapeProblem(f"index_put needs a vector of row indices, got shape {idx}")
+    rows = (idx[0], *x[1:])
+    try:
+        fits = broadcast_shape([values, rows]) == rows
+    except ValueError:
+        fits = False
+    if not fits:
+        raise _ShapeProblem(f"the values {values} do not broadcast to the rows written, {rows}")
+    return tuple(x)
+
+
+def _index_put(xs: Sequence[np.ndarray]) -> np.ndarray:
+    x, idx, values = xs
+    n, m = x.shape[0], idx.shape[0]
+    idx = np.asarray(idx).astype(np.int64)
+    bad = (idx < -n) | (idx >= n)
+    if bad.any():
+        raise IndexError(
+            f"index_put index {int(idx[bad][0])} is out of range for axis 0 of extent {n}; "
+            f"indices must be in [-{n}, {n})"
+        )
+    rows = np.where(idx < 0, idx + n, idx)
+    last = np.full(n, -1, dtype=np.int64)
+    np.maximum.at(last, rows, np.arange(m))  # the last value written to each row
+    out = np.array(x, copy=True)
+    hit = last >= 0
+    out[hit] = np.broadcast_to(values, (m, *x.shape[1:]))[last[hit]]
+    return out
+
+
+def _index_put_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    x, ix, v = ptrs
+    vshape = ins[2]
+    target = (ins[1][0], *out[1:])
+    # the values' stride along each axis of the rows written (0 where they broadcast)
+    lead = len(target) - len(vshape)
+    vst = _row_major(vshape)
+    strides = [0] * len(target)
+    for a in range(lead, len(target)):
+        if vshape[a - lead] != 1:
+            strides[a] = vst[a - lead]
+    sizes: list[tuple[str, int]] = [(f"s{j}_n", out[0]), (f"s{j}_m", ins[1][0])]
+    lines = _coords(j, var, out, sizes)
+    lines += [
+        f"long long w{j} = -1;",
+        f"for (size_t q{j} = s{j}_m; q{j}-- > 0;) {{",
+        f"    long long i{j} = (long long){ix}[q{j}];",
+        f"    if (i{j} < 0) i{j} += (long long)s{j}_n;",
+        f"    if (i{j} == (long long)c{j}_0) {{ w{j} = (long long)q{j}; break; }}",
+        "}",
+        f"size_t o{j} = w{j} >= 0 ? (size_t)w{j} * s{j}_v0 : 0;",
+    ]
+    sizes.append((f"s{j}_v0", strides[0]))
+    for a in range(1, len(out)):
+        if strides[a]:
+            sizes.append((f"s{j}_v{a}", strides[a]))
+            lines.append(f"o{j} += c{j}_{a} * s{j}_v{a};")
+    lines += [
+        f"typedef decltype(+{x}[0]) T{j};",
+        f"T{j} t{j} = w{j} >= 0 ? (T{j}){v}[o{j}] : (T{j}){x}[{var}];",
+    ]
+    return lines, sizes
+
+
+INDEX_PUT = OpDef(
+    "index_put",
+    FusionClass.OUT_ELEMENTWISE,
+    3,
+    reference=_index_put,
+    element=_index_put_element,
+    shape=_index_put_shape,
+    flops_per_element=0.0,
+    # each output element scans the indices: len(idx) reads, then one element
+    cost=lambda ins, out: (0.0, 4.0 * int(np.prod(out)) * (ins[1][0] + 2)),
+    dtype=_index_put_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+
 # ----------------------------------------------------------------------------- moves
 # index_select, flip and repeat: each output element copies one input element, found from
 # its coordinates (out-element-wise, so element-wise epilogues fuse after them).
@@ -1146,6 +1449,9 @@ DTYPE_OPS: tuple[OpDef, ...] = (
     REPEAT,
     SLICE_SCATTER,
     *SORT_OPS,
+    *CUMSUM_TO,
+    HISTC,
+    INDEX_PUT,
 )
 
 for _op in DTYPE_OPS:

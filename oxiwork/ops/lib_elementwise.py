@@ -73,7 +73,7 @@ from oxiwork.ops.table import (
     typed_scalar,
 )
 
-__all__ = ["BOOL_OPS", "ELEMENTWISE_OPS", "MATH_OPS", "channel_align"]
+__all__ = ["BOOL_OPS", "ELEMENTWISE_OPS", "INT_OPS", "MATH_OPS", "channel_align"]
 
 F32 = np.float32
 Arrays = Sequence[np.ndarray]
@@ -472,6 +472,44 @@ def _fmod(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndar
         return np.fmod(xs[0], typed_scalar(xs[0], other), out=out)
 
 
+def _int_divide_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    # integers only (torch's float floor division has rounding rules of its own), by a
+    # whole number that is not 0 (torch raises on an integer division by zero)
+    if dtypes[0] not in INT_DTYPES:
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; the library's rounding divisions take int64 or int32 "
+            "(a float one stays an opaque kernel)"
+        )
+    if params["other"] == 0:
+        raise DtypeProblem("the divisor other=0: integer division by zero (torch raises too)")
+    return numeric_dtype(dtypes, params)
+
+
+def _int_divide(floor: bool) -> Callable[..., np.ndarray]:
+    def fn(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
+        x, b = xs[0], typed_scalar(xs[0], other)
+        with np.errstate(all="ignore"):  # the lowest integer by -1 wraps to itself
+            q = np.floor_divide(x, b)
+            if not floor:  # toward zero: one more where a remainder has the other sign
+                q = q + ((np.remainder(x, b) != 0) & ((x < 0) != (b < 0))).astype(x.dtype)
+        if out is None:
+            return q  # (the integer dtype: _into's result is float32)
+        np.copyto(out, q, casting="unsafe")
+        return out
+
+    return fn
+
+
+# x / -1 negates in unsigned arithmetic: the lowest integer wraps to itself (a signed
+# division traps there on x86, torch's CPU kernel included)
+_NEGATED = "(0ull - (unsigned long long)({0}))"
+_FLOOR_DIVIDE = (
+    f"(({{other}}) == -1 ? {_NEGATED} : ({{0}}) / ({{other}}) - "
+    "(({0}) % ({other}) != 0 && (({0}) < 0) != (({other}) < 0)))"
+)
+_TRUNC_DIVIDE = f"(({{other}}) == -1 ? {_NEGATED} : ({{0}}) / ({{other}}))"
+
+
 def _binary_math(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
     def fn(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
         with np.errstate(all="ignore"):
@@ -563,6 +601,31 @@ MATH_OPS: tuple[OpDef, ...] = (
 maximum/minimum (NaN propagating as torch, a tie keeping the first operand) and clamp by
 two tensors (their composition), pow, atan2 and hypot of two tensors, fmod and remainder
 by a number (torch's sign rules)."""
+
+INT_OPS: tuple[OpDef, ...] = (
+    # integer division by a number, rounded down (x // n, torch.div(rounding_mode="floor"))
+    # or toward zero (rounding_mode="trunc", C's own division)
+    _ew(
+        "floor_divide_scalar",
+        1,
+        _int_divide(True),
+        _FLOOR_DIVIDE,
+        params=(("other", 1.0),),
+        dtype=_int_divide_dtype,
+    ),
+    _ew(
+        "trunc_divide_scalar",
+        1,
+        _int_divide(False),
+        _TRUNC_DIVIDE,
+        params=(("other", 1.0),),
+        dtype=_int_divide_dtype,
+    ),
+)
+"""Integer division by a number, rounded down (``floor_divide_scalar``: ``x // n``,
+``torch.div(rounding_mode="floor")``) or toward zero (``trunc_divide_scalar``:
+``rounding_mode="trunc"``, C's own division), int64 or int32 by a whole number other than
+0; the lowest integer divided by -1 wraps to itself (where torch's CPU kernel traps)."""
 
 
 def _scalar(
@@ -670,5 +733,5 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
     _ew("where", 3, _where, "(({0}) != 0 ? ({1}) : ({2}))", dtype=_where_dtype),
 )
 
-for _op in (*ELEMENTWISE_OPS, *BOOL_OPS, *MATH_OPS):
+for _op in (*ELEMENTWISE_OPS, *BOOL_OPS, *MATH_OPS, *INT_OPS):
     register(_op)

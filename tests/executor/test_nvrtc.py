@@ -179,6 +179,7 @@ def _single_op_graphs():
             [(rows, cols), (3, cols), (3,)],  # linear
             [nchw, (rows,), (rows,), (rows,), (rows,)],  # batch_norm (x, mean, var, w, b)
             [(rows, cols), (cols,), (cols,)],  # layer_norm_affine, group_norm_affine
+            [(rows, cols), (3,), (3, cols)],  # index_put (x, row indices, values)
         ]
         candidates = [c for c in candidates if len(c) == op.arity]
         candidates += [[(rows, cols)] * op.arity, [nchw] * op.arity, [ncdhw] * op.arity]
@@ -192,6 +193,7 @@ def _single_op_graphs():
         for dtypes in (
             ["float32"] * n,
             ["float32"] * (n - 1) + ["int64"],
+            ["float32", "int64", "float32"][:n],  # (index_put)
             ["bool"] + ["float32"] * (n - 1),
             ["bool"] * n,
             ["int64"] * n,
@@ -251,6 +253,7 @@ class TestCompilesEveryGeneratedKernel:
         shipped |= {op.name for op in lib_dtype.DTYPE_OPS}
         shipped |= {op.name for op in lib_elementwise.ELEMENTWISE_OPS}
         shipped |= {op.name for op in lib_elementwise.BOOL_OPS}
+        shipped |= {op.name for op in lib_elementwise.INT_OPS}
         assert shipped | set(lib_reduce.MATMULS) | set(lib_reduce.REDUCTIONS) <= names
         mod = compile_module(sources, arch=arch, cache=KernelCache())
         assert mod.cubin.startswith(b"\x7fELF")

@@ -339,10 +339,13 @@ def so_dir(tmp_path_factory):
 # checks the same agreements (reference, generated C on the CPU, fused).
 OWN_TESTS = {op.name for op in lib_conv.CONV_OPS} | {f"cat_{k}" for k in range(1, 65)}
 # Casts and embedding change dtypes or take integer indices: tests/ops/test_dtypes.py
-# (sorts and top-k, among them, take a dim and k and give int64 indices: test_sort.py).
+# (sorts and top-k, among them, take a dim and k and give int64 indices: test_sort.py;
+# histc, cumsum_<dtype> and index_put, a router's ops: test_routing.py).
 OWN_TESTS |= {op.name for op in lib_dtype.DTYPE_OPS}
 # Comparisons, bitwise and logical ops give bool or take integers: tests/ops/test_bool_int.py.
 OWN_TESTS |= {op.name for op in lib_elementwise.BOOL_OPS}
+# integer divisions: tests/ops/test_routing.py, over the int64 and int32 range
+OWN_TESTS |= {op.name for op in lib_elementwise.INT_OPS}
 # Reductions over any axes take axis masks and dims: tests/ops/test_reduce_axes.py.
 OWN_TESTS |= lib_reduce.ANY_AXES
 # isnan gives bool: tests/ops/test_lib_elementwise.py.

@@ -1,0 +1,75 @@
+"""A mixture-of-experts dispatch, as transformers' grouped experts compute it, imports
+without opaque kernels: ``torch.histc`` to ``histc``, ``cumsum(dtype=torch.int32)`` to
+``cumsum_int32``, ``x // n`` and ``torch.div(rounding_mode=...)`` of integers to
+``floor_divide_scalar`` / ``trunc_divide_scalar``, ``inv[perm] = arange`` to
+``index_put``; the simulator gives eager's outputs with fusion on and off. What the
+library does not compute stays opaque, saying why: a histogram over the data's own range,
+an accumulating index_put, a float floor division.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from oxiwork import ExecutionPlan, SequentialExecutor, verify
+from tests.importers._eager import import_with_eager
+
+
+class Dispatch(nn.Module):
+    """Tokens sorted by expert, each expert's row offsets, each slot's token, the inverse
+    permutation: transformers' ``grouped_mm_experts_forward`` up to its matmuls."""
+
+    def __init__(self, experts: int = 4, top_k: int = 2) -> None:
+        super().__init__()
+        self.experts, self.top_k = experts, top_k
+
+    def forward(self, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ids = torch.topk(logits, self.top_k, dim=-1).indices.reshape(-1)
+        sorted_ids, perm = torch.sort(ids)
+        counts = torch.histc(sorted_ids.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
+        token = perm // self.top_k
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.size(0))
+        toward_zero = torch.div(perm - 5, -3, rounding_mode="trunc")
+        return counts, offsets, token, inv, toward_zero
+
+
+def _simulated(model, fusion: bool) -> tuple[np.ndarray, ...]:
+    plan = ExecutionPlan.build(model.graph, max_streams=2, fusion=fusion)
+    verify(plan)
+    return model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+
+
+def test_dispatch_imports_whole_and_matches_eager() -> None:
+    torch.manual_seed(5)
+    model, eager = import_with_eager(Dispatch(), (torch.randn(7, 4),))
+    assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
+    used = {n.op for n in model.graph.kernels()}
+    assert {"histc", "cumsum_int32", "floor_divide_scalar", "index_put"} <= used
+    assert "trunc_divide_scalar" in used
+    for fusion in (False, True):
+        for got, want in zip(_simulated(model, fusion), eager, strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+
+
+class Unmapped(nn.Module):
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        spread = torch.histc(x, bins=3)  # min == max == 0: the data's own range
+        acc = torch.zeros(4).index_put((idx,), x[:3], accumulate=True)
+        halves = torch.div(x, 2.0, rounding_mode="floor")
+        return spread, acc, halves
+
+
+def test_what_the_library_does_not_compute_stays_opaque_saying_why() -> None:
+    torch.manual_seed(6)
+    model, eager = import_with_eager(Unmapped(), (torch.randn(5), torch.tensor([0, 2, 0])))
+    reasons = {o.target: o.reason for o in model.opaque}
+    assert "range from the data" in reasons["aten.histc.default"]
+    assert "accumulate=True" in reasons["aten.index_put.default"]
+    assert "take int64 or int32" in reasons["aten.div.Tensor_mode"]
+    for got, want in zip(_simulated(model, False), eager, strict=True):  # (torch's own there)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
