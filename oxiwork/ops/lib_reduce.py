@@ -1,4 +1,5 @@
-"""Matmul variants and reductions of real networks: mm, bmm, addmm, baddbmm, linear, ...
+"""Matmul variants and reductions of real networks: mm, bmm, addmm, baddbmm, linear,
+grouped_mm, ...
 
 Every matmul variant here is one general batched GEMM, ``out[b, m, n] = beta * c[b, m, n] +
 alpha * sum_k a[b, m, k] * b[b, k, n]``, whose operands are *strided*: each is read from
@@ -11,7 +12,9 @@ are fixed (what an importer emits for an operand that is a view of a buffer).
 
 They are ``OUT_ELEMENTWISE`` heads (TVM's "out-elemwise-fusable"): each output element is
 computed on its own from whole input buffers, so element-wise epilogues (bias, activation,
-residual add, scale) fuse after them into one kernel.
+residual add, scale) fuse after them into one kernel. So is ``grouped_mm`` (x, w, offs;
+``transposed``), the mixture-of-experts matmul (:data:`GROUPED_MM`): rows of ``x`` sorted
+by group, group ``g`` (the rows below ``offs[g]``, from ``offs[g - 1]``) times ``w[g]``.
 
 Example
 -------
@@ -24,6 +27,20 @@ array([[ 3., 12., 21., 30.],
        [ 3., 12., 21., 30.]], dtype=float32)
 >>> ops.infer_shape(ops.get("bmm"), [(2, 3, 5), (2, 5, 7)], {}, "kernel 'b'")
 (2, 3, 7)
+
+``grouped_mm``: rows 0 and 1-2 in groups 0 and 1 (offsets 1, 3), row 3 in none (0):
+
+>>> w = np.stack([np.eye(2, dtype=np.float32), 2 * np.eye(2, dtype=np.float32)])
+>>> x = np.arange(8, dtype=np.float32).reshape(4, 2)
+>>> ops.get("grouped_mm").reference([x, w, np.array([1, 3], np.int32)])
+array([[ 0.,  1.],
+       [ 4.,  6.],
+       [ 8., 10.],
+       [ 0.,  0.]], dtype=float32)
+>>> ops.get("grouped_mm").reference([x, w, np.array([3, 1], np.int32)])
+Traceback (most recent call last):
+...
+ValueError: grouped_mm offsets decrease: offs[1] = 1 < offs[0] = 3; they are cumulative row counts, rows sorted by group
 
 References
 ----------
@@ -74,6 +91,7 @@ from oxiwork.ops.table import (
 )
 
 __all__ = [
+    "GROUPED_MM",
     "Attention",
     "Gemm",
     "Strided",
@@ -420,6 +438,180 @@ def strided_gemm(
         return g
 
     return register(_gemm_op(name, layout, len(shapes), scaled=c is not None))
+
+
+# ----------------------------------------------------------------------------- grouped matmul
+# The mixture-of-experts matmul (transformers' grouped_mm_fallback, torch._grouped_mm of a
+# 2-d input and a 3-d weight): rows sorted by expert, each group of rows times its expert's
+# weight. The groups are data (the offsets buffer), so it is no single Gemm: each output
+# element finds its group itself, then computes a dot product as the GEMM element does.
+def _grouped_dims(
+    shapes: Sequence[Shape], params: Mapping[str, float]
+) -> tuple[int, int, int, int]:
+    """(S, K, N, E) of a grouped_mm on buffers of ``shapes``, checked."""
+    x, w, offs = shapes
+    t = params.get("transposed", 0.0)
+    _need(
+        t in (0.0, 1.0),
+        f"transposed={t!r} must be 0 (the weight is [E, K, N]) or 1 (it is [E, N, K], read "
+        "transposed)",
+    )
+    wants = "[E, N, K] (transposed=1)" if t else "[E, K, N]"
+    _need(
+        len(x) == 2 and len(w) == 3 and len(offs) == 1,
+        f"grouped_mm needs x of shape [S, K], a weight {wants} and offsets [E], got "
+        f"{tuple(x)}, {tuple(w)} and {tuple(offs)}",
+    )
+    e, k, n = (w[0], w[2], w[1]) if t else tuple(w)
+    _need(
+        x[1] == k,
+        f"grouped_mm inner dimensions differ: x {tuple(x)} has K = {x[1]}, the weight "
+        f"{tuple(w)} read as {wants} K = {k}",
+    )
+    _need(
+        offs[0] == e,
+        f"grouped_mm needs one offset per group: the weight {tuple(w)} has {e} groups, the "
+        f"offsets {offs[0]}",
+    )
+    return x[0], k, n, e
+
+
+def _grouped_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    s, _, n, _ = _grouped_dims(shapes, params)
+    return (s, n)
+
+
+def _grouped_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    x, w, offs = dtypes
+    if x not in FLOAT_COMPUTE:
+        raise DtypeProblem(
+            f"x (input 0) is {x}; grouped_mm multiplies float32, float16 or bfloat16 values: "
+            "cast it first (op 'cast_float32')"
+        )
+    if w != x:
+        raise DtypeProblem(
+            f"x (input 0) is {x} but the weight (input 1) is {w}; grouped_mm takes one float "
+            f"dtype, as torch._grouped_mm: cast the weight first (op 'cast_{x}')"
+        )
+    if offs not in INT_DTYPES:
+        raise DtypeProblem(
+            f"the offsets (input 2) are {offs}; grouped_mm takes int32 or int64 offsets: "
+            "cast them first (op 'cast_int32')"
+        )
+    return x
+
+
+def _grouped_mm(xs: Sequence[np.ndarray], transposed: float = 0.0) -> np.ndarray:
+    x, w, offs = xs
+    s, _, n, _ = _grouped_dims([x.shape, w.shape, offs.shape], {"transposed": transposed})
+    ends = np.asarray(offs).astype(np.int64).tolist()
+    # the kernel cannot raise, so these are refused here, as index_select's indices are
+    for i, end in enumerate(ends):
+        if not 0 <= end <= s:
+            raise IndexError(
+                f"grouped_mm offset offs[{i}] = {end} is out of range for the {s} rows of x; "
+                f"offsets are cumulative row counts in [0, {s}]"
+            )
+        if i and end < ends[i - 1]:
+            raise ValueError(
+                f"grouped_mm offsets decrease: offs[{i}] = {end} < offs[{i - 1}] = "
+                f"{ends[i - 1]}; they are cumulative row counts, rows sorted by group"
+            )
+    out = np.zeros((s, n), F32)  # rows past the last offset stay 0
+    start = 0
+    for g, end in enumerate(ends):
+        if end > start:
+            wg = w[g].T if transposed else w[g]
+            out[start:end] = np.matmul(x[start:end], wg)
+        start = end
+    return out
+
+
+def _grouped_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    # One output element per thread: a linear scan over the offsets finds the row's group
+    # (E is the experts' count, tens to a few hundred, and the threads of a row read the
+    # same offsets), then the products are summed in k order as the GEMM element sums them.
+    _, k, n, e = _grouped_dims(ins, params)
+    x, w, offs = ptrs
+    s = f"s{j}_"
+    # the weight's element [g, k, n] lies at g * K * N + k * wk + n * wn, either layout
+    wk, wn = (1, k) if params.get("transposed", 0.0) else (n, 1)
+    sizes = [(f"{s}n", n), (f"{s}k", k), (f"{s}e", e), (f"{s}wg", k * n)]
+    sizes += [(f"{s}wk", wk), (f"{s}wn", wn)]
+    lines = [
+        f"size_t gr{j} = {var} / {s}n;",
+        f"size_t gc{j} = {var} % {s}n;",
+        # the first group whose end lies past the row; none (ge == E): the row is 0
+        f"size_t ge{j} = {s}e;",
+        f"for (size_t q{j} = 0; q{j} < {s}e; ++q{j}) {{",
+        f"    if ((long long)gr{j} < (long long){offs}[q{j}]) {{",
+        f"        ge{j} = q{j};",
+        "        break;",
+        "    }",
+        "}",
+        f"float t{j} = 0.0f;",
+        f"if (ge{j} < {s}e) {{",
+        # element offsets, not pointers (typed_pointers: half operands via ox_wide)
+        f"    size_t px{j} = gr{j} * {s}k;",
+        f"    size_t pw{j} = ge{j} * {s}wg + gc{j} * {s}wn;",
+        f"    for (size_t q{j} = 0; q{j} < {s}k; ++q{j}) {{",
+        f"        t{j} += {x}[px{j} + q{j}] * {w}[pw{j} + q{j} * {s}wk];",
+        "    }",
+        "}",
+    ]
+    return lines, sizes
+
+
+def _grouped_cost(ins: Sequence[Shape], out: Shape) -> tuple[float, float]:
+    # every row counted (rows past the last offset too: the bound a kernel of S x N
+    # threads, each K products long, can reach); bytes as the GEMMs count them
+    (s, k), n = ins[0], out[-1]
+    moved = sum(math.prod(sh) for sh in ins) + math.prod(out)
+    return 2.0 * s * k * n, 4.0 * moved
+
+
+GROUPED_MM = OpDef(
+    "grouped_mm",
+    FusionClass.OUT_ELEMENTWISE,
+    3,
+    reference=_grouped_mm,
+    params=(("transposed", 0.0),),
+    element=_grouped_element,
+    shape=_grouped_shape,
+    cost=_grouped_cost,
+    dtype=_grouped_dtype,
+    typed_pointers=True,
+)
+"""``grouped_mm(x, w, offs)``: the mixture-of-experts grouped matmul, transformers'
+``grouped_mm_fallback`` (and ``torch._grouped_mm(x, w, offs=offs)`` of a 2-d ``x``).
+
+``x`` is ``(S, K)`` with its rows sorted by group, ``w`` ``(E, K, N)`` (or ``(E, N, K)``
+with ``transposed=1``: a transposed weight view read in place, ``w[g].T`` used), both of
+one float dtype, ``offs`` ``(E,)`` int32 or int64 cumulative row counts. Row ``r``
+belongs to group ``g``, the first with ``r < offs[g]``, so group ``g`` holds the rows
+``[offs[g - 1], offs[g])`` (``offs[-1]`` taken as 0) and is ``x[rows] @ w[g]``; rows at
+or past ``offs[E - 1]`` are 0. The result ``(S, N)`` has ``x``'s dtype (float32 math,
+halves widened and the result rounded once). The reference refuses offsets that
+decrease, are negative or exceed ``S``; the generated C, which cannot raise, gives each
+row the first group whose offset lies past it. Out-element-wise: element-wise epilogues
+(an activation, the experts' gating product) fuse after it.
+
+Its example is the module docstring's (doctested there; doctest does not collect a string
+after an assignment).
+
+References
+----------
+Hugging Face transformers, ``integrations/moe.py`` (``_grouped_mm_fallback``); PyTorch,
+``torch._grouped_mm``; N. Shazeer et al., "Outrageously Large Neural Networks: The
+Sparsely-Gated Mixture-of-Experts Layer", ICLR 2017.
+"""
 
 
 # ----------------------------------------------------------------------------- attention
@@ -1302,7 +1494,7 @@ _ANY_AXES: tuple[OpDef, ...] = (
 References: PyTorch documentation, ``torch.sum``, ``torch.amax``, ``torch.softmax``,
 ``torch.log_softmax`` (``dim``, ``keepdim``)."""
 
-for _op in (*_MATMULS, *_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES, *_LOOPS):
+for _op in (*_MATMULS, GROUPED_MM, *_REDUCTIONS, *_GROUP_NORMS, *_ANY_AXES, *_LOOPS):
     register(_op)
 
 REDUCTIONS: frozenset[str] = frozenset(
@@ -1316,4 +1508,5 @@ ANY_AXES: frozenset[str] = frozenset(op.name for op in (*_ANY_AXES, *_LOOPS))
 GROUP_NORMS: frozenset[str] = frozenset(op.name for op in _GROUP_NORMS)
 
 MATMULS: frozenset[str] = frozenset(op.name for op in _MATMULS)
-"""The matmul variants this module registers (strided ones, registered later, aside)."""
+"""The matmul variants this module registers (strided ones, registered later, aside), each
+one :class:`Gemm` (:func:`gemm_of`); :data:`GROUPED_MM`, whose groups are data, is not."""

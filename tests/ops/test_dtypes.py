@@ -813,8 +813,11 @@ def _probe_graphs():
         combos = [[d] * op.arity for d in sorted(COMPUTE_DTYPES)]
         if name in ("embedding", "gather", "index_select"):
             combos = [[w, i] for w in FLOATS for i in ("int64", "int32")]
+        if name == "grouped_mm":  # x and the weight of one float dtype, int offsets
+            combos = [[w, w, i] for w in FLOATS for i in ("int64", "int32")]
         shapes = None
         cands = [[(2, 5)] * op.arity, [(2, 5), (5,)], [(2, 5), (5, 3)], [(4, 3), (2,)]]
+        cands.append([(4, 3), (2, 3, 5), (2,)])  # grouped_mm: x, a weight per group, offsets
         if name in CONV_NAMES:  # NCL/NCHW/NCDHW inputs and 1x1 windows (the defaults)
             cands = [[(1, 2, *(3,) * d), (2, 2, *(1,) * d), (2,)][: op.arity] for d in (1, 2, 3)]
         for cand in cands:

@@ -352,6 +352,9 @@ OWN_TESTS |= lib_reduce.ANY_AXES
 OWN_TESTS |= {"isnan"}
 # Group norms take structural groups and dims: tests/ops/test_group_norm.py.
 OWN_TESTS |= lib_reduce.GROUP_NORMS
+# grouped_mm takes int offsets (structural: sorted row counts) and a 3-d weight:
+# tests/ops/test_grouped_mm.py draws them, NaN, ±inf, -0.0 and denormals in x and w included.
+OWN_TESTS |= {lib_reduce.GROUPED_MM.name}
 
 
 def _computable() -> list[str]:
