@@ -1967,6 +1967,34 @@ def _rounding_divide(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | 
     return why or (f"{mode}_divide_scalar", {"other": float(y)}, [x])
 
 
+def _grouped_mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """A mixture of experts' grouped matmul: transformers' ``grouped_mm_fallback(input,
+    weight, offs)`` (what its MoE layers export to) and ``aten._grouped_mm`` of a 2-d input
+    by 3-d weights. A weight read transposed (``w.transpose(-2, -1)`` of an (E, N, K)
+    parameter, as the layers that store it so pass it) is read in place."""
+    if _op_name(call.target).startswith("aten."):
+        x, w, offs, bias = _argv(call, ("self", "mat2", "offs", "bias"), (None, None))
+        if bias is not None:
+            return "it adds a bias; the library's grouped_mm does not"
+    else:
+        x, w, offs = _argv(call, ("input", "weight", "offs"), ())
+    if not all(isinstance(a, _Arg) for a in (x, w, offs)):
+        return "its input, weights and group offsets must all be tensors (offs too)"
+    if len(x.shape) != 2 or len(w.shape) != 3:
+        return (
+            f"it multiplies {tuple(x.shape)} by {tuple(w.shape)}; the library's grouped_mm "
+            "takes a 2-d input and 3-d weights"
+        )
+    params: dict[str, float] = {}
+    if w.chain and w.layout is not None:
+        e, k, n = w.shape
+        off, strides = w.layout
+        if off == 0 and tuple(strides) == (n * k, 1, k) and w.base.ir_shape == (e, n, k):
+            w, params = _whole_arg(w), {"transposed": 1.0}
+    why = _plain(call, [x, w, offs], reshape_ok=False)
+    return why or ("grouped_mm", params, [x, w, offs])
+
+
 def _histc(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, bins, lo, hi = _argv(call, ("self", "bins", "min", "max"), (100, 0, 0))
     why = _plain(call, [x])
@@ -2376,6 +2404,9 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.index.Tensor": _index,
     "aten.cumsum.default": _scan("cumsum"),
     "aten.histc.default": _histc,
+    # (a mixture of experts' matmuls: transformers' own op and torch's)
+    "transformers.grouped_mm_fallback.default": _grouped_mm,
+    "aten._grouped_mm.default": _grouped_mm,
     "aten.index_put.default": _index_put,
     "aten.cumprod.default": _scan("cumprod"),
     "aten.index_select.default": _index_select,

@@ -170,6 +170,9 @@ def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
     return make
 
 
+# four experts, two per token (Mixtral: eight and two)
+_EXPERTS = {"num_local_experts": 4, "num_experts_per_tok": 2}
+
 ZOO: dict[str, Maker] = {
     # decoders: rotary embeddings, grouped-query attention, RMSNorm, gated MLPs, ALiBi
     "llama": _text("LlamaModel", "LlamaConfig"),
@@ -192,6 +195,37 @@ ZOO: dict[str, Maker] = {
     "gpt_bigcode": _text("GPTBigCodeModel", "GPTBigCodeConfig"),  # multi-query attention
     "mamba": _text("MambaModel", "MambaConfig", state_size=8, expand=2),  # a selective scan
     "mpt": _text("MptModel", "MptConfig", n_layers=2),  # LayerNorm without bias
+    # mixtures of experts: a router's top-k, tokens sorted by expert and counted (histc,
+    # an int32 cumsum), grouped matmuls over the experts' weights, the inverse permutation
+    # (index_put); Qwen2-MoE with a shared expert, GPT-OSS with biased experts and sinks,
+    # Jamba with Mamba layers
+    "mixtral": _text("MixtralModel", "MixtralConfig", **_EXPERTS),
+    "qwen2_moe": _text(
+        "Qwen2MoeModel",
+        "Qwen2MoeConfig",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=64,
+    ),
+    "qwen3_moe": _text(
+        "Qwen3MoeModel",
+        "Qwen3MoeConfig",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+    ),
+    "olmoe": _text("OlmoeModel", "OlmoeConfig", num_experts=4, num_experts_per_tok=2),
+    "granitemoe": _text("GraniteMoeModel", "GraniteMoeConfig", **_EXPERTS),
+    "gpt_oss": _text("GptOssModel", "GptOssConfig", **_EXPERTS),
+    "ernie4_5_moe": _text(
+        "Ernie4_5_MoeModel",
+        "Ernie4_5_MoeConfig",
+        moe_num_experts=4,
+        moe_k=2,
+        moe_intermediate_size=32,
+    ),
+    "jamba": _text("JambaModel", "JambaConfig", num_experts=4, num_experts_per_tok=2),
     # encoders
     "distilbert": _text(
         "DistilBertModel", "DistilBertConfig", dim=64, n_heads=4, n_layers=2, hidden_dim=128
