@@ -131,10 +131,11 @@ def test_stock_modules_match_eager(emu):
 
 
 def test_zoo_models_match_eager(emu):
-    # three of the GPU test's Hugging Face models (fused, four streams): the generated C of
-    # an integer argmax, slice writes and channels_last convolutions against eager
+    # four of the GPU test's Hugging Face models (fused, four streams): the generated C of
+    # an integer argmax, slice writes, channels_last convolutions and a mixture of experts
+    # (routing, grouped matmuls) against eager
     pytest.importorskip("transformers")
-    scenarios.zoo_models_match_eager(emu, ("clip_text", "funnel", "convnext"))
+    scenarios.zoo_models_match_eager(emu, ("clip_text", "funnel", "convnext", "mixtral"))
 
 
 def test_setup_and_update_phases_are_timed(emu):

@@ -274,10 +274,11 @@ def test_stock_modules_match_eager(gpu):
 
 #: Hugging Face models of tests/importers/test_torch_zoo.py, one per family of ops: rotary
 #: decoders, soft-capping, a selective scan, an encoder-decoder, speech, integer argmax,
-#: slice writes, NHWC pads, channels_last convolutions, ceil-mode pooling.
+#: slice writes, NHWC pads, channels_last convolutions, ceil-mode pooling, a mixture of
+#: experts.
 ZOO_ON_GPU = (
     "llama", "gemma2", "mamba", "t5", "whisper", "wav2vec2", "clip_text", "funnel", "swin",
-    "convnext", "segformer", "efficientnet",
+    "convnext", "segformer", "efficientnet", "mixtral",
 )  # fmt: skip
 
 
