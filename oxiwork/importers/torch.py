@@ -1995,6 +1995,26 @@ def _grouped_mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return why or ("grouped_mm", params, [x, w, offs])
 
 
+def _scatter_value(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # scatter(x, dim, index, value) of a number: an infinity is the op's ``infinite`` (one
+    # that reduces, reduce="add", is an overload of its own: scatter.value_reduce)
+    x, dim, index, value = _argv(call, ("self", "dim", "index", "value"), ())
+    if not isinstance(value, int | float):
+        return f"its value is a Python {type(value).__name__}, not a number"
+    value = float(value)
+    if math.isnan(value):
+        return "it scatters NaN; the library's scatter_value takes a number or an infinity"
+    why = _plain(call, [x, index], reshape_ok=False)
+    if why:
+        return why
+    params = {"dim": float(dim % max(1, len(x.shape)))}
+    if math.isinf(value):
+        params["infinite"] = math.copysign(1.0, value)
+    else:
+        params["value"] = value
+    return "scatter_value", params, [x, index]
+
+
 def _histc(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, bins, lo, hi = _argv(call, ("self", "bins", "min", "max"), (100, 0, 0))
     why = _plain(call, [x])
@@ -2404,6 +2424,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.index.Tensor": _index,
     "aten.cumsum.default": _scan("cumsum"),
     "aten.histc.default": _histc,
+    "aten.scatter.value": _scatter_value,
     # (a mixture of experts' matmuls: transformers' own op and torch's)
     "transformers.grouped_mm_fallback.default": _grouped_mm,
     "aten._grouped_mm.default": _grouped_mm,

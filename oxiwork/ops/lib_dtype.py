@@ -46,6 +46,11 @@
   the rows written), negative indices from the end; a repeated index takes its last value
   (torch leaves which one unspecified); an index outside ``[-n, n)`` is refused by the
   reference and never matches in the C. Each output element scans the indices.
+- ``scatter_value`` (``torch.scatter(x, dim, index, value)``: ``dim``, ``value``, and
+  ``infinite`` +1/-1 for an infinite value, which no parameter holds): ``x`` with the
+  positions ``index`` names along ``dim`` set to the value; an integer or bool input takes
+  a whole number of magnitude at most 2**24. Indices outside ``[0, n)``: refused by the
+  reference, never matched in the C.
 - ``sort_values``/``sort_indices`` (``torch.sort``, ``argsort``: ``dim``, ``descending``)
   and ``topk_values``/``topk_indices`` (``torch.topk``: ``k``, ``dim``, ``largest``; its
   sorted order): the values (the input's dtype, any) or their indices (int64) in torch's
@@ -129,6 +134,7 @@ __all__ = [
     "INDEX_PUT",
     "INDEX_SELECT",
     "REPEAT",
+    "SCATTER_VALUE",
     "SORT_OPS",
     "accumulate_dtype",
     "cast_name",
@@ -978,6 +984,116 @@ INDEX_PUT = OpDef(
 )
 
 
+# scatter of a number (torch.scatter(x, dim, index, value), aten.scatter.value): x with
+# x[p with p[dim] = index[p]] = value for every position p of index (index no larger than
+# x but along dim). The value is the parameter ``value``, or an infinity where ``infinite``
+# is +1 or -1 (a parameter is a finite number; PhiMoE's router masks its top expert with
+# -inf so). Each output element looks along dim in the index at its own other coordinates
+# (index.shape[dim] reads); an index outside [0, n) is refused by the reference (as torch)
+# and never matches in the C.
+_SCATTER_EXACT = 2**24  # integers every parameter type (float, the integer's own) holds
+
+
+def _scatter_value_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    x, idx = dtypes
+    if x not in COMPUTE_DTYPES:
+        raise DtypeProblem(f"the input (input 0) is {x}, which kernels do not compute on")
+    _require_index(idx, f"the indices (input 1) are {idx}; scatter takes int64 or int32 indices")
+    value, inf = params.get("value", 0.0), params.get("infinite", 0.0)
+    if inf not in (-1.0, 0.0, 1.0):
+        raise DtypeProblem(f"infinite={inf!r} must be -1, 0 or 1 (the value -inf, value, +inf)")
+    if x not in _FLOATS and (inf or not float(value).is_integer() or abs(value) > _SCATTER_EXACT):
+        raise DtypeProblem(
+            f"the input is {x} but the value is {'an infinity' if inf else repr(value)}: an "
+            f"integer or bool input takes a whole number of magnitude at most {_SCATTER_EXACT}"
+        )
+    return x
+
+
+def _scatter_value_shape(shapes: Sequence[Shape], params: Mapping[str, float]) -> Shape:
+    x, idx = shapes
+    axis = _gather_axis(shapes, params)
+    if len(idx) != len(x) or any(i > n for k, (n, i) in enumerate(zip(x, idx, strict=True)) if k != axis):  # fmt: skip
+        raise _ShapeProblem(
+            f"scatter needs indices with the input's {len(x)} axes, no larger than it but along "
+            f"axis {axis}: got {tuple(idx)} for {tuple(x)}"
+        )
+    return tuple(x)
+
+
+def _scatter_value(xs: Sequence[np.ndarray], **params: float) -> np.ndarray:
+    x, idx = xs
+    axis = _gather_axis([x.shape, idx.shape], params)
+    n = x.shape[axis]
+    idx = np.asarray(idx).astype(np.int64)
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        raise IndexError(
+            f"scatter index {int(idx[bad][0])} is out of range for axis {axis} of extent {n}; "
+            f"indices must be in [0, {n})"
+        )
+    inf = params["infinite"]
+    value = np.float32(inf * np.inf if inf else params["value"])  # (the kernel's argument)
+    out = np.array(x, copy=True)
+    corner = tuple(slice(None) if k == axis else slice(0, s) for k, s in enumerate(idx.shape))
+    with np.errstate(all="ignore"):
+        np.put_along_axis(out[corner], idx, value.astype(x.dtype), axis=axis)
+    return out
+
+
+def _scatter_value_element(
+    j: int,
+    ptrs: Sequence[str],
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+) -> tuple[list[str], list[tuple[str, int]]]:
+    x, ix = ptrs
+    axis = _gather_axis(ins, params)
+    ist = _row_major(ins[1])
+    sizes: list[tuple[str, int]] = [(f"s{j}_m", ins[1][axis]), (f"s{j}_i{axis}", ist[axis])]
+    lines = _coords(j, var, out, sizes)
+    lines += [f"bool within{j} = true;", f"size_t o{j} = 0;"]
+    for a in range(len(out)):
+        if a != axis:
+            sizes += [(f"s{j}_l{a}", ins[1][a]), (f"s{j}_i{a}", ist[a])]
+            lines += [
+                f"within{j} = within{j} && c{j}_{a} < s{j}_l{a};",
+                f"o{j} += c{j}_{a} * s{j}_i{a};",
+            ]
+    lines += [
+        f"typedef decltype(+{x}[0]) T{j};",
+        f"T{j} t{j} = (T{j}){x}[{var}];",
+        f"for (size_t q{j} = 0; within{j} && q{j} < s{j}_m; ++q{j}) {{",
+        f"    if ((long long){ix}[o{j} + q{j} * s{j}_i{axis}] == (long long)c{j}_{axis}) {{",
+        # (an integer T takes the whole number; a float one the value or the infinity)
+        f"        t{j} = (T{j})0.5f == (T{j})0 ? (T{j}){{value}} : (T{j})({{infinite}} != 0 ? "
+        f"(float){{infinite}} * __int_as_float(0x7f800000) : (float){{value}});",
+        "        break;",
+        "    }",
+        "}",
+    ]
+    return lines, sizes
+
+
+SCATTER_VALUE = OpDef(
+    "scatter_value",
+    FusionClass.OUT_ELEMENTWISE,
+    2,
+    reference=_scatter_value,
+    params=(("dim", 0.0), ("value", 0.0), ("infinite", 0.0)),
+    element=_scatter_value_element,
+    shape=_scatter_value_shape,
+    flops_per_element=0.0,
+    # each output element reads along the index's axis, then one element
+    cost=lambda ins, out: (0.0, 4.0 * int(np.prod(out)) * (max(ins[1]) + 2)),
+    dtype=_scatter_value_dtype,
+    widen=False,
+    typed_pointers=True,
+)
+
+
 # ----------------------------------------------------------------------------- moves
 # index_select, flip and repeat: each output element copies one input element, found from
 # its coordinates (out-element-wise, so element-wise epilogues fuse after them).
@@ -1452,6 +1568,7 @@ DTYPE_OPS: tuple[OpDef, ...] = (
     *CUMSUM_TO,
     HISTC,
     INDEX_PUT,
+    SCATTER_VALUE,
 )
 
 for _op in DTYPE_OPS:

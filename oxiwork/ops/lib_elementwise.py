@@ -480,7 +480,7 @@ def _int_divide_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str
             f"input 0 is {dtypes[0]}; the library's rounding divisions take int64 or int32 "
             "(a float one stays an opaque kernel)"
         )
-    if params["other"] == 0:
+    if params.get("other", 1.0) == 0:
         raise DtypeProblem("the divisor other=0: integer division by zero (torch raises too)")
     return numeric_dtype(dtypes, params)
 

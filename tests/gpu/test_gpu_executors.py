@@ -303,7 +303,9 @@ def test_zoo_models_match_eager(gpu):
 
 # Ops whose integer inputs index another input: every probe axis has 2 or more elements,
 # so index 1 is in range for each.
-_INDEXING = ("embedding", "gather", "index_select")
+# ops whose integer inputs are indices or offsets (1: in range on every probe's shapes; a
+# grouped_mm's offsets of 1 put its first row in group 0 and leave the others 0)
+_INDEXING = ("embedding", "gather", "index_select", "index_put", "scatter_value", "grouped_mm")
 # Outputs against the simulator, by dtype: integers and bool exactly; floats within RTOL
 # (float32), or within two units in the last place of a half type (both sides compute in
 # float32 and round once: a libm ulp there can move a half result by one of its ulps).

@@ -2,9 +2,10 @@
 without opaque kernels: ``torch.histc`` to ``histc``, ``cumsum(dtype=torch.int32)`` to
 ``cumsum_int32``, ``x // n`` and ``torch.div(rounding_mode=...)`` of integers to
 ``floor_divide_scalar`` / ``trunc_divide_scalar``, ``inv[perm] = arange`` to
-``index_put``; the simulator gives eager's outputs with fusion on and off. What the
-library does not compute stays opaque, saying why: a histogram over the data's own range,
-an accumulating index_put, a float floor division.
+``index_put``, a router's ``scatter`` of ``-inf`` to ``scatter_value``; the simulator gives
+eager's outputs with fusion on and off. What the library does not compute stays opaque,
+saying why: a histogram over the data's own range, an accumulating index_put, a float floor
+division, a scatter of NaN or one that reduces.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class Dispatch(nn.Module):
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(perm.size(0))
         toward_zero = torch.div(perm - 5, -3, rounding_mode="trunc")
-        return counts, offsets, token, inv, toward_zero
+        masked = torch.scatter(logits, -1, ids.view(-1, self.top_k)[:, :1], float("-inf"))
+        one_hot = torch.zeros_like(logits, dtype=torch.int64).scatter(1, sorted_ids.view(-1, 2), 3)
+        return counts, offsets, token, inv, toward_zero, masked, one_hot
 
 
 def _simulated(model, fusion: bool) -> tuple[np.ndarray, ...]:
@@ -49,7 +52,7 @@ def test_dispatch_imports_whole_and_matches_eager() -> None:
     assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
     used = {n.op for n in model.graph.kernels()}
     assert {"histc", "cumsum_int32", "floor_divide_scalar", "index_put"} <= used
-    assert "trunc_divide_scalar" in used
+    assert "trunc_divide_scalar" in used and "scatter_value" in used
     for fusion in (False, True):
         for got, want in zip(_simulated(model, fusion), eager, strict=True):
             assert got.dtype == want.dtype
@@ -61,7 +64,9 @@ class Unmapped(nn.Module):
         spread = torch.histc(x, bins=3)  # min == max == 0: the data's own range
         acc = torch.zeros(4).index_put((idx,), x[:3], accumulate=True)
         halves = torch.div(x, 2.0, rounding_mode="floor")
-        return spread, acc, halves
+        nan = torch.scatter(x, 0, idx, float("nan"))
+        summed = torch.scatter(x, 0, idx, 2.0, reduce="add")
+        return spread, acc, halves, nan, summed
 
 
 def test_what_the_library_does_not_compute_stays_opaque_saying_why() -> None:
@@ -71,8 +76,10 @@ def test_what_the_library_does_not_compute_stays_opaque_saying_why() -> None:
     assert "range from the data" in reasons["aten.histc.default"]
     assert "accumulate=True" in reasons["aten.index_put.default"]
     assert "take int64 or int32" in reasons["aten.div.Tensor_mode"]
+    assert "scatters NaN" in reasons["aten.scatter.value"]
+    assert "no op of the library" in reasons["aten.scatter.value_reduce"]  # (its own overload)
     for got, want in zip(_simulated(model, False), eager, strict=True):  # (torch's own there)
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
 
 
 class Experts(nn.Module):

@@ -1,4 +1,4 @@
-"""Hugging Face models (70, of 68 architectures), shrunk, import with no opaque kernel and
+"""Hugging Face models (72, of 70 architectures), shrunk, import with no opaque kernel and
 simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
@@ -198,7 +198,7 @@ ZOO: dict[str, Maker] = {
     # mixtures of experts: a router's top-k, tokens sorted by expert and counted (histc,
     # an int32 cumsum), grouped matmuls over the experts' weights, the inverse permutation
     # (index_put); Qwen2-MoE with a shared expert, GPT-OSS with biased experts and sinks,
-    # Jamba with Mamba layers
+    # Jamba with Mamba layers, PhiMoE's sparse mixer
     "mixtral": _text("MixtralModel", "MixtralConfig", **_EXPERTS),
     "qwen2_moe": _text(
         "Qwen2MoeModel",
@@ -226,6 +226,7 @@ ZOO: dict[str, Maker] = {
         moe_intermediate_size=32,
     ),
     "jamba": _text("JambaModel", "JambaConfig", num_experts=4, num_experts_per_tok=2),
+    "phimoe": _text("PhimoeModel", "PhimoeConfig", **_EXPERTS),  # masks with scatter(-inf)
     # encoders
     "distilbert": _text(
         "DistilBertModel", "DistilBertConfig", dim=64, n_heads=4, n_layers=2, hidden_dim=128
@@ -315,6 +316,13 @@ ZOO: dict[str, Maker] = {
         num_attention_heads=[2, 2, 2],
         depths=[1, 1, 1],
         key_dim=[8, 8, 8],
+    ),
+    "groupvit": _vision(  # hard assignment of patches to groups: a one-hot scatter
+        "GroupViTVisionModel",
+        "GroupViTVisionConfig",
+        depths=[1, 1],
+        num_group_tokens=[8, 4],
+        num_output_groups=[8, 4],
     ),
     "mobilevit": _vision(
         "MobileViTModel",

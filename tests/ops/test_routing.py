@@ -1,10 +1,11 @@
 """The ops a mixture-of-experts router exports to: ``histc``, ``cumsum_<dtype>``,
-``index_put`` (``oxiwork.ops.lib_dtype``) and ``floor_divide_scalar`` /
+``index_put``, ``scatter_value`` (``oxiwork.ops.lib_dtype``) and ``floor_divide_scalar`` /
 ``trunc_divide_scalar`` (``oxiwork.ops.lib_elementwise``).
 
 On hypothesis-drawn inputs: each reference equals torch's op (histc bins on values at and
 near the bin edges, NaN and out-of-range ones; cumsum with a dtype over floats, ints and
-bool; index_put with negative and repeated indices where torch's result is defined; the
+bool; index_put with negative and repeated indices where torch's result is defined;
+scatter of a number, an infinity too, along any dim of an index smaller than the input; the
 rounding divisions over the whole int64 and int32 range); the generated CUDA C run on the
 CPU (the emulated launcher of ``tests/executor``) equals the reference bit for bit, alone
 and with an element-wise epilogue fused after it; NVRTC compiles it; and what each op
@@ -102,6 +103,33 @@ def divide_cases(draw):
     return x, float(other)
 
 
+@st.composite
+def scatter_cases(draw):
+    """(x, idx, params): a number (an infinity for floats) scattered along dim."""
+    dtype = draw(st.sampled_from(["float32", "int64", "int32", "bool"]))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    dim = draw(st.integers(-len(shape), len(shape) - 1))
+    axis = dim % len(shape)
+    ishape = tuple(
+        draw(st.integers(1, 5)) if k == axis else draw(st.integers(1, n))
+        for k, n in enumerate(shape)
+    )
+    count = math.prod(ishape)
+    flat = draw(st.lists(st.integers(0, shape[axis] - 1), min_size=count, max_size=count))
+    idx = np.array(flat).reshape(ishape)
+    x = np.arange(math.prod(shape)).reshape(shape).astype(dtype)
+    params = {"dim": float(dim), "value": 0.0, "infinite": 0.0}
+    if dtype == "float32" and draw(st.booleans()):
+        params["infinite"] = draw(st.sampled_from([-1.0, 1.0]))
+    elif dtype == "bool":
+        params["value"] = float(draw(st.booleans()))
+    else:
+        params["value"] = float(draw(st.sampled_from([-7, 0, 3, 2**24, -(2**24)])))
+    if draw(st.booleans()):
+        idx = idx.astype(np.int32)
+    return x, idx, params
+
+
 def _t(x: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(x))
 
@@ -136,6 +164,17 @@ class TestReference:
         want = torch.index_put(_t(x), (_t(idx).long(),), _t(vals)).numpy()
         _bits_equal(got, want, "index_put vs torch")
 
+    @SETTINGS
+    @given(case=scatter_cases())
+    def test_scatter_of_a_value_is_torchs(self, case):
+        x, idx, p = case
+        got = ops.get("scatter_value").reference([x, idx], **p)
+        value = p["infinite"] * math.inf if p["infinite"] else p["value"]
+        if x.dtype != np.float32:
+            value = int(value) if x.dtype != np.bool_ else bool(value)
+        want = torch.scatter(_t(x), int(p["dim"]), _t(idx).long(), value).numpy()
+        _bits_equal(got, want, "scatter_value vs torch")
+
     def test_index_put_writes_the_last_of_repeated_indices(self):
         x = np.zeros(3, np.float32)
         got = ops.get("index_put").reference([x, np.array([1, -2, 0]), np.array([5, 6, 7], np.float32)])  # fmt: skip
@@ -165,6 +204,8 @@ class TestReference:
             ("index_put", [(4, 3), (2,), (3, 3)], {}, r"do not broadcast to the rows written"),
             ("index_put", [(), (2,), ()], {}, r"at least one axis"),
             ("cumsum_int32", [(4,)], {"dim": 1.0}, r"dim 1\.0 is not an axis"),
+            ("scatter_value", [(4, 3), (2, 4)], {"dim": 0.0}, r"no larger than it but along"),
+            ("scatter_value", [(4, 3), (2,)], {"dim": 0.0}, r"with the input's 2 axes"),
         ],
     )
     def test_shape_rules_refuse_naming_the_rule(self, name, shapes, params, match):
@@ -181,6 +222,10 @@ class TestReference:
             ("floor_divide_scalar", ["float32"], {"other": 2.0}, r"take int64 or int32"),
             ("trunc_divide_scalar", ["int64"], {"other": 0.0}, r"division by zero"),
             ("floor_divide_scalar", ["int32"], {"other": 0.5}, r"not a whole number"),
+            ("scatter_value", ["int64", "int64"], {"infinite": -1.0}, r"is an infinity"),
+            ("scatter_value", ["int32", "int64"], {"value": 2.0**25}, r"at most 16777216"),
+            ("scatter_value", ["float32", "int64"], {"infinite": 2.0}, r"must be -1, 0 or 1"),
+            ("scatter_value", ["float32", "float32"], {}, r"int64 or int32 indices"),
         ],
     )
     def test_dtype_rules_refuse_naming_the_rule(self, name, dtypes, params, match):
@@ -191,6 +236,9 @@ class TestReference:
     def test_references_refuse_indices_out_of_range(self):
         with pytest.raises(IndexError, match=r"index 3 is out of range .* \[-3, 3\)"):
             ops.get("index_put").reference([np.zeros(3), np.array([0, 3]), np.zeros(2)])
+        scatter = ops.get("scatter_value")
+        with pytest.raises(IndexError, match=r"index -1 is out of range .* \[0, 3\)"):
+            scatter.reference([np.zeros(3), np.array([-1])], dim=0.0, value=1.0, infinite=0.0)
 
 
 # ----------------------------------------------------------------------------- generated C
@@ -255,6 +303,12 @@ class TestGeneratedC:
         _check_c("index_put", list(case), {}, so_dir)
 
     @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=scatter_cases())
+    def test_scatter_value(self, case, so_dir):
+        x, idx, p = case
+        _check_c("scatter_value", [x, idx], p, so_dir)
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(case=divide_cases())
     def test_rounding_divisions(self, case, so_dir):
         x, other = case
@@ -283,6 +337,12 @@ class TestGeneratedC:
                 {"dim": 0.0},
                 "add_scalar",
             ),
+            (
+                "scatter_value",
+                [np.zeros((2, 3), np.float32), np.array([[2], [0]])],
+                {"dim": 1.0, "infinite": -1.0},
+                "add_scalar",
+            ),
         ],
     )
     def test_an_epilogue_fuses_after_it(self, name, arrays, params, epilogue, so_dir):
@@ -299,6 +359,10 @@ class TestGeneratedC:
 def test_compiles_with_nvrtc(nvrtc_compile):
     cases = [
         ("histc", [np.zeros(5, np.float32)], {"bins": 4.0, "max": 3.0}),
+        *(
+            ("scatter_value", [np.zeros((2, 3), d), np.zeros((2, 1), np.int64)], {"dim": 1.0})
+            for d in (np.float16, np.int32, np.bool_)
+        ),
         (
             "index_put",
             [np.zeros((3, 2), np.float32), np.zeros(2, np.int32), np.zeros(2, np.float32)],
@@ -316,7 +380,8 @@ def test_compiles_with_nvrtc(nvrtc_compile):
     ]
     sources = []
     for k, (name, arrays, params) in enumerate(cases):
-        g = _graph(name, arrays, params, epilogue="add_scalar" if name != "index_put" else None)
+        plain = name == "index_put" or arrays[0].dtype == np.bool_  # (add_scalar takes numbers)
+        g = _graph(name, arrays, params, epilogue=None if plain else "add_scalar")
         plan = ExecutionPlan.build(g, max_streams=1, fusion=True)
         for n in plan.graph.kernels():
             ks = kernel_source(plan.graph, n)
