@@ -2015,6 +2015,13 @@ def _scatter_value(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | st
     return "scatter_value", params, [x, index]
 
 
+def _remainder(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    # x % n: of floats remainder_scalar, of integers remainder_int_scalar (exact)
+    x = call.args[0]
+    ints = isinstance(x, _Arg) and x.base.dtype in INT_DTYPES
+    return _scalar_or("remainder_int_scalar" if ints else "remainder_scalar")(call)
+
+
 def _histc(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     x, bins, lo, hi = _argv(call, ("self", "bins", "min", "max"), (100, 0, 0))
     why = _plain(call, [x])
@@ -2332,7 +2339,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.atan2.default": _binary("atan2"),
     "aten.hypot.default": _binary("hypot"),
     "aten.fmod.Scalar": _scalar_or("fmod_scalar"),
-    "aten.remainder.Scalar": _scalar_or("remainder_scalar"),
+    "aten.remainder.Scalar": _remainder,
     "aten.leaky_relu.default": _leaky_relu,
     "aten.elu.default": _elu,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm,

@@ -477,8 +477,8 @@ def _int_divide_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str
     # whole number that is not 0 (torch raises on an integer division by zero)
     if dtypes[0] not in INT_DTYPES:
         raise DtypeProblem(
-            f"input 0 is {dtypes[0]}; the library's rounding divisions take int64 or int32 "
-            "(a float one stays an opaque kernel)"
+            f"input 0 is {dtypes[0]}; the library's integer divisions take int64 or int32 "
+            "(a float floor division stays an opaque kernel; remainder_scalar takes floats)"
         )
     if params.get("other", 1.0) == 0:
         raise DtypeProblem("the divisor other=0: integer division by zero (torch raises too)")
@@ -508,6 +508,22 @@ _FLOOR_DIVIDE = (
     "(({0}) % ({other}) != 0 && (({0}) < 0) != (({other}) < 0)))"
 )
 _TRUNC_DIVIDE = f"(({{other}}) == -1 ? {_NEGATED} : ({{0}}) / ({{other}}))"
+# torch.remainder of integers: C's remainder (the dividend's sign) moved to the divisor's; by
+# -1 always 0 (C's lowest-integer % -1 traps on x86 as its division does)
+_REMAINDER = (
+    "(({other}) == -1 ? 0 : (({0}) % ({other}) != 0 && (({0}) % ({other}) < 0) != "
+    "(({other}) < 0)) ? ({0}) % ({other}) + ({other}) : ({0}) % ({other}))"
+)
+
+
+def _int_remainder(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
+    # numpy's integer remainder takes the divisor's sign, as torch's
+    with np.errstate(all="ignore"):
+        r = np.remainder(xs[0], typed_scalar(xs[0], other))
+    if out is None:
+        return r
+    np.copyto(out, r, casting="unsafe")
+    return out
 
 
 def _binary_math(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
@@ -621,11 +637,22 @@ INT_OPS: tuple[OpDef, ...] = (
         params=(("other", 1.0),),
         dtype=_int_divide_dtype,
     ),
+    # x % n of integers (torch.remainder: the divisor's sign; CANINE hashes its ids so)
+    _ew(
+        "remainder_int_scalar",
+        1,
+        _int_remainder,
+        _REMAINDER,
+        params=(("other", 1.0),),
+        dtype=_int_divide_dtype,
+    ),
 )
 """Integer division by a number, rounded down (``floor_divide_scalar``: ``x // n``,
 ``torch.div(rounding_mode="floor")``) or toward zero (``trunc_divide_scalar``:
 ``rounding_mode="trunc"``, C's own division), int64 or int32 by a whole number other than
-0; the lowest integer divided by -1 wraps to itself (where torch's CPU kernel traps)."""
+0; the lowest integer divided by -1 wraps to itself (where torch's CPU kernel traps); and
+their remainder by a number (``remainder_int_scalar``: torch.remainder's, of the divisor's
+sign)."""
 
 
 def _scalar(

@@ -1,7 +1,8 @@
 """A mixture-of-experts dispatch, as transformers' grouped experts compute it, imports
 without opaque kernels: ``torch.histc`` to ``histc``, ``cumsum(dtype=torch.int32)`` to
 ``cumsum_int32``, ``x // n`` and ``torch.div(rounding_mode=...)`` of integers to
-``floor_divide_scalar`` / ``trunc_divide_scalar``, ``inv[perm] = arange`` to
+``floor_divide_scalar`` / ``trunc_divide_scalar``, ``%`` of integers to
+``remainder_int_scalar``, ``inv[perm] = arange`` to
 ``index_put``, a router's ``scatter`` of ``-inf`` to ``scatter_value``; the simulator gives
 eager's outputs with fusion on and off. What the library does not compute stays opaque,
 saying why: a histogram over the data's own range, an accumulating index_put, a float floor
@@ -35,9 +36,10 @@ class Dispatch(nn.Module):
         inv = torch.empty_like(perm)
         inv[perm] = torch.arange(perm.size(0))
         toward_zero = torch.div(perm - 5, -3, rounding_mode="trunc")
+        bucket = (perm * 7919 - 11) % 5  # (a hash, as CANINE buckets its ids)
         masked = torch.scatter(logits, -1, ids.view(-1, self.top_k)[:, :1], float("-inf"))
         one_hot = torch.zeros_like(logits, dtype=torch.int64).scatter(1, sorted_ids.view(-1, 2), 3)
-        return counts, offsets, token, inv, toward_zero, masked, one_hot
+        return counts, offsets, token, inv, toward_zero, bucket, masked, one_hot
 
 
 def _simulated(model, fusion: bool) -> tuple[np.ndarray, ...]:
@@ -52,7 +54,7 @@ def test_dispatch_imports_whole_and_matches_eager() -> None:
     assert model.opaque == (), [(o.target, o.reason) for o in model.opaque]
     used = {n.op for n in model.graph.kernels()}
     assert {"histc", "cumsum_int32", "floor_divide_scalar", "index_put"} <= used
-    assert "trunc_divide_scalar" in used and "scatter_value" in used
+    assert {"trunc_divide_scalar", "remainder_int_scalar", "scatter_value"} <= used
     for fusion in (False, True):
         for got, want in zip(_simulated(model, fusion), eager, strict=True):
             assert got.dtype == want.dtype

@@ -1,12 +1,12 @@
 """The ops a mixture-of-experts router exports to: ``histc``, ``cumsum_<dtype>``,
-``index_put``, ``scatter_value`` (``oxiwork.ops.lib_dtype``) and ``floor_divide_scalar`` /
-``trunc_divide_scalar`` (``oxiwork.ops.lib_elementwise``).
+``index_put``, ``scatter_value`` (``oxiwork.ops.lib_dtype``) and ``floor_divide_scalar``,
+``trunc_divide_scalar``, ``remainder_int_scalar`` (``oxiwork.ops.lib_elementwise``).
 
 On hypothesis-drawn inputs: each reference equals torch's op (histc bins on values at and
 near the bin edges, NaN and out-of-range ones; cumsum with a dtype over floats, ints and
 bool; index_put with negative and repeated indices where torch's result is defined;
 scatter of a number, an infinity too, along any dim of an index smaller than the input; the
-rounding divisions over the whole int64 and int32 range); the generated CUDA C run on the
+integer divisions and remainder over the whole int64 and int32 range); the generated CUDA C run on the
 CPU (the emulated launcher of ``tests/executor``) equals the reference bit for bit, alone
 and with an element-wise epilogue fused after it; NVRTC compiles it; and what each op
 refuses, it refuses naming the rule.
@@ -184,6 +184,13 @@ class TestReference:
     @given(case=divide_cases())
     def test_rounding_divisions_are_torchs(self, case):
         x, other = case
+        rem = ops.get("remainder_int_scalar").reference([x], other=other)
+        assert rem.dtype == x.dtype
+        want = torch.remainder(_t(x), int(other)).numpy()
+        if other == -1:  # (torch's CPU kernel traps on the lowest integer there)
+            assert (rem == 0).all()
+        else:
+            np.testing.assert_array_equal(rem, want)
         for mode in ("floor", "trunc"):
             got = ops.get(f"{mode}_divide_scalar").reference([x], other=other)
             assert got.dtype == x.dtype
@@ -220,6 +227,7 @@ class TestReference:
             ("index_put", ["float32", "float32", "float32"], {}, r"int64 or int32 indices"),
             ("index_put", ["float32", "int64", "int64"], {}, r"cast them first"),
             ("floor_divide_scalar", ["float32"], {"other": 2.0}, r"take int64 or int32"),
+            ("remainder_int_scalar", ["int32"], {"other": 0.0}, r"division by zero"),
             ("trunc_divide_scalar", ["int64"], {"other": 0.0}, r"division by zero"),
             ("floor_divide_scalar", ["int32"], {"other": 0.5}, r"not a whole number"),
             ("scatter_value", ["int64", "int64"], {"infinite": -1.0}, r"is an infinity"),
@@ -312,8 +320,8 @@ class TestGeneratedC:
     @given(case=divide_cases())
     def test_rounding_divisions(self, case, so_dir):
         x, other = case
-        for mode in ("floor", "trunc"):
-            _check_c(f"{mode}_divide_scalar", [x], {"other": other}, so_dir)
+        for name in ("floor_divide_scalar", "trunc_divide_scalar", "remainder_int_scalar"):
+            _check_c(name, [x], {"other": other}, so_dir)
 
     @pytest.mark.parametrize(
         ("name", "arrays", "params", "epilogue"),
@@ -373,8 +381,8 @@ def test_compiles_with_nvrtc(nvrtc_compile):
             for d in ("int64", "int32", "float32")
         ),
         *(
-            (f"{m}_divide_scalar", [np.zeros(4, d)], {"other": 3.0})
-            for m in ("floor", "trunc")
+            (name, [np.zeros(4, d)], {"other": 3.0})
+            for name in ("floor_divide_scalar", "trunc_divide_scalar", "remainder_int_scalar")
             for d in (np.int64, np.int32)
         ),
     ]
