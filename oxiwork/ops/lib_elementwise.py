@@ -485,6 +485,15 @@ def _int_divide_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str
     return numeric_dtype(dtypes, params)
 
 
+def _into_exact(r: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``r`` in its own (integer) dtype, written into ``out`` when given (:func:`_into`'s
+    result is float32)."""
+    if out is None:
+        return r
+    np.copyto(out, r, casting="unsafe")
+    return out
+
+
 def _int_divide(floor: bool) -> Callable[..., np.ndarray]:
     def fn(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
         x, b = xs[0], typed_scalar(xs[0], other)
@@ -492,10 +501,7 @@ def _int_divide(floor: bool) -> Callable[..., np.ndarray]:
             q = np.floor_divide(x, b)
             if not floor:  # toward zero: one more where a remainder has the other sign
                 q = q + ((np.remainder(x, b) != 0) & ((x < 0) != (b < 0))).astype(x.dtype)
-        if out is None:
-            return q  # (the integer dtype: _into's result is float32)
-        np.copyto(out, q, casting="unsafe")
-        return out
+        return _into_exact(q, out)
 
     return fn
 
@@ -519,11 +525,7 @@ _REMAINDER = (
 def _int_remainder(xs: Arrays, out: np.ndarray | None = None, *, other: float) -> np.ndarray:
     # numpy's integer remainder takes the divisor's sign, as torch's
     with np.errstate(all="ignore"):
-        r = np.remainder(xs[0], typed_scalar(xs[0], other))
-    if out is None:
-        return r
-    np.copyto(out, r, casting="unsafe")
-    return out
+        return _into_exact(np.remainder(xs[0], typed_scalar(xs[0], other)), out)
 
 
 def _binary_math(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
