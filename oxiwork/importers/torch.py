@@ -2616,7 +2616,7 @@ class _Converter:
         if _is_view(target) and not _converts(node):
             self.view(node)
             return
-        if self.patterns and _pad_for_convolutions(node):
+        if self.patterns and self._padded_whole(node) and _pad_for_convolutions(node):
             self.pad_into_convolutions(node)
             return
         tensors = [
@@ -2898,6 +2898,17 @@ class _Converter:
             return ""
         path = list(stack.values())[-1][0]
         return re.sub(r"@\d+$", "", str(path))
+
+    def _padded_whole(self, node: Any) -> bool:
+        """Does the pad ``node`` pad a whole buffer (or a reshape of one, or such a pad), which
+        the convolutions reading it can take as their input? A pad of a permuted view
+        (CANINE's of a transpose) stays a kernel of its own: the convolution then reads its
+        row-major result."""
+        v = self.env.get(node.args[0]) if _hashable(node.args[0]) else None
+        return isinstance(v, _Tensor) and all(
+            _op_name(t) in _RESHAPES or _op_name(t) == "aten.constant_pad_nd.default"
+            for t, _, _ in v.chain
+        )
 
     def kernel(
         self, node: Any, index: int | None, *, contiguous: bool = False, library_only: bool = False

@@ -224,6 +224,30 @@ def test_zero_pads_of_zero_pads_fold_into_the_convolution(dims):
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_zero_pad_of_a_transpose_is_a_kernel_the_convolution_reads():
+    # CANINE's (batch, length, channels) -> transpose -> pad -> Conv1d: the pad of a view is
+    # a constant_pad kernel of its own (which reads the transpose), not the convolution's
+    # padding (the convolution takes a whole buffer); before, the convolution was opaque
+    conv = nn.Conv1d(4, 3, 3).eval()
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return conv(nn.functional.pad(x.transpose(1, 2), (1, 2)))
+
+    x = torch.randn(2, 6, 4)
+    model = from_module(M(), (x,))
+    assert not model.opaque, [(o.target, o.reason) for o in model.opaque]
+    op_of = {model.targets[n.name]: n.op for n in model.graph.kernels()}
+    assert op_of["aten.constant_pad_nd.default"] == "constant_pad"
+    assert op_of["aten.convolution.default"] == "conv1d_bias"
+    with torch.no_grad():
+        want = M()(x).numpy()
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        (y,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("upsample", "library"),
     [

@@ -1,4 +1,4 @@
-"""Hugging Face models (72, of 70 architectures), shrunk, import with no opaque kernel and
+"""Hugging Face models (73, of 71 architectures), shrunk, import with no opaque kernel and
 simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
@@ -250,6 +250,14 @@ ZOO: dict[str, Maker] = {
         true_hidden_size=32,
     ),
     "clip_text": _text("CLIPTextModel", "CLIPTextConfig"),  # an argmax of int32 ids
+    "canine": _text(  # characters hashed into buckets (integer %), a pad of a transpose
+        "CanineModel",
+        "CanineConfig",
+        downsampling_rate=4,
+        num_hash_functions=4,
+        num_hash_buckets=64,
+        local_transformer_stride=8,
+    ),
     # encoder-decoders
     "t5": _seq2seq("T5Model", "T5Config"),
     "bart": _seq2seq("BartModel", "BartConfig"),
