@@ -1958,10 +1958,11 @@ def _rounding_divide(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | 
     mode = call.kw("rounding_mode", "floor" if "floor_divide" in _op_name(call.target) else None)
     if mode is None:
         return _scalar_or("div_scalar", _binary("div"))(call)
-    if not (_number(y) and isinstance(y, int | float) and float(y).is_integer()):
+    if not (_number(y) and float(y).is_integer()):
+        by = repr(y) if _number(y) else ("a tensor" if isinstance(y, _Arg) else repr(y))
         return (
-            f"it divides by {type(y).__name__ if not _number(y) else y!r} with rounding "
-            f"{mode!r}; the library's rounding divisions take an integer tensor by a whole number"
+            f"it divides by {by} with rounding {mode!r}; the library's rounding divisions take "
+            "an integer tensor by a whole number"
         )
     why = _plain(call, [x]) or _same(call, [x])
     return why or (f"{mode}_divide_scalar", {"other": float(y)}, [x])
