@@ -157,8 +157,12 @@ class PatternMatch:
 
     ``pattern`` is ``"attention"`` (eager attention's chain as one ``strided_attention``
     kernel, named ``kernel``), ``"clone read in place"`` (a clone its matmuls read as a
-    strided view: no kernel) or ``"pad into convolutions"`` (a zero pad the convolutions
-    reading it apply themselves: no kernel); ``nodes`` names the FX nodes it covers.
+    strided view: no kernel), ``"pad into convolutions"`` (a zero pad the convolutions
+    reading it apply themselves: no kernel) or ``"unsorted topk sorted"`` (a
+    ``topk(sorted=False)``, whose order torch leaves unspecified, computed in the sorted
+    order, one kernel ``kernel`` per output used: an output that shows the order may differ
+    from eager's, whose CPU order is ``std::nth_element``'s); ``nodes`` names the FX nodes it
+    covers.
     """
 
     pattern: str
@@ -406,6 +410,7 @@ class _Call:
     ins: tuple[_Meta, ...]
     out: _Meta
     index: int | None
+    patterns: bool = True  # from_exported_program(patterns=...): the rules' choices too
 
     @property
     def tensor_args(self) -> list[_Arg]:
@@ -2079,15 +2084,19 @@ def _msort(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     return _ordered(call, call.args[0], 0, None, False)  # sort(x, dim=0)'s values
 
 
+_TOPK = ("self", "k", "dim", "largest", "sorted")
+
+
 def _topk(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    x, k, dim, largest, ordered = _argv(
-        call, ("self", "k", "dim", "largest", "sorted"), (-1, True, True)
-    )
-    if not ordered:
+    # topk(sorted=False) leaves the order to the implementation (std::nth_element's on the
+    # CPU): the library's sorted order is one it may give, so with patterns on it maps
+    # (listed in model.patterns: outputs that show the order may differ from eager's)
+    x, k, dim, largest, ordered = _argv(call, _TOPK, (-1, True, True))
+    if not ordered and not call.patterns:
         return (
             "it asks for the top k unsorted (sorted=False), in an order torch leaves "
             "unspecified (on the CPU std::nth_element's, unless it sorts them anyway); the "
-            "library's topk gives them sorted: drop sorted=False"
+            "library's topk gives them sorted: drop sorted=False, or import with patterns=True"
         )
     return _ordered(call, x, dim, k, largest)
 
@@ -2963,7 +2972,7 @@ class _Converter:
             inputs, metas, pending, reshapes = [], [], None, False
             args = arg(tuple(node.args))
             kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
-            call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+            call = _Call(node.target, args, kwargs, tuple(metas), out, index, self.patterns)
             lib = _library(call)
             if elementwise_only and not isinstance(lib, str) and not _elementwise(lib[0]):
                 lib = "not element-wise"
@@ -2979,7 +2988,7 @@ class _Converter:
                 inputs, metas, pending = [], [], {}
                 args = arg(tuple(node.args))
                 kwargs = tuple((k, arg(v)) for k, v in node.kwargs.items())
-                call = _Call(node.target, args, kwargs, tuple(metas), out, index)
+                call = _Call(node.target, args, kwargs, tuple(metas), out, index, self.patterns)
                 again = _library(call)
                 if isinstance(again, str) or (elementwise_only and not _elementwise(again[0])):
                     inputs, metas, call = first
@@ -3020,6 +3029,8 @@ class _Converter:
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
         else:
+            if op_name == "aten.topk.default" and not _argv(call, _TOPK, (-1, True, True))[4]:
+                self.matched.append(PatternMatch("unsorted topk sorted", (node.name,), name))
             op, params, lib_args = lib
             reads = [inputs[a.index] for a in lib_args]
             if ops.get(op).fusion_class not in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST):

@@ -7,7 +7,8 @@ torch's unstable sort and its topk leave the order of equal elements unspecified
 without ties the outputs equal eager's exactly; on rows with ties the values do, and the
 indices are distinct and gather those values (the library takes lower index first, which
 torch's stable sort gives exactly). ``topk(sorted=False)``, whose order torch leaves to
-``std::nth_element``, stays opaque, saying why.
+``std::nth_element``, is imported sorted and listed in ``model.patterns`` (opaque, saying
+why, with ``patterns=False``).
 """
 
 from __future__ import annotations
@@ -212,12 +213,25 @@ class Unsorted(nn.Module):
         return v * 2.0, torch.sort(x.view(6, 4), dim=0)[1]  # a reshape, read through a view
 
 
-def test_unsorted_topk_stays_opaque_saying_why() -> None:
+def test_unsorted_topk_is_sorted_and_listed_or_stays_opaque_without_patterns() -> None:
+    # topk(sorted=False) leaves the order unspecified: imported sorted (DeepSeek-V3's router
+    # sums over its experts in any order), listed in model.patterns; without patterns it is
+    # torch's own op, saying why
     torch.manual_seed(4)
-    model, eager = import_with_eager(Unsorted(), (torch.randn(4, 6),))
-    (opaque,) = model.opaque  # the topk's values; the sort of the reshape is the library's
+    x = torch.randn(4, 6)
+    model, eager = import_with_eager(Unsorted(), (x,))
+    assert model.opaque == ()
+    (match,) = [m for m in model.patterns if m.pattern == "unsorted topk sorted"]
+    assert match.kernel in {n.name for n in model.graph.kernels() if n.op == "topk_values"}
+    values, order = _simulated(model, True)
+    # the same values as eager's (its order is std::nth_element's), sorted descending
+    np.testing.assert_array_equal(np.sort(values, axis=-1), np.sort(eager[0], axis=-1))
+    np.testing.assert_array_equal(values, 2.0 * torch.topk(x, 3).values.numpy())
+    np.testing.assert_array_equal(order, eager[1])
+    raw, eager = import_with_eager(Unsorted(), (x,), patterns=False)
+    (opaque,) = raw.opaque  # the topk's values; the sort of the reshape is the library's
     assert opaque.target == "aten.topk.default"
     assert "sorted=False" in opaque.reason and "std::nth_element" in opaque.reason
-    assert "sort_indices" in {n.op for n in model.graph.kernels()}
-    for g, w in zip(_simulated(model, False), eager, strict=True):  # (torch's own there)
+    assert "sort_indices" in {n.op for n in raw.graph.kernels()}
+    for g, w in zip(_simulated(raw, False), eager, strict=True):  # (torch's own there)
         np.testing.assert_array_equal(g, w)
