@@ -1985,7 +1985,7 @@ def _grouped_mm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     else:
         x, w, offs = _argv(call, ("input", "weight", "offs"), ())
     if not all(isinstance(a, _Arg) for a in (x, w, offs)):
-        return "its input, weights and group offsets must all be tensors (offs too)"
+        return "its input, weights and group offsets must all be tensors"
     if len(x.shape) != 2 or len(w.shape) != 3:
         return (
             f"it multiplies {tuple(x.shape)} by {tuple(w.shape)}; the library's grouped_mm "
@@ -2626,7 +2626,7 @@ class _Converter:
         if _is_view(target) and not _converts(node):
             self.view(node)
             return
-        if self.patterns and self._padded_whole(node) and _pad_for_convolutions(node):
+        if self.patterns and _pad_for_convolutions(node) and self._padded_whole(node):
             self.pad_into_convolutions(node)
             return
         tensors = [

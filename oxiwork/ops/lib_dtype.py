@@ -711,15 +711,6 @@ CUMPROD = OpDef(
 CUMSUM_DTYPES = ("int64", "int32", "float32")
 
 
-def _cumsum_to_dtype(target: str) -> Any:
-    def rule(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
-        if dtypes[0] not in COMPUTE_DTYPES:
-            raise DtypeProblem(f"input 0 is {dtypes[0]}, which kernels do not compute on")
-        return target
-
-    return rule
-
-
 def _cumsum_to(target: str) -> Any:
     cast = _cast_reference(target)
     total = _cumulative(np.cumsum)
@@ -769,7 +760,7 @@ CUMSUM_TO: tuple[OpDef, ...] = tuple(
         element=_cumsum_to_element(d),
         shape=_cumsum_shape,
         cost=_cumsum_cost,
-        dtype=_cumsum_to_dtype(d),
+        dtype=_cast_rule(d),  # (it converts its elements as the cast to d does)
         widen=False,
         typed_pointers=True,
     )
