@@ -480,8 +480,16 @@ def _int_divide_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str
             f"input 0 is {dtypes[0]}; the library's integer divisions take int64 or int32 "
             "(a float floor division stays an opaque kernel; remainder_scalar takes floats)"
         )
-    if params.get("other", 1.0) == 0:
+    other = params.get("other", 1.0)
+    if other == 0:
         raise DtypeProblem("the divisor other=0: integer division by zero (torch raises too)")
+    # a divisor the input's type holds, and exactly as a float parameter (int64: 2**53)
+    bound = 2**31 if dtypes[0] == "int32" else 2**53
+    if not -bound <= other <= bound - (dtypes[0] == "int32"):
+        raise DtypeProblem(
+            f"the divisor other={other!r} is outside the range a {dtypes[0]} divisor may take here "
+            f"([{-bound}, {bound - (dtypes[0] == 'int32')}])"
+        )
     return numeric_dtype(dtypes, params)
 
 

@@ -2,14 +2,15 @@
 ``index_put``, ``scatter_value`` (``oxiwork.ops.lib_dtype``) and ``floor_divide_scalar``,
 ``trunc_divide_scalar``, ``remainder_int_scalar`` (``oxiwork.ops.lib_elementwise``).
 
-On hypothesis-drawn inputs: each reference equals torch's op (histc bins on values at and
-near the bin edges, NaN and out-of-range ones; cumsum with a dtype over floats, ints and
-bool; index_put with negative and repeated indices where torch's result is defined;
-scatter of a number, an infinity too, along any dim of an index smaller than the input; the
-integer divisions and remainder over the whole int64 and int32 range); the generated CUDA C run on the
-CPU (the emulated launcher of ``tests/executor``) equals the reference bit for bit, alone
-and with an element-wise epilogue fused after it; NVRTC compiles it; and what each op
-refuses, it refuses naming the rule.
+On hypothesis-drawn inputs (the integer divisions and remainder: every pair of a pool of
+dividends over the whole int64 and int32 range and of divisors of both signs), each
+reference equals torch's op (histc bins on values at and near the bin edges, NaN and
+out-of-range ones; cumsum with a dtype over floats, ints and bool; index_put with negative
+and repeated indices where torch's result is defined; scatter of a number, an infinity too,
+along any dim of an index smaller than the input); the generated CUDA C run on the CPU (the
+emulated launcher of ``tests/executor``) equals the reference bit for bit, alone and with an
+element-wise epilogue fused after it; NVRTC compiles it; and what each op refuses, it
+refuses naming the rule.
 """
 
 from __future__ import annotations
@@ -92,15 +93,19 @@ def index_put_cases(draw):
     return x, idx, vals
 
 
-@st.composite
-def divide_cases(draw):
-    """(x, other): integers over the whole range, by whole numbers of both signs."""
-    dtype = draw(st.sampled_from(["int64", "int32"]))
-    info = I64 if dtype == "int64" else I32
-    pool = [info.min, info.min + 1, -7, -6, -1, 0, 1, 6, 7, info.max]
-    x = np.array(draw(st.lists(st.sampled_from(pool), min_size=1, max_size=12)), dtype)
-    other = draw(st.sampled_from([1, -1, 2, -2, 3, -7, 1000, info.max, info.min]))
-    return x, float(other)
+def _divisions() -> list[tuple[np.ndarray, float]]:
+    """(x, other): every integer of a pool over the whole range (its ends, around 0), by
+    every divisor of a pool of both signs up to the type's range (int64: 2**53, what a
+    float parameter holds exactly); all of them, since one missed pair is one wrong op."""
+    cases = []
+    for info in (I64, I32):
+        x = np.array([info.min, info.min + 1, -7, -6, -1, 0, 1, 6, 7, info.max], info.dtype)
+        big = (info.max, info.min) if info is I32 else (2**53, -(2**53))
+        cases += [(x, float(o)) for o in (1, -1, 2, -2, 3, -7, 1000, *big)]
+    return cases
+
+
+DIVISIONS = _divisions()
 
 
 @st.composite
@@ -180,8 +185,7 @@ class TestReference:
         got = ops.get("index_put").reference([x, np.array([1, -2, 0]), np.array([5, 6, 7], np.float32)])  # fmt: skip
         assert got.tolist() == [7.0, 6.0, 0.0]
 
-    @SETTINGS
-    @given(case=divide_cases())
+    @pytest.mark.parametrize("case", DIVISIONS, ids=lambda c: f"{c[0].dtype}/{c[1]:g}")
     def test_rounding_divisions_are_torchs(self, case):
         x, other = case
         rem = ops.get("remainder_int_scalar").reference([x], other=other)
@@ -228,6 +232,18 @@ class TestReference:
             ("index_put", ["float32", "int64", "int64"], {}, r"cast them first"),
             ("floor_divide_scalar", ["float32"], {"other": 2.0}, r"take int64 or int32"),
             ("remainder_int_scalar", ["int32"], {"other": 0.0}, r"division by zero"),
+            (
+                "floor_divide_scalar",
+                ["int32"],
+                {"other": 2.0**31},
+                r"outside the range a int32 divisor",
+            ),
+            (
+                "trunc_divide_scalar",
+                ["int64"],
+                {"other": 2.0**63},
+                r"outside the range a int64 divisor",
+            ),
             ("trunc_divide_scalar", ["int64"], {"other": 0.0}, r"division by zero"),
             ("floor_divide_scalar", ["int32"], {"other": 0.5}, r"not a whole number"),
             ("scatter_value", ["int64", "int64"], {"infinite": -1.0}, r"is an infinity"),
@@ -316,8 +332,7 @@ class TestGeneratedC:
         x, idx, p = case
         _check_c("scatter_value", [x, idx], p, so_dir)
 
-    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(case=divide_cases())
+    @pytest.mark.parametrize("case", DIVISIONS, ids=lambda c: f"{c[0].dtype}/{c[1]:g}")
     def test_rounding_divisions(self, case, so_dir):
         x, other = case
         for name in ("floor_divide_scalar", "trunc_divide_scalar", "remainder_int_scalar"):
