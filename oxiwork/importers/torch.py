@@ -1956,13 +1956,17 @@ def _scan(lib: str) -> _Rule:
     return rule
 
 
+# x / y as a tensor op or by a number (div without a rounding mode, however it is called)
+_DIVIDE = _scalar_or("div_scalar", _binary("div"))
+
+
 def _rounding_divide(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     # div(x, n, rounding_mode=...) and floor_divide(x, n) of an integer tensor by a number
     # (MoE layers find each routed slot's token so); without a rounding mode, div itself
     x, y = call.args[:2]
     mode = call.kw("rounding_mode", "floor" if "floor_divide" in _op_name(call.target) else None)
     if mode is None:
-        return _scalar_or("div_scalar", _binary("div"))(call)
+        return _DIVIDE(call)
     if not (_number(y) and float(y).is_integer()):
         by = repr(y) if _number(y) else ("a tensor" if isinstance(y, _Arg) else repr(y))
         return (
@@ -2021,11 +2025,13 @@ def _scatter_value(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | st
     return "scatter_value", params, [x, index]
 
 
+# x % n: of floats remainder_scalar, of integers remainder_int_scalar (exact)
+_REMAINDERS = {False: _scalar_or("remainder_scalar"), True: _scalar_or("remainder_int_scalar")}
+
+
 def _remainder(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    # x % n: of floats remainder_scalar, of integers remainder_int_scalar (exact)
     x = call.args[0]
-    ints = isinstance(x, _Arg) and x.base.dtype in INT_DTYPES
-    return _scalar_or("remainder_int_scalar" if ints else "remainder_scalar")(call)
+    return _REMAINDERS[isinstance(x, _Arg) and x.base.dtype in INT_DTYPES](call)
 
 
 def _histc(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2319,7 +2325,7 @@ _LIBRARY: dict[str, _Rule] = {
     "aten.rsub.Scalar": _scalar_or("rsub_scalar", alpha_scales="x"),
     "aten.mul.Tensor": _mul,
     "aten.mul.Scalar": _mul,
-    "aten.div.Tensor": _scalar_or("div_scalar", _binary("div")),
+    "aten.div.Tensor": _DIVIDE,
     "aten.div.Scalar": _scalar_or("div_scalar"),
     "aten.div.Tensor_mode": _rounding_divide,
     "aten.div.Scalar_mode": _rounding_divide,

@@ -633,14 +633,33 @@ def _cumsum_element(
 ) -> tuple[list[str], list[tuple[str, int]]]:
     # the output element at coordinate c along the axis sums the input from 0 to c, in
     # order (numpy's cumsum order); integers in long long, floats in float
-    (x,) = ptrs
+    return _prefix_sum(j, ptrs[0], var, ins, out, params, None)
+
+
+def _prefix_sum(
+    j: int,
+    x: str,
+    var: str,
+    ins: Sequence[Shape],
+    out: Shape,
+    params: Mapping[str, float],
+    ctype: str | None,
+) -> tuple[list[str], list[tuple[str, int]]]:
+    """C lines summing the prefix of ``x`` up to output element ``var``'s coordinate, each
+    element converted to ``ctype`` first where one is given (cumsum_<dtype>): integers
+    accumulate in long long, floats in float."""
     head, sizes = _scan_head(j, var, ins, out, params)
+    if ctype is None:
+        acc, read = f"decltype({x}[0] + (long long)0)", f"{x}[b{j} + q{j} * s{j}_inner]"
+    else:
+        acc = "float" if ctype == "float" else f"decltype(({ctype})0 + (long long)0)"
+        read = f"({ctype}){x}[b{j} + q{j} * s{j}_inner]"
     lines = [
-        f"typedef decltype({x}[0] + (long long)0) T{j};",
+        f"typedef {acc} T{j};",
         *head,
         f"T{j} t{j} = 0;",
         f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
-        f"    t{j} += {x}[b{j} + q{j} * s{j}_inner];",
+        f"    t{j} += {read};",
         "}",
     ]
     return lines, sizes
@@ -733,19 +752,7 @@ def _cumsum_to_element(target: str) -> Any:
         out: Shape,
         params: Mapping[str, float],
     ) -> tuple[list[str], list[tuple[str, int]]]:
-        (x,) = ptrs
-        head, sizes = _scan_head(j, var, ins, out, params)
-        lines = [
-            f"typedef decltype(({ctype})0 + (long long)0) T{j};"
-            if ctype != "float"
-            else f"typedef float T{j};",
-            *head,
-            f"T{j} t{j} = 0;",
-            f"for (size_t q{j} = 0; q{j} <= c{j}; ++q{j}) {{",
-            f"    t{j} += ({ctype}){x}[b{j} + q{j} * s{j}_inner];",
-            "}",
-        ]
-        return lines, sizes
+        return _prefix_sum(j, ptrs[0], var, ins, out, params, ctype)
 
     return element
 
