@@ -20,7 +20,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from oxiwork import GraphBuilder, ops
@@ -151,13 +151,21 @@ class TestReference:
 
     @SETTINGS
     @given(case=cumsum_cases())
+    # (found by the hunt profile: float32's cancellation, which torch's double sum avoids)
+    @example(case=(np.array([[1], [2**31 - 1], [-(2**31)]]), {"dim": 0.0}, "float32"))
     def test_cumsum_with_a_dtype_is_torchs(self, case):
         x, p, to = case
         got = ops.get(f"cumsum_{to}").reference([x], **p)
         want = torch.cumsum(_t(x), int(p["dim"]), dtype=getattr(torch, to)).numpy()
-        if to == "float32":  # torch sums float32 in double on the CPU, the op in float32
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        if to == "float32":
+            # torch sums float32 in double on the CPU, the op in float32 in order: within
+            # the float32 summation bound, n u sum|x| along the prefix (cancelling terms,
+            # 1 + (2**31 - 1) - 2**31, lose the 1 in float32 and keep it in double)
             assert got.dtype == want.dtype
+            axis = int(p["dim"]) % x.ndim
+            mags = np.cumsum(np.abs(x.astype(np.float32).astype(np.float64)), axis=axis)
+            bound = x.shape[axis] * 2.0**-24 * mags
+            assert (np.abs(got.astype(np.float64) - want) <= bound).all()
         else:
             _bits_equal(got, want, f"cumsum to {to} vs torch")
 
