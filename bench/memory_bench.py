@@ -27,14 +27,17 @@ conflict-clique lower bounds, arena / best bound, best of ``--repeat`` CPU secon
 a fresh copy of the graph, so no call finds another's cached analyses), and the arena
 against the greedy clique alone and against the exact max-flow clique computed whatever its size; with ``--baseline REV`` also the
 pass as it was at ``REV`` (its ``memory_pass.py``, loaded as a separate module) on the same
-graphs, its arena measured against this run's bound.
+graphs, its arena measured against this run's bound. Then the pass on ``--random`` fused random
+op DAGs of 40-400 nodes on 2, 4 and 8 streams: plans meeting the lower bound, the worst arena /
+bound, plans that stopped early, and time (with ``--baseline``: the baseline's plans measured
+against this run's bound).
 
 Usage::
 
     python bench/memory_bench.py [--time-limit 120] [--instances A,B,C,D,E]
                                  [--sizes 1000,10000,100000] [--skip-exact] [--repeat 3]
                                  [--baseline HEAD~1] [--orderings]
-                                 [--pass] [--pass-sizes 1000,10000] [--pass-only]
+                                 [--pass] [--pass-sizes 1000,10000] [--pass-only] [--random 20]
                                  [--stretch D,J] [--stretch-time 600]
 """
 
@@ -305,6 +308,50 @@ def pass_table(sizes: list[int], repeat: int, rev: str | None) -> None:
         print(row, flush=True)
 
 
+def random_table(count: int, repeat: int, rev: str | None) -> None:
+    """The memory pass on ``count`` fused random op DAGs of 40-400 nodes per stream cap: how
+    many default plans meet the lower bound, the worst arena / bound, and time."""
+    from oxiwork.examples import random_op_dag
+    from oxiwork.optimizer.fusion import fuse
+    from oxiwork.optimizer.memory_pass import plan_memory
+    from oxiwork.optimizer.stream import assign_streams
+
+    base = baseline_module(rev, "memory_pass") if rev else None
+    print(f"\n## Memory pass on {count} random op DAGs (seeds 0-{count - 1}, 40-400 nodes)\n")
+    head = "| streams max | plans at the bound | worst arena / bound | stopped early | total s |"
+    rule = "|---:|---:|---:|---:|---:|"
+    if base is not None:
+        head += f" {rev} at the bound | {rev} worst | {rev} total s |"
+        rule += "---:|---:|---:|"
+    print(head)
+    print(rule)
+    graphs = [random_op_dag(seed, 40 + (360 * seed) // max(count - 1, 1)) for seed in range(count)]
+    for cap in (2, 4, 8):
+        met = stopped = 0
+        worst = 1.0
+        total = old_total = 0.0
+        old_met, old_worst = 0, 1.0
+        for g0 in graphs:
+            g = assign_streams(fuse(g0).graph, max_streams=cap).graph
+            res, t = best_cpu_fresh(plan_memory, g, repeat)
+            rep = res.artefacts["memory"]
+            bound = max(rep.lower_bound, 1)
+            met += rep.arena_bytes == rep.lower_bound
+            stopped += rep.stopped_early
+            worst = max(worst, rep.arena_bytes / bound)
+            total += t
+            if base is not None:
+                old, tb = best_cpu_fresh(base.plan_memory, g, repeat)
+                oa = old.artefacts["memory"].arena_bytes
+                old_met += oa == rep.lower_bound
+                old_worst = max(old_worst, oa / bound)
+                old_total += tb
+        row = f"| {cap} | {met}/{count} | {worst:.3f} | {stopped} | {total:.2f} |"
+        if base is not None:
+            row += f" {old_met}/{count} | {old_worst:.3f} | {old_total:.2f} |"
+        print(row, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=120.0)
@@ -317,12 +364,14 @@ def main() -> None:
     ap.add_argument("--pass", dest="pass_", action="store_true", help="print the pass table")
     ap.add_argument("--pass-sizes", default="1000,3000", help="synthetic graph sizes (--pass)")
     ap.add_argument("--pass-only", action="store_true", help="only the pass table")
+    ap.add_argument("--random", type=int, default=20, help="random op DAGs (--pass)")
     ap.add_argument("--stretch", default="D,J", help="instances to minimise (issue 14)")
     ap.add_argument("--stretch-time", type=float, default=600.0, help="seconds per instance")
     args = ap.parse_args()
     if args.pass_ or args.pass_only:
         sizes = [int(x) for x in args.pass_sizes.split(",") if x]
         pass_table(sizes, args.repeat, args.baseline)
+        random_table(args.random, args.repeat, args.baseline)
     if args.pass_only:
         return
     base = baseline_module(args.baseline) if args.baseline else None

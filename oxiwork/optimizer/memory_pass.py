@@ -61,12 +61,13 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
 3. The conflict search (modes ``"auto"`` and ``"exact"``, up to
    :data:`MAX_SEARCH_BUFFERS` buffers, run when the placement misses the lower bound,
    within the search's time limit): a depth-first search over the placements in canonical
-   form (:func:`_search_placement`), started from the placement's arena. It ends when it
+   form (:func:`_search_placement`): turns that decide whether the lowest arena not yet
+   ruled out fits, and turns that descend from the placement's arena. It ends when it
    meets the lower bound, runs out of time (``stopped_early``), or has tried every
-   canonical placement, which proves its best arena minimal (``lower_bound`` is raised to
-   it). On 62 small Hugging Face models on 4 streams (tests/importers/test_torch_zoo.py),
-   where the placement ended at 1.03x-1.12x the conflict bound on 12, it met the bound on
-   11 of them (10 in its first descent: one node per buffer).
+   canonical placement below its best arena, which proves it minimal; ``lower_bound`` is
+   raised to what it ruled out. On the 74 zoo models of tests/importers/test_torch_zoo.py
+   on 2, 4 and 8 streams (``bench/zoo_memory.py``) the default plan meets the bound on 220
+   of 222, where a plain descent from the placement met it on 198.
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
 arena / conflict lower bound and pass CPU seconds (best of 5, ``bench/memory_bench.py
@@ -154,7 +155,9 @@ Example
 from __future__ import annotations
 
 import itertools
+import math
 import operator
+import random
 import time
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, fields
@@ -210,7 +213,8 @@ class MemoryReport:
     lower_bound : int
         The best proven lower bound on every safe arena: ``max(liveness_lower_bound,
         conflict_lower_bound)`` (in practice the conflict bound, which is never below the
-        other), or the arena itself where the conflict search tried every placement.
+        other), or more where the conflict search ruled out smaller arenas (the heaviest
+        maximal clique it listed, and each arena below which it tried every placement).
     liveness_lower_bound : int
         Most bytes live at once under plain liveness over ``order``. Buffers live at the
         same step can never be ordered by happens-before (the order is topological), so
@@ -1004,97 +1008,278 @@ def _search_placement(
     incumbent: int,
     target: int,
     deadline: float,
-) -> tuple[np.ndarray | None, int, str, int]:
+) -> tuple[np.ndarray | None, int, str, int, int]:
     """A placement of arena below ``incumbent`` bytes with no two buffers in ``conflict``
-    sharing a byte, by depth-first search; ``(offsets by row or None, arena, status,
-    nodes)``. Status ``"target"``: the arena meets ``target`` (a lower bound); ``"exhausted"``:
-    no placement beats the arena returned (``incumbent`` when the offsets are None);
-    ``"timeout"``: ``deadline`` (a ``time.perf_counter()`` value) passed first.
+    sharing a byte; ``(offsets by row or None, arena, status, nodes, proved)``. Status
+    ``"target"``: the arena meets ``target`` (a lower bound); ``"exhausted"``: no placement
+    beats the arena returned (``incumbent`` when the offsets are None); ``"timeout"``:
+    ``deadline`` (a ``time.perf_counter()`` value) passed first. ``proved``: a lower bound on
+    every placement's arena, at least ``target`` (the arena returned, when exhausted).
 
-    The search places buffers in order of non-decreasing offset, each at its *floor*: the
-    lowest offset aligned for it above every placed buffer it conflicts with. That covers
-    every placement up to a better one: push each buffer of any placement down to its floor
-    among the buffers below it, in order of offset, and repeat; the arena never grows, and
-    at the fixpoint each buffer sits at its floor among the buffers placed before it in
-    offset order (as MiniMalloc's canonical solutions do for intervals). So a node branches
-    over the unplaced buffers whose floor is at least the last offset (smallest floor first,
-    larger buffers first among equal floors), and a node where an unplaced buffer's floor (or
-    the last offset, if higher) plus its size reaches the best arena is cut off.
+    Rounds of two turns of :class:`_ConflictSearch`, each round under one preorder: one turn
+    *decides* whether the buffers fit in the lowest arena not yet ruled out (at first the
+    heavier of ``target`` and the heaviest clique found), which prunes hardest, and each
+    time it has tried every canonical placement that arena is ruled out (the next multiple
+    of the alignments is tried); the other *descends* from the best arena found, which
+    improves plans whose bound is not met. A turn stops after a node limit; every round
+    after the first restarts under a perturbed preorder, and the limit doubles every
+    :data:`_SEARCH_ROUNDS` rounds, so a search given the time still tries every placement.
+    On the zoo's instances a descent alone had missed the bound on 25 of 55 in their
+    default time (on 4 streams: Phi, Qwen3-MoE, ERNIE 4.5 MoE, DeepSeek-V3, even given a
+    minute), where CP-SAT met it on each in under half a second.
 
     >>> conflict = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]], dtype=bool)  # 0 with 1 and 2
-    >>> off, arena, status, _ = _search_placement(
+    >>> off, arena, status, _, _ = _search_placement(
     ...     np.array([4, 2, 3]), np.array([1, 1, 1]), conflict, 9, 7, time.perf_counter() + 1)
     >>> off.tolist(), arena, status  # 1 and 2 share bytes above 0
     ([0, 4, 4], 7, 'target')
 
-    References: M. D. Moffitt, "MiniMalloc", ASPLOS 2023 (canonical solutions, there over
-    time intervals; here over a conflict graph)."""
-    n = len(size)
-    sz, al = size.tolist(), align.tolist()
-    nbr = [np.flatnonzero(row).tolist() for row in conflict]
-    by_size = sorted(range(n), key=lambda i: (-sz[i], i))
-    off, floor = [-1] * n, [0] * n
+    References: M. D. Moffitt, "MiniMalloc", ASPLOS 2023 (canonical solutions, dominance,
+    section inference and restarts, there over time intervals; here over a conflict graph,
+    its maximal cliques standing in for the sections); C. Bron and J. Kerbosch, "Algorithm
+    457", CACM 1973, with E. Tomita et al.'s pivot (TCS 2006)."""
+    search = _ConflictSearch(size, align, conflict, deadline)
+    unit = math.gcd(*align.tolist(), *size.tolist()) if len(size) else 1
+    lo = -(-max(target, search.heaviest) // unit) * unit  # the lowest arena not ruled out
     best, best_off, nodes = incumbent, None, 0
-
-    def branches(water: int) -> list[tuple[int, int]] | None:
-        # (aligned floor, row) of the buffers that may come next; None: cut off
-        out = []
-        for i in by_size:
-            if off[i] < 0:
-                f = -(-floor[i] // al[i]) * al[i]
-                if max(f, water) + sz[i] >= best:
-                    return None
-                if f >= water:
-                    out.append((f, i))
-        out.sort(key=operator.itemgetter(0))  # stable: larger first among equal floors
-        return out
-
-    root = branches(0)
-    # a frame: [branches, next branch, the arena below it, the choice made (row, undo)]
-    stack: list[list[Any]] = [[root, 0, 0, None]] if root else []
-    placed, status = 0, "exhausted"
-    while stack:
-        frame = stack[-1]
-        if frame[3] is not None:  # undo this frame's last choice
-            i, undo = frame[3]
-            off[i] = -1
-            for j, old in undo:
-                floor[j] = old
-            frame[3] = None
-            placed -= 1
-        opts, k = frame[0], frame[1]
-        if k >= len(opts):
-            stack.pop()
-            continue
-        frame[1] = k + 1
-        f, i = opts[k]
-        if f + sz[i] >= best:  # (the best arena fell since the branches were listed)
-            continue
-        nodes += 1
-        if time.perf_counter() > deadline:  # (a node is O(n) steps: checked at each)
+    limit = max(_SEARCH_NODES, 4 * len(size))  # (a descent visits one node per buffer)
+    rng = random.Random(0)  # (seeded: the same graph gets the same plan)
+    turn = 0
+    order = search.order(None)
+    while True:
+        if best <= lo:  # the best arena meets what is proven
+            status = "target" if best <= target else "exhausted"
+            break
+        if _now() > deadline:  # (turns ruled out at their root visit no node)
             status = "timeout"
             break
-        off[i], t = f, f + sz[i]
-        undo = []
-        for j in nbr[i]:
-            if off[j] < 0 and floor[j] < t:
-                undo.append((j, floor[j]))
-                floor[j] = t
-        frame[3] = (i, undo)
-        placed += 1
-        arena = max(frame[2], t)
-        if placed == n:  # below best: every buffer was placed under it
-            best, best_off = arena, list(off)
-            if best <= target:
-                status = "target"
-                break
+        deciding = turn % 2 == 0
+        off, arena, status, spent = search.run(lo + 1 if deciding else best, lo, order, limit)
+        nodes += spent
+        if off is not None:
+            best, best_off = arena, off
+        if status == "exhausted":
+            # deciding: nothing fits in ``lo``, the next arena up is the lowest left;
+            # descending: nothing beats ``best``
+            lo = (lo // unit + 1) * unit if deciding else best
             continue
-        nxt = branches(f)
-        if nxt:
-            stack.append([nxt, 0, arena, None])
+        if status == "timeout":
+            break
+        turn += 1
+        if turn % 2 == 0:  # a round (deciding, descending) ended: restart perturbed
+            order = search.order(rng)
+            if turn % (2 * _SEARCH_ROUNDS) == 0:
+                limit *= 2
+    proved = max(lo, target)
     if best_off is None:
-        return None, incumbent, status, nodes
-    return np.array(best_off, dtype=np.int64), best, status, nodes
+        return None, incumbent, status, nodes, min(proved, incumbent)
+    return np.array(best_off, dtype=np.int64), best, status, nodes, min(proved, best)
+
+
+# The conflict search's clock (tests stop the search at chosen nodes through it).
+_now = time.perf_counter
+
+_SEARCH_NODES = 256
+"""Node limit of the conflict search's first turns (:func:`_search_placement`), or four
+times the buffers if more (a descent without backtracking visits one node per buffer); it
+doubles every :data:`_SEARCH_ROUNDS` rounds."""
+
+_SEARCH_ROUNDS = 8
+"""Rounds (a deciding and a descending turn, one preorder) of the conflict search per node
+limit. Searches of one instance vary widely with the preorder (heavy tails: Gomes et al.),
+so many short restarts with perturbed preorders beat one long search: on the 55 zoo
+instances the search ran on (74 models, 2, 4 and 8 streams), restarts of 4 nodes per buffer
+met the bound on all 55, where one long search per preorder missed 7 in 2 s each."""
+
+MAX_SEARCH_CLIQUES = 2048
+"""Most maximal cliques of the conflict graph the search's pruning tracks (each costs a
+little on every node); listing them stops there, or after ``8 * MAX_SEARCH_CLIQUES``
+expansions of Bron-Kerbosch. Any set of cliques prunes soundly: fewer only prune less. The
+small zoo models on 4 streams have 70-140."""
+
+
+def _maximal_cliques(
+    nbr: list[int], cap: int, steps: int, deadline: float = math.inf
+) -> list[list[int]]:
+    """Maximal cliques of two or more vertices of the graph whose neighbour sets are the
+    bitsets ``nbr``, by Bron-Kerbosch with Tomita's pivot (the vertex of ``P | X`` with most
+    neighbours in ``P``); at most ``cap`` of them, within ``steps`` expansions and before
+    ``deadline`` (a ``_now()`` value).
+
+    >>> _maximal_cliques([0b110, 0b101, 0b011, 0b0000], 10, 100)  # a triangle and a loner
+    [[0, 1, 2]]
+    """
+    out: list[list[int]] = []
+    stack = [(0, (1 << len(nbr)) - 1, 0)]  # (R, P, X) as bitsets
+    while stack and len(out) < cap and steps > 0:
+        steps -= 1
+        if not steps % 256 and _now() > deadline:  # (an expansion is O(n) big-int steps)
+            break
+        r, p, x = stack.pop()
+        if not p:
+            if not x and r & (r - 1):  # maximal, and two or more vertices
+                out.append([v for v in range(r.bit_length()) if r >> v & 1])
+            continue
+        pivot, most, q = 0, -1, p | x
+        while q:
+            low = q & -q
+            q ^= low
+            u = low.bit_length() - 1
+            c = (p & nbr[u]).bit_count()
+            if c > most:
+                pivot, most = u, c
+        cand = p & ~nbr[pivot]
+        while cand:
+            low = cand & -cand
+            cand ^= low
+            v = low.bit_length() - 1
+            stack.append((r | low, p & nbr[v], x & nbr[v]))
+            p &= ~low
+            x |= low
+    return out
+
+
+class _ConflictSearch:
+    """Depth-first search over the canonical placements of buffers under a conflict graph
+    (the turns of :func:`_search_placement` share its set-up).
+
+    A node places one more buffer at its *floor*: the lowest offset aligned for it above
+    every placed buffer it conflicts with; offsets never decrease along a path, and buffers
+    at one offset go in preorder. Every placement is covered: push each buffer of any
+    placement down to its floor among the buffers below it, in order of offset, until none
+    moves; the arena never grows, and so an optimum whose offsets sum least is reached
+    without any of the cuts below firing.
+
+    * an unplaced buffer whose floor plus size reaches the best arena, or whose top (floor
+      plus size) is at or below the last offset, ends the node (the latter could sit below
+      every later buffer: the path placing it earlier reaches that placement);
+    * dominance: a buffer is not placed at or above another unplaced buffer's top (that one
+      would drop below it);
+    * clique inference: the unplaced members of a clique stack above the higher of the last
+      offset and the top of its placed members (every unplaced member's floor is above the
+      latter), so that plus their sizes must stay below the best arena.
+    """
+
+    def __init__(self, size: np.ndarray, align: np.ndarray, conflict: np.ndarray, deadline: float):
+        n = len(size)
+        self.n, self.deadline = n, deadline
+        self.sz, self.al = size.tolist(), align.tolist()
+        self.nbr = [np.flatnonzero(row).tolist() for row in conflict]
+        bits = [sum(1 << j for j in row) for row in self.nbr]
+        cliques = _maximal_cliques(bits, MAX_SEARCH_CLIQUES, 8 * MAX_SEARCH_CLIQUES, deadline)
+        weight = [sum(self.sz[i] for i in c) for c in cliques]
+        self.weight = np.array(weight, dtype=np.int64)
+        self.heaviest = max(weight, default=max(self.sz, default=0))
+        of: list[list[int]] = [[] for _ in range(n)]
+        for c, members in enumerate(cliques):
+            for i in members:
+                of[i].append(c)
+        self.of = [np.array(o, dtype=np.int64) for o in of]
+        # The preorder's key: the bytes a buffer conflicts with, which decided the four zoo
+        # models a descent had missed within 200 nodes, where size (first fit decreasing)
+        # and the heaviest clique a buffer is in did not on one or two of them.
+        self.conflicting = [sum(map(self.sz.__getitem__, row)) for row in self.nbr]
+
+    def order(self, rng: random.Random | None) -> list[int]:
+        """The rows by descending bytes they conflict with (then size, then row), each
+        weighed by a factor drawn from ``[0.7, 1.3]`` if ``rng`` is given (a restart's
+        perturbation, as Gomes et al.'s randomised tie-breaking)."""
+        n, sz, conflicting = self.n, self.sz, self.conflicting
+        noise = [1.0] * n if rng is None else [rng.uniform(0.7, 1.3) for _ in range(n)]
+        return sorted(range(n), key=lambda i: (-conflicting[i] * noise[i], -sz[i], i))
+
+    def run(
+        self, best: int, enough: int, order: list[int], limit: int
+    ) -> tuple[list[int] | None, int, str, int]:
+        """Search for an arena below ``best`` trying buffers in ``order`` (a preorder of the
+        rows), lowering its own best as it finds placements, until one is ``enough`` or
+        lower; ``(offsets or None, best arena, status, nodes)``, status ``"found"`` (that
+        one), ``"exhausted"`` (no placement beats the arena returned), ``"aborted"``
+        (``limit`` nodes visited) or ``"timeout"``."""
+        n, sz, al, nbr, of = self.n, self.sz, self.al, self.nbr, self.of
+        rank = [0] * n
+        for r, i in enumerate(order):
+            rank[i] = r
+        unplaced = self.weight.copy()  # per clique: bytes of its unplaced members
+        high = np.zeros(len(unplaced), dtype=np.int64)  # per clique: top of its placed members
+        check = len(unplaced) > 0
+        off, floor = [-1] * n, [0] * n
+        best_off: list[int] | None = None
+
+        def branches(water: int, last: int) -> list[tuple[int, int]] | None:
+            # (aligned floor, row) of the buffers that may come next; None: cut off
+            if check and int((np.maximum(high, water) + unplaced).max()) >= best:
+                return None
+            out = []
+            lowest_top = best
+            after = rank[last] if last >= 0 else -1
+            for i in order:  # (no min/max calls: this loop is most of the search's time)
+                if off[i] < 0:
+                    a = al[i]
+                    f = -(-floor[i] // a) * a
+                    top = f + sz[i]
+                    if top <= water or (top if f > water else water + sz[i]) >= best:
+                        return None
+                    if top < lowest_top:
+                        lowest_top = top
+                    if f > water or (f == water and rank[i] > after):
+                        out.append((f, i))
+            out = [b for b in out if b[0] < lowest_top]
+            out.sort(key=operator.itemgetter(0))  # stable: preorder among equal floors
+            return out
+
+        root = branches(0, -1)
+        # a frame: [branches, next branch, the arena below it, the choice made (row, undo)]
+        stack: list[list[Any]] = [[root, 0, 0, None]] if root else []
+        placed, nodes, status = 0, 0, "exhausted"
+        while stack:
+            frame = stack[-1]
+            if frame[3] is not None:  # undo this frame's last choice
+                i, undo, old_unplaced, old_high = frame[3]
+                off[i] = -1
+                for j, old in undo:
+                    floor[j] = old
+                unplaced[of[i]], high[of[i]] = old_unplaced, old_high
+                frame[3] = None
+                placed -= 1
+            opts, k = frame[0], frame[1]
+            if k >= len(opts):
+                stack.pop()
+                continue
+            frame[1] = k + 1
+            f, i = opts[k]
+            if f + sz[i] >= best:  # (the best arena fell since the branches were listed)
+                continue
+            nodes += 1
+            if _now() > self.deadline:  # (a node is O(n) steps: checked at each)
+                status = "timeout"
+                break
+            if nodes > limit:
+                status = "aborted"
+                break
+            off[i], t = f, f + sz[i]
+            undo = []
+            for j in nbr[i]:
+                if off[j] < 0 and floor[j] < t:
+                    undo.append((j, floor[j]))
+                    floor[j] = t
+            mine = of[i]
+            old_unplaced, old_high = unplaced[mine], high[mine]
+            unplaced[mine] = old_unplaced - sz[i]
+            high[mine] = np.maximum(old_high, t)
+            frame[3] = (i, undo, old_unplaced, old_high)
+            placed += 1
+            arena = max(frame[2], t)
+            if placed == n:  # below best: every buffer was placed under it
+                best, best_off = arena, list(off)
+                if best <= enough:
+                    status = "found"
+                    break
+                continue
+            nxt = branches(f, i)
+            if nxt:
+                stack.append([nxt, 0, arena, None])
+        return best_off, best, status, nodes
 
 
 def _conflict_matrix(a: _Analysis, rows: np.ndarray) -> np.ndarray:
@@ -1439,13 +1624,14 @@ def _plan_memory(
         limit = time_limit
         if limit is None:
             limit = DEFAULT_TIME_LIMIT if mode == "exact" else auto_time_limit(n)
-        found, top, status, searched = _search_placement(
+        found, top, status, searched, proved = _search_placement(
             size, align, _conflict_matrix(a, rows), exact[1], lower, time.perf_counter() + limit
         )
         if found is not None:
             exact = (found, top, "conflict_search")
-        if status == "exhausted":  # every canonical placement tried: no safe arena is smaller
-            lower = exact[1]
+        # what the search ruled out (every canonical placement below it tried): no safe
+        # arena is smaller
+        lower = max(lower, proved)
         search_stopped = status == "timeout"
     safe = a.safe
     interval_lb = _peak(a.first, a.end, size)

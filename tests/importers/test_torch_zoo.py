@@ -418,9 +418,13 @@ def test_imports_with_no_opaque_kernel_and_simulates_to_eager(name: str) -> None
     assert len(plan.graph.kernels()) < len(model.graph.kernels())  # something fused
     for node in plan.graph.kernels():  # the CUDA executors can launch every kernel
         assert kernel_source(plan.graph, node).source
-    # the arena meets a proven lower bound, or the plan says its search stopped early (the
-    # conflict search met the bound on all but Phi on 4 streams, 1.03x and 1.12x before;
-    # Qwen3-MoE, ERNIE 4.5 MoE and DeepSeek-V3 stop early, at 1.050x, 1.024x and 1.089x)
-    assert plan.memory.optimal or plan.memory.stopped_early, plan.memory.ratio
+    # the arena meets a proven lower bound: on every zoo model since the conflict search
+    # decides at the bound (Phi, Qwen3-MoE, ERNIE 4.5 MoE and DeepSeek-V3 stopped early at
+    # 1.024x-1.089x before, even given a minute). A machine too slow for the default
+    # search's fraction of a second must say so, and the exact mode must then meet it.
+    if not plan.memory.optimal:
+        assert plan.memory.stopped_early, plan.memory.ratio
+        exact = ExecutionPlan.build(model.graph, max_streams=4, fusion=True, memory_mode="exact")
+        assert exact.memory.optimal, exact.memory.ratio
     got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
     assert_eagers(got, model, name)

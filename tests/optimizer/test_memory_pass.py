@@ -437,7 +437,11 @@ class TestConflictLowerBound:
             mp.setattr(memory_pass, *caps)
             mp.setattr(memory_pass, "MAX_ANTICHAIN_PAIRS", -1)  # no exact bound either
             rep = plan_memory(g).artefacts["memory"]
-        assert rep.conflict_lower_bound == rep.liveness_lower_bound == rep.lower_bound
+            mp.setattr(memory_pass, "MAX_SEARCH_BUFFERS", 0)  # nor the search's cliques
+            alone = plan_memory(g).artefacts["memory"]
+        assert rep.conflict_lower_bound == rep.liveness_lower_bound == alone.lower_bound
+        # the conflict search's maximal cliques are heavier: it proves more than either
+        assert rep.lower_bound > rep.conflict_lower_bound
         full = plan_memory(g).artefacts["memory"]
         assert full.conflict_lower_bound > full.liveness_lower_bound
 
@@ -506,11 +510,11 @@ class TestConflictSearch:
     def test_exhausting_finds_the_brute_force_optimum(self, inst):
         size, align, conflict = inst
         start = int((size + align).sum())  # above any placement's arena
-        off, arena, status, nodes = memory_pass._search_placement(
+        off, arena, status, nodes, proved = memory_pass._search_placement(
             size, align, conflict, start, 0, time.perf_counter() + 60
         )
         assert status == "exhausted" and nodes >= 1
-        assert arena == first_fit_optimum(size, align, conflict)
+        assert arena == first_fit_optimum(size, align, conflict) == proved
         # the placement: aligned, within the arena, conflicting buffers on disjoint bytes
         assert off is not None and np.all(off % align == 0)
         assert int((off + size).max()) == arena
@@ -523,12 +527,12 @@ class TestConflictSearch:
         size, align, conflict = inst
         best = first_fit_optimum(size, align, conflict)
         deadline = time.perf_counter() + 60
-        off, arena, status, _ = memory_pass._search_placement(
+        off, arena, status, _, _ = memory_pass._search_placement(
             size, align, conflict, int((size + align).sum()), best, deadline
         )
         assert (status, arena) == ("target", best)
         # started at the optimum, nothing beats it: no placement, the incumbent proved
-        off, arena, status, _ = memory_pass._search_placement(
+        off, arena, status, _, _ = memory_pass._search_placement(
             size, align, conflict, best, 0, deadline
         )
         assert (off, arena, status) == (None, best, "exhausted")
@@ -538,7 +542,50 @@ class TestConflictSearch:
         got = memory_pass._search_placement(
             np.array([2, 2, 2]), np.ones(3, dtype=np.int64), conflict, 99, 6, 0.0
         )
-        assert got == (None, 99, "timeout", 1)
+        # ruled out so far: nothing; the three pairwise-conflicting buffers need 6 bytes
+        assert got == (None, 99, "timeout", 0, 6)
+
+    @settings(max_examples=150, deadline=None)
+    @given(conflict_instances(), st.integers(0, 60), st.integers(0, 6), st.integers(0, 1))
+    def test_stopped_anywhere_it_never_claims_more_than_it_has(self, inst, ticks, below, low):
+        # A clock that passes the deadline after ``ticks`` nodes stops the search at any
+        # point of its turns; ``low`` node limits make it take many turns.
+        size, align, conflict = inst
+        opt = first_fit_optimum(size, align, conflict)
+        target = max(0, opt - below)
+        start = int((size + align).sum())
+        clock = itertools.count()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(memory_pass, "_now", lambda: next(clock))
+            if low:
+                mp.setattr(memory_pass, "_SEARCH_NODES", 1)
+            off, arena, status, _, proved = memory_pass._search_placement(
+                size, align, conflict, start, target, ticks
+            )
+        assert target <= proved <= opt <= arena <= start
+        if off is not None:
+            assert np.all(off % align == 0) and int((off + size).max()) == arena < start
+            for i, j in zip(*np.nonzero(conflict), strict=True):
+                assert off[i] + size[i] <= off[j] or off[j] + size[j] <= off[i]
+        if status == "target":
+            assert arena == target == opt
+        elif status == "exhausted":
+            assert arena == proved == opt and off is not None
+        else:
+            assert status == "timeout"
+
+    @settings(max_examples=100, deadline=None)
+    @given(conflict_instances(max_n=12))
+    def test_maximal_cliques_are_networkx_s(self, inst):
+        _, _, conflict = inst
+        bits = [sum(1 << j for j in np.flatnonzero(row).tolist()) for row in conflict]
+        got = memory_pass._maximal_cliques(bits, 10**6, 10**6)
+        graph = nx.from_numpy_array(conflict.astype(int))
+        want = [sorted(q) for q in nx.find_cliques(graph) if len(q) > 1]
+        assert sorted(got) == sorted(want)
+        # capped: fewer, each still a maximal clique
+        some = memory_pass._maximal_cliques(bits, 2, 10**6)
+        assert len(some) == min(2, len(want)) and all(q in want for q in some)
 
     @settings(max_examples=60, deadline=None)
     @given(any_dags(max_nodes=40), st.integers(2, 8))
