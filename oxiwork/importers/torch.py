@@ -33,6 +33,11 @@ ATen with ``run_decompositions()``; :func:`from_exported_program` converts an
 - an element-wise op whose eager result keeps a permuted layout (an op of a permuted view)
   computes in that memory order: its library op writes a row-major buffer of the permuted
   shape, and the value is that buffer's permute back, with eager's strides;
+- an element-wise op on operands of two dtypes (a bool mask times float32 values, an int64
+  tensor plus a float) reads each operand torch converts through a ``cast_<dtype>`` kernel
+  of its buffer (one per buffer and dtype, fusible), named ``<buffer>.to_<dtype>``: torch's
+  type promotion converts every operand to their common dtype and computes in it (the
+  result's, but for comparisons), so the library op then computes torch's values;
 - ops with no tensor input (``scalar_tensor``, ``full``, ``arange``) and ops that read only
   their input's shape (``full_like``, ``zeros_like``, ``ones_like``) are computed once at
   import time and become constant external buffers (:attr:`ImportedModel.folded`);
@@ -398,6 +403,7 @@ class _Arg:
     base: _Meta
     shape: tuple[int, ...]  # after the views
     layout: _Layout | None = None  # where its elements lie in the buffer (_layout)
+    cast: str | None = None  # read through a cast of its buffer to this dtype (_promoted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -2484,6 +2490,38 @@ _MULTI_OUTPUT = frozenset(
 )
 
 
+def _promoted(
+    call: _Call, lib: str, params: Mapping[str, Any], args: Sequence[_Arg]
+) -> list[_Arg] | None:
+    """``args`` read through casts to the dtype torch computes element-wise op ``call`` in
+    (``mask * x`` of a bool mask and float32 ``x``: the mask as float32), where the library
+    op ``lib`` then computes torch's result dtype; None where it does not.
+
+    Torch's element-wise kernels convert every operand to the operands' common dtype (its
+    type promotion) and compute in it: that dtype is the result's, except for comparisons,
+    whose result is bool while they compare in the common dtype of their tensor operands.
+    A cast kernel converting the operand first computes the very values torch's converted
+    operand holds, so the op that follows computes torch's result.
+    """
+    if not _elementwise(lib) or not args:
+        return None
+    torch = _torch()
+    common = call.out.dtype
+    if common == "bool":  # a comparison (or a logical op): the operands' common dtype
+        dtype = getattr(torch, args[0].base.dtype)
+        for a in args[1:]:
+            dtype = torch.promote_types(dtype, getattr(torch, a.base.dtype))
+        common = str(dtype).removeprefix("torch.")
+    if common not in DTYPES or all(a.base.dtype == common for a in args):
+        return None
+    cast = [a if a.base.dtype == common else replace(a, cast=common) for a in args]
+    try:
+        got = ops.infer_dtype(ops.get(lib), [a.cast or a.base.dtype for a in cast], params, lib)
+    except InvalidArgument:
+        return None
+    return cast if got == call.out.dtype else None
+
+
 def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """A library op computing ``call`` exactly, or the reason there is none."""
     name = _op_name(call.target)
@@ -2500,12 +2538,20 @@ def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     try:
         got = ops.infer_dtype(ops.get(lib), [a.base.dtype for a in args], params, lib)
     except InvalidArgument as e:
-        return f"its operands' dtypes do not fit the library's {lib}: {str(e).split(': ', 1)[-1]}"
+        got, why = None, str(e).split(": ", 1)[-1]
     # (so a dtype= argument, torch's result dtype, maps exactly where it names the dtype the
     # library op computes anyway, where accumulating in it is the plain op: an int32 sum
     # with dtype=torch.int64 is the int64 sum torch gives without it)
     if got != call.out.dtype:
-        return f"it computes {call.out.dtype}; the library's {lib} computes {got} from its inputs"
+        promoted = _promoted(call, lib, params, args)
+        if promoted is not None:
+            found = lib, params, promoted
+        elif got is None:
+            return f"its operands' dtypes do not fit the library's {lib}: {why}"
+        else:
+            return (
+                f"it computes {call.out.dtype}; the library's {lib} computes {got} from its inputs"
+            )
     # and take its operands' shapes (the buffers the kernel binds to): a rule a shape
     # breaks (argmax over 2**24 elements or more, counted in float) leaves the op opaque,
     # saying why, rather than a kernel nothing could bind
@@ -2533,6 +2579,7 @@ class _Converter:
     multi: dict[tuple[Any, int], _Tensor] = field(default_factory=dict)
     aliases: dict[tuple[str, str], _Tensor] = field(default_factory=dict)  # view buffers
     copies: dict[str, str] = field(default_factory=dict)  # view -> its contiguous copy
+    casts: dict[tuple[str, str], str] = field(default_factory=dict)  # (buffer, dtype) -> cast
     strided: dict[str, _Meta] = field(default_factory=dict)  # non-contiguous view buffers
     user_buffers: dict[str, str] = field(default_factory=dict)  # user input -> its buffer
     mutated: list[str] = field(default_factory=list)  # user inputs written in place
@@ -2778,6 +2825,27 @@ class _Converter:
         )
         kb.op("copy").fusible(True).inputs([self.ids[name]]).outputs([bid]).finish()
         self.copies[name] = buf
+        return buf
+
+    def _cast(self, name: str, arg: _Arg) -> str:
+        """A buffer holding buffer ``name`` (``arg``'s) converted to ``arg.cast``: a
+        ``cast_<dtype>`` kernel into it (one per buffer and dtype)."""
+        assert arg.cast is not None
+        done = self.casts.get((name, arg.cast))
+        if done is not None:
+            return done
+        meta = _Meta(arg.base.shape, None, arg.cast)
+        kname = self._unique(f"{name}.to_{arg.cast}", self.kernel_names)
+        self.kernel_names.add(kname)
+        self.targets[kname] = "aten._to_copy.default"
+        buf, bid = self._buffer(kname, meta, external=False)
+        numel = math.prod(meta.ir_shape)
+        kb = self.builder.add_kernel(
+            kname, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
+        )
+        kb.op(lib_dtype.cast_name(arg.cast)).fusible(True)
+        kb.inputs([self.ids[name]]).outputs([bid]).finish()
+        self.casts[name, arg.cast] = buf
         return buf
 
     def _is_tensor(self, a: Any) -> bool:
@@ -3039,6 +3107,10 @@ class _Converter:
                 self.matched.append(PatternMatch("unsorted topk sorted", (node.name,), name))
             op, params, lib_args = lib
             reads = [inputs[a.index] for a in lib_args]
+            # operands torch converts to the dtype it computes in (type promotion)
+            reads = [
+                self._cast(r, a) if a.cast else r for r, a in zip(reads, lib_args, strict=True)
+            ]
             if ops.get(op).fusion_class not in (FusionClass.ELEMENTWISE, FusionClass.BROADCAST):
                 # its CUDA C reads whole row-major buffers: a strided view goes through a copy
                 reads = [self._contiguous(r) if r in self.strided else r for r in reads]

@@ -479,22 +479,27 @@ def test_clamp_by_two_tensors_is_clamp_tensors_as_torch(dtype) -> None:
         np.testing.assert_array_equal(got.astype(want.dtype), want)
 
 
-def test_clamp_by_tensors_torch_computes_otherwise_stays_opaque_saying_why() -> None:
+def test_clamp_by_tensors_of_two_dtypes_casts_first_as_torch_promotes() -> None:
+    # int64 and float32 operands: torch converts the int64 one to float32 and compares in
+    # float32, so a cast kernel comes first (2**40 + 1 and 2**62 + 1 round as torch rounds
+    # them; the bound lies between two of the values float32 holds)
     class M(nn.Module):
         def forward(self, x, lo, i):
             return torch.clamp(i, min=lo), torch.clamp(x, max=i)
 
-    x, lo = torch.randn(3, 4), torch.full((4,), -0.5)
-    i = torch.arange(-6, 6).reshape(3, 4)
+    lo = torch.tensor([-0.5, 1.5, 2.0**40 + 70000.0, 4.6e18])
+    i = torch.tensor([[-6, 7, 2**40 + 1, 2**62 + 1], [0, 1, -(2**63), 2**63 - 1]])
+    x = torch.tensor([[float("nan"), float("inf"), 2.0**40, 4.6e18], [-0.0, 0.5, -1.0, 3.0]])
     model, want = import_with_eager(M(), (x, lo, i))
-    reasons = [o.reason for o in model.opaque]
-    assert len(reasons) == 2, reasons
-    # int64 and float32 operands: torch promotes to float32, the library's maximum and
-    # minimum take one integer dtype or floats
-    assert all("do not fit the library's" in r for r in reasons), reasons
-    got = model.outputs_from(evaluate(model.graph, model.inputs))
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_array_equal(g, w)
+    assert not model.opaque, model.opaque
+    ops = sorted(k.op for k in model.graph.kernels())
+    assert ops == ["cast_float32", "maximum", "minimum"]  # one cast of i serves both
+    for fusion in (False, True):
+        plan = ExecutionPlan.build(model.graph, fusion=fusion)
+        got = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -1,4 +1,4 @@
-"""Hugging Face models (74, of 72 architectures), shrunk, import with no opaque kernel and
+"""Hugging Face models (75, of 73 architectures), shrunk, import with no opaque kernel and
 simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
@@ -194,6 +194,9 @@ ZOO: dict[str, Maker] = {
     "granite": _text("GraniteModel", "GraniteConfig"),
     "gpt_bigcode": _text("GPTBigCodeModel", "GPTBigCodeConfig"),  # multi-query attention
     "mamba": _text("MambaModel", "MambaConfig", state_size=8, expand=2),  # a selective scan
+    # a gated linear recurrence beside local attention; its reset mask multiplies as bool
+    # with float (torch's type promotion: cast kernels before the op)
+    "recurrent_gemma": _text("RecurrentGemmaModel", "RecurrentGemmaConfig"),
     "mpt": _text("MptModel", "MptConfig", n_layers=2),  # LayerNorm without bias
     # mixtures of experts: a router's top-k, tokens sorted by expert and counted (histc,
     # an int32 cumsum), grouped matmuls over the experts' weights, the inverse permutation
