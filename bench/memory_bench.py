@@ -202,6 +202,16 @@ def best_cpu_fresh(fn: Callable[[Any], Any], graph: Any, repeat: int) -> tuple[A
     return out, best
 
 
+def print_head(head: str, rule: str, rev: str | None, extra: list[str]) -> None:
+    """Print a markdown table's header: ``head`` and ``rule``, then with a baseline ``rev``
+    one right-aligned column ``"<rev> <name>"`` per name of ``extra``."""
+    if rev is not None:
+        head += "".join(f" {rev} {name} |" for name in extra)
+        rule += "---:|" * len(extra)
+    print(head)
+    print(rule)
+
+
 def orderings_table(instances: list[str]) -> None:
     """Every candidate ordering's arena / greedy-by-size's, per input, and the win counts."""
     names = list(memory._ORDERINGS)
@@ -319,12 +329,7 @@ def random_table(count: int, repeat: int, rev: str | None) -> None:
     base = baseline_module(rev, "memory_pass") if rev else None
     print(f"\n## Memory pass on {count} random op DAGs (seeds 0-{count - 1}, 40-400 nodes)\n")
     head = "| streams max | plans at the bound | worst arena / bound | stopped early | total s |"
-    rule = "|---:|---:|---:|---:|---:|"
-    if base is not None:
-        head += f" {rev} at the bound | {rev} worst | {rev} total s |"
-        rule += "---:|---:|---:|"
-    print(head)
-    print(rule)
+    print_head(head, "|---:|---:|---:|---:|---:|", rev, ["at the bound", "worst", "total s"])
     graphs = [random_op_dag(seed, 40 + (360 * seed) // max(count - 1, 1)) for seed in range(count)]
     for cap in (2, 4, 8):
         met = stopped = 0

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 sys.path.insert(0, str(ROOT / "bench"))
 
-from memory_bench import baseline_module, best_cpu_fresh  # noqa: E402
+from memory_bench import baseline_module, best_cpu_fresh, print_head  # noqa: E402
 
 from oxiwork.optimizer.fusion import fuse  # noqa: E402
 from oxiwork.optimizer.memory_pass import plan_memory  # noqa: E402
@@ -80,11 +80,7 @@ def main() -> None:
     print(f"\n## Memory pass on {len(names)} zoo models (default mode; arena / proven bound)\n")
     head = "| streams max | plans | at the bound | stopped early | worst | searched | CPU s |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
-    if base is not None:
-        head += f" {args.baseline} at the bound | {args.baseline} worst | {args.baseline} CPU s |"
-        rule += "---:|---:|---:|"
-    print(head)
-    print(rule)
+    print_head(head, rule, args.baseline, ["at the bound", "worst", "CPU s"])
     for cap in caps:
         st = stats[cap]
         row = (

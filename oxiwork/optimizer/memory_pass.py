@@ -65,9 +65,9 @@ Placement. Two plans are made and the smaller arena wins; both are safe.
    ruled out fits, and turns that descend from the placement's arena. It ends when it
    meets the lower bound, runs out of time (``stopped_early``), or has tried every
    canonical placement below its best arena, which proves it minimal; ``lower_bound`` is
-   raised to what it ruled out. On the 74 zoo models of tests/importers/test_torch_zoo.py
-   on 2, 4 and 8 streams (``bench/zoo_memory.py``) the default plan meets the bound on 220
-   of 222, where a plain descent from the placement met it on 198.
+   raised to what it ruled out. On 75 zoo models of tests/importers/test_torch_zoo.py on
+   2, 4 and 8 streams (``bench/zoo_memory.py``) the default plan meets the bound on all 225,
+   where a plain descent from the placement met it on 198.
 
 Measured on the fused, stream-assigned ``examples.synthetic(n, "layered", 0)`` (4 streams),
 arena / conflict lower bound and pass CPU seconds (best of 5, ``bench/memory_bench.py
@@ -1042,7 +1042,7 @@ def _search_placement(
     unit = math.gcd(*align.tolist(), *size.tolist()) if len(size) else 1
     lo = -(-max(target, search.heaviest) // unit) * unit  # the lowest arena not ruled out
     best, best_off, nodes = incumbent, None, 0
-    limit = max(_SEARCH_NODES, 4 * len(size))  # (a descent visits one node per buffer)
+    limit = max(_SEARCH_NODES, 2 * len(size))  # (a descent visits one node per buffer)
     rng = random.Random(0)  # (seeded: the same graph gets the same plan)
     turn = 0
     order = search.order(None)
@@ -1076,20 +1076,32 @@ def _search_placement(
     return np.array(best_off, dtype=np.int64), best, status, nodes, min(proved, best)
 
 
+CONFLICT_SEARCH_SCALE = 4
+"""The ``"auto"`` mode's conflict search gets ``auto_time_limit(CONFLICT_SEARCH_SCALE * n)``
+for ``n`` buffers: 0.05 s plus 1 ms per buffer, at most 1 s (0.55 s at the most buffers it
+takes on, :data:`MAX_SEARCH_BUFFERS`), spent only where the placement missed the proven
+bound. With the interval search's 0.25 ms per buffer it met the bound on 54 of the zoo's 56
+instances (75 models, 2, 4 and 8 streams), missing RecurrentGemma on 4 streams by 14.6%,
+which it meets after about 0.2 s; with 1 ms per buffer on all 56."""
+
 # The conflict search's clock (tests stop the search at chosen nodes through it).
 _now = time.perf_counter
 
 _SEARCH_NODES = 256
-"""Node limit of the conflict search's first turns (:func:`_search_placement`), or four
-times the buffers if more (a descent without backtracking visits one node per buffer); it
-doubles every :data:`_SEARCH_ROUNDS` rounds."""
+"""Node limit of the conflict search's first turns (:func:`_search_placement`), or twice the
+buffers if more (a descent without backtracking visits one node per buffer); it doubles
+every :data:`_SEARCH_ROUNDS` rounds."""
 
 _SEARCH_ROUNDS = 8
 """Rounds (a deciding and a descending turn, one preorder) of the conflict search per node
 limit. Searches of one instance vary widely with the preorder (heavy tails: Gomes et al.),
-so many short restarts with perturbed preorders beat one long search: on the 55 zoo
-instances the search ran on (74 models, 2, 4 and 8 streams), restarts of 4 nodes per buffer
-met the bound on all 55, where one long search per preorder missed 7 in 2 s each."""
+so many short restarts with perturbed preorders beat one long search: on the 56 zoo
+instances the search ran on (75 models, 2, 4 and 8 streams) these restarts met the bound on
+every one within 0.22 s (1.1 s in all), where one long search per preorder missed 7 in 2 s
+each. Of the schedules tried (keys weighed by factors of 0.7-1.3, 0.5-1.5, 0.3-1.7 or
+0.1-1.9; 1, 2, 4 or 8 nodes per buffer; 4, 8, 12 or 16 rounds per doubling) this one had about
+the shortest longest search; 0.7-1.3 with 4 nodes per buffer took up to 0.6 s, the two widest
+missed some in 3 s."""
 
 MAX_SEARCH_CLIQUES = 2048
 """Most maximal cliques of the conflict graph the search's pruning tracks (each costs a
@@ -1182,10 +1194,10 @@ class _ConflictSearch:
 
     def order(self, rng: random.Random | None) -> list[int]:
         """The rows by descending bytes they conflict with (then size, then row), each
-        weighed by a factor drawn from ``[0.7, 1.3]`` if ``rng`` is given (a restart's
+        weighed by a factor drawn from ``[0.5, 1.5]`` if ``rng`` is given (a restart's
         perturbation, as Gomes et al.'s randomised tie-breaking)."""
         n, sz, conflicting = self.n, self.sz, self.conflicting
-        noise = [1.0] * n if rng is None else [rng.uniform(0.7, 1.3) for _ in range(n)]
+        noise = [1.0] * n if rng is None else [rng.uniform(0.5, 1.5) for _ in range(n)]
         return sorted(range(n), key=lambda i: (-conflicting[i] * noise[i], -sz[i], i))
 
     def run(
@@ -1530,9 +1542,10 @@ def plan_memory(
         intervals' own bound is below it. The report says whether it stopped early
         (``stopped_early``) and what it proved (``search_bound``). Both modes also run
         the conflict search (module docstring, item 3) where the placement misses the
-        lower bound, with a time limit of its own of the same length (so ``"exact"``
-        without ``time_limit`` may take twice ``memory.DEFAULT_TIME_LIMIT``);
-        ``"heuristic"`` runs neither.
+        lower bound, with a time limit of its own: ``time_limit``, else
+        :data:`CONFLICT_SEARCH_SCALE` times ``auto_time_limit``'s per-buffer share in
+        ``"auto"`` and ``memory.DEFAULT_TIME_LIMIT`` in ``"exact"`` (which without
+        ``time_limit`` may so take twice that); ``"heuristic"`` runs neither.
     time_limit : float, optional
         Seconds the exact (or auto) search may take.
     capacity : int, optional
@@ -1623,7 +1636,11 @@ def _plan_memory(
     if exact[1] > lower and mode != "heuristic" and 1 < n <= MAX_SEARCH_BUFFERS:
         limit = time_limit
         if limit is None:
-            limit = DEFAULT_TIME_LIMIT if mode == "exact" else auto_time_limit(n)
+            limit = (
+                DEFAULT_TIME_LIMIT
+                if mode == "exact"
+                else auto_time_limit(CONFLICT_SEARCH_SCALE * n)
+            )
         found, top, status, searched, proved = _search_placement(
             size, align, _conflict_matrix(a, rows), exact[1], lower, time.perf_counter() + limit
         )
