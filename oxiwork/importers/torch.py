@@ -198,7 +198,9 @@ class ImportedModel:
     targets
         Kernel name -> the ATen op it computes (``"aten.addmm.default"``).
     folded
-        Names of the constant buffers computed at import time (ops without tensor inputs).
+        Names of the constant buffers: the program's lifted constants (tensors the module's
+        code holds) and those computed at import time (ops without tensor inputs, ops reading
+        only their input's shape, and ops reading only constants).
     name
         The model's name.
     mutated
@@ -2633,6 +2635,12 @@ class _Converter:
         if value is None:  # an input without an example value: zeros of the right kind
             value = torch.zeros(tuple(val.shape), dtype=val.dtype)
         name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
+        if kind == "CONSTANT_TENSOR":
+            # a tensor the module's code holds (not a parameter, buffer or input): no value
+            # is bound at run time, so the ops reading only such constants fold (ViT-MAE's
+            # mask token broadcast into a constant's slice)
+            self.env[node] = self._constant(name, value, f"constant {name!r}")
+            return
         self.env[node] = self._external(name, value, f"input {name!r}")
         if kind == "USER_INPUT":
             self.user_buffers[spec.arg.name] = self.env[node].buffer
@@ -2812,40 +2820,40 @@ class _Converter:
     def _contiguous(self, name: str) -> str:
         """A buffer holding view ``name``'s elements row-major: a ``copy`` kernel into it."""
         done = self.copies.get(name)
-        if done is not None:
-            return done
-        meta = self.strided[name]
-        kname = self._unique(f"{name}.contiguous", self.kernel_names)
-        self.kernel_names.add(kname)
-        self.targets[kname] = "aten.clone.default"
-        buf, bid = self._buffer(kname, meta, external=False)
-        numel = math.prod(meta.ir_shape)
-        kb = self.builder.add_kernel(
-            kname, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
-        )
-        kb.op("copy").fusible(True).inputs([self.ids[name]]).outputs([bid]).finish()
-        self.copies[name] = buf
-        return buf
+        if done is None:
+            done = self.copies[name] = self._helper_kernel(
+                f"{name}.contiguous", "aten.clone.default", "copy", name, self.strided[name]
+            )
+        return done
 
     def _cast(self, name: str, arg: _Arg) -> str:
         """A buffer holding buffer ``name`` (``arg``'s) converted to ``arg.cast``: a
         ``cast_<dtype>`` kernel into it (one per buffer and dtype)."""
         assert arg.cast is not None
         done = self.casts.get((name, arg.cast))
-        if done is not None:
-            return done
-        meta = _Meta(arg.base.shape, None, arg.cast)
-        kname = self._unique(f"{name}.to_{arg.cast}", self.kernel_names)
+        if done is None:
+            done = self.casts[name, arg.cast] = self._helper_kernel(
+                f"{name}.to_{arg.cast}",
+                "aten._to_copy.default",
+                lib_dtype.cast_name(arg.cast),
+                name,
+                _Meta(arg.base.shape, None, arg.cast),
+            )
+        return done
+
+    def _helper_kernel(self, name: str, target: str, op: str, source: str, meta: _Meta) -> str:
+        """A fusible kernel ``name`` (unique) of the one-input library op ``op`` reading
+        buffer ``source`` into a new buffer of ``meta``, standing for ATen's ``target``
+        (a copy or cast the importer inserts); the new buffer's name."""
+        kname = self._unique(name, self.kernel_names)
         self.kernel_names.add(kname)
-        self.targets[kname] = "aten._to_copy.default"
+        self.targets[kname] = target
         buf, bid = self._buffer(kname, meta, external=False)
         numel = math.prod(meta.ir_shape)
         kb = self.builder.add_kernel(
             kname, max(1, min(math.ceil(numel / _THREADS), 65535)), _THREADS
         )
-        kb.op(lib_dtype.cast_name(arg.cast)).fusible(True)
-        kb.inputs([self.ids[name]]).outputs([bid]).finish()
-        self.casts[name, arg.cast] = buf
+        kb.op(op).fusible(True).inputs([self.ids[source]]).outputs([bid]).finish()
         return buf
 
     def _is_tensor(self, a: Any) -> bool:

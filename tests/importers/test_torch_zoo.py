@@ -1,4 +1,4 @@
-"""Hugging Face models (75, of 73 architectures), shrunk, import with no opaque kernel and
+"""Hugging Face models (76, of 74 architectures), shrunk, import with no opaque kernel and
 simulate to eager.
 
 Each model is ``transformers``' own implementation of the architecture (decoders with rotary
@@ -151,6 +151,15 @@ def _whisper() -> Made:
     return m, (mel,), {"decoder_input_ids": _ids(5, 1)}
 
 
+def _vit_mae() -> Made:
+    # the random masking's noise drawn outside (eager would draw anew on every call) and
+    # passed by keyword, as transformers lets it be
+    m = _redrawn(transformers.ViTMAEModel(_config("ViTMAEConfig")))
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    noise = torch.rand(1, 16, generator=torch.Generator().manual_seed(1))
+    return m, (x,), {"noise": noise}
+
+
 # two stages of shifted 2x2 windows over 4x4 patches (Swin and Swin V2)
 _WINDOWS = {
     "embed_dim": 16,
@@ -291,6 +300,9 @@ ZOO: dict[str, Maker] = {
     # vision transformers and hybrids
     "deit": _vision("DeiTModel", "DeiTConfig"),
     "beit": _vision("BeitModel", "BeitConfig"),
+    # masked patches: argsort of the noise, a gather of the kept ones, the mask token a
+    # lifted constant broadcast into a slice (folded at import)
+    "vit_mae": _vit_mae,
     "dinov2": _vision("Dinov2Model", "Dinov2Config"),
     "clip_vision": _vision("CLIPVisionModel", "CLIPVisionConfig"),
     "yolos": _vision("YolosModel", "YolosConfig", num_detection_tokens=4),
