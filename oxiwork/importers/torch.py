@@ -2516,12 +2516,17 @@ def _promoted(
         common = str(dtype).removeprefix("torch.")
     if common not in DTYPES or all(a.base.dtype == common for a in args):
         return None
-    cast = [a if a.base.dtype == common else replace(a, cast=common) for a in args]
-    try:
-        got = ops.infer_dtype(ops.get(lib), [a.cast or a.base.dtype for a in cast], params, lib)
-    except InvalidArgument:
-        return None
-    return cast if got == call.out.dtype else None
+    # bool operands first left as they are (where's condition: the op takes it so), then
+    # every operand not of the common dtype converted
+    for keep in ("bool", None):
+        cast = [a if a.base.dtype in (common, keep) else replace(a, cast=common) for a in args]
+        try:
+            got = ops.infer_dtype(ops.get(lib), [a.cast or a.base.dtype for a in cast], params, lib)
+        except InvalidArgument:
+            continue
+        if got == call.out.dtype:
+            return cast
+    return None
 
 
 def _library(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:

@@ -160,3 +160,17 @@ def test_ops_torch_does_not_promote_are_unchanged() -> None:
     i = torch.tensor([2**40 + 1, -3, 7])
     model = _check(M(), (i, i.flip(0)))
     assert not any(k.op.startswith("cast_") for k in model.graph.kernels())
+
+
+def test_a_condition_stays_bool_and_the_values_convert() -> None:
+    # where(cond, int64, float32): torch selects between the values converted to float32;
+    # the library's where takes the bool condition as it is
+    class M(nn.Module):
+        def forward(self, c: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.where(c, x, y)
+
+    c = torch.tensor([True, False, True, False])
+    x = torch.tensor([1, 2**40 + 1, -(2**25) - 1, 7])
+    y = torch.tensor([0.5, -1.5, float("nan"), -0.0])
+    model = _check(M(), (c, x, y))
+    assert [k.op for k in model.graph.kernels()] == ["cast_float32", "where"]
