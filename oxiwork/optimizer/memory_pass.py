@@ -1025,8 +1025,9 @@ def _search_placement(
     after the first restarts under a perturbed preorder, and the limit doubles every
     :data:`_SEARCH_ROUNDS` rounds, so a search given the time still tries every placement.
     On the zoo's instances a descent alone had missed the bound on 25 of 55 in their
-    default time (on 4 streams: Phi, Qwen3-MoE, ERNIE 4.5 MoE, DeepSeek-V3, even given a
-    minute), where CP-SAT met it on each in under half a second.
+    default time (on 4 streams: Phi, Qwen3-MoE, ERNIE 4.5 MoE, DeepSeek-V3, each no better
+    given 5 s, Qwen3-MoE given a minute), where CP-SAT met it on each in under half a
+    second.
 
     >>> conflict = np.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]], dtype=bool)  # 0 with 1 and 2
     >>> off, arena, status, _, _ = _search_placement(

@@ -435,7 +435,7 @@ def test_imports_with_no_opaque_kernel_and_simulates_to_eager(name: str) -> None
         assert kernel_source(plan.graph, node).source
     # the arena meets a proven lower bound: on every zoo model since the conflict search
     # decides at the bound (Phi, Qwen3-MoE, ERNIE 4.5 MoE and DeepSeek-V3 stopped early at
-    # 1.024x-1.089x before, even given a minute). A machine too slow for the default
+    # 1.024x-1.089x before, no better given 5 s). A machine too slow for the default
     # search's fraction of a second must say so, and the exact mode must then meet it.
     if not plan.memory.optimal:
         assert plan.memory.stopped_early, plan.memory.ratio
