@@ -330,14 +330,15 @@ def random_table(count: int, repeat: int, rev: str | None) -> None:
     print(f"\n## Memory pass on {count} random op DAGs (seeds 0-{count - 1}, 40-400 nodes)\n")
     head = "| streams max | plans at the bound | worst arena / bound | stopped early | total s |"
     print_head(head, "|---:|---:|---:|---:|---:|", rev, ["at the bound", "worst", "total s"])
-    graphs = [random_op_dag(seed, 40 + (360 * seed) // max(count - 1, 1)) for seed in range(count)]
+    sizes = [40 + (360 * seed) // max(count - 1, 1) for seed in range(count)]
+    fused = [fuse(random_op_dag(seed, n)).graph for seed, n in enumerate(sizes)]  # once each
     for cap in (2, 4, 8):
         met = stopped = 0
         worst = 1.0
         total = old_total = 0.0
         old_met, old_worst = 0, 1.0
-        for g0 in graphs:
-            g = assign_streams(fuse(g0).graph, max_streams=cap).graph
+        for f in fused:
+            g = assign_streams(f, max_streams=cap).graph
             res, t = best_cpu_fresh(plan_memory, g, repeat)
             rep = res.artefacts["memory"]
             bound = max(rep.lower_bound, 1)

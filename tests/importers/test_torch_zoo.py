@@ -179,8 +179,9 @@ def _vision(model: str, config: str, size: int = 32, **over: Any) -> Maker:
     return make
 
 
-# four experts, two per token (Mixtral: eight and two)
+# four experts, two per token (Mixtral: eight and two), under either config name
 _EXPERTS = {"num_local_experts": 4, "num_experts_per_tok": 2}
+_NUM_EXPERTS = {"num_experts": 4, "num_experts_per_tok": 2}
 
 ZOO: dict[str, Maker] = {
     # decoders: rotary embeddings, grouped-query attention, RMSNorm, gated MLPs, ALiBi
@@ -215,19 +216,12 @@ ZOO: dict[str, Maker] = {
     "qwen2_moe": _text(
         "Qwen2MoeModel",
         "Qwen2MoeConfig",
-        num_experts=4,
-        num_experts_per_tok=2,
+        **_NUM_EXPERTS,
         moe_intermediate_size=32,
         shared_expert_intermediate_size=64,
     ),
-    "qwen3_moe": _text(
-        "Qwen3MoeModel",
-        "Qwen3MoeConfig",
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-    ),
-    "olmoe": _text("OlmoeModel", "OlmoeConfig", num_experts=4, num_experts_per_tok=2),
+    "qwen3_moe": _text("Qwen3MoeModel", "Qwen3MoeConfig", **_NUM_EXPERTS, moe_intermediate_size=32),
+    "olmoe": _text("OlmoeModel", "OlmoeConfig", **_NUM_EXPERTS),
     "granitemoe": _text("GraniteMoeModel", "GraniteMoeConfig", **_EXPERTS),
     "gpt_oss": _text("GptOssModel", "GptOssConfig", **_EXPERTS),
     "ernie4_5_moe": _text(
@@ -237,7 +231,7 @@ ZOO: dict[str, Maker] = {
         moe_k=2,
         moe_intermediate_size=32,
     ),
-    "jamba": _text("JambaModel", "JambaConfig", num_experts=4, num_experts_per_tok=2),
+    "jamba": _text("JambaModel", "JambaConfig", **_NUM_EXPERTS),
     "phimoe": _text("PhimoeModel", "PhimoeConfig", **_EXPERTS),  # masks with scatter(-inf)
     "deepseek_v3": _text(  # latent attention, grouped routing, an unsorted topk
         "DeepseekV3Model",
