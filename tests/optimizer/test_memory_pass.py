@@ -159,7 +159,8 @@ class TestPlanMemory:
             res = plan_memory(g)
         rep = res.artefacts["memory"]
         if rep.intervals:
-            assert rep.strategy.startswith("conflict_best_fit")
+            # the best fit's, or the conflict search's where it went below it
+            assert rep.strategy.startswith(("conflict_best_fit", "conflict_search"))
             assert rep.plan.arena_bytes == rep.arena_bytes
             assert dict(rep.plan.offsets) == {b: rep.offsets[b] for b in rep.intervals}
             assert (rep.conflict_pairs is None) == sweep
