@@ -205,8 +205,14 @@ def _window_loops(
     lo: Callable[[_Axis], str],
     inner: Callable[[str, str], list[str]],
 ) -> list[str]:
-    """C loops over the window taps of output ``({v}o,) {v}p, {v}q``, one per axis, skipping
-    taps that fall in the padding (``lo(axis)`` names the padding before each axis).
+    """C loops over the window taps of output ``({v}o,) {v}p, {v}q``, one per axis, over
+    the taps that read the input only (``lo(axis)`` names the padding before each axis).
+
+    Each loop runs from the first tap inside the input to the last, worked out from the
+    output coordinate, rather than over the whole window skipping the taps in the padding:
+    a pooling window may be far wider than its input (EfficientNet's pooler, a 2560-wide
+    window in ceil mode over a 2x2 map), and a loop over every tap would be that window's
+    square per output for the few taps that read anything.
 
     ``inner(x_index, tap_index)`` writes the innermost statements: ``x_index`` is the tap's
     input element (offset from ``{v}x``, the plane), ``tap_index`` its window position
@@ -220,11 +226,20 @@ def _window_loops(
             return inner(x_index, tap_index)
         a = axes[k]
         tap, coord = v + a.tap, v + a.coord
+        dil = f"(long long){z['d' + a.name]}"
+        # coord = index * stride + tap * dilation - pad is inside [0, size) exactly when
+        # tap * dilation lies in [b, b + size), b = pad - index * stride: the taps from
+        # ceil(b / dilation) (0 if b <= 0) to before ceil((b + size) / dilation), at most
+        # the window's
         return [
-            f"for (size_t {tap} = 0; {tap} < {z[a.taps]}; ++{tap}) {{",
-            f"    long long {coord} = (long long)({v}{a.index} * {z['s' + a.name]} + {tap} * "
-            f"{z['d' + a.name]}) - (long long){z[lo(a)]};",
-            f"    if ({coord} < 0 || {coord} >= (long long){z[a.size]}) continue;",
+            f"long long {tap}b = (long long){z[lo(a)]} - (long long)({v}{a.index} * "
+            f"{z['s' + a.name]});",
+            f"long long {tap}e = {tap}b + (long long){z[a.size]};",
+            f"size_t {tap}0 = {tap}b > 0 ? (size_t)(({tap}b + {dil} - 1) / {dil}) : 0;",
+            f"size_t {tap}1 = {tap}e > 0 ? (size_t)(({tap}e + {dil} - 1) / {dil}) : 0;",
+            f"if ({tap}1 > (size_t){z[a.taps]}) {tap}1 = (size_t){z[a.taps]};",
+            f"for (size_t {tap} = {tap}0; {tap} < {tap}1; ++{tap}) {{",
+            f"    long long {coord} = (long long)({tap} * {z['d' + a.name]}) - {tap}b;",
             *[f"    {line}" for line in level(k + 1)],
             "}",
         ]
@@ -723,32 +738,39 @@ def _pool_geometry(
 
 
 def _pool_windows(
-    x: np.ndarray, g: Mapping[str, int], fill: float, dims: int = 2
-) -> list[np.ndarray]:
-    """Per window tap (first axis slowest), the strided slice of ``x`` padded with ``fill``
-    (enough after each axis for ceil-mode windows) that the tap reads."""
-    axes = _axes(dims)
-    after = [
-        max(
-            0,
-            (g[a.out] - 1) * g["s" + a.name]
-            + g["d" + a.name] * (g[a.taps] - 1)
-            + 1
-            - g[a.size]
-            - g["p" + a.name],
-        )
-        for a in axes
-    ]
-    widths = ((0, 0), (0, 0), *((g["p" + a.name], e) for a, e in zip(axes, after, strict=True)))
-    xp = np.pad(x, widths, constant_values=fill)
+    x: np.ndarray, g: Mapping[str, int], dims: int = 2
+) -> list[tuple[tuple[slice, ...], np.ndarray]]:
+    """Per window tap that reads the input for some output (first axis slowest): the
+    outputs it reads it for, as slices of the output, and the strided view of ``x`` it
+    reads for them.
+
+    Taps in the padding add nothing (a zero to a sum, ``-inf`` to a maximum), so they are
+    left out rather than read from a padded copy: a window may be far wider than its input
+    (EfficientNet's pooler, 2560 wide over a 2x2 map in ceil mode), whose padded copy would
+    be the window's square per plane and its taps as many.
+    """
+    per_axis = []
+    for a in _axes(dims):
+        size, out, pad = g[a.size], g[a.out], g["p" + a.name]
+        step, dil = g["s" + a.name], g["d" + a.name]
+        reads = []
+        # tap t reads input o * step + t * dil - pad for output o: inside [0, size) for the
+        # outputs from ceil((pad - t * dil) / step) to floor((size - 1 + pad - t * dil) / step)
+        for t in range(min(g[a.taps], (size - 1 + pad) // dil + 1)):
+            first = max(0, -((t * dil - pad) // step))
+            last = min(out - 1, (size - 1 + pad - t * dil) // step)
+            if first <= last:
+                start = first * step + t * dil - pad
+                reads.append(
+                    (slice(first, last + 1), slice(start, start + (last - first) * step + 1, step))
+                )
+        per_axis.append(reads)
     taps = []
-    for tap in itertools.product(*(range(g[a.taps]) for a in axes)):
-        win = xp
-        for k, (a, t) in enumerate(zip(axes, tap, strict=True)):
-            start, step = t * g["d" + a.name], g["s" + a.name]
-            cut = slice(start, start + step * (g[a.out] - 1) + 1, step)
-            win = win[(slice(None),) * (2 + k) + (cut,)]
-        taps.append(win)
+    for tap in itertools.product(*per_axis):
+        outs = tuple(o for o, _ in tap)
+        taps.append(
+            ((slice(None), slice(None), *outs), x[(slice(None), slice(None), *(i for _, i in tap))])
+        )
     return taps
 
 
@@ -762,11 +784,11 @@ def _max_pool_shape(ins: Sequence[Shape], params: Mapping[str, float], *, dims: 
 
 def _max_pool_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: float) -> np.ndarray:
     # np.maximum propagates NaN, as PyTorch's max pooling does (``val > max || isnan(val)``);
-    # padding is -inf, so it never wins.
+    # a tap in the padding, -inf there, never wins, so _pool_windows leaves it out.
     g = _pool_geometry([xs[0].shape], params, f"max_pool{dims}d", dims)
     out = np.full(_pool_out(g, dims), -np.inf, F32)
-    for win in _pool_windows(xs[0].astype(F32), g, -np.inf, dims):
-        np.maximum(out, win, out=out)
+    for at, win in _pool_windows(xs[0].astype(F32), g, dims):
+        np.maximum(out[at], win, out=out[at])
     return out
 
 
@@ -875,8 +897,8 @@ def _avg_pool_reference(xs: Sequence[np.ndarray], *, dims: int = 2, **params: fl
     div = _avg_divisors(g, include, _int(params, "divisor_override", 0), dims)
     out = np.zeros(_pool_out(g, dims), F64)
     with np.errstate(all="ignore"):
-        for win in _pool_windows(xs[0].astype(F64), g, 0.0, dims):
-            out += win
+        for at, win in _pool_windows(xs[0].astype(F64), g, dims):
+            out[at] += win
         return (out / div).astype(F32)
 
 

@@ -759,6 +759,58 @@ class TestPooling:
 
     @needs_cxx
     @SETTINGS
+    @given(
+        kind=st.sampled_from(["max", "avg"]),
+        size=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+        step=st.integers(1, 5),
+        pad=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+        seed=st.integers(0, 2**31),
+    )
+    def test_a_window_far_wider_than_the_input_reads_only_the_input(
+        self, kind, size, step, pad, seed, so_dir
+    ):
+        # AlignModel's EfficientNet pooler: avg_pool2d with a 2560-wide window (its hidden
+        # size) over a 2x2 map, in ceil mode. The reference once padded the input to the
+        # window (a 2**20 window: 2**40 elements per plane) and the C looped over every tap;
+        # both now visit the taps inside the input only, and agree with torch.
+        shape = (1, 2, *size)
+        x = with_specials(seed, shape) if kind == "max" else randn(seed, shape)[0]
+        for wide in (2**20, 4096):
+            # padding near the window's half (the most torch allows) and stride 1 too: the
+            # first taps inside the input come late, and there are many outputs
+            params = {"ceil_mode": 1, "count_include_pad": 0, "divisor_override": 0}
+            for a, p in zip("hw", pad, strict=True):
+                params |= {f"kernel_{a}": wide, f"stride_{a}": wide if step == 5 else step}
+                params |= {f"pad_{a}": wide // 2 - p, f"dilation_{a}": 1}
+            if kind == "avg":
+                del params["dilation_h"], params["dilation_w"]
+            else:
+                del params["count_include_pad"], params["divisor_override"]
+            op = ops.get(f"{kind}_pool2d")
+            try:
+                want = torch_pool(
+                    kind, x, params, torch.float64 if kind == "avg" else torch.float32
+                )
+            except RuntimeError:  # no output (a window starting in the padding only)
+                with pytest.raises(InvalidArgument):
+                    ops.infer_shape(op, [shape], {**op.defaults, **params}, "p")
+                continue
+            got = op.reference([x], **{**op.defaults, **params})
+            if kind == "max":
+                np.testing.assert_array_equal(got, want)
+            else:
+                assert np.all(np.abs(got - want) <= U * np.abs(want) + 2.0**-140)
+            if wide == 4096 and want.size <= 64:  # the C, on outputs of a window's width
+                g, node = graph_of(f"{kind}_pool2d", [shape], params)
+                (c,) = run_c(g, node, [x], so_dir)
+                if kind == "max":
+                    np.testing.assert_array_equal(c, got)
+                else:  # each output sums at most the input's 9 values in float32
+                    mag = torch_pool("avg", np.abs(x), params, torch.float64)
+                    np.testing.assert_array_less(np.abs(c - got), 11 * U * mag * 2 + 1e-30)
+
+    @needs_cxx
+    @SETTINGS
     @given(data=st.data(), seed=st.integers(0, 2**31))
     def test_a_window_longer_than_the_input_agrees_with_torch(self, data, seed, so_dir):
         # EfficientNet's pooler: a window wider than the (padded) input, in ceil mode one
