@@ -923,8 +923,18 @@ def _clamp(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         (x, hi), lo = _argv(call, ("self", "max"), ()), None
     else:
         x, lo, hi = _argv(call, ("self", "min", "max"), (None, None))
+    # An infinite bound on its own side bounds nothing (max(x, -inf) and min(x, inf) are x,
+    # NaN included): the clamp of the other bound (Falcon-H1 clamps at 0 and inf).
+    given = lo, hi
+    if isinstance(lo, float) and lo == -math.inf and hi is not None:
+        lo = None
+    if isinstance(hi, float) and hi == math.inf and lo is not None:
+        hi = None
     if any(b is not None and not _number(b) for b in (lo, hi)) or (lo, hi) == (None, None):
-        return f"its bounds are {lo!r} and {hi!r}; the library's clamps take finite numbers"
+        return (
+            f"its bounds are {given[0]!r} and {given[1]!r}; the library's clamps take finite "
+            "numbers"
+        )
     why = _plain(call, [x]) or _same(call, [x])
     if why:
         return why

@@ -316,6 +316,9 @@ _ACTIVATIONS = {
     "clamp min": (lambda x: torch.clamp(x, min=0.0), "clamp_min"),
     "clamp max": (lambda x: x.clamp(max=-1.0), "clamp_max"),
     "clamp_min": (lambda x: torch.clamp_min(x, 0.5), "clamp_min"),
+    # an infinite bound on its own side bounds nothing (Falcon-H1's clamp(x, 0, inf))
+    "clamp min, max inf": (lambda x: torch.clamp(x, 0.0, math.inf), "clamp_min"),
+    "clamp min -inf, max": (lambda x: torch.clamp(x, -math.inf, 1.5), "clamp_max"),
     "hardswish": (F.hardswish, "clamp_min"),  # x * min(max(x + 3, 0), 6) / 6 in core ATen
     "abs": (torch.abs, "abs"),
     "sqrt": (lambda x: torch.sqrt(x.abs()), "sqrt"),
@@ -344,6 +347,41 @@ def test_clamps_and_activations_map_to_library_ops(name) -> None:
         (got,) = model.outputs_from(SequentialExecutor(plan).run(model.inputs).outputs)
         assert np.array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "why"),
+    [
+        (-math.inf, math.inf, "its bounds are -inf and inf"),  # (bounds nothing: no library op)
+        (math.inf, None, "its bounds are inf and None"),  # inf everywhere but NaN
+        (None, -math.inf, "its bounds are None and -inf"),
+        (math.nan, 1.0, "its bounds are nan and 1.0"),
+    ],
+)
+def test_a_clamp_to_an_infinite_or_nan_bound_stays_opaque(lo, hi, why) -> None:
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.clamp(x, lo, hi)
+
+    x = torch.cat([torch.linspace(-2, 2, 9), torch.tensor([math.nan, -math.inf, math.inf])])
+    model, (want,) = import_with_eager(M(), (x,))
+    (o,) = model.opaque
+    assert why in o.reason
+    (got,) = model.outputs_from(evaluate(model.graph, model.inputs))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float16])
+def test_a_clamp_with_an_infinite_bound_keeps_torchs_dtype(dtype) -> None:
+    # (an integer input clamped by float bounds is float in torch, as without the inf)
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.clamp(x, 1.0, math.inf), torch.clamp(x, -math.inf, 2.0)
+
+    x = torch.arange(-4, 5).to(dtype)
+    model, want = import_with_eager(M(), (x,))
+    assert not model.opaque, model.opaque
+    assert_simulates_exactly(model, want)
 
 
 def test_a_clamp_whose_min_exceeds_its_max_stays_opaque() -> None:
