@@ -594,10 +594,13 @@ def _view_layout(v: _Tensor) -> tuple[tuple[int, ...], tuple[int, ...], int] | N
     got = t.reshape(shape or (1,)).numpy()
     offset = int(got.reshape(-1)[0])
     strides = []
-    for k, d in enumerate(shape or (1,)):
-        at = [0] * len(shape)
-        at[k] = 1
-        strides.append(int(got[tuple(at)]) - offset if d > 1 else 0)
+    for k, d in enumerate(shape or (1,)):  # (a 0-d view reads one element: no stride)
+        if d > 1:
+            at = [0] * len(shape)
+            at[k] = 1
+            strides.append(int(got[tuple(at)]) - offset)
+        else:
+            strides.append(0)
     if min(strides, default=0) < 0:
         return None
     dims = shape or (1,)

@@ -15,7 +15,7 @@ from torch import nn
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
 from oxiwork.importers.torch import ImportedModel, from_module
 from oxiwork.ops import kernel_source
-from tests.importers._eager import import_with_eager
+from tests.importers._eager import assert_simulates_exactly, import_with_eager
 
 
 class Heads(nn.Module):
@@ -177,6 +177,22 @@ def test_a_cat_skips_an_empty_operand() -> None:
     (cat,) = [n for n in model.graph.kernels() if model.targets[n.name] == "aten.cat.default"]
     assert not model.opaque
     assert (cat.op, len(cat.inputs)) == ("cat_1", 1)
+
+
+class Elements(nn.Module):
+    """Single elements picked out as 0-d views (DeepSeek-V4's scalar reads of a tensor)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return y * x[1, 2], x[0, 1].clone(), torch.stack([x[0, 0], x[2, 3]]), x[1][3] + y
+
+
+def test_a_0d_view_of_one_element_imports_and_simulates_to_eager() -> None:
+    # (the view's layout once indexed a stride list of its 0 axes: an IndexError)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(5, generator=torch.Generator().manual_seed(1))
+    model, want = import_with_eager(Elements(), (x, y))
+    assert not model.opaque
+    assert_simulates_exactly(model, want)
 
 
 def test_clone_of_a_permute_is_a_copy_of_a_strided_view() -> None:
