@@ -56,7 +56,10 @@ data-dependent control flow, unsupported Python), and programs holding what toda
 cannot express (:class:`UnsupportedModel`): dynamic (symbolic) shapes, ``torch.cond`` and
 other higher-order ops, in-place mutation of the module's buffers or parameters (a module in
 training mode: call ``module.eval()``), random draws (``torch.rand``, a dropout in
-training: eager draws anew on every call), empty tensors, and dtypes outside
+training: eager draws anew on every call), an empty tensor read by anything but ``cat``
+into a result with elements, or returned (a tensor of no elements has no buffer and an op
+whose result is empty no kernel: ``cat`` skips it, as torch does, and an op of empty tensors
+and constants only folds), and dtypes outside
 :data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
 bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
 library ops compute in float32 and round once per op, as PyTorch's kernels do, and
@@ -394,6 +397,32 @@ class _Pending:
     """A multi-output op (native_layer_norm...): one kernel per output that is used."""
 
     node: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Empty:
+    """A tensor of no elements: no buffer (the IR has no empty buffers) and nothing to
+    compute. An op whose result is empty is one too, whatever it reads; ``cat`` skips it,
+    as torch does, and an op folded from constants reads it as an empty tensor. Any other
+    op that reads one into a result with elements is refused."""
+
+    shape: tuple[int, ...]
+    dtype: Any  # torch.dtype
+
+
+def _empty_value(val: Any) -> Any:
+    """``val`` (a node's meta value) as :class:`_Empty` values if it is a tensor of no
+    elements, or a tuple or list of only such tensors; else None."""
+    torch = _torch()
+    if isinstance(val, torch.Tensor):
+        shape = tuple(val.shape)
+        if all(isinstance(d, int) for d in shape) and 0 in shape:
+            return _Empty(shape, val.dtype)
+        return None
+    if isinstance(val, (tuple, list)) and val:
+        each = [_empty_value(v) for v in val]
+        return tuple(each) if all(e is not None for e in each) else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1850,12 +1879,20 @@ def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str
     return lib, {**params, "value": float(value)}, [x]
 
 
+# The ops that read an empty operand (:class:`_Empty`) by skipping it, as torch does.
+_SKIPS_EMPTY = frozenset({"aten.cat.default"})
+
+
 def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     tensors, dim = call.args[0], (*call.args[1:], call.kw("dim", 0))[0]
     # torch skips empty operands (a slice past a rotary half, a cache of length 0); the IR
     # holds no empty buffer, so the op concatenates the others (their dtypes decide the
     # result's: _library refuses one the empty operand would have promoted)
-    tensors = [t for t in tensors if not (isinstance(t, _Arg) and 0 in tuple(t.shape))]
+    tensors = [
+        t
+        for t in tensors
+        if not isinstance(t, _Empty) and not (isinstance(t, _Arg) and 0 in tuple(t.shape))
+    ]
     why = _plain(call, tensors, reshape_ok=False)
     if why:
         return why
@@ -2650,6 +2687,10 @@ class _Converter:
         if not isinstance(val, torch.Tensor):
             self.env[node] = value if value is not None else val  # a specialised Python value
             return
+        empty = _empty_value(val)
+        if empty is not None:  # (DINOv3's register tokens when a config asks for none)
+            self.env[node] = empty
+            return
         if value is None:  # an input without an example value: zeros of the right kind
             value = torch.zeros(tuple(val.shape), dtype=val.dtype)
         name = spec.arg.name if kind == "USER_INPUT" else (spec.target or node.name)
@@ -2685,6 +2726,13 @@ class _Converter:
                 f"node {node.name!r} calls {target!r}, not an ATen op (symbolic-shape "
                 "arithmetic?); export with static shapes"
             )
+        empty = _empty_value(node.meta.get("val"))
+        if empty is not None:
+            # Nothing to compute, whatever it reads: an in-place op on it writes nothing, a
+            # draw into it draws nothing (Flaubert's cat with an empty tensor, DeepSeek-V4's
+            # zeros of a slice of length 0 on their way into a cat that skips them).
+            self.env[node] = empty
+            return
         if _mutates(target):
             raise UnsupportedModel(
                 f"node {node.name!r} ({_op_name(target)}) writes to its input in place; the IR "
@@ -2875,7 +2923,7 @@ class _Converter:
         return buf
 
     def _is_tensor(self, a: Any) -> bool:
-        return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending))
+        return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending, _Empty))
 
     def view(self, node: Any) -> None:
         src = self.env.get(node.args[0])
@@ -2925,6 +2973,10 @@ class _Converter:
             self.env[node] = _Tensor(src.buffer, src.base, (*src.chain, step), False, shape, lay)
         elif isinstance(src, _Pending):
             if not node.users:  # an output nobody reads (kept in a program not decomposed)
+                return
+            empty = _empty_value(node.meta.get("val"))
+            if empty is not None:
+                self.env[node] = empty
                 return
             key = (src.node, k)
             if key not in self.multi:
@@ -2976,8 +3028,11 @@ class _Converter:
             )
         self.env[node] = self._constant(f"const.{node.name}", value, f"constant {node.name!r}")
 
-    def _constant(self, name: str, value: Any, what: str) -> _Tensor:
-        """A folded constant: an external buffer holding ``value``."""
+    def _constant(self, name: str, value: Any, what: str) -> _Tensor | _Empty:
+        """A folded constant: an external buffer holding ``value`` (none if it is empty)."""
+        empty = _empty_value(value)
+        if empty is not None:
+            return empty
         t = self._external(name, value, what)
         self.folded.append(t.buffer)
         return t
@@ -2995,6 +3050,8 @@ class _Converter:
         too (roll's ``fmod(arange + shift, n)`` indices): a parameter or input never does,
         so a value the user binds at run time is never baked in."""
         v = self.env.get(a) if _hashable(a) else None
+        if isinstance(v, _Empty):  # no elements: the same whatever runs
+            return _torch().empty(v.shape, dtype=v.dtype)
         if not isinstance(v, _Tensor) or v.list_views or v.buffer not in self.folded:
             return None  # (a split not yet indexed is a list: its ops take their own path)
         value = _torch().from_numpy(self.values[v.buffer].copy()).reshape(v.base.shape)
@@ -3048,8 +3105,15 @@ class _Converter:
                     metas.append(v.base)
                 shape = v.shape if v.shape is not None else v.base.shape
                 return _Arg(inputs.index(v.buffer), v.chain, v.base, shape, v.layout)
+            if isinstance(v, _Empty) and _op_name(node.target) not in _SKIPS_EMPTY:
+                raise UnsupportedModel(
+                    f"node {node.name!r} ({_op_name(node.target)}) reads {a.name!r}, a tensor "
+                    f"of no elements (shape {v.shape}), into a result of shape "
+                    f"{tuple(node.meta['val'].shape)}; the IR has no empty buffers, and only "
+                    "cat skips such an operand"
+                )
             if v is not None and not isinstance(v, (_Tensor, _Pending)):
-                return v  # a specialised Python input
+                return v  # a specialised Python input (or an empty operand, which cat skips)
             return _cpu(a)
 
         val = node.meta.get("val")
@@ -3125,6 +3189,12 @@ class _Converter:
         if isinstance(lib, str) and library_only:
             self.kernel_names.discard(name)
             return None
+        if isinstance(lib, str) and any(isinstance(a, _Empty) for a in _leaves(call.args)):
+            raise UnsupportedModel(
+                f"node {node.name!r} ({op_name}) skips an empty operand, but no library op "
+                f"computes it ({lib}); an opaque kernel reads buffers, and the IR has no "
+                "empty buffers"
+            )
         if isinstance(lib, str):
             op, params, reads = _opaque_op(call).name, {}, [inputs[i] for i in range(len(inputs))]
             self.opaque.append(OpaqueOp(name, op_name, op, lib))
@@ -3176,6 +3246,11 @@ class _Converter:
                 )
             value = self.env.get(v) if _hashable(v) else None
             val = v.meta.get("val") if hasattr(v, "meta") else None
+            if isinstance(value, _Empty):
+                raise UnsupportedModel(
+                    f"output {k} is a tensor of no elements (shape {value.shape}); the IR has "
+                    "no empty buffers"
+                )
             if not isinstance(value, _Tensor) or not isinstance(val, torch.Tensor):
                 raise UnsupportedModel(
                     f"output {k} is {type(value if value is not None else v).__name__}, not a "

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from oxiwork import ExecutionPlan, SequentialExecutor, verify
-from oxiwork.importers.torch import ImportedModel, from_module
+from oxiwork.importers.torch import ImportedModel, UnsupportedModel, from_module
 from oxiwork.ops import kernel_source
 from tests.importers._eager import assert_simulates_exactly, import_with_eager
 
@@ -193,6 +193,56 @@ def test_a_0d_view_of_one_element_imports_and_simulates_to_eager() -> None:
     model, want = import_with_eager(Elements(), (x, y))
     assert not model.opaque
     assert_simulates_exactly(model, want)
+
+
+class EmptyTensors(nn.Module):
+    """Tensors of no elements on their way into a cat, as models make them: DINOv3's register
+    tokens when a config asks for none (an empty parameter, expanded), Flaubert's cat with
+    ``torch.tensor([])`` (an empty lifted constant, 1-d: torch skips it whatever the other
+    operands' axes), DeepSeek-V4's zeros like a slice of length 0, and an op of empty
+    tensors only (its result folds: it reads no value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = nn.Parameter(torch.zeros(1, 0, 4))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # (1, 3, 4)
+        registers = self.tokens.expand(x.shape[0], -1, -1)
+        legacy = torch.cat([torch.tensor([]), x.reshape(-1)])
+        zeros = x[:, :0].new_zeros((1, 0, 4)).unsqueeze(1)
+        return (
+            torch.cat([x, registers, x * 2], dim=1),
+            legacy * 3,
+            torch.cat([zeros, x.unsqueeze(1)], dim=2) + 1,
+            x + self.tokens.sum() + 1,
+        )
+
+
+def test_empty_tensors_hold_no_buffer_and_cat_skips_them() -> None:
+    x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(0))
+    model, want = import_with_eager(EmptyTensors(), (x,))
+    assert not model.opaque
+    assert all(b.size_bytes > 0 for b in model.graph.buffers)
+    assert "tokens" not in model.inputs  # (no buffer to bind)
+    assert_simulates_exactly(model, want)
+
+
+class EmptyBesideLive(nn.Module):
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(x, x[:, :0], w[:0])  # x + a (3, 0) @ (0, 3) product: x
+
+
+class EmptyOut(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x[:, :0]
+
+
+def test_an_empty_tensor_read_outside_a_cat_or_returned_is_refused() -> None:
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    with pytest.raises(UnsupportedModel, match=r"a tensor of no elements \(shape \(3, 0\)\)"):
+        from_module(EmptyBesideLive(), (x, w))
+    with pytest.raises(UnsupportedModel, match=r"output 1 is a tensor of no elements"):
+        from_module(EmptyOut(), (x,))
 
 
 def test_clone_of_a_permute_is_a_copy_of_a_strided_view() -> None:
