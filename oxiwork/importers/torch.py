@@ -503,14 +503,17 @@ def _leaves(x: Any) -> list[Any]:
     return [x]
 
 
-def _drop_unread_constants(conv: Any, graph: ComputeGraph) -> ComputeGraph:
-    """``graph`` without the folded constants nothing reads any more (roll's ``arange``,
-    read only by ops that folded too), and their values dropped from ``conv``."""
+def _drop_unread_externals(conv: Any, graph: ComputeGraph, keep: Sequence[str]) -> ComputeGraph:
+    """``graph`` without the external buffers nothing reads any more but those named in
+    ``keep`` (the user's inputs, the outputs), and their values dropped from ``conv``: folded constants
+    read only by ops that folded too (roll's ``arange``), and parameters or buffers read
+    only by ops that made no kernel (LFM's rotary frequencies of attention layers a config
+    has none of, read into results nothing uses). A plan reads no such buffer, so the
+    simulator would refuse its value as an input it does not know."""
     used = {b for n in graph.nodes for b in (*n.inputs, *n.outputs)}
     used |= {graph.storage(b) for b in used}  # (a view read: its base too)
-    dead = {b.name for b in graph.buffers if b.name in conv.values and b.id not in used} & set(
-        conv.folded
-    )
+    dead = {b.name for b in graph.buffers if b.name in conv.values and b.id not in used}
+    dead -= set(keep)
     if not dead:
         return graph
     gone = {graph.buffer_by_name(name).id for name in dead}
@@ -3418,7 +3421,8 @@ def from_exported_program(
                 f"node {node.name!r} is a {node.op} ({node.target}); exported programs hold "
                 "placeholders, calls and one output only (a torch.cond branch?)"
             )
-    graph = _drop_unread_constants(conv, conv.builder.build())
+    # (an output that is a parameter or a constant is read by the caller)
+    graph = _drop_unread_externals(conv, conv.builder.build(), (*user_names, *outputs))
     return ImportedModel(
         graph=graph,
         inputs=MappingProxyType(conv.values),

@@ -227,6 +227,29 @@ def test_empty_tensors_hold_no_buffer_and_cat_skips_them() -> None:
     assert_simulates_exactly(model, want)
 
 
+class UnreadParameter(nn.Module):
+    """A parameter whose only reader makes no kernel (LFM's rotary frequencies of attention
+    layers its config has none of), beside a buffer and a constant returned as they are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inv = nn.Parameter(torch.ones(4))
+        self.register_buffer("w", torch.full((3,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.cat([x * 2, self.inv[:0]]), torch.arange(4.0), self.w
+
+
+def test_an_external_buffer_nothing_reads_is_dropped_but_returned_ones_stay() -> None:
+    # (the simulator refuses a value for a buffer its plan does not read, which the
+    # imported model's inputs once held)
+    x = torch.randn(3, generator=torch.Generator().manual_seed(0))
+    model, want = import_with_eager(UnreadParameter(), (x,))
+    assert sorted(model.inputs) == ["const.arange", "w", "x"]
+    assert "inv" not in {b.name for b in model.graph.buffers}
+    assert_simulates_exactly(model, want)
+
+
 class EmptyBesideLive(nn.Module):
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.addmm(x, x[:, :0], w[:0])  # x + a (3, 0) @ (0, 3) product: x
