@@ -58,8 +58,8 @@ other higher-order ops, in-place mutation of the module's buffers or parameters 
 training mode: call ``module.eval()``), random draws (``torch.rand``, a dropout in
 training: eager draws anew on every call), an empty tensor read by anything but ``cat``
 into a result with elements, or returned (a tensor of no elements has no buffer and an op
-whose result is empty no kernel: ``cat`` skips it, as torch does, and an op of empty tensors
-and constants only folds), and dtypes outside
+whose result is empty no kernel: ``cat`` skips it, as torch does, ``slice_scatter`` of it is
+its base, and an op of empty tensors and constants only folds), and dtypes outside
 :data:`oxiwork.node.DTYPES` (complex, float8: the error names the dtype). float16 and
 bfloat16 models import as they are (``model.half()``, ``model.to(torch.bfloat16)``); their
 library ops compute in float32 and round once per op, as PyTorch's kernels do, and
@@ -1884,6 +1884,9 @@ def _constant_pad(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str
 
 # The ops that read an empty operand (:class:`_Empty`) by skipping it, as torch does.
 _SKIPS_EMPTY = frozenset({"aten.cat.default"})
+# The ops whose result is their first operand with their second written into a part of it:
+# with an empty second operand, the first (Converter.call).
+_SCATTERS_INTO_BASE = frozenset({"aten.slice_scatter.default"})
 
 
 def _cat(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
@@ -2736,6 +2739,13 @@ class _Converter:
             # zeros of a slice of length 0 on their way into a cat that skips them).
             self.env[node] = empty
             return
+        if _op_name(target) in _SCATTERS_INTO_BASE and len(node.args) > 1:
+            base, src = (self.env.get(a) if _hashable(a) else None for a in node.args[:2])
+            if isinstance(src, _Empty) and isinstance(base, (_Tensor, _Empty)):
+                # writing no elements into the base leaves it as it was: the result is the
+                # base's value (Qwen3.5's slice_scatter of a slice of length 0)
+                self.env[node] = base
+                return
         if _mutates(target):
             raise UnsupportedModel(
                 f"node {node.name!r} ({_op_name(target)}) writes to its input in place; the IR "

@@ -199,8 +199,9 @@ class EmptyTensors(nn.Module):
     """Tensors of no elements on their way into a cat, as models make them: DINOv3's register
     tokens when a config asks for none (an empty parameter, expanded), Flaubert's cat with
     ``torch.tensor([])`` (an empty lifted constant, 1-d: torch skips it whatever the other
-    operands' axes), DeepSeek-V4's zeros like a slice of length 0, and an op of empty
-    tensors only (its result folds: it reads no value)."""
+    operands' axes), DeepSeek-V4's zeros like a slice of length 0, an op of empty
+    tensors only (its result folds: it reads no value), and Qwen3.5's write of nothing into
+    a slice (a slice_scatter of an empty tensor: its base)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -210,7 +211,10 @@ class EmptyTensors(nn.Module):
         registers = self.tokens.expand(x.shape[0], -1, -1)
         legacy = torch.cat([torch.tensor([]), x.reshape(-1)])
         zeros = x[:, :0].new_zeros((1, 0, 4)).unsqueeze(1)
+        written = x * 1.5
+        written[:, 2:2] = x[:, :0] + 1  # (nothing written)
         return (
+            written,
             torch.cat([x, registers, x * 2], dim=1),
             legacy * 3,
             torch.cat([zeros, x.unsqueeze(1)], dim=2) + 1,
