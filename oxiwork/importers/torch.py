@@ -2119,6 +2119,26 @@ def _index_put(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         return "it accumulates (index_put with accumulate=True); the library's index_put writes"
     if not isinstance(indices, list | tuple) or len(indices) != 1 or indices[0] is None:
         return "it indexes other than the leading axis by one tensor; the library's index_put does that only"
+    mask = indices[0]
+    if (
+        isinstance(mask, _Arg)
+        and isinstance(x, _Arg)
+        and isinstance(values, _Arg)
+        and mask.base.dtype == "bool"
+        and tuple(mask.shape) == tuple(x.shape)
+        and math.prod(values.shape) == 1
+    ):
+        # x[mask] = v of one value (GraniteSpeech's x[mask] = pad): where(mask, v, x), the
+        # value broadcast (where's dtype rule refuses a v that torch would convert first)
+        args = [mask, values, x]
+        return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
+    if isinstance(mask, _Arg) and mask.base.dtype == "bool":
+        return (
+            f"it writes by a bool mask of shape {tuple(mask.shape)} into {tuple(x.shape)}"
+            + ("" if not isinstance(values, _Arg) else f", values of shape {tuple(values.shape)}")
+            + "; the library computes x[mask] = v as where only for a mask of x's shape and "
+            "one value"
+        )
     why = _plain(call, [x, indices[0], values], reshape_ok=False)
     return why or ("index_put", {}, [x, indices[0], values])
 

@@ -112,3 +112,33 @@ def test_grouped_matmul_reads_a_transposed_weight_in_place_and_matches_eager() -
     for fusion in (False, True):  # bfloat16 products summed in float32, rounded once: exact
         (got,) = _simulated(model, fusion)
         np.testing.assert_array_equal(got, eager[0])
+
+
+class MaskedFill(nn.Module):
+    """``x[mask] = v`` with one value ``v`` (GraniteSpeech pads its token ids so), on ids
+    and on floats, with a mask of the same shape (a value of another dtype too, which torch
+    converts first), and a mask over fewer axes (opaque)."""
+
+    def forward(self, ids: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ids = ids.clone()
+        ids[ids % 3 == 0] = torch.tensor(7)
+        y = x * 2
+        y[x > 0.5] = torch.tensor(-1.0)
+        z = x.clone()
+        z[x < 0.2] = torch.tensor(3)  # an int64 value into float32
+        rows = x.clone()
+        rows[x[:, 0] > 0.5] = torch.tensor(0.0)  # a mask over the rows only
+        return ids, y, z, rows
+
+
+def test_a_masked_fill_by_index_put_of_one_value_is_where() -> None:
+    ids = torch.arange(16).reshape(2, 8)
+    x = torch.rand(2, 8, generator=torch.Generator().manual_seed(0))
+    model, eager = import_with_eager(MaskedFill(), (ids, x))
+    (row,) = model.opaque  # the mask over the rows; where converts the int64 value as torch
+    assert "bool mask of shape (2,) into (2, 8)" in row.reason
+    assert sum(k.op == "where" for k in model.graph.kernels()) == 3
+    for fusion in (False, True):
+        for got, want in zip(_simulated(model, fusion), eager, strict=True):
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
