@@ -1247,10 +1247,10 @@ def fuse(graph: ComputeGraph, *, max_group_size: int = 16) -> PassResult:
 
 def _fuse(graph: ComputeGraph, max_group_size: int) -> PassResult:
     before = peak_live_bytes(graph)
-    # Rounds until nothing more merges: undoing a group or collapsing one changes the
-    # post-dominators and the peak, which can make a merge refused earlier legal. Fused
-    # kernels never join another group, so every group is a list of original kernels and
-    # running ``fuse`` on its own result changes nothing.
+    # Rounds until nothing more merges: undoing a group changes the post-dominators and the
+    # peak, which can make a merge refused earlier legal (a round that undid none is the
+    # last, see below). Fused kernels never join another group, so every group is a list of
+    # original kernels and running ``fuse`` on its own result changes nothing.
     new, after, groups, removed = graph, before, [], []
     known: dict[NodeId, _Info | str] = {}
     sources: dict[Any, bool] = {}  # fused programs whose CUDA C was generated
