@@ -505,11 +505,11 @@ def _leaves(x: Any) -> list[Any]:
 
 def _drop_unread_externals(conv: Any, graph: ComputeGraph, keep: Sequence[str]) -> ComputeGraph:
     """``graph`` without the external buffers nothing reads any more but those named in
-    ``keep`` (the user's inputs, the outputs), and their values dropped from ``conv``: folded constants
-    read only by ops that folded too (roll's ``arange``), and parameters or buffers read
-    only by ops that made no kernel (LFM's rotary frequencies of attention layers a config
-    has none of, read into results nothing uses). A plan reads no such buffer, so the
-    simulator would refuse its value as an input it does not know."""
+    ``keep`` (the user's inputs, the outputs), and their values dropped from ``conv``:
+    folded constants read only by ops that folded too (roll's ``arange``), and parameters or
+    buffers read only by ops that made no kernel (LFM's rotary frequencies of attention
+    layers a config has none of). A plan reads no such buffer, so the simulator would
+    refuse its value as an input it does not know."""
     used = {b for n in graph.nodes for b in (*n.inputs, *n.outputs)}
     used |= {graph.storage(b) for b in used}  # (a view read: its base too)
     dead = {b.name for b in graph.buffers if b.name in conv.values and b.id not in used}
