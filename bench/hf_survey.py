@@ -17,8 +17,10 @@ row ends as:
 * ``whole, amplified``: further from eager than that, but no further from a float64 eager
   run than twice float32 eager's own distance from it (plus 2e-5): random weights without
   normalisation amplify rounding, and the plan sums in another order than eager;
-* ``opaque``: imported with opaque kernels (their reasons are listed);
-* ``WRONG``: simulates further from eager than that: a bug to chase;
+* ``opaque``: imported with opaque kernels (their reasons are listed), simulating as the
+  rows above;
+* ``WRONG``: an output's shape, dtype or integer values differ from eager's, or its floats
+  are further off than the rows above allow, opaque kernels or not: a bug to chase;
 * ``refused``: the importer refused the program as one today's IR cannot express
   (``UnsupportedModel``: an empty tensor, a mutated buffer, ...; the reason is listed);
 * ``oxiwork error``: the import, the plan or the simulation raised anything else: a bug;
@@ -228,27 +230,30 @@ def one(kind: str, model_cls: str, config_cls: str) -> dict[str, Any]:
         run = SequentialExecutor(plan).run(imported.inputs)
         got = imported.outputs_from(run.outputs)
         eager = imported.eager_outputs
-        worst = 0.0
+        worst, exact = 0.0, True  # (exact: shapes, dtypes and every non-float value equal)
         for out, want in zip(got, eager, strict=True):
             if out.shape != want.shape or out.dtype != want.dtype:
-                worst = float("inf")
+                exact = False
             elif want.size and want.dtype.kind in "fc":
                 scale = float(np.max(np.abs(want))) or 1.0
                 worst = max(worst, float(np.max(np.abs(out.astype(np.float64) - want))) / scale)
             elif want.size:
-                worst = max(worst, float(np.count_nonzero(out != want)))
-        row["worst"] = worst
-        if imported.opaque:
+                exact = exact and bool(np.array_equal(out, want))
+        row["worst"] = worst if exact else float("inf")
+        amplified = True
+        if exact and worst > OF_LARGEST:
+            amplified, ratio = _amplified(model, kw, got, eager)
+            row["ours_over_eager_from_float64"] = ratio
+        if not exact or not amplified:  # (opaque kernels or not: other values are a bug)
+            row["outcome"] = "WRONG"
+        elif imported.opaque:
             row["outcome"] = "opaque"
+        else:
+            row["outcome"] = "whole" if worst <= OF_LARGEST else "whole, amplified"
+        if imported.opaque:
             row["detail"] = dict(
                 collections.Counter(f"{o.target}: {o.reason[:120]}" for o in imported.opaque)
             )
-        elif worst <= OF_LARGEST:
-            row["outcome"] = "whole"
-        else:
-            amplified, ratio = _amplified(model, kw, got, eager)
-            row["outcome"] = "whole, amplified" if amplified else "WRONG"
-            row["ours_over_eager_from_float64"] = ratio
     except Exception as e:
         text = f"{type(e).__name__}: {str(e)[:300]}"
         if isinstance(e, BudgetExceeded):

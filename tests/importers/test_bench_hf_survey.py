@@ -103,3 +103,36 @@ def test_what_the_ir_cannot_express_is_refused_and_anything_else_is_an_error() -
         oxiwork.SequentialExecutor = real
     assert (row["outcome"], row["stage"]) == ("oxiwork error", "simulate")
     assert row["detail"].startswith("IndexError") and "Traceback" in row["traceback"]
+
+
+class _Ids(torch.nn.Module):
+    def forward(self, ids: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return ids * 2, torch.relu(x)
+
+
+@pytest.mark.parametrize("which", ["mul", "relu"])
+def test_other_values_are_wrong_even_integers_off_by_one(which: str) -> None:
+    import types
+
+    import oxiwork  # (one() imports the executor from it when it runs)
+
+    survey = load("hf_survey")
+    inputs = {"ids": torch.arange(6), "x": torch.linspace(-1, 1, 6)}
+    survey.make = lambda *_: (_Ids().eval(), inputs)
+    real = oxiwork.SequentialExecutor
+
+    class Off:  # the real run with one output moved: the ids by one, the floats by 1%
+        def __init__(self, plan: object) -> None:
+            self.real = real(plan)
+
+        def run(self, values: object) -> object:
+            outs = dict(self.real.run(values).outputs)  # (the outputs 'mul' and 'relu')
+            outs[which] = outs[which] + (1 if which == "mul" else np.float32(0.01))
+            return types.SimpleNamespace(outputs=outs)
+
+    try:
+        oxiwork.SequentialExecutor = Off
+        row = survey.one("ids", "Ids", "IdsConfig")
+    finally:
+        oxiwork.SequentialExecutor = real
+    assert row["outcome"] == "WRONG", row
