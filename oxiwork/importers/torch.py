@@ -1047,7 +1047,11 @@ def _batch_norm(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
 
 
 def _where(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-    args = list(call.args[:3])
+    return _where_of(call, list(call.args[:3]))
+
+
+def _where_of(call: _Call, args: list[Any]) -> tuple[str, dict[str, float], list[_Arg]] | str:
+    """``call`` as the library's where of ``args`` (condition, then, else), or why not."""
     return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
 
 
@@ -2130,8 +2134,7 @@ def _index_put(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     ):
         # x[mask] = v of one value (GraniteSpeech's x[mask] = pad): where(mask, v, x), the
         # value broadcast (where's dtype rule refuses a v that torch would convert first)
-        args = [mask, values, x]
-        return _plain(call, args) or _broadcasts(call, args) or ("where", {}, args)
+        return _where_of(call, [mask, values, x])
     if isinstance(mask, _Arg) and mask.base.dtype == "bool":
         return (
             f"it writes by a bool mask of shape {tuple(mask.shape)} into {tuple(x.shape)}"

@@ -82,7 +82,9 @@ class _EmptyOut(torch.nn.Module):
         return x[:, :0]
 
 
-def test_what_the_ir_cannot_express_is_refused_and_anything_else_is_an_error() -> None:
+def test_what_the_ir_cannot_express_is_refused_and_anything_else_is_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     survey = load("hf_survey")
     survey.make = lambda *_: (_EmptyOut().eval(), {"x": torch.ones(3, 4)})
     row = survey.one("empty", "Empty", "EmptyConfig")
@@ -95,12 +97,8 @@ def test_what_the_ir_cannot_express_is_refused_and_anything_else_is_an_error() -
     survey.make = lambda *_: (torch.nn.ReLU(), {"input": torch.ones(3)})
     import oxiwork  # (one() imports the executor from it when it runs)
 
-    real = oxiwork.SequentialExecutor
-    try:
-        oxiwork.SequentialExecutor = broken
-        row = survey.one("relu", "ReLU", "ReLUConfig")
-    finally:
-        oxiwork.SequentialExecutor = real
+    monkeypatch.setattr(oxiwork, "SequentialExecutor", broken)
+    row = survey.one("relu", "ReLU", "ReLUConfig")
     assert (row["outcome"], row["stage"]) == ("oxiwork error", "simulate")
     assert row["detail"].startswith("IndexError") and "Traceback" in row["traceback"]
 
@@ -111,7 +109,9 @@ class _Ids(torch.nn.Module):
 
 
 @pytest.mark.parametrize("which", ["mul", "relu"])
-def test_other_values_are_wrong_even_integers_off_by_one(which: str) -> None:
+def test_other_values_are_wrong_even_integers_off_by_one(
+    which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import types
 
     import oxiwork  # (one() imports the executor from it when it runs)
@@ -130,9 +130,6 @@ def test_other_values_are_wrong_even_integers_off_by_one(which: str) -> None:
             outs[which] = outs[which] + (1 if which == "mul" else np.float32(0.01))
             return types.SimpleNamespace(outputs=outs)
 
-    try:
-        oxiwork.SequentialExecutor = Off
-        row = survey.one("ids", "Ids", "IdsConfig")
-    finally:
-        oxiwork.SequentialExecutor = real
+    monkeypatch.setattr(oxiwork, "SequentialExecutor", Off)
+    row = survey.one("ids", "Ids", "IdsConfig")
     assert row["outcome"] == "WRONG", row
