@@ -70,6 +70,41 @@ def timed(fn, *args, **kw):
     return out, time.perf_counter() - t0
 
 
+def reference_seconds() -> float:
+    """Seconds a fixed pure-Python workload takes on this machine now: Kahn's topological
+    order of a seeded random 200k-node DAG kept in lists, dicts and sets, the interpreter
+    work the passes do. Timed beside the builds, it says how fast the machine ran during
+    them, so runs on different machines (or one machine at busier times) can be compared:
+    the targets are absolute seconds, the machine is not."""
+    import random
+
+    rng = random.Random(14)
+    n = 200_000
+    gc.disable()  # as the builds run (ExecutionPlan.build pauses the collector)
+    t0 = time.perf_counter()
+    succ: list[list[int]] = [[] for _ in range(n)]
+    indeg = dict.fromkeys(range(n), 0)
+    for v in range(1, n):
+        for u in {rng.randrange(max(0, v - 64), v) for _ in range(2)}:
+            succ[u].append(v)
+            indeg[v] += 1
+    ready = [v for v, k in indeg.items() if not k]
+    order = []
+    seen: set[int] = set()
+    while ready:
+        v = ready.pop()
+        order.append(v)
+        seen.add(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if not indeg[w]:
+                ready.append(w)
+    seconds = time.perf_counter() - t0
+    gc.enable()
+    assert len(order) == n == len(seen)
+    return seconds
+
+
 def bench_graph(shape: str, n: int, cap: int, max_pairs: int, rows: dict[str, list[str]]) -> None:
     g: ComputeGraph = synthetic(n, shape)
     fres, tf = timed(fuse, g)
@@ -164,7 +199,9 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
     # what each plan is (the same in every round: builds are deterministic), kept as plain
     # values so that no plan outlives its round into the next build's timing
     shown: dict[tuple[str, int], str] = {}
+    reference: list[float] = []
     for r in range(repeat):
+        reference.append(reference_seconds())
         for n in sizes:
             for shape in shapes:
                 plan = None  # the last build's plan is freed here, not inside the next timing
@@ -226,6 +263,12 @@ def build_table(sizes: list[int], shapes: list[str], cap: int, repeat: int = 1) 
                 flush=True,
             )
     print(f"\nLoad average at the end: {os.getloadavg()[0]:.2f}")
+    print(
+        f"\nReference workload (fixed pure-Python work, once per round, see "
+        f"reference_seconds): {statistics.median(reference):.3f} s "
+        f"({min(reference):.3f}-{max(reference):.3f} s). The targets are absolute seconds; "
+        "compare runs on different machines by this number."
+    )
     print(
         "\n'of which collector' is CPU time inside the build spent in garbage collections "
         "(counted in 'rest'); 'objects left' counts the container objects the last build made "
