@@ -146,11 +146,13 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_erf(xs: Arrays) -> np.ndarray:
-    # torch's exact GELU as its CPU kernel rounds it: 0.5x + 0.5x * erf(x / sqrt 2), which
-    # gives +0.0 at -0.0 and at large negative x (0.5x * (1 + erf) would give -0.0)
+    # torch's exact GELU as ATen rounds it, on CUDA and in its own CPU kernel alike:
+    # (x * 0.5) * (1 + erf(x / sqrt 2)), so -0.0 at -0.0 and at large negative x, NaN at
+    # -inf. (oneDNN's CPU kernel, which eager may use instead, differs by the machine's
+    # ISA: +0.0 there with AVX2, NaN at +inf with AVX-512.)
     x = np.asarray(xs[0], F32)
-    h = x * F32(0.5)
-    return h + h * _erf(x * F32(0.70710678118654752))
+    with np.errstate(invalid="ignore"):  # -inf * 0: NaN, as in C
+        return (x * F32(0.5)) * (F32(1.0) + _erf(x * F32(0.70710678118654752)))
 
 
 def _silu(xs: Arrays, out: np.ndarray | None = None) -> np.ndarray:
@@ -704,12 +706,12 @@ ELEMENTWISE_OPS: tuple[OpDef, ...] = (
     # running statistics): the same expression, stopped before the scale and shift, so no
     # multiplication by 1 or addition of 0 (which would turn a -0.0 result into +0.0)
     _batch_norm_op("batch_norm_plain", affine=False),
-    # gelu_erf and its two reads of 0.5x: the default rule (a temporary, then a copy)
+    # gelu_erf and its two reads of x: the default rule (a temporary, then a copy)
     _ew(
         "gelu_erf",
         1,
         _gelu_erf,
-        f"(0.5f * {{0}} + 0.5f * {{0}} * erff({{0}} * {_SQRT1_2}))",
+        f"({{0}} * 0.5f * (1.0f + erff({{0}} * {_SQRT1_2})))",
         flops=14.0,
         inplace=False,
     ),
