@@ -1242,6 +1242,22 @@ def _softmax_extra(call: _Call) -> str | None:
     return "it computes in float32 from half" if len(call.args) > 2 and call.args[2] else None
 
 
+def _extreme(which: str) -> _Rule:
+    """amax/amin (and max/min's values): of floats the block reductions (``amax`` over the
+    last axis alone), of integers ``amax_int_dims``/``amin_int_dims``, exact in their dtype."""
+    floats = _any_axes(f"a{which}_dims", "amax" if which == "max" else None)
+    ints = _any_axes(f"a{which}_int_dims", None)
+
+    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
+        x = call.args[0]
+        return ints(call) if isinstance(x, _Arg) and x.base.dtype in INT_DTYPES else floats(call)
+
+    return rule
+
+
+_EXTREMES = {w: _extreme(w) for w in ("max", "min")}
+
+
 def _sum(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
     """A sum over dims: of floats, sum_dims; of bool and integers (int64 in torch),
     sum_int_dims, exact in int64; of bool over fewer than 2**24 elements, count_dims (a
@@ -2497,15 +2513,18 @@ _LIBRARY: dict[str, _Rule] = {
     },
     "aten.mean.dim": _mean_dims,
     "aten.mean.default": _mean_dims,  # of every element
-    "aten.amax.default": _any_axes("amax_dims", "amax"),
-    "aten.amin.default": _any_axes("amin_dims", None),
+    "aten.amax.default": _EXTREMES["max"],
+    "aten.amin.default": _EXTREMES["min"],
+    # torch.max(x) / torch.min(x): over every element, as amax/amin (NaN propagates)
+    "aten.max.default": _EXTREMES["max"],
+    "aten.min.default": _EXTREMES["min"],
     # argmax/argmin over one dim, or the flattened tensor (dim None)
     "aten.argmax.default": _arg_extreme("argmax"),
     "aten.argmin.default": _arg_extreme("argmin"),
     # torch.max/min over a dim: the values (NaN-propagating, as amax/amin) and the indices
     # (of the first extreme, a NaN counting as one, as argmax/argmin), one kernel each used
-    "aten.max.dim": _values_or_indices(_any_axes("amax_dims", "amax"), _arg_extreme("argmax")),
-    "aten.min.dim": _values_or_indices(_any_axes("amin_dims", None), _arg_extreme("argmin")),
+    "aten.max.dim": _values_or_indices(_EXTREMES["max"], _arg_extreme("argmax")),
+    "aten.min.dim": _values_or_indices(_EXTREMES["min"], _arg_extreme("argmin")),
     "aten.var.correction": _spread("var_dims"),
     "aten.std.correction": _spread("std_dims"),
     "aten.linalg_vector_norm.default": _vector_norm,

@@ -1401,17 +1401,55 @@ def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
     return _element_loop(name, reference, body, _arg_int_dtype)
 
 
+def _extreme_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+    if dtypes[0] not in INT_DTYPES:
+        raise DtypeProblem(
+            f"input 0 is {dtypes[0]}; amax_int_dims/amin_int_dims compare int32 and int64 "
+            "values (floats: amax_dims, amin_dims)"
+        )
+    return dtypes[0]
+
+
+def _extreme_int_op(name: str, cmp: str, pick: np.ufunc) -> OpDef:
+    """An element-loop max or min of integers over ``axes`` (``keepdim``), in the input's
+    dtype, compared exactly as ``long long``: the block reductions compare floats, which
+    cannot tell int64s 2**24 apart (torch.max(lengths) of int64 lengths). ``cmp``: ``>`` or
+    ``<``; ``pick``: np.maximum or np.minimum."""
+
+    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
+        params = {"axes": axes, "keepdim": keepdim}
+        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
+        return pick.reduce(rows, axis=-1).reshape(_dims_shape([xs[0].shape], params))
+
+    def body(j: int, x: str, at: str, n: str) -> list[str]:
+        return [
+            f"long long t{j} = 0;",
+            f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
+            f"    long long v{j} = (long long){x}[{at}];",
+            f"    if (q{j} == 0 || v{j} {cmp} t{j}) {{",
+            f"        t{j} = v{j};",
+            "    }",
+            "}",
+        ]
+
+    return _element_loop(name, reference, body, _extreme_int_dtype)
+
+
 _LOOPS: tuple[OpDef, ...] = (
     _loop_op("prod_dims", "*", 1, np.multiply),
     _loop_op("sum_int_dims", "+", 0, np.add),
     _arg_int_op("argmax_int_dims", ">", np.argmax),
     _arg_int_op("argmin_int_dims", "<", np.argmin),
+    _extreme_int_op("amax_int_dims", ">", np.maximum),
+    _extreme_int_op("amin_int_dims", "<", np.minimum),
 )
 """``prod_dims`` (torch.prod: float dtypes in float32 math, in order, rounded once to their
 dtype; bool and integers in int64) and ``sum_int_dims`` (bool and integers only, int64)
 over ``axes`` with ``keepdim``, as ``sum_dims``; ``argmax_int_dims``, ``argmin_int_dims``
 (int32 and int64: the int64 index of the first extreme over one axis or every one, as
-torch.argmax of an integer tensor: CLIP's text pooler finds its end token so).
+torch.argmax of an integer tensor: CLIP's text pooler finds its end token so);
+``amax_int_dims``, ``amin_int_dims`` (int32 and int64, in their dtype: torch.max and
+torch.amax of an integer tensor, exact where the float block reductions are not).
 
 >>> import numpy as np
 >>> x = np.array([[2**40, 2**30], [3, -4]])
@@ -1419,6 +1457,8 @@ torch.argmax of an integer tensor: CLIP's text pooler finds its end token so).
 [0, -12]
 >>> get("sum_int_dims").reference([x > 0], axes=0.0, keepdim=0.0).tolist()
 [3]
+>>> get("amax_int_dims").reference([x + 1], axes=0.0, keepdim=0.0).tolist()  # 2**40 + 1: exact
+[1099511627777]
 """
 
 

@@ -284,6 +284,32 @@ def test_integer_argmax_and_argmin_compare_exactly() -> None:
     assert_simulates_exactly(model, eager)
 
 
+class IntMaxima(nn.Module):
+    """The values: torch.max/min of an integer tensor (XLM's lengths.max()), over every
+    element or a dim, amax and amin."""
+
+    def forward(self, ids: torch.Tensor, big: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.max(big),
+            ids.to(torch.int).min(),
+            big.amax(0, keepdim=True),
+            torch.max(big, 1).values,
+            torch.min(ids.to(torch.int), 0).values,
+            ids.amin(dim=(0, 1)),
+        )
+
+
+def test_integer_max_and_min_are_exact_in_their_dtype() -> None:
+    # int64 values 1 apart past 2**53: float32 block reductions could not tell them apart
+    ids = torch.tensor([[3, 9, 9, 1], [4, 4, 0, 2]])
+    big = torch.tensor([[2**62, 2**62 + 1, -(2**63)], [2**62 + 1, 2**62 + 3, -(2**63) + 1]])
+    model, eager = import_with_eager(IntMaxima(), (ids, big))
+    assert model.opaque == (), model.opaque_counts()
+    used = sorted(n.op for n in model.graph.kernels() if "_int_dims" in (n.op or ""))
+    assert used == ["amax_int_dims"] * 3 + ["amin_int_dims"] * 3
+    assert_simulates_exactly(model, eager)
+
+
 def test_a_bool_sum_of_2_to_the_24_elements_is_exact() -> None:
     # count_dims counts in float (exact below 2**24): from there on sum_int_dims, in int64
     class Count(nn.Module):

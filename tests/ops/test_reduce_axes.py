@@ -131,7 +131,7 @@ def _run_c(graph, node, arrays, so_dir):
     bound = bind(graph, node)
     return run_kernel(
         ks.source, ks.function_name, arrays, list(bound.out_shapes), ks.scalar_args, so_dir,
-        out_dtypes=[NP[d] for d in bound.out_dtypes],
+        out_dtypes=[LOOP_NP[d] for d in bound.out_dtypes],
     )  # fmt: skip
 
 
@@ -465,8 +465,9 @@ def _loop_graph(name, dtype, shape, params, epilogue=False):
     ).finish()
     if epilogue:
         out = b.alloc_buffer("out", size, dtype=odt, shape=out_shape)
-        b.add_kernel("neg", 2, 32).op("neg" if odt != "int64" else "scale").params(
-            **({} if odt != "int64" else {"alpha": -1.0})
+        ints = odt in ("int32", "int64")  # (neg computes on floats; scale by -1 on ints)
+        b.add_kernel("neg", 2, 32).op("scale" if ints else "neg").params(
+            **({"alpha": -1.0} if ints else {})
         ).inputs([r]).outputs([out]).fusible(True).finish()
     return b.build()
 
@@ -487,11 +488,11 @@ def _bits(got: np.ndarray, want: np.ndarray, what: str) -> None:
 # ------------------------------------------------------------ argmax_int_dims, argmin_int_dims
 @st.composite
 def int_arg_cases(draw):
-    """(op, dtype, x, axes, keepdim), as loop_cases: an argmax or argmin of int32 or int64
-    over one axis or every one, values near the int64 ends (which float32 cannot tell apart)
-    and many ties."""
+    """(op, dtype, x, axes, keepdim), as loop_cases: an argmax, argmin, max or min of int32
+    or int64 over one axis or every one, values near the int64 ends (which float32 cannot
+    tell apart) and many ties."""
     shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
-    name = draw(st.sampled_from(["argmax_int_dims", "argmin_int_dims"]))
+    name = draw(st.sampled_from(sorted(INT_EXTREMA)))
     dtype = draw(st.sampled_from(["int32", "int64"]))
     lim = np.iinfo(dtype)
     el = st.one_of(st.sampled_from([*BIG_INTS, 2**62 + 1, 2**62]), st.integers(-2, 2))
@@ -561,7 +562,7 @@ class TestLoopReductions:
         cases += [("sum_int_dims", d, e) for d in ("bool", "int32", "int64") for e in (False, True)]
         cases += [
             (n, d, e)
-            for n in ("argmax_int_dims", "argmin_int_dims")
+            for n in sorted(INT_EXTREMA)
             for d in ("int32", "int64")
             for e in (False, True)
         ]
@@ -575,22 +576,37 @@ class TestLoopReductions:
         nvrtc_compile("\n".join(sources), "loop_reductions")
 
 
+# the integer extrema -> the torch function each computes
+INT_EXTREMA = {
+    "argmax_int_dims": "argmax",
+    "argmin_int_dims": "argmin",
+    "amax_int_dims": "amax",
+    "amin_int_dims": "amin",
+}
+
+
 class TestIntArgExtrema:
     @SETTINGS
     @given(case=int_arg_cases())
-    def test_reference_is_torchs_first_extreme(self, case) -> None:
+    def test_reference_is_torchs(self, case) -> None:
+        # the index of the first extreme (int64), or the extreme itself in the input's dtype
         import torch
 
         name, dtype, x, axes, keep = case
         params = {"axes": axes_mask(axes or None, x.ndim), "keepdim": float(keep)}
         got = evaluate(_loop_graph(name, dtype, x.shape, params), {"x": x})["out"]
-        fn = torch.argmax if name == "argmax_int_dims" else torch.argmin
-        want = fn(torch.from_numpy(x), dim=axes[0] if axes else None, keepdim=keep).numpy()
-        assert got.dtype == np.int64
+        fn = getattr(torch, INT_EXTREMA[name])
+        if name.startswith("arg"):
+            want = fn(torch.from_numpy(x), dim=axes[0] if axes else None, keepdim=keep).numpy()
+            assert got.dtype == np.int64
+        else:
+            want = fn(torch.from_numpy(x), dim=tuple(axes), keepdim=keep).numpy()
+            assert got.dtype == x.dtype
         np.testing.assert_array_equal(got, want.reshape(got.shape))
 
     def test_refuses_floats_and_bool(self) -> None:
         p = {"axes": 0.0, "keepdim": 0.0}
-        for dtype in ("float32", "bool"):
-            with pytest.raises(InvalidArgument, match=rf"input 0 is {dtype}; argmax_int"):
-                ops.infer_dtype(ops.get("argmax_int_dims"), [dtype], p, "t")
+        for name in ("argmax_int", "amax_int", "amin_int"):
+            for dtype in ("float32", "bool"):
+                with pytest.raises(InvalidArgument, match=rf"input 0 is {dtype}; .*{name}"):
+                    ops.infer_dtype(ops.get(f"{name}_dims"), [dtype], p, "t")
