@@ -166,6 +166,13 @@ class ExecutionError(GraphError):
     """A step failed while executing a plan; names the step, node and buffer."""
 
 
+class CheckFailed(ExecutionError):
+    """A run-time check of the program (a kernel of an op with ``OpDef.check``, such as a
+    model's ``torch._check`` kept by ``torch.export``) found its condition false: the inputs
+    break a condition the program itself requires, and eager PyTorch raises there too. The
+    simulator raises it at the check's step, a GPU executor's ``run`` after the run."""
+
+
 class IterationLimit(ExecutionError):
     """A WHILE node ran ``max_iterations`` times and its condition was still non-zero: the
     body never ends the loop (on a GPU it would hang). Raised instead of running on."""

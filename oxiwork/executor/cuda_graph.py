@@ -62,7 +62,7 @@ from oxiwork.executor.lowering import (
     pack_args,
 )
 from oxiwork.executor.nvrtc import KernelCache, ModuleSource, compile_cuda
-from oxiwork.executor.plan import ExecutionPlan
+from oxiwork.executor.plan import ExecutionPlan, check_steps, raise_failed_checks
 from oxiwork.executor.update import UpdateReport, check_update
 from oxiwork.node import KernelConfig
 from oxiwork.reference import generated_input
@@ -369,6 +369,7 @@ class _PlanExecutor:
                 "ExecutionPlan.build(graph)"
             )
         plan.verify()  # refuse a plan that is not safe to run (checked once per plan)
+        self._checks = check_steps(plan)  # read back after every run
         # Host seconds of each set-up phase, in order (CudaGraphExecutor's docstring).
         self.setup_s: dict[str, float] = {}
         try:
@@ -453,6 +454,7 @@ class _PlanExecutor:
                     "max_iterations if the loop really needs more"
                 )
         outputs = read_outputs(self._memory, self.desc)
+        raise_failed_checks(self._checks, outputs)  # (the plan's torch._check conditions)
         t4 = time.perf_counter()
         gpu_ms = s.elapsed_ms(self._start, self._stop)
         return outputs, GpuTimings(gpu_ms, t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)
@@ -705,6 +707,7 @@ class CudaGraphExecutor(_PlanExecutor):
         CUDA's rules allow it (:func:`~oxiwork.executor.update.check_update`), else
         ``"reinstantiated"``; ``last_update`` keeps the report saying why."""
         s = self._require()
+        checks = check_steps(plan)  # (refused before anything changes)
         times: dict[str, float] = {}
         with _timed(times, "lower_s"):
             desc = lower(
@@ -755,7 +758,7 @@ class CudaGraphExecutor(_PlanExecutor):
         if memory is not old_memory:
             _free_memory(s, old_memory)
         self._graph, self._handles, self._memory = graph, handles, memory
-        self.plan, self.desc = plan, desc
+        self.plan, self.desc, self._checks = plan, desc, checks
         self.last_update_s = times
         return how
 

@@ -28,9 +28,10 @@ import numpy as np
 
 from oxiwork.analysis import paused_gc
 from oxiwork.analysis.happens_before import ClockArrays, VectorClocks, plan_clocks
-from oxiwork.error import InvalidPlan, UnorderedAccess
+from oxiwork.error import CheckFailed, ExecutionError, InvalidPlan, UnorderedAccess, UnsupportedOp
 from oxiwork.graph import ComputeGraph, _edges_np, _positional
 from oxiwork.node import BufferId, KernelConfig, MemcpyDir, NodeId, NodeKind, StreamId
+from oxiwork.ops import get as get_op
 from oxiwork.optimizer.fusion import peak_live_bytes
 from oxiwork.optimizer.memory_pass import MemoryReport
 from oxiwork.optimizer.stream import StreamAssignment, streams_pay
@@ -593,6 +594,71 @@ def _lower(
         trace=trace,
         options=options,
     )
+
+
+def check_steps(plan: ExecutionPlan) -> list[PlanStep]:
+    """The plan's run-time checks: its kernel steps whose op is a check (``OpDef.check``).
+
+    Each writes one bool buffer that nothing reads, so every executor has it among its
+    outputs. Raises :class:`~oxiwork.error.UnsupportedOp` for a check inside a body graph
+    (a child graph's or a conditional's), which a GPU executor would not read back.
+
+    >>> from oxiwork import GraphBuilder
+    >>> b = GraphBuilder()
+    >>> x = b.alloc_external_buffer("x", 4, dtype="bool")
+    >>> ok = b.alloc_buffer("ok", 4, dtype="bool")
+    >>> _ = b.add_kernel("x is true", 1, 32).op("check").inputs([x]).outputs([ok]).finish()
+    >>> [s.name for s in check_steps(ExecutionPlan.build(b.build()))]
+    ['x is true']
+    """
+
+    def is_check(n: Any) -> bool:
+        op = get_op(n.op) if n.kind is NodeKind.KernelLaunch and n.op is not None else None
+        return op is not None and op.check
+
+    def refuse_in_bodies(n: Any) -> None:
+        for body in n.bodies:
+            for inner in body.nodes:
+                if is_check(inner):
+                    raise UnsupportedOp(
+                        f"the check {inner.name!r} lies in a body graph of {n.name!r}; a GPU "
+                        "executor reads back only the checks of the top-level graph: move it "
+                        "out of the body"
+                    )
+                refuse_in_bodies(inner)
+
+    node = plan.graph.node
+    found = []
+    for st in plan.steps:
+        n = node(st.node)
+        if is_check(n):
+            found.append(st)
+        refuse_in_bodies(n)
+    return found
+
+
+def failed_check() -> str:
+    """What :class:`~oxiwork.error.CheckFailed` says after naming the check's step."""
+    return (
+        "the run-time check is false: the inputs break a condition the program itself "
+        "checks (an imported model's torch._check, which eager PyTorch raises on too); give "
+        "inputs that meet it"
+    )
+
+
+def raise_failed_checks(checks: Sequence[PlanStep], outputs: dict[str, np.ndarray]) -> None:
+    """Raise :class:`~oxiwork.error.CheckFailed` for the first of ``checks`` (from
+    :func:`check_steps`) whose result in ``outputs`` (an executor's, by buffer name) is not
+    true everywhere; :class:`~oxiwork.error.ExecutionError` if a result is missing."""
+    for st in checks:
+        flag = outputs.get(st.outputs[0].name)
+        if flag is None:
+            raise ExecutionError(
+                f"the result of the run-time check {st.name!r} (buffer "
+                f"{st.outputs[0].name!r}) was not read back, so the run cannot be vouched for"
+            )
+        if not np.all(flag):
+            raise CheckFailed(f"step {st.index} {st.name!r}: {failed_check()}")
 
 
 def _step_at(graph: ComputeGraph, nodes: Sequence[NodeId]) -> np.ndarray:

@@ -63,6 +63,7 @@ import numpy as np
 
 from oxiwork.analysis.liveness import dead_buffers
 from oxiwork.error import (
+    CheckFailed,
     ExecutionError,
     GraphError,
     GraphWarning,
@@ -74,7 +75,7 @@ from oxiwork.error import (
     UnsupportedOp,
 )
 from oxiwork.executor.arena import Arena
-from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep
+from oxiwork.executor.plan import BufferArg, ExecutionPlan, PlanStep, failed_check
 from oxiwork.executor.races import find_races
 from oxiwork.graph import ComputeGraph
 from oxiwork.node import (
@@ -432,8 +433,9 @@ def _error(st: PlanStep, e: BaseException) -> ExecutionError:
     if len(st.outputs) > 1:
         writing += f" (and {', '.join(repr(a.name) for a in st.outputs[1:])})"
     cause = str(e) if isinstance(e, GraphError) else f"{type(e).__name__}: {e}"
-    # A WHILE node's bound keeps its own type, so callers can catch it.
-    err = (IterationLimit if isinstance(e, IterationLimit) else ExecutionError)(
+    # A WHILE node's bound and a failed check keep their own types, so callers can catch
+    # them.
+    err = (type(e) if isinstance(e, (IterationLimit, CheckFailed)) else ExecutionError)(
         f"while executing step {st.index} {st.name!r} (node {int(st.node)}, stream "
         f"{int(st.stream)}){writing}: {cause}"
     )
@@ -466,8 +468,10 @@ def _kernel(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> Non
         run_into(bound, ins, temps)
         for o, t in zip(outs, temps, strict=True):
             o[...] = t
-        return
-    run_into(bound, ins, outs)
+    else:
+        run_into(bound, ins, outs)
+    if bound.steps[0].op.check and not np.all(outs[0]):  # (checks never fuse: one step)
+        raise CheckFailed(failed_check())
 
 
 def _memcpy(m: _Machine, st: PlanStep, graph: ComputeGraph | None = None) -> None:

@@ -410,6 +410,40 @@ class _Empty:
     dtype: Any  # torch.dtype
 
 
+@dataclass(frozen=True, slots=True)
+class _Scalar:
+    """A value read from a computed tensor with ``.item()`` (``_local_scalar_dense``): data
+    the IR's static shapes and parameters cannot hold, kept in ``tensor``, its one-element
+    buffer. Only the comparisons and selections of ``torch.export``'s symbolic arithmetic
+    read one (:data:`_SCALAR_OPS`, computed as kernels on that buffer), and only to feed a
+    run-time check (``aten._assert_scalar``, a kernel of op ``check``); anything else that
+    reads one is refused."""
+
+    tensor: _Tensor
+    node: str  # the .item() node's name, for messages
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    """An argument of a call the importer makes up (a scalar's comparison), standing for a
+    value it holds under this key in the converter's environment."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # (hashed as itself, as an FX node is)
+class _MadeCall:
+    """A call the importer makes up, read by :meth:`_Converter.kernel` as it reads an FX
+    node: ``torch.export``'s scalar arithmetic on a :class:`_Scalar`, as the ATen op on its
+    buffer."""
+
+    target: Any
+    args: tuple[Any, ...]
+    name: str
+    meta: dict[str, Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 def _empty_value(val: Any) -> Any:
     """``val`` (a node's meta value) as :class:`_Empty` values if it is a tensor of no
     elements, or a tuple or list of only such tensors; else None."""
@@ -1215,9 +1249,13 @@ def _buffer_axes(
     ((0, 1), (2, 3))
     >>> _buffer_axes((2, 3, 4, 5), (4, 30), {0}) is None    # 4 = 2 x 2 splits axis 1
     True
+    >>> _buffer_axes((1,), (), set())  # all of a 0-d tensor (its buffer holds one element)
+    (0,)
     """
     if held == shape:
         return tuple(sorted(axes))
+    if len(axes) == len(shape):  # every axis of the reshape: every axis of the buffer (a
+        return tuple(range(len(held)))  # 0-d tensor's (1,) buffer among them)
     bs = [[d, k] for k, d in enumerate(held) if d != 1]
     xs = [[d, k] for k, d in enumerate(shape) if d != 1]
     kinds: dict[int, set[bool]] = {}  # buffer axis -> reduced?, per part
@@ -2222,6 +2260,34 @@ _SCORE_SCALES = {
     "aten.div.Tensor": "divisor",
     "aten.div.Scalar": "divisor",
 }
+# torch.export's symbolic arithmetic on .item() values that the importer computes (FX
+# target -> kind), made on first use (torch is imported lazily)
+_SCALAR_KINDS: dict[Any, str] = {}
+_SWAPPED_COMPARISON = {"ge": "le", "le": "ge", "gt": "lt", "lt": "gt", "eq": "eq", "ne": "ne"}
+
+
+def _scalar_ops() -> dict[Any, str]:
+    """FX target -> the converter's method for ``.item()``, the arithmetic on its values
+    and ``torch._check``'s assertion (:meth:`_Converter.item`, ``scalar_op``,
+    ``assert_scalar``)."""
+    if not _SCALAR_KINDS:
+        torch = _torch()
+        aten = torch.ops.aten
+        _SCALAR_KINDS.update(
+            {
+                operator.ge: "ge", operator.gt: "gt", operator.le: "le", operator.lt: "lt",
+                operator.eq: "eq", operator.ne: "ne", torch.sym_not: "not", torch.sym_ite: "ite",
+            }
+        )  # fmt: skip
+        _SCALAR_METHODS.update(dict.fromkeys(_SCALAR_KINDS, "scalar_op"))
+        _SCALAR_METHODS[aten.item.default] = "item"
+        _SCALAR_METHODS[aten._local_scalar_dense.default] = "item"
+        _SCALAR_METHODS[aten._assert_scalar.default] = "assert_scalar"
+    return _SCALAR_METHODS
+
+
+_SCALAR_METHODS: dict[Any, str] = {}
+
 _PASSIVE = frozenset({"aten._assert_tensor_metadata.default"})  # users that read nothing
 
 
@@ -2534,6 +2600,12 @@ _LIBRARY: dict[str, _Rule] = {
         for f in ("any", "all")
         for o in ("dim", "dims", "default")
     },
+    # torch._check's all-true test of a tensor, and its assertion on the value read back
+    "aten._is_all_true.default": _any_axes("all_dims", None),
+    "aten._is_any_true.default": _any_axes("any_dims", None),
+    "aten._assert_scalar.default": lambda call: (
+        _plain(call, call.args[:1]) or ("check", {}, list(call.args[:1]))
+    ),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten.upsample_nearest2d.vec": _upsample_nearest,
     "aten.upsample_nearest2d.default": _upsample_nearest,
@@ -2760,6 +2832,18 @@ class _Converter:
             self.attend(self.attention[node])
             return
         target = node.target
+        scalar = _scalar_ops()
+        if target in scalar:  # .item(), its comparisons and selections, torch._check
+            getattr(self, scalar[target])(node)
+            return
+        for a in node.all_input_nodes:
+            if isinstance(self.env.get(a), _Scalar):
+                raise UnsupportedModel(
+                    f"node {node.name!r} ({_op_name(target)}) reads {a.name!r}, a value read "
+                    "back from a tensor with .item() (data-dependent); the importer computes "
+                    "such values only for the model's run-time checks (torch._check), as the "
+                    "IR's shapes and parameters are static: keep the value a tensor"
+                )
         if target is operator.getitem:
             self.getitem(node)
             return
@@ -2977,6 +3061,145 @@ class _Converter:
         kb.op(op).fusible(True).inputs([self.ids[source]]).outputs([bid]).finish()
         return buf
 
+    # ------------------------------------------------------- .item() and run-time checks
+    def item(self, node: Any) -> None:
+        """``.item()`` (``_local_scalar_dense``): the number of a folded constant, else a
+        :class:`_Scalar` of the computed one-element tensor. Integers and bools only: a
+        Python float is a double, which a float32 buffer does not hold, so comparing it
+        could differ from eager."""
+        src = node.args[0]
+        folded = self._folded_value(src)
+        if folded is not None and folded.numel() == 1:
+            self.env[node] = folded.item()  # a constant: as eager reads it
+            return
+        v = self.env.get(src) if _hashable(src) else None
+        val = getattr(src, "meta", {}).get("val")
+        if not isinstance(v, _Tensor) or v.list_views or val is None or val.numel() != 1:
+            raise UnsupportedModel(
+                f"node {node.name!r} reads {getattr(src, 'name', src)!r} back with .item(), "
+                "which the importer takes of a computed one-element tensor only"
+            )
+        if v.base.dtype not in ("bool", "int32", "int64", "uint8", "int8", "int16"):
+            raise UnsupportedModel(
+                f"node {node.name!r} reads a {v.base.dtype} value back with .item(); the "
+                "importer keeps integer and bool values read so (a model's checks on counts "
+                "and masks): a float becomes a Python double, which its buffer does not hold"
+            )
+        self.env[node] = _Scalar(v, node.name)
+
+    def scalar_op(self, node: Any) -> None:
+        """``torch.export``'s arithmetic on ``.item()`` values: a comparison, ``sym_not`` or
+        ``sym_ite``. Of constants only it is computed now, as eager computes it; of a
+        :class:`_Scalar`, it is the ATen op on its buffer (``ge.Scalar``, ``logical_not``,
+        ``where.self``), another :class:`_Scalar`."""
+        torch = _torch()
+        aten = torch.ops.aten
+        kind = _SCALAR_KINDS[node.target]
+        args = []
+        for a in node.args:
+            if isinstance(a, torch.fx.Node):
+                if a not in self.env:
+                    raise UnsupportedModel(
+                        f"node {node.name!r} ({node.target!r}) reads {a.name!r}, which is no "
+                        "value the importer holds (symbolic-shape arithmetic?); export with "
+                        "static shapes"
+                    )
+                a = self.env[a]
+            args.append(a)
+        if not all(isinstance(a, (_Scalar, bool, int)) for a in args):
+            raise UnsupportedModel(
+                f"node {node.name!r} ({node.target!r}) computes on "
+                f"{', '.join(type(a).__name__ for a in args)}; the importer computes this "
+                "arithmetic on integers and bools read with .item() only"
+            )
+        if not any(isinstance(a, _Scalar) for a in args):
+            self.env[node] = node.target(*args)  # constants only: as eager computes them
+            return
+        if kind == "not":
+            target, operands, dtype = aten.logical_not.default, args, torch.bool
+        elif kind == "ite":
+            cond, yes, no = args
+            if not isinstance(cond, _Scalar):
+                self.env[node] = yes if cond else no
+                return
+            dtype = torch.bool if all(isinstance(b, bool) for b in (yes, no)) else torch.int64
+            branches = [self._scalar_constant(node, k, b, dtype) for k, b in ((1, yes), (2, no))]
+            target, operands = aten.where.self, [cond, *branches]
+        else:  # a comparison: of a scalar and a number, or of two scalars
+            x, y = args
+            if not isinstance(x, _Scalar):
+                x, y, kind = y, x, _SWAPPED_COMPARISON[kind]
+            overload = "Tensor" if isinstance(y, _Scalar) else "Scalar"
+            target = getattr(getattr(aten, kind), overload)
+            operands, dtype = [x, y], torch.bool
+        self.env[node] = _Scalar(self._made_kernel(node, target, operands, dtype), node.name)
+
+    def assert_scalar(self, node: Any) -> None:
+        """``aten._assert_scalar`` (a ``torch._check`` on ``.item()`` values): a kernel of op
+        ``check`` on its condition's buffer, which the executors read back (a false
+        condition fails the run with :class:`~oxiwork.error.CheckFailed`); of a constant,
+        nothing if it holds, else the import fails, as eager would."""
+        cond = node.args[0]
+        message = str(node.args[1]) if len(node.args) > 1 else "a run-time check"
+        value = self.env.get(cond, cond) if _hashable(cond) else cond
+        if not isinstance(value, _Scalar):
+            if isinstance(value, (bool, int)) and value:
+                return  # holds on the constants
+            raise UnsupportedModel(
+                f"node {node.name!r}: the model's run-time check ({message}) does not hold "
+                f"on {value!r}; eager PyTorch fails it too"
+            )
+        torch = _torch()
+        # named by torch's expression ("check u0 >= 1"), the message kept in the error
+        said = re.search(r"expression (.+) on node", message)
+        name = f"check {said.group(1) if said else message}"
+        self._made_kernel(node, torch.ops.aten._assert_scalar.default, [value], torch.bool, name)
+
+    def _scalar_constant(self, node: Any, k: int, value: Any, dtype: Any) -> Any:
+        """Branch ``k`` of ``sym_ite`` ``node``: a :class:`_Scalar` as it is, a number as a
+        folded 0-d constant of ``dtype``."""
+        if isinstance(value, _Scalar):
+            return value
+        tensor = _torch().tensor(value, dtype=dtype)
+        return self._constant(f"const.{node.name}.{k}", tensor, f"constant {node.name!r}[{k}]")
+
+    def _made_kernel(
+        self, node: Any, target: Any, operands: list[Any], dtype: Any, name: str | None = None
+    ) -> _Tensor:
+        """The library kernel computing ``target`` of ``operands`` (scalars, constants and
+        numbers) for ``node``, its result of ``dtype`` and the operands' broadcast shape."""
+        torch = _torch()
+        args: list[Any] = []
+        keys: list[_Key] = []
+        shapes: list[tuple[int, ...]] = []
+        for k, a in enumerate(operands):
+            if isinstance(a, (_Scalar, _Tensor)):
+                t = a.tensor if isinstance(a, _Scalar) else a
+                key = _Key(f"{node.name}.{k}")
+                self.env[key] = t
+                keys.append(key)
+                args.append(key)
+                shapes.append(t.shape if t.shape is not None else t.base.shape)
+            else:
+                args.append(a)
+        meta = {"val": torch.empty(torch.broadcast_shapes(*shapes), dtype=dtype)}
+        if node.meta.get("nn_module_stack"):
+            meta["nn_module_stack"] = node.meta["nn_module_stack"]
+        try:
+            out = self.kernel(
+                _MadeCall(target, tuple(args), node.name, meta), None, library_only=True,
+                base_name=name,
+            )  # fmt: skip
+        finally:
+            for key in keys:
+                del self.env[key]
+        if not isinstance(out, _Tensor):
+            raise UnsupportedModel(
+                f"node {node.name!r}: no library op computes {_op_name(target)} of the values "
+                "read with .item() it reads"
+            )
+        return out
+
     def _is_tensor(self, a: Any) -> bool:
         return isinstance(self.env.get(a) if _hashable(a) else None, (_Tensor, _Pending, _Empty))
 
@@ -3133,10 +3356,17 @@ class _Converter:
         )
 
     def kernel(
-        self, node: Any, index: int | None, *, contiguous: bool = False, library_only: bool = False
+        self,
+        node: Any,
+        index: int | None,
+        *,
+        contiguous: bool = False,
+        library_only: bool = False,
+        base_name: str | None = None,
     ) -> Any:
         """One kernel computing ``node`` (its output ``index`` for multi-output ops); with
-        ``library_only``, None instead of an opaque kernel."""
+        ``library_only``, None instead of an opaque kernel. ``base_name``: the kernel's name
+        after its module path (default: the op's)."""
         inputs: list[str] = []
         metas: list[_Meta] = []
         pending: dict[tuple[str, str], Any] | None = None  # view buffers (second attempt)
@@ -3179,7 +3409,7 @@ class _Converter:
         if contiguous:
             out = _Meta(out.shape, None, out.dtype)
         path = self._module_path(node)
-        base = _base_name(node.target) + ("" if index in (None, 0) else f"_out{index}")
+        base = base_name or _base_name(node.target) + ("" if index in (None, 0) else f"_out{index}")
         name = self._unique(f"{path}.{base}" if path else base, self.kernel_names)
         self.kernel_names.add(name)
         reshapes = False  # read by arg() (a closure), like pending and order

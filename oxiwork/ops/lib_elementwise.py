@@ -20,7 +20,7 @@ comparisons (``eq``... ``ge``, and ``<name>_scalar`` against a number) give bool
 ``where`` selects by a bool condition (any value: non-zero is true) between branches of
 one dtype; ``bitwise_and/or/xor`` take bool or one integer dtype, ``bitwise_not``
 integers (the negation of a bool is ``logical_not``); ``logical_*`` take anything and give
-bool. Integer ``add``/``sub``/``mul`` and the scalar ops compute exactly in the
+bool; ``check`` is a program's run-time check (``OpDef.check``). Integer ``add``/``sub``/``mul`` and the scalar ops compute exactly in the
 integer's own C type: a scalar parameter of an integer op is a whole number, passed to
 the kernel as that type (``long long``), never through a float.
 
@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -411,6 +412,21 @@ BOOL_OPS: tuple[OpDef, ...] = (
         "logical_xor", 2, _logical(np.logical_xor), "((({0}) != 0) != (({1}) != 0))", _logical_dtype
     ),
     _bool_op("logical_not", 1, _logical(np.logical_not), "(({0}) == 0)", _logical_dtype),
+    # A program's run-time check (a model's torch._check, which torch.export keeps as an
+    # assertion on a value read with .item()): the condition's truth, which must hold in
+    # every element (OpDef.check: the executors raise CheckFailed where it does not).
+    # Never fused, so the flag reaches memory, where both executors read it.
+    replace(
+        _bool_op(
+            "check",
+            1,
+            lambda xs: _truth(xs[0]),
+            "(({0}) != 0)",
+            _logical_dtype,
+            fusion_class=FusionClass.OPAQUE,
+        ),
+        check=True,
+    ),
 )
 
 

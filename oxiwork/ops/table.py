@@ -586,6 +586,12 @@ class OpDef:
         bias, of ``k`` elements) are read per element of the unsplit block: its element
         ``j`` reads entry ``j // (block // k)`` (``k`` = the block: per element; the
         channels of an ``(N, C, H, W)`` block: per channel).
+    check
+        The op is a run-time check: its result (bool) must be true in every element, else
+        the run fails with :class:`~oxiwork.error.CheckFailed`, raised by the simulator at
+        the kernel's step and by a GPU executor's ``run`` after the run (the result is a
+        buffer nothing reads, so both have it among the outputs). Such an op must never
+        fuse (``OPAQUE``): its result has to reach memory.
 
     Examples
     --------
@@ -622,6 +628,7 @@ class OpDef:
         default=None, repr=False
     )
     groups: Callable[[Shape, Mapping[str, float]], int] | None = field(default=None, repr=False)
+    check: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -630,6 +637,11 @@ class OpDef:
             )
         if not isinstance(self.fusion_class, FusionClass):
             raise InvalidArgument(f"op {self.name!r}: fusion_class must be a FusionClass")
+        if self.check and self.fusion_class is not FusionClass.OPAQUE:
+            raise InvalidArgument(
+                f"op {self.name!r}: a check's result must reach memory, so it is OPAQUE "
+                "(never fused)"
+            )
         if isinstance(self.arity, bool) or not isinstance(self.arity, int) or self.arity < 1:
             raise InvalidArgument(f"op {self.name!r}: arity must be an int >= 1")
         for p, v in self.params:

@@ -184,6 +184,10 @@ def test_while_bound_raises_on_the_gpu(emu):
     scenarios.test_while_bound_raises_on_the_gpu(emu)
 
 
+def test_a_false_check_fails_the_run_on_the_gpu(emu):
+    scenarios.test_a_false_check_fails_the_run_on_the_gpu(emu)
+
+
 def test_to_dot(emu, tmp_path):
     scenarios.test_to_dot(emu, tmp_path)
     text = (tmp_path / "graph.dot").read_text()

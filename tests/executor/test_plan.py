@@ -360,3 +360,44 @@ class TestPositionalConstructor:
                 assert FusedStep(step.op, step.params, step.args, step.node) == step
             with pytest.raises(dataclasses.FrozenInstanceError):
                 node.name = "x"  # type: ignore[misc]
+
+
+def test_check_steps_and_their_read_back() -> None:
+    import numpy as np
+
+    from oxiwork import GraphBuilder
+    from oxiwork.error import CheckFailed, ExecutionError, UnsupportedOp
+    from oxiwork.executor.plan import check_steps, raise_failed_checks
+
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", 4, dtype="bool")
+    ok = b.alloc_buffer("ok", 4, dtype="bool")
+    b.add_kernel("x holds", 1, 32).op("check").inputs([x]).outputs([ok]).finish()
+    (st,) = check_steps(ExecutionPlan.build(b.build()))
+    raise_failed_checks([st], {"ok": np.ones(4, bool)})  # true everywhere: nothing
+    with pytest.raises(CheckFailed, match=r"step 0 'x holds': the run-time check is false"):
+        raise_failed_checks([st], {"ok": np.array([1, 1, 0, 1], bool)})
+    with pytest.raises(ExecutionError, match=r"'x holds' \(buffer 'ok'\) was not read back"):
+        raise_failed_checks([st], {})
+    # a check inside a body graph: refused (the GPU executors read back the top level's)
+    b = GraphBuilder()
+    c = b.alloc_buffer("c", 4)
+    x = b.alloc_external_buffer("x", 4, dtype="bool")
+    ok = b.alloc_buffer("ok", 4, dtype="bool")
+    body = b.body()
+    body.add_kernel("x holds", 1, 32).op("check").inputs([x]).outputs([ok]).finish()
+    b.add_memset("c = 1", 4, 1, dst=c)
+    b.add_if("if c", c, body)
+    with pytest.raises(UnsupportedOp, match=r"'x holds' lies in a body graph of 'if c'"):
+        check_steps(ExecutionPlan.build(b.build()))
+
+
+def test_a_check_op_must_be_opaque() -> None:
+    from oxiwork.error import InvalidArgument
+    from oxiwork.ops import get
+    from oxiwork.ops.table import FusionClass
+
+    op = get("check")
+    assert op.check and op.fusion_class is FusionClass.OPAQUE
+    with pytest.raises(InvalidArgument, match="a check's result must reach memory"):
+        dataclasses.replace(op, fusion_class=FusionClass.ELEMENTWISE)

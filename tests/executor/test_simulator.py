@@ -481,3 +481,39 @@ def test_deadlock_is_reported():
     ):
         sim.run()
     assert int(wait.stream) in sim.state.blocked
+
+
+# ------------------------------------------------------------------ run-time checks
+def _checked_graph():
+    """x <= 16 checked (op ``check``, never fused), beside a scale of y."""
+    b = GraphBuilder()
+    x = b.alloc_external_buffer("x", 32, dtype="int64", shape=(4,))
+    y = b.alloc_external_buffer("y", 16)
+    small, ok = (b.alloc_buffer(n, 4, dtype="bool", shape=(4,)) for n in ("small", "ok"))
+    out = b.alloc_buffer("out", 16)
+    b.add_kernel("x <= 16", 1, 32).op("le_scalar").params(other=16).inputs([x]).outputs(
+        [small]
+    ).fusible(True).finish()
+    b.add_kernel("check x <= 16", 1, 32).op("check").inputs([small]).outputs([ok]).fusible(
+        True
+    ).finish()
+    b.add_kernel("twice", 1, 32).op("scale").params(alpha=2).inputs([y]).outputs([out]).finish()
+    return b.build()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-5, 40), min_size=4, max_size=4), st.booleans())
+def test_a_check_fails_the_run_exactly_when_its_condition_is_false(values, fusion):
+    from oxiwork.error import CheckFailed
+
+    plan = ExecutionPlan.build(_checked_graph(), fusion=fusion)
+    assert any(n.op == "check" for n in plan.graph.kernels())  # (never fused away)
+    inputs = {"x": np.array(values, np.int64), "y": np.ones(4, np.float32)}
+    try:
+        stats = SequentialExecutor(plan).run(inputs)
+    except CheckFailed as e:
+        assert max(values) > 16
+        assert "'check x <= 16'" in str(e) and e.step is not None
+        return
+    assert max(values) <= 16
+    assert stats.outputs["ok"].all() and stats.outputs["out"].tolist() == [2.0] * 4

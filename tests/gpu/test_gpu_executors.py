@@ -496,6 +496,39 @@ def test_while_bound_raises_on_the_gpu(gpu):
             raise AssertionError("a WHILE past its bound must raise IterationLimit")
 
 
+def test_a_false_check_fails_the_run_on_the_gpu(gpu):
+    """A kernel of op ``check`` (an imported torch._check) is read back after every run: a
+    false condition raises CheckFailed naming it, before any output is handed back; a
+    true one runs as any plan, on both executors."""
+    from oxiwork.error import CheckFailed
+    from oxiwork.executor.streams import StreamExecutor
+
+    b = GraphBuilder()
+    ids = b.alloc_buffer("ids", 32, dtype="int64", shape=(4,))
+    x, y = b.alloc_buffer("x", 16), b.alloc_buffer("y", 16)
+    big, ok = (b.alloc_buffer(n, 4, dtype="bool", shape=(4,)) for n in ("big", "ok"))
+    b.add_memcpy("up ids", MemcpyDir.HostToDevice, 32, dst=ids)
+    b.add_memcpy("up x", MemcpyDir.HostToDevice, 16, dst=x)
+    b.add_kernel("ids <= 16", 1, 32).op("le_scalar").params(other=16).inputs([ids]).outputs(
+        [big]
+    ).finish()
+    b.add_kernel("check ids <= 16", 1, 32).op("check").inputs([big]).outputs([ok]).finish()
+    b.add_kernel("twice", 1, 32).op("scale").params(alpha=2).inputs([x]).outputs([y]).finish()
+    b.add_memcpy("down", MemcpyDir.DeviceToHost, 16, src=y)
+    plan = build_plan(b.build())
+    xs = np.float32([1, 2, 3, 4])
+    for cls in (CudaGraphExecutor, StreamExecutor):
+        with gpu.executor(cls, plan) as ex:
+            got, _ = ex.run({"ids": np.int64([1, 2, 16, 0]), "x": xs})
+            assert got["y"].tolist() == [2, 4, 6, 8] and got["ok"].all()
+            try:
+                ex.run({"ids": np.int64([1, 17, 3, 0]), "x": xs})
+            except CheckFailed as e:
+                assert "'check ids <= 16'" in str(e) and "false" in str(e)
+            else:
+                raise AssertionError("a false check must raise CheckFailed")
+
+
 def _main() -> int:
     """Run the tests without pytest: each test_* with the device, report, exit code."""
     reason = probe(0)
