@@ -3529,6 +3529,8 @@ class _Converter:
                     "inputs in place only: call module.eval() (batch-norm statistics) or drop "
                     "the mutation"
                 )
+            if v is None:  # a None among the outputs (an unset ModelOutput field): no tensor
+                continue
             value = self.env.get(v) if _hashable(v) else None
             val = v.meta.get("val") if hasattr(v, "meta") else None
             if isinstance(value, _Empty):
@@ -3754,8 +3756,10 @@ def from_module(
     """Export ``module`` on ``args`` (and ``kwargs``) and import it.
 
     Runs ``torch.export.export(module, args, kwargs)`` and ``run_decompositions()`` (core
-    ATen), then :func:`from_exported_program`. The example inputs become the user inputs'
-    values. Call ``module.eval()`` first for inference (training-mode batch norm mutates its
+    ATen), then :func:`from_exported_program`; a program that returns constants (None)
+    among its tensors, or whose outputs the decomposition moves, is imported as exported
+    (torch's decomposition can misplace such outputs). The example inputs become the user
+    inputs' values. Call ``module.eval()`` first for inference (training-mode batch norm mutates its
     statistics, and dropout draws random numbers eager would not repeat).
 
     Parameters
@@ -3811,7 +3815,15 @@ def from_module(
             if stage == "export":
                 ep = torch.export.export(module, tuple(args), kwargs=dict(kwargs or {}))
             else:
-                ep = ep.run_decompositions(_decompositions(ep))
+                decomposed = ep.run_decompositions(_decompositions(ep))
+                # torch's decomposition can misplace the outputs of a program returning
+                # constants among its tensors (AyaVision's hidden states (None, None, x):
+                # its pooled features moved before the Nones): such a program, or one whose
+                # user outputs changed place, is imported as exported (the importer maps
+                # ATen ops undecomposed too, fewer of them)
+                before = _output_signature(ep)
+                if ("constant",) not in before and _output_signature(decomposed) == before:
+                    ep = decomposed
     except Exception as e:  # torch raises many kinds; each becomes one GraphError quoting it
         reason = _reason(e)
         raise ExportFailed(
@@ -3822,6 +3834,23 @@ def from_module(
         ) from e
     model = from_exported_program(ep, name=label, progress=progress, patterns=patterns)
     return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+
+
+def _output_signature(ep: Any) -> list[tuple[Any, ...]]:
+    """Per user output of ``ep`` (not the writes into inputs, which the decomposition adds
+    as it makes the program functional): the shape and dtype of a tensor, or
+    ``("constant",)``."""
+    (out,) = (n for n in ep.graph.nodes if n.op == "output")
+    sig = []
+    for spec, v in zip(ep.graph_signature.output_specs, out.args[0], strict=True):
+        if spec.kind.name != "USER_OUTPUT":
+            continue
+        val = getattr(v, "meta", {}).get("val")
+        if val is None or not hasattr(val, "shape"):
+            sig.append(("constant",))
+        else:
+            sig.append((tuple(val.shape), str(val.dtype)))
+    return sig
 
 
 def _decompositions(ep: Any) -> Any:

@@ -546,6 +546,48 @@ class TestMapping:
         (view,) = (g.buffer(b) for b in kernel.inputs)
         assert view.is_view and view.strides == (1, 24) and view.array_shape == (24, 3)
 
+    def test_a_none_output_is_skipped(self) -> None:
+        # a ModelOutput field left unset (LLaVA's image states without an image) is a None
+        # output of the program: the tensor outputs keep eager's order
+        class WithNone(nn.Module):
+            def forward(self, x):
+                return x * 2, None, x + 1
+
+        x = torch.arange(6, dtype=torch.float32)
+        model = from_module(WithNone(), (x,))
+        assert len(model.outputs) == 2 and model.output_shapes == ((6,), (6,))
+        got = model.outputs_from(
+            SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+        )
+        assert [g.tolist() for g in got] == [(x * 2).tolist(), (x + 1).tolist()]
+        assert [e.tolist() for e in model.eager_outputs] == [g.tolist() for g in got]
+
+    def test_a_program_returning_constants_is_imported_undecomposed(self) -> None:
+        # torch's run_decompositions can misplace the tensor outputs of a program that
+        # returns constants among them (AyaVision's): such a program is imported as
+        # exported, its linear layer one aten.linear, and its outputs in eager's places
+        class Outputs(nn.Module):
+            def __init__(self, none: bool) -> None:
+                super().__init__()
+                self.lin, self.none = nn.Linear(4, 3), none
+
+            def forward(self, x):
+                y = self.lin(x)
+                return (y, (None, x * 2), y.sum(0)) if self.none else (y, (x * 2,), y.sum(0))
+
+        x = torch.linspace(-1, 1, 8).reshape(2, 4)
+        for none in (True, False):
+            model = from_module(Outputs(none).eval(), (x,))
+            eager = model.eager_outputs
+            targets = set(model.targets.values())
+            assert ("aten.linear.default" in targets) is none, targets
+            got = model.outputs_from(
+                SequentialExecutor(ExecutionPlan.build(model.graph)).run(model.inputs).outputs
+            )
+            assert [g.shape for g in got] == [e.shape for e in eager] == [(2, 3), (2, 4), (3,)]
+            for g, e in zip(got, eager, strict=True):
+                np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
     def test_constants_are_folded(self) -> None:
         model, _ = _imported("embedding")
         assert model.folded and all(model.graph.buffer_by_name(f).external for f in model.folded)
