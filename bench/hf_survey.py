@@ -4,7 +4,8 @@ For each base model class of ``transformers`` (its ``MODEL_MAPPING_NAMES``) that
 zoo (``tests/importers/test_torch_zoo.py``) does not test: the zoo's shrunk config (applied to
 the text, vision and audio sub-configs too), random weights (the zoo's ``_redrawn``), inputs
 made from the model's ``forward`` signature (token ids, an image of the vision config's size,
-1,600 audio samples, 64 frames of mel features, word boxes), then ``from_module``, a plan
+1,600 audio samples, 64 frames of mel features, word boxes; before the ids, as many image
+tokens as a vision-language model's check asks for), then ``from_module``, a plan
 (fusion, 4 streams), the simulator, and eager PyTorch's outputs to compare with. Nothing is
 downloaded.
 
@@ -25,8 +26,9 @@ row ends as:
   (``UnsupportedModel``: an empty tensor, a mutated buffer, ...; the reason is listed);
 * ``oxiwork error``: the import, the plan or the simulation raised anything else: a bug;
 * ``budget``: the simulator's budget refused the arena (a big default sub-config);
-* ``not ours``: building the model failed, or ``torch.export`` refused its code on these
-  inputs (the harness's config or inputs do not fit the model);
+* ``not ours``: building the model failed, its eager run on the harness's inputs raised
+  (its own checks among them), or ``torch.export`` refused its code on these inputs (the
+  harness's config or inputs do not fit the model);
 * ``timeout``, ``killed`` (out of memory, or a crash).
 
 Needs ``transformers`` (the ``[test]`` extra). Usage::
@@ -121,6 +123,14 @@ def _shrink(config: Any) -> None:
             if isinstance(vocab, int) and isinstance(token, int) and token >= vocab:
                 with contextlib.suppress(Exception):
                     setattr(c, key, 0)
+    # a vision-language model's image token: the text's last id (the harness's ids are
+    # below 500, so only the tokens it places are image tokens)
+    vocab = getattr(getattr(config, "text_config", None), "vocab_size", None)
+    for key in IMAGE_TOKEN_KEYS:
+        token = getattr(config, key, None)
+        if isinstance(vocab, int) and isinstance(token, int) and token >= vocab:
+            with contextlib.suppress(Exception):
+                setattr(config, key, vocab - 1)
 
 
 def make(model_cls: str, config_cls: str) -> tuple[Any, dict[str, Any]]:
@@ -167,7 +177,33 @@ def make(model_cls: str, config_cls: str) -> tuple[Any, dict[str, Any]]:
         kw["bbox"] = box.clamp(max=1000)
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         kw["decoder_input_ids"] = _ids(7, 1)
+    _place_image_tokens(model, config, kw)
     return model, kw
+
+
+IMAGE_TOKEN_KEYS = ("image_token_id", "image_token_index")
+
+
+def _place_image_tokens(model: Any, config: Any, kw: dict[str, Any]) -> None:
+    """A vision-language model checks that its text holds one image token per image
+    feature (transformers: "Image features and image tokens do not match, tokens: 0,
+    features: N"): put the N it names before the text (up to 1,024)."""
+    import torch
+
+    token = next(
+        (getattr(config, k) for k in IMAGE_TOKEN_KEYS if isinstance(getattr(config, k, None), int)),
+        None,
+    )
+    if token is None or "pixel_values" not in kw or "input_ids" not in kw:
+        return
+    try:
+        with torch.no_grad():
+            model(**kw)
+    except Exception as e:
+        said = re.search(r"tokens: 0, features: (\d+)", str(e))
+        if said and int(said.group(1)) <= 1024:
+            image = torch.full((1, int(said.group(1))), token, dtype=kw["input_ids"].dtype)
+            kw["input_ids"] = torch.cat([image, kw["input_ids"]], dim=1)
 
 
 def _amplified(model: Any, kw: dict[str, Any], got: Any, eager: Any) -> tuple[bool, float]:
@@ -221,6 +257,11 @@ def one(kind: str, model_cls: str, config_cls: str) -> dict[str, Any]:
     try:
         model, kw = make(model_cls, config_cls)
         row["inputs"] = sorted(kw)
+        stage = "eager"  # the model's own code on the harness's inputs (its checks too)
+        import torch
+
+        with torch.no_grad():
+            model(**kw)
         stage = "import"
         imported = from_module(model, (), kw)
         row["kernels"] = len(imported.graph.kernels())
@@ -258,7 +299,7 @@ def one(kind: str, model_cls: str, config_cls: str) -> dict[str, Any]:
         text = f"{type(e).__name__}: {str(e)[:300]}"
         if isinstance(e, BudgetExceeded):
             row["outcome"] = "budget"
-        elif stage == "model" or isinstance(e, ExportFailed):
+        elif stage in ("model", "eager") or isinstance(e, ExportFailed):
             row["outcome"] = "not ours"
         elif isinstance(e, UnsupportedModel):
             row["outcome"] = "refused"

@@ -133,3 +133,30 @@ def test_other_values_are_wrong_even_integers_off_by_one(
     monkeypatch.setattr(oxiwork, "SequentialExecutor", Off)
     row = survey.one("ids", "Ids", "IdsConfig")
     assert row["outcome"] == "WRONG", row
+
+
+class _Vlm(torch.nn.Module):
+    """Checks, as transformers' vision-language models do, that its text holds one image
+    token (id 7) per image feature (3)."""
+
+    def forward(self, input_ids: torch.Tensor, pixel_values: torch.Tensor) -> torch.Tensor:
+        tokens = int((input_ids == 7).sum())
+        if tokens != 3:
+            raise ValueError(
+                f"Image features and image tokens do not match, tokens: {tokens}, features: 3"
+            )
+        return pixel_values * 2
+
+
+def test_image_tokens_are_placed_and_a_model_failing_on_its_inputs_is_not_ours() -> None:
+    survey = load("hf_survey")
+    kw = {"input_ids": torch.arange(4).reshape(1, 4), "pixel_values": torch.ones(1, 3)}
+    config = type("Config", (), {"image_token_id": 7})()
+    survey._place_image_tokens(_Vlm(), config, kw)
+    assert kw["input_ids"].tolist() == [[7, 7, 7, 0, 1, 2, 3]]
+    # without the tokens the model's own check raises: its row says so, not an error of ours
+    survey.make = lambda *_: (_Vlm(), {"input_ids": torch.arange(4).reshape(1, 4),
+                                       "pixel_values": torch.ones(1, 3)})  # fmt: skip
+    row = survey.one("vlm", "Vlm", "VlmConfig")
+    assert (row["outcome"], row["stage"]) == ("not ours", "eager")
+    assert "image tokens do not match" in row["detail"]
