@@ -1364,28 +1364,43 @@ def _loop_op(name: str, op: str, init: int, ufunc: np.ufunc) -> OpDef:
     return _element_loop(name, reference, body, accumulate_dtype if op == "*" else _sum_int_dtype)
 
 
-def _arg_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
-    if dtypes[0] not in INT_DTYPES:
-        raise DtypeProblem(
-            f"input 0 is {dtypes[0]}; argmax_int/argmin_int compare int32 and int64 values "
-            "(floats: argmax_dims, argmin_dims)"
-        )
-    return "int64"
+def _int_extreme_dtype(index: bool) -> Callable[[Sequence[str], Mapping[str, float]], str]:
+    """The dtype rule of the integer extrema: int32 or int64 in; the int64 index out, or the
+    extreme in the input's dtype."""
+    which = "argmax_int/argmin_int" if index else "amax_int_dims/amin_int_dims"
+    floats = "argmax_dims, argmin_dims" if index else "amax_dims, amin_dims"
+
+    def rule(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
+        if dtypes[0] not in INT_DTYPES:
+            raise DtypeProblem(
+                f"input 0 is {dtypes[0]}; {which} compare int32 and int64 values (floats: {floats})"
+            )
+        return "int64" if index else dtypes[0]
+
+    return rule
 
 
-def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
-    """An element-loop argmax/argmin of integers over ``axes`` (one axis, or every one: the
-    flat index): the index (int64) of the first extreme, compared exactly as ``long long``
-    (the block reductions compare floats, which cannot tell int64s 2**24 apart). ``cmp``:
-    ``>`` or ``<``; ``pick``: np.argmax or np.argmin (first extreme too)."""
+def _int_extreme_op(name: str, cmp: str, index: bool) -> OpDef:
+    """An element-loop extreme of integers over ``axes`` (``keepdim``), compared exactly as
+    ``long long`` (the block reductions compare floats, which cannot tell int64s 2**24
+    apart): with ``index`` the int64 index of the first extreme over one axis or every one
+    (the flat index: argmax_int_dims), else the extreme itself in the input's dtype
+    (amax_int_dims: torch.max(lengths) of int64 lengths). ``cmp``: ``>`` (max) or ``<``."""
+    if index:
+        pick: Callable[..., np.ndarray] = np.argmax if cmp == ">" else np.argmin
+    else:
+        pick = np.max if cmp == ">" else np.min
 
     def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
         params = {"axes": axes, "keepdim": keepdim}
         rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
-        return pick(rows, axis=-1).astype(np.int64).reshape(_dims_shape([xs[0].shape], params))
+        found = pick(rows, axis=-1)  # (arg: the first extreme, as the strict comparison)
+        if index:
+            found = found.astype(np.int64)
+        return found.reshape(_dims_shape([xs[0].shape], params))
 
     def body(j: int, x: str, at: str, n: str) -> list[str]:
-        # a strict comparison keeps the first extreme
+        # a strict comparison keeps the first extreme; t is its index or its value
         return [
             f"long long t{j} = 0;",
             f"long long b{j} = 0;",
@@ -1393,55 +1408,21 @@ def _arg_int_op(name: str, cmp: str, pick: Callable[..., np.ndarray]) -> OpDef:
             f"    long long v{j} = (long long){x}[{at}];",
             f"    if (q{j} == 0 || v{j} {cmp} b{j}) {{",
             f"        b{j} = v{j};",
-            f"        t{j} = (long long)q{j};",
+            f"        t{j} = {f'(long long)q{j}' if index else f'v{j}'};",
             "    }",
             "}",
         ]
 
-    return _element_loop(name, reference, body, _arg_int_dtype)
-
-
-def _extreme_int_dtype(dtypes: Sequence[str], params: Mapping[str, float]) -> str:
-    if dtypes[0] not in INT_DTYPES:
-        raise DtypeProblem(
-            f"input 0 is {dtypes[0]}; amax_int_dims/amin_int_dims compare int32 and int64 "
-            "values (floats: amax_dims, amin_dims)"
-        )
-    return dtypes[0]
-
-
-def _extreme_int_op(name: str, cmp: str, pick: np.ufunc) -> OpDef:
-    """An element-loop max or min of integers over ``axes`` (``keepdim``), in the input's
-    dtype, compared exactly as ``long long``: the block reductions compare floats, which
-    cannot tell int64s 2**24 apart (torch.max(lengths) of int64 lengths). ``cmp``: ``>`` or
-    ``<``; ``pick``: np.maximum or np.minimum."""
-
-    def reference(xs: Sequence[np.ndarray], axes: float, keepdim: float) -> np.ndarray:
-        params = {"axes": axes, "keepdim": keepdim}
-        rows = _rows_of(xs[0], _mask_axes(xs[0].shape, params))
-        return pick.reduce(rows, axis=-1).reshape(_dims_shape([xs[0].shape], params))
-
-    def body(j: int, x: str, at: str, n: str) -> list[str]:
-        return [
-            f"long long t{j} = 0;",
-            f"for (size_t q{j} = 0; q{j} < {n}; ++q{j}) {{",
-            f"    long long v{j} = (long long){x}[{at}];",
-            f"    if (q{j} == 0 || v{j} {cmp} t{j}) {{",
-            f"        t{j} = v{j};",
-            "    }",
-            "}",
-        ]
-
-    return _element_loop(name, reference, body, _extreme_int_dtype)
+    return _element_loop(name, reference, body, _int_extreme_dtype(index))
 
 
 _LOOPS: tuple[OpDef, ...] = (
     _loop_op("prod_dims", "*", 1, np.multiply),
     _loop_op("sum_int_dims", "+", 0, np.add),
-    _arg_int_op("argmax_int_dims", ">", np.argmax),
-    _arg_int_op("argmin_int_dims", "<", np.argmin),
-    _extreme_int_op("amax_int_dims", ">", np.maximum),
-    _extreme_int_op("amin_int_dims", "<", np.minimum),
+    _int_extreme_op("argmax_int_dims", ">", index=True),
+    _int_extreme_op("argmin_int_dims", "<", index=True),
+    _int_extreme_op("amax_int_dims", ">", index=False),
+    _int_extreme_op("amin_int_dims", "<", index=False),
 )
 """``prod_dims`` (torch.prod: float dtypes in float32 math, in order, rounded once to their
 dtype; bool and integers in int64) and ``sum_int_dims`` (bool and integers only, int64)
