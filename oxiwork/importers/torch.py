@@ -415,7 +415,7 @@ class _Scalar:
     """A value read from a computed tensor with ``.item()`` (``_local_scalar_dense``): data
     the IR's static shapes and parameters cannot hold, kept in ``tensor``, its one-element
     buffer. Only the comparisons and selections of ``torch.export``'s symbolic arithmetic
-    read one (:data:`_SCALAR_OPS`, computed as kernels on that buffer), and only to feed a
+    read one (:func:`_scalar_ops`, computed as kernels on that buffer), and only to feed a
     run-time check (``aten._assert_scalar``, a kernel of op ``check``); anything else that
     reads one is refused."""
 
@@ -3122,7 +3122,12 @@ class _Converter:
             if not isinstance(cond, _Scalar):
                 self.env[node] = yes if cond else no
                 return
-            dtype = torch.bool if all(isinstance(b, bool) for b in (yes, no)) else torch.int64
+            # (a branch read with .item() keeps its own dtype, which a number's must match)
+            kept = [b.tensor.base.dtype for b in (yes, no) if isinstance(b, _Scalar)]
+            if kept:
+                dtype = getattr(torch, kept[0])
+            else:
+                dtype = torch.bool if all(isinstance(b, bool) for b in (yes, no)) else torch.int64
             branches = [self._scalar_constant(node, k, b, dtype) for k, b in ((1, yes), (2, no))]
             target, operands = aten.where.self, [cond, *branches]
         else:  # a comparison: of a scalar and a number, or of two scalars
@@ -3759,8 +3764,8 @@ def from_module(
     ATen), then :func:`from_exported_program`; a program that returns constants (None)
     among its tensors, or whose outputs the decomposition moves, is imported as exported
     (torch's decomposition can misplace such outputs). The example inputs become the user
-    inputs' values. Call ``module.eval()`` first for inference (training-mode batch norm mutates its
-    statistics, and dropout draws random numbers eager would not repeat).
+    inputs' values. Call ``module.eval()`` first for inference (training-mode batch norm
+    mutates its statistics, and dropout draws random numbers eager would not repeat).
 
     Parameters
     ----------
