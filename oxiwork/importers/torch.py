@@ -3838,7 +3838,8 @@ def from_module(
             reason,
         ) from e
     model = from_exported_program(ep, name=label, progress=progress, patterns=patterns)
-    return replace(model, eager_outputs=_eager_outputs(module, args, kwargs, len(model.outputs)))
+    eager = _eager_outputs(module, args, kwargs, len(model.outputs), ep.call_spec.out_spec)
+    return replace(model, eager_outputs=eager)
 
 
 def _output_signature(ep: Any) -> list[tuple[Any, ...]]:
@@ -3882,11 +3883,17 @@ def _decompositions(ep: Any) -> Any:
 
 
 def _eager_outputs(
-    module: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None, count: int
+    module: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    count: int,
+    spec: Any = None,
 ) -> tuple[np.ndarray, ...] | None:
     """``module``'s eager outputs on copies of the example call (a module that writes
     into its inputs must not change the values :attr:`ImportedModel.inputs` holds), or
-    ``None`` when its tensor leaves are not the program's ``count`` user outputs."""
+    ``None`` when its tensor leaves are not the program's ``count`` user outputs, or its
+    output's structure is not the program's ``spec`` (then a leaf's place need not be the
+    program's: a ModelOutput's fields in another order)."""
     torch = _torch()
     tree = torch.utils._pytree
 
@@ -3895,7 +3902,8 @@ def _eager_outputs(
 
     with torch.no_grad():
         out = module(*tree.tree_map(copy, tuple(args)), **tree.tree_map(copy, dict(kwargs or {})))
-    leaves = [t for t in tree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    if len(leaves) != count:
+    flat, structure = tree.tree_flatten(out)
+    leaves = [t for t in flat if isinstance(t, torch.Tensor)]
+    if len(leaves) != count or (spec is not None and structure != spec):
         return None
     return tuple(_to_numpy(t.detach().cpu().contiguous()) for t in leaves)

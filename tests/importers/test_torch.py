@@ -562,6 +562,21 @@ class TestMapping:
         assert [g.tolist() for g in got] == [(x * 2).tolist(), (x + 1).tolist()]
         assert [e.tolist() for e in model.eager_outputs] == [g.tolist() for g in got]
 
+    def test_eager_outputs_pair_with_the_program_only_on_its_structure(self) -> None:
+        from oxiwork.importers.torch import _eager_outputs
+
+        class Two(nn.Module):
+            def forward(self, x):
+                return {"b": x * 2, "a": x + 1}
+
+        x = torch.arange(3, dtype=torch.float32)
+        model = from_module(Two(), (x,))
+        assert [e.tolist() for e in model.eager_outputs] == [[0, 2, 4], [1, 2, 3]]
+        # the same leaves under another structure (the keys in another order): not paired
+        other = torch.utils._pytree.tree_flatten({"a": x, "b": x})[1]
+        assert _eager_outputs(Two(), (x,), None, 2, other) is None
+        assert _eager_outputs(Two(), (x,), None, 2) is not None
+
     def test_a_program_returning_constants_is_imported_undecomposed(self) -> None:
         # torch's run_decompositions can misplace the tensor outputs of a program that
         # returns constants among them (AyaVision's): such a program is imported as
