@@ -425,7 +425,10 @@ class _PlanExecutor:
 
         Returns the outputs (by buffer name: every downloaded buffer, and every buffer
         written but never read, as the simulator's ``outputs``) and :class:`GpuTimings`.
-        Inputs not given are generated from ``seed`` as the simulator does.
+        Inputs not given are generated from ``seed`` as the simulator does. Raises
+        :class:`~oxiwork.error.CheckFailed` after the run where a run-time check of the plan
+        (a kernel of an ``OpDef.check`` op) is false; ``launch`` and ``timed_launches``, for
+        benchmarks, read nothing back and so check nothing.
         """
         s = self._require()
         t0 = time.perf_counter()

@@ -20,9 +20,10 @@ comparisons (``eq``... ``ge``, and ``<name>_scalar`` against a number) give bool
 ``where`` selects by a bool condition (any value: non-zero is true) between branches of
 one dtype; ``bitwise_and/or/xor`` take bool or one integer dtype, ``bitwise_not``
 integers (the negation of a bool is ``logical_not``); ``logical_*`` take anything and give
-bool; ``check`` is a program's run-time check (``OpDef.check``). Integer ``add``/``sub``/``mul`` and the scalar ops compute exactly in the
-integer's own C type: a scalar parameter of an integer op is a whole number, passed to
-the kernel as that type (``long long``), never through a float.
+bool; ``check`` is a program's run-time check (``OpDef.check``). Integer
+``add``/``sub``/``mul`` and the scalar ops compute exactly in the integer's own C type: a
+scalar parameter of an integer op is a whole number, passed to the kernel as that type
+(``long long``), never through a float.
 
 Example
 -------
