@@ -91,6 +91,7 @@ and "IRs" (the core ATen operator set and ``run_decompositions``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import operator
@@ -1183,17 +1184,21 @@ def _any_axes(
     return rule
 
 
-def _arg_extreme(name: str) -> _Rule:
-    """argmax/argmin (``name``) over one dim or the flattened tensor: of floats the block
-    reduction (a NaN counting as the extreme), of integers the element loop comparing them
-    exactly (CLIP's text pooler takes the argmax of int32 token ids)."""
-    floats, ints = _any_axes(f"{name}_dims", None), _any_axes(f"{name}_int_dims", None)
+def _ints_or_floats(ints: _Rule, floats: _Rule) -> _Rule:
+    """``ints`` where the first operand holds integers, else ``floats``."""
 
     def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
         x = call.args[0]
         return (ints if isinstance(x, _Arg) and x.base.dtype in INT_DTYPES else floats)(call)
 
     return rule
+
+
+def _arg_extreme(name: str) -> _Rule:
+    """argmax/argmin (``name``) over one dim or the flattened tensor: of floats the block
+    reduction (a NaN counting as the extreme), of integers the element loop comparing them
+    exactly (CLIP's text pooler takes the argmax of int32 token ids)."""
+    return _ints_or_floats(_any_axes(f"{name}_int_dims", None), _any_axes(f"{name}_dims", None))
 
 
 def _values_or_indices(values: _Rule, indices: _Rule) -> _Rule:
@@ -1283,14 +1288,10 @@ def _softmax_extra(call: _Call) -> str | None:
 def _extreme(which: str) -> _Rule:
     """amax/amin (and max/min's values): of floats the block reductions (``amax`` over the
     last axis alone), of integers ``amax_int_dims``/``amin_int_dims``, exact in their dtype."""
-    floats = _any_axes(f"a{which}_dims", "amax" if which == "max" else None)
-    ints = _any_axes(f"a{which}_int_dims", None)
-
-    def rule(call: _Call) -> tuple[str, dict[str, float], list[_Arg]] | str:
-        x = call.args[0]
-        return ints(call) if isinstance(x, _Arg) and x.base.dtype in INT_DTYPES else floats(call)
-
-    return rule
+    return _ints_or_floats(
+        _any_axes(f"a{which}_int_dims", None),
+        _any_axes(f"a{which}_dims", "amax" if which == "max" else None),
+    )
 
 
 _EXTREMES = {w: _extreme(w) for w in ("max", "min")}
@@ -2260,33 +2261,28 @@ _SCORE_SCALES = {
     "aten.div.Tensor": "divisor",
     "aten.div.Scalar": "divisor",
 }
-# torch.export's symbolic arithmetic on .item() values that the importer computes (FX
-# target -> kind), made on first use (torch is imported lazily)
-_SCALAR_KINDS: dict[Any, str] = {}
 _SWAPPED_COMPARISON = {"ge": "le", "le": "ge", "gt": "lt", "lt": "gt", "eq": "eq", "ne": "ne"}
 
 
-def _scalar_ops() -> dict[Any, str]:
-    """FX target -> the converter's method for ``.item()``, the arithmetic on its values
-    and ``torch._check``'s assertion (:meth:`_Converter.item`, ``scalar_op``,
-    ``assert_scalar``)."""
-    if not _SCALAR_KINDS:
-        torch = _torch()
-        aten = torch.ops.aten
-        _SCALAR_KINDS.update(
-            {
-                operator.ge: "ge", operator.gt: "gt", operator.le: "le", operator.lt: "lt",
-                operator.eq: "eq", operator.ne: "ne", torch.sym_not: "not", torch.sym_ite: "ite",
-            }
-        )  # fmt: skip
-        _SCALAR_METHODS.update(dict.fromkeys(_SCALAR_KINDS, "scalar_op"))
-        _SCALAR_METHODS[aten.item.default] = "item"
-        _SCALAR_METHODS[aten._local_scalar_dense.default] = "item"
-        _SCALAR_METHODS[aten._assert_scalar.default] = "assert_scalar"
-    return _SCALAR_METHODS
+@functools.cache
+def _scalar_ops() -> dict[Any, tuple[str, str | None]]:
+    """FX target -> the converter's method for ``.item()``, ``torch.export``'s arithmetic on
+    its values and ``torch._check``'s assertion (:meth:`_Converter.item`, ``scalar_op``,
+    ``assert_scalar``), with the arithmetic's kind. Made on first use: torch is imported
+    lazily."""
+    torch = _torch()
+    aten = torch.ops.aten
+    kinds = {
+        operator.ge: "ge", operator.gt: "gt", operator.le: "le", operator.lt: "lt",
+        operator.eq: "eq", operator.ne: "ne", torch.sym_not: "not", torch.sym_ite: "ite",
+    }  # fmt: skip
+    return {
+        **{target: ("scalar_op", kind) for target, kind in kinds.items()},
+        aten.item.default: ("item", None),
+        aten._local_scalar_dense.default: ("item", None),
+        aten._assert_scalar.default: ("assert_scalar", None),
+    }
 
-
-_SCALAR_METHODS: dict[Any, str] = {}
 
 _PASSIVE = frozenset({"aten._assert_tensor_metadata.default"})  # users that read nothing
 
@@ -2832,9 +2828,9 @@ class _Converter:
             self.attend(self.attention[node])
             return
         target = node.target
-        scalar = _scalar_ops()
-        if target in scalar:  # .item(), its comparisons and selections, torch._check
-            getattr(self, scalar[target])(node)
+        scalar = _scalar_ops().get(target)
+        if scalar is not None:  # .item(), its comparisons and selections, torch._check
+            getattr(self, scalar[0])(node)
             return
         for a in node.all_input_nodes:
             if isinstance(self.env.get(a), _Scalar):
@@ -3094,7 +3090,7 @@ class _Converter:
         ``where.self``), another :class:`_Scalar`."""
         torch = _torch()
         aten = torch.ops.aten
-        kind = _SCALAR_KINDS[node.target]
+        kind = _scalar_ops()[node.target][1]
         args = []
         for a in node.args:
             if isinstance(a, torch.fx.Node):
